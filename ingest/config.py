@@ -1,0 +1,119 @@
+"""Configuration (`replaygate.toml`): thresholds, budgets, windows, allow-list, HMAC key.
+
+Unknown keys and wrong types are rejected with one line naming the key, so a
+typo never silently falls back to a default.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import tomllib
+from dataclasses import asdict, dataclass, field, fields
+from pathlib import Path
+
+from .errors import ReplaygateError
+
+DEFAULT_MIN_SAMPLES = {
+    "cross_stream_acceptances": 100_000,
+    "duplicate_dispatches": 0,
+    "silent_truncations": 1,
+    "reinit_after_404": 0,
+    "invalid_origin_rejection": 0,
+    "recovery_p99": 20,
+    "reconnect_qps": 0,
+    "raw_session_ids": 0,
+    "auth_binding": 0,
+    "write_idempotency": 1,
+}
+
+
+@dataclass(frozen=True)
+class Config:
+    hmac_key_env: str = "REPLAYGATE_HMAC_KEY"
+    origin_allowlist: tuple[str, ...] = ("https://app.example.com", "http://localhost:*")
+    reconnect_budget_qps: float = 5.0
+    recovery_threshold_s: float = 5.0
+    reinit_window_s: float = 30.0
+    retry_window_s: float = 600.0
+    min_samples: dict = field(default_factory=lambda: dict(DEFAULT_MIN_SAMPLES))
+    source: str = "built-in defaults"
+
+    def hmac_key(self) -> bytes | None:
+        value = os.environ.get(self.hmac_key_env)
+        return value.encode("utf-8") if value else None
+
+    def as_dict(self) -> dict:
+        d = asdict(self)
+        d.pop("source")
+        d["origin_allowlist"] = list(self.origin_allowlist)
+        return d
+
+    def digest(self) -> str:
+        """SHA-256 of the effective settings (for reports and cache keys)."""
+        blob = json.dumps(self.as_dict(), sort_keys=True).encode()
+        return hashlib.sha256(blob).hexdigest()
+
+
+_NUMBER = (int, float)
+_TYPES = {
+    "hmac_key_env": (str,),
+    "origin_allowlist": (list,),
+    "reconnect_budget_qps": _NUMBER,
+    "recovery_threshold_s": _NUMBER,
+    "reinit_window_s": _NUMBER,
+    "retry_window_s": _NUMBER,
+    "min_samples": (dict,),
+}
+assert set(_TYPES) == {f.name for f in fields(Config)} - {"source"}
+
+
+def _check(key: str, value, types) -> None:
+    if isinstance(value, bool) or not isinstance(value, types):
+        want = " or ".join(t.__name__ for t in types)
+        raise ReplaygateError(f"config: {key} must be {want}, got {type(value).__name__}")
+
+
+def from_mapping(data: dict, source: str = "mapping") -> Config:
+    kwargs: dict = {}
+    for key, value in data.items():
+        if key not in _TYPES:
+            raise ReplaygateError(f"config: unknown key {key!r} in {source}")
+        _check(key, value, _TYPES[key])
+        kwargs[key] = value
+    if "origin_allowlist" in kwargs:
+        for item in kwargs["origin_allowlist"]:
+            _check("origin_allowlist[]", item, (str,))
+        kwargs["origin_allowlist"] = tuple(kwargs["origin_allowlist"])
+    if "min_samples" in kwargs:
+        merged = dict(DEFAULT_MIN_SAMPLES)
+        for gate, n in kwargs["min_samples"].items():
+            if gate not in DEFAULT_MIN_SAMPLES:
+                raise ReplaygateError(f"config: unknown gate {gate!r} in [min_samples]")
+            _check(f"min_samples.{gate}", n, (int,))
+            merged[gate] = n
+        kwargs["min_samples"] = merged
+    for key in ("reconnect_budget_qps", "recovery_threshold_s", "reinit_window_s"):
+        if key in kwargs:
+            kwargs[key] = float(kwargs[key])
+    if "retry_window_s" in kwargs:
+        kwargs["retry_window_s"] = float(kwargs["retry_window_s"])
+    return Config(**kwargs, source=source)
+
+
+def load(path: str | os.PathLike | None = None) -> Config:
+    """Load the configuration: an explicit path, else ./replaygate.toml, else defaults."""
+    if path is None:
+        default = Path("replaygate.toml")
+        if not default.exists():
+            return Config()
+        path = default
+    p = Path(path)
+    try:
+        data = tomllib.loads(p.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise ReplaygateError(f"config: no such file {p}") from None
+    except tomllib.TOMLDecodeError as exc:
+        raise ReplaygateError(f"config: {p} is not valid TOML ({exc})") from None
+    return from_mapping(data, str(p))

@@ -1,0 +1,95 @@
+"""DuckDB connection and schema: one table per record type plus bookkeeping tables."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import duckdb
+
+from .contract import DERIVED, PROVENANCE, RECORD_TYPES
+from .errors import ReplaygateError
+
+SCHEMA_VERSION = "1"
+
+_BOOKKEEPING = """
+CREATE SEQUENCE IF NOT EXISTS file_ids START 1;
+CREATE TABLE IF NOT EXISTS files (
+    file_id BIGINT PRIMARY KEY,
+    path VARCHAR NOT NULL,
+    name VARCHAR NOT NULL,
+    format VARCHAR,
+    size BIGINT,
+    sha256 VARCHAR NOT NULL,
+    rows_loaded BIGINT,
+    rows_quarantined BIGINT,
+    rows_by_type JSON,
+    ingested_at TIMESTAMPTZ,
+    status VARCHAR  -- loaded | superseded
+);
+CREATE TABLE IF NOT EXISTS quarantine (
+    file_id BIGINT,
+    path VARCHAR,
+    line BIGINT,   -- physical line (JSON Lines, CSV structural errors)
+    "row" BIGINT,  -- data row (CSV and Parquet rows that parsed but broke the contract)
+    record_type VARCHAR,
+    reason VARCHAR
+);
+CREATE TABLE IF NOT EXISTS meta (key VARCHAR PRIMARY KEY, value VARCHAR);
+"""
+
+
+def default_db_path() -> str:
+    return os.environ.get("REPLAYGATE_DB", "replaygate.duckdb")
+
+
+def table_ddl() -> list[str]:
+    out = []
+    for rt in RECORD_TYPES:
+        cols = [f"{n} {t}" for n, t in PROVENANCE]
+        cols += [f"{f.name} {f.sql_type}" for f in rt.stored_fields]
+        cols += [f"{n} {t}" for n, t in DERIVED.get(rt.table, ())]
+        out.append(f"CREATE TABLE IF NOT EXISTS {rt.table} ({', '.join(cols)})")
+    return out
+
+
+def connect(path: str | None = None, read_only: bool = False) -> duckdb.DuckDBPyConnection:
+    path = path or default_db_path()
+    if read_only and path != ":memory:" and not Path(path).exists():
+        raise ReplaygateError(f"no database at {path} (run `replaygate ingest` first)")
+    try:
+        con = duckdb.connect(path, read_only=read_only)
+    except duckdb.Error as exc:
+        raise ReplaygateError(f"cannot open database {path}: {str(exc).splitlines()[0]}") from None
+    con.execute("SET TimeZone = 'UTC'")
+    if not read_only:
+        ensure_schema(con)
+    return con
+
+
+def ensure_schema(con: duckdb.DuckDBPyConnection) -> None:
+    for stmt in _BOOKKEEPING.split(";"):
+        if stmt.strip():
+            con.execute(stmt)
+    for stmt in table_ddl():
+        con.execute(stmt)
+    con.execute(
+        "INSERT INTO meta VALUES ('schema_version', $v) ON CONFLICT DO NOTHING",
+        {"v": SCHEMA_VERSION},
+    )
+    con.execute("INSERT INTO meta VALUES ('data_version', '0') ON CONFLICT DO NOTHING")
+
+
+def get_meta(con, key: str, default: str | None = None) -> str | None:
+    try:
+        row = con.execute("SELECT value FROM meta WHERE key = $k", {"k": key}).fetchone()
+    except duckdb.CatalogException:
+        return default
+    return row[0] if row else default
+
+
+def set_meta(con, key: str, value: str) -> None:
+    con.execute(
+        "INSERT INTO meta VALUES ($k, $v) ON CONFLICT (key) DO UPDATE SET value = excluded.value",
+        {"k": key, "v": value},
+    )

@@ -1,0 +1,391 @@
+"""Load files into DuckDB: manifest, staging, typed insert and quarantine, in one transaction.
+
+Per file: hash it (same content already loaded -> nothing to do; same path with
+new content -> the old rows are replaced), stage it with a reader, then insert
+the rows that meet the contract and quarantine the rest with file, position
+and reason. Everything runs in one transaction, so an interrupted ingest leaves
+the database exactly as it was.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import shutil
+import tempfile
+import zlib
+from collections import Counter
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import duckdb
+
+from . import readers, validate
+from .config import Config
+from .contract import RECORD_TYPES
+from .db import get_meta, set_meta
+from .errors import ReplaygateError
+from .redact import padded_keys
+
+
+@dataclass
+class FileResult:
+    path: str
+    status: str  # loaded | replaced | unchanged | duplicate | unreadable
+    rows: dict[str, int] = field(default_factory=dict)
+    quarantined: int = 0
+    note: str = ""
+
+
+@dataclass
+class IngestReport:
+    files: list[FileResult] = field(default_factory=list)
+    skipped: list[str] = field(default_factory=list)
+    warnings: list[str] = field(default_factory=list)
+    quarantine_reasons: Counter = field(default_factory=Counter)
+
+    def rows_by_type(self) -> dict[str, int]:
+        total: Counter = Counter()
+        for f in self.files:
+            total.update(f.rows)
+        return dict(total)
+
+    @property
+    def quarantined(self) -> int:
+        return sum(f.quarantined for f in self.files)
+
+
+class NullProgress:
+    def start(self, total_bytes: int, n_files: int) -> None: ...
+    def file_started(self, name: str, size: int) -> None: ...
+    def file_done(self, size: int) -> None: ...
+    def stop(self) -> None: ...
+
+
+def discover(paths: list[str | os.PathLike]) -> tuple[list[readers.Source], list[str]]:
+    """Input files under the given paths (folders recursively), and names skipped."""
+    found: list[readers.Source] = []
+    skipped: list[str] = []
+    for p in map(Path, paths):
+        if p.is_dir():
+            for child in sorted(c for c in p.rglob("*") if c.is_file()):
+                src = readers.detect(child)
+                if src:
+                    found.append(src)
+                else:
+                    skipped.append(str(child))
+        elif p.is_file():
+            src = readers.detect(p)
+            if src is None:
+                raise ReplaygateError(
+                    f"{p}: not an input file (expected .jsonl, .ndjson, .csv, .parquet, "
+                    "or .jsonl.gz / .ndjson.gz / .csv.gz)"
+                )
+            found.append(src)
+        else:
+            raise ReplaygateError(f"{p}: no such file or folder")
+    return found, skipped
+
+
+def _sha256(path: Path) -> str:
+    with open(path, "rb") as fh:
+        return hashlib.file_digest(fh, "sha256").hexdigest()
+
+
+def _display(path: Path) -> str:
+    try:
+        return str(path.resolve().relative_to(Path.cwd().resolve()))
+    except ValueError:
+        return str(path.resolve())
+
+
+def _gunzip_prefix(path: Path, out: Path) -> int:
+    """Decompress what can be decompressed; return the number of complete lines."""
+    d = zlib.decompressobj(16 + zlib.MAX_WBITS)
+    lines = 0
+    with open(path, "rb") as src, open(out, "wb") as dst:
+        try:
+            while chunk := src.read(1 << 20):
+                data = d.decompress(chunk)
+                lines += data.count(b"\n")
+                dst.write(data)
+        except zlib.error:
+            pass
+    return lines
+
+
+@dataclass
+class _Staged:
+    """A file read into a temporary table, waiting for the load transaction."""
+
+    src: readers.Source
+    shown: str
+    sha: str
+    table: str | None  # None when the file could not be read at all
+    replaces: list[int] = field(default_factory=list)
+    notes: list[tuple[int | None, str]] = field(default_factory=list)  # (line, reason)
+    rejects: str | None = None
+
+
+class _Loader:
+    """Stages files outside the transaction (a failed read aborts a DuckDB
+    transaction), then loads all staged files inside one."""
+
+    def __init__(self, con: duckdb.DuckDBPyConnection, config: Config, report: IngestReport):
+        self.con = con
+        self.report = report
+        key = config.hmac_key()
+        self.key_available = key is not None
+        self.params = padded_keys(key) if key else {}
+        self.tmp = Path(tempfile.mkdtemp(prefix="replaygate-"))
+        self.raw_without_key = 0
+        self.temp_tables: list[str] = []
+
+    def close(self) -> None:
+        for t in self.temp_tables:
+            try:
+                self.con.execute(f"DROP TABLE IF EXISTS {t}")
+            except duckdb.Error:
+                pass
+        shutil.rmtree(self.tmp, ignore_errors=True)
+
+    def _exec(self, sql: str, params: dict | None = None):
+        return self.con.execute(sql, params or {})
+
+    # -- phase 1: outside the transaction -------------------------------------------------
+    def stage(self, src: readers.Source, n: int, seen: dict[str, str]) -> _Staged | FileResult:
+        shown = _display(src.path)
+        sha = _sha256(src.path)
+        same = self._exec(
+            "SELECT path FROM files WHERE sha256 = $s AND status = 'loaded' LIMIT 1", {"s": sha}
+        ).fetchone()
+        earlier = same[0] if same else seen.get(sha)
+        if earlier:
+            status = "unchanged" if earlier == shown else "duplicate"
+            note = "" if status == "unchanged" else f"same content as {earlier}"
+            return FileResult(shown, status, note=note)
+        seen[sha] = shown
+        prev = [
+            r[0]
+            for r in self._exec(
+                "SELECT file_id FROM files WHERE path = $p AND status = 'loaded'", {"p": shown}
+            ).fetchall()
+        ]
+        staged = _Staged(src, shown, sha, None, replaces=prev)
+        table = f"rg_stage_{n}"
+        compression = "gzip" if src.gzip else "none"
+        read_path = src.path
+        try:
+            self._stage(src, read_path, compression, table, mixed=False)
+        except duckdb.Error as exc:
+            if not src.gzip:
+                staged.notes.append((None, _unreadable(exc)))
+                return staged
+            # A truncated gzip: keep what decompresses, quarantine the break.
+            read_path = self.tmp / f"{n}.part"
+            lines = _gunzip_prefix(src.path, read_path)
+            staged.notes.append(
+                (lines + 1, f"truncated gzip: the stream breaks after line {lines}")
+            )
+            compression = "none"
+            try:
+                self._stage(src, read_path, compression, table, mixed=False)
+            except duckdb.Error as exc2:
+                staged.notes.append((None, _unreadable(exc2)))
+                return staged
+        self.temp_tables.append(table)
+        if src.format == "jsonl" and src.default_type is not None:
+            other = self._exec(
+                f"SELECT count(*) FROM {table} WHERE rtype IS NOT NULL AND rtype <> $t",
+                {"t": src.default_type.table},
+            ).fetchone()[0]
+            if other:
+                self._stage(src, read_path, compression, table, mixed=True)
+        if src.format == "csv":
+            staged.rejects = f"rg_rejects_{n}"
+            self._exec(
+                f"CREATE OR REPLACE TEMP TABLE {staged.rejects} AS "
+                "SELECT line, error_type FROM rg_rejects"
+            )
+            self.temp_tables.append(staged.rejects)
+        staged.table = table
+        return staged
+
+    def _stage(self, src, read_path: Path, compression: str, table: str, mixed: bool) -> None:
+        if src.format == "jsonl":
+            names = readers.field_names_for(src, mixed)
+            sql = readers.jsonl_sql(src, names, self.key_available)
+        elif src.format == "csv":
+            self._exec("DROP TABLE IF EXISTS rg_rejects")
+            self._exec("DROP TABLE IF EXISTS rg_scans")
+            header = readers.csv_header(read_path, compression == "gzip")
+            sql = readers.csv_sql(src, header, self.key_available)
+        else:
+            cols = [
+                r[0]
+                for r in self._exec(
+                    "DESCRIBE SELECT * FROM read_parquet($path)", {"path": str(read_path)}
+                ).fetchall()
+            ]
+            sql = readers.parquet_sql(src, cols, self.key_available)
+        params = {"path": str(read_path)}
+        if "$hmac_ipad" in sql:
+            params.update(self.params)
+        if "$compression" in sql:
+            params["compression"] = compression
+        self._exec(f"CREATE OR REPLACE TEMP TABLE {table} AS {sql}", params)
+
+    # -- phase 2: inside the transaction --------------------------------------------------
+    def load(self, st: _Staged) -> FileResult:
+        for old_id in st.replaces:
+            for rt in RECORD_TYPES:
+                self._exec(f"DELETE FROM {rt.table} WHERE file_id = $f", {"f": old_id})
+            self._exec("DELETE FROM quarantine WHERE file_id = $f", {"f": old_id})
+            self._exec("UPDATE files SET status = 'superseded' WHERE file_id = $f", {"f": old_id})
+        file_id = self._exec("SELECT nextval('file_ids')").fetchone()[0]
+        result = FileResult(st.shown, "replaced" if st.replaces else "loaded")
+        if st.replaces:
+            result.note = "content changed since it was last ingested; old rows replaced"
+        for line, reason in st.notes:
+            self._exec(
+                "INSERT INTO quarantine VALUES ($f, $p, $line, NULL, NULL, $r)",
+                {"f": file_id, "p": st.shown, "line": line, "r": reason},
+            )
+        if st.table is None:
+            result.status = "unreadable"
+        else:
+            self._insert(st, file_id, result)
+        for reason, n in self._exec(
+            "SELECT reason, count(*) FROM quarantine WHERE file_id = $f GROUP BY ALL",
+            {"f": file_id},
+        ).fetchall():
+            self.report.quarantine_reasons[_reason_class(reason)] += n
+            result.quarantined += n
+        src = st.src
+        self._exec(
+            """INSERT INTO files VALUES ($id, $path, $name, $fmt, $size, $sha, $loaded, $q,
+               $rows, now(), 'loaded')""",
+            {
+                "id": file_id,
+                "path": st.shown,
+                "name": src.name,
+                "fmt": src.format + (".gz" if src.gzip else ""),
+                "size": src.path.stat().st_size,
+                "sha": st.sha,
+                "loaded": sum(result.rows.values()),
+                "q": result.quarantined,
+                "rows": _json(result.rows),
+            },
+        )
+        return result
+
+    def _insert(self, st: _Staged, file_id: int, result: FileResult) -> None:
+        table = st.table
+        pos = "rowid + 1"
+        line_col, row_col = (pos, "NULL") if st.src.format == "jsonl" else ("NULL", pos)
+        base = {"f": file_id, "p": st.shown}
+        self._exec(
+            f"""INSERT INTO quarantine SELECT $f, $p, {line_col}, {row_col}, NULL, bad
+                FROM {table} WHERE bad IS NOT NULL""",
+            base,
+        )
+        if st.rejects:
+            self._exec(
+                f"""INSERT INTO quarantine SELECT DISTINCT $f, $p, line, NULL, NULL,
+                   'malformed CSV row: ' || lower(CAST(error_type AS VARCHAR))
+                   FROM {st.rejects}""",
+                base,
+            )
+        present = {
+            r[0]
+            for r in self._exec(
+                f"SELECT DISTINCT rtype FROM {table} WHERE bad IS NULL AND rtype IS NOT NULL"
+            ).fetchall()
+        }
+        for rt in RECORD_TYPES:
+            if rt.table not in present:
+                continue
+            reason = validate.reason_sql(rt)
+            self._exec(
+                f"""INSERT INTO quarantine
+                    SELECT $f, $p, {line_col}, {row_col}, $schema, reason FROM (
+                        SELECT rowid, {reason} AS reason FROM {table}
+                        WHERE rtype = $t AND bad IS NULL) WHERE reason IS NOT NULL""",
+                {**base, "t": rt.table, "schema": rt.schema},
+            )
+            cols, exprs = validate.select_typed(rt)
+            n = self._exec(
+                f"""INSERT INTO {rt.table} ({", ".join(cols)})
+                    SELECT {", ".join(exprs)} FROM {table}
+                    WHERE rtype = $t AND bad IS NULL AND ({reason}) IS NULL""",
+                {"file_id": file_id, "t": rt.table},
+            ).fetchone()[0]
+            if n:
+                result.rows[rt.table] = n
+            if rt.table == "proxy" and not self.key_available:
+                self.raw_without_key += self._exec(
+                    f"SELECT count(*) FROM {table} WHERE rtype = 'proxy' AND seen_session_id"
+                ).fetchone()[0]
+
+
+def _unreadable(exc: Exception) -> str:
+    # DuckDB's message can quote file content, so only its class is kept.
+    return f"unreadable file ({type(exc).__name__})"
+
+
+def _reason_class(reason: str) -> str:
+    """Group reasons for the summary (line numbers inside a reason are not a class)."""
+    return reason.split(":")[0] if reason.startswith("truncated gzip") else reason
+
+
+def _json(d: dict) -> str:
+    import json
+
+    return json.dumps(d, sort_keys=True)
+
+
+def ingest(
+    con: duckdb.DuckDBPyConnection,
+    paths: list,
+    config: Config,
+    progress=None,
+) -> IngestReport:
+    """Load files and folders into the database in one transaction."""
+    progress = progress or NullProgress()
+    sources, skipped = discover(paths)
+    report = IngestReport(skipped=skipped)
+    sizes = [s.path.stat().st_size for s in sources]
+    progress.start(sum(sizes), len(sources))
+    loader = _Loader(con, config, report)
+    try:
+        staged: list[_Staged] = []
+        seen: dict[str, str] = {}
+        for n, (src, size) in enumerate(zip(sources, sizes, strict=True)):
+            progress.file_started(src.name, size)
+            item = loader.stage(src, n, seen)
+            if isinstance(item, FileResult):
+                report.files.append(item)
+            else:
+                staged.append(item)
+            progress.file_done(size)
+        con.execute("BEGIN TRANSACTION")
+        try:
+            for st in staged:
+                report.files.append(loader.load(st))
+            if staged:
+                version = int(get_meta(con, "data_version", "0")) + 1
+                set_meta(con, "data_version", str(version))
+            con.execute("COMMIT")
+        except BaseException:
+            con.execute("ROLLBACK")
+            raise
+    finally:
+        loader.close()
+        progress.stop()
+    if loader.raw_without_key:
+        report.warnings.append(
+            f"{loader.raw_without_key} proxy records carried a raw session id, but no HMAC key "
+            f"is set in ${config.hmac_key_env}: the ids were discarded, not stored, and these "
+            "requests cannot be joined to the ledgers. Set the key and re-ingest."
+        )
+    return report

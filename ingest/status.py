@@ -1,0 +1,51 @@
+"""What the database holds: tables, row counts, time spans, stages, quarantine."""
+
+from __future__ import annotations
+
+from .contract import RECORD_TYPES
+
+
+def status(con) -> dict:
+    tables = []
+    for rt in RECORD_TYPES:
+        n, first, last = con.execute(
+            f"SELECT count(*), min(ts), max(ts) FROM {rt.table}"
+        ).fetchone()
+        tables.append(
+            {
+                "table": rt.table,
+                "record_type": rt.schema,
+                "rows": n,
+                "first": _iso(first),
+                "last": _iso(last),
+            }
+        )
+    stages = [
+        {"stage": s, "action": a, "ts": _iso(t), "scope": sc}
+        for s, a, t, sc in con.execute(
+            "SELECT stage, action, ts, scope FROM rollout ORDER BY ts, pos"
+        ).fetchall()
+    ]
+    q_total = con.execute("SELECT count(*) FROM quarantine").fetchone()[0]
+    reasons = [
+        {"reason": r, "rows": n}
+        for r, n in con.execute(
+            "SELECT reason, count(*) n FROM quarantine GROUP BY reason ORDER BY n DESC, reason "
+            "LIMIT 10"
+        ).fetchall()
+    ]
+    files = con.execute(
+        "SELECT count(*), coalesce(sum(size), 0) FROM files WHERE status = 'loaded'"
+    ).fetchone()
+    return {
+        "tables": tables,
+        "rollout": stages,
+        "files": {"count": files[0], "bytes": files[1]},
+        "quarantine": {"rows": q_total, "top_reasons": reasons},
+    }
+
+
+def _iso(ts) -> str | None:
+    if ts is None:
+        return None
+    return ts.strftime("%Y-%m-%dT%H:%M:%S.") + f"{ts.microsecond // 1000:03d}Z"

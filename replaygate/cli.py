@@ -1,0 +1,168 @@
+"""The `replaygate` command: a thin layer over the ingest / queries / dashboard APIs.
+
+Errors are one line on standard error with exit code 1; `--debug` shows the
+traceback. `--json` puts exactly one JSON document on standard output.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+
+import click
+
+from ingest.errors import ReplaygateError
+
+from . import __version__
+
+CONTEXT = {"help_option_names": ["-h", "--help"], "max_content_width": 100}
+
+
+def db_option(f):
+    return click.option(
+        "--db",
+        "db",
+        metavar="FILE",
+        envvar="REPLAYGATE_DB",
+        default="replaygate.duckdb",
+        show_default=True,
+        help="DuckDB file ($REPLAYGATE_DB).",
+    )(f)
+
+
+def config_option(f):
+    return click.option(
+        "--config",
+        "config_path",
+        metavar="FILE",
+        default=None,
+        help="TOML configuration (default: ./replaygate.toml if present).",
+    )(f)
+
+
+def json_option(f):
+    return click.option("--json", "as_json", is_flag=True, help="One JSON document on stdout.")(f)
+
+
+def emit_json(doc) -> None:
+    click.echo(json.dumps(doc, indent=2, default=str))
+
+
+@click.group(context_settings=CONTEXT)
+@click.option("--debug", is_flag=True, help="Show tracebacks on errors.")
+@click.version_option(__version__, prog_name="replaygate")
+def cli(debug: bool) -> None:
+    """Audit MCP Streamable HTTP replay, resumption and idempotency; gate rollouts.
+
+    \b
+    Typical use:
+      replaygate ingest logs/ --db fleet.duckdb
+      replaygate findings --db fleet.duckdb --severity critical
+      replaygate gates --db fleet.duckdb --json      # exit 0 PROCEED, 2 HOLD, 3 ROLLBACK
+      replaygate dashboard --db fleet.duckdb
+    """
+
+
+@cli.command(context_settings=CONTEXT)
+@click.argument("paths", nargs=-1, required=True, type=click.Path())
+@db_option
+@config_option
+@json_option
+@click.option("--strict", is_flag=True, help="Exit 1 if any row was quarantined.")
+def ingest(paths, db, config_path, as_json, strict):
+    """Load ledgers and logs (files or folders) into the database.
+
+    \b
+    JSON Lines (.jsonl, .ndjson), CSV and Parquet; .gz for the text formats.
+    Re-ingesting the same content adds nothing; a changed file replaces its rows.
+    Malformed rows go to the quarantine table with file, line and reason.
+
+    \b
+    Examples:
+      replaygate ingest sample_data/
+      replaygate ingest /var/log/mcp/*.jsonl.gz proxy.csv --db fleet.duckdb --strict
+    """
+    from ingest import config as cfg
+    from ingest import db as dbm
+    from ingest.load import ingest as run_ingest
+
+    from .progress import RichProgress
+    from .render import ingest_summary
+
+    conf = cfg.load(config_path)
+    con = dbm.connect(db)
+    report = run_ingest(con, list(paths), conf, progress=RichProgress())
+    analysed = _analyse(con, conf)
+    if as_json:
+        emit_json(ingest_summary(report, analysed, as_dict=True))
+    else:
+        ingest_summary(report, analysed)
+    for w in report.warnings:
+        click.echo(f"warning: {w}", err=True)
+    if strict and report.quarantined:
+        raise ReplaygateError(f"{report.quarantined} rows quarantined (--strict)")
+
+
+def _analyse(con, conf):
+    """Refresh findings after an ingest, if the detector layer is present."""
+    try:
+        from queries import runner
+    except ImportError:  # pragma: no cover - detectors not installed
+        return None
+    return runner.analyse(con, conf)
+
+
+@cli.command(context_settings=CONTEXT)
+@db_option
+@json_option
+def status(db, as_json):
+    """Show what the database holds: rows and time span per record type,
+    rollout stages, quarantine summary.
+
+    \b
+    Example:
+      replaygate status --db fleet.duckdb --json
+    """
+    from ingest import db as dbm
+    from ingest.status import status as get_status
+
+    from .render import status_table
+
+    con = dbm.connect(db, read_only=True)
+    doc = get_status(con)
+    if as_json:
+        emit_json(doc)
+    else:
+        status_table(doc)
+
+
+def _debug_requested(argv) -> bool:
+    return "--debug" in argv
+
+
+def main(argv=None) -> None:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    try:
+        rc = cli.main(args=argv, prog_name="replaygate", standalone_mode=False)
+    except click.exceptions.Exit as exc:
+        sys.exit(exc.exit_code)
+    except click.exceptions.Abort:
+        click.echo("replaygate: aborted", err=True)
+        sys.exit(1)
+    except click.ClickException as exc:
+        click.echo(f"replaygate: error: {exc.format_message()}", err=True)
+        sys.exit(1)
+    except ReplaygateError as exc:
+        if _debug_requested(argv):
+            raise
+        click.echo(f"replaygate: error: {exc}", err=True)
+        sys.exit(1)
+    except Exception as exc:  # noqa: BLE001 - the one place that turns crashes into a line
+        if _debug_requested(argv):
+            raise
+        msg = str(exc).splitlines()[0] if str(exc) else ""
+        click.echo(
+            f"replaygate: error: {type(exc).__name__}: {msg} (--debug for details)", err=True
+        )
+        sys.exit(1)
+    sys.exit(rc if isinstance(rc, int) else 0)
