@@ -9,6 +9,7 @@ the database exactly as it was.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import os
 import shutil
@@ -143,10 +144,8 @@ class _Loader:
 
     def close(self) -> None:
         for t in self.temp_tables:
-            try:
+            with contextlib.suppress(duckdb.Error):
                 self.con.execute(f"DROP TABLE IF EXISTS {t}")
-            except duckdb.Error:
-                pass
         shutil.rmtree(self.tmp, ignore_errors=True)
 
     def _exec(self, sql: str, params: dict | None = None):

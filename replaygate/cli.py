@@ -136,6 +136,69 @@ def status(db, as_json):
         status_table(doc)
 
 
+@cli.command(context_settings=CONTEXT)
+@click.option("--out", required=True, type=click.Path(file_okay=False), help="Output folder.")
+@click.option("--seed", default=7, show_default=True, type=int)
+@click.option("--sessions", type=click.IntRange(1), help="Number of sessions (default 400).")
+@click.option("--events", type=click.IntRange(1), help="Aim for about this many events.")
+@click.option(
+    "--faults",
+    default="all",
+    show_default=True,
+    help="all, none, or fault ids separated by commas.",
+)
+@click.option(
+    "--format",
+    "fmt",
+    default="mixed",
+    show_default=True,
+    type=click.Choice(["jsonl", "csv", "parquet", "mixed"]),
+)
+@click.option("--list-faults", is_flag=True, help="List the fault catalogue and exit.")
+@config_option
+@json_option
+def simulate(out, seed, sessions, events, faults, fmt, list_faults, config_path, as_json):
+    """Write a synthetic MCP fleet's ledgers and logs plus truth.json.
+
+    \b
+    The same seed gives byte-identical files. truth.json lists every injected
+    fault, the findings it must produce and the decision expected per stage.
+    The HMAC key comes from the configured env var (default REPLAYGATE_HMAC_KEY),
+    else the demo key "replaygate-demo-key".
+
+    \b
+    Examples:
+      replaygate simulate --out fleet/ --seed 3
+      replaygate simulate --out big/ --events 1000000 --faults none --format jsonl
+    """
+    from ingest import config as cfg
+    from sim import simulate as run
+    from sim.faults import CATALOGUE
+
+    if list_faults:
+        for fid, fl in CATALOGUE.items():
+            click.echo(f"{fid:32} seed {fl.seed}  {fl.description}")
+        return
+    if sessions and events:
+        raise click.UsageError("give --sessions or --events, not both")
+    summary = run(
+        out,
+        seed=seed,
+        sessions=sessions,
+        events=events,
+        faults=faults,
+        fmt=fmt,
+        config=cfg.load(config_path),
+    )
+    if as_json:
+        emit_json(summary)
+    else:
+        click.echo(
+            f"wrote {summary['events']:,} events from {summary['sessions']:,} sessions "
+            f"with {summary['faults']} faults to {summary['out']} (truth.json)"
+        )
+
+
 def _debug_requested(argv) -> bool:
     return "--debug" in argv
 

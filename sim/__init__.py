@@ -1,0 +1,171 @@
+"""Fleet simulator: writes the contract's files for a synthetic MCP fleet and a
+truth.json of every fault it injected (see docs/simulator.md)."""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+from pathlib import Path
+
+from ingest.config import Config
+from ingest.errors import ReplaygateError
+
+from .faults import CATALOGUE
+from .fleet import SEC, T0, Fleet, Stage
+from .scenarios import normal_session, refused_origin, sessionless
+from .truth import expected_decisions
+
+DEMO_KEY = "replaygate-demo-key"
+EVENTS_PER_SESSION = 38  # measured average; --events is turned into a session count
+STAGES = (  # name, scope, percent
+    ("shadow-10pct", "shadow", 10.0),
+    ("resume-read-25pct", "read", 25.0),
+    ("write-10pct", "write", 10.0),
+    ("write-10pct-v2", "write", 10.0),
+)
+
+
+def _timeline(f: Fleet, n_sessions: int) -> int:
+    """Lay out the rollout; returns the end of the data (ms)."""
+    span = max(8 * 3_600_000, n_sessions * 1_500)
+    w = span // 4
+    starts = [T0, T0 + w, T0 + 2 * w, T0 + 3 * w]
+    for (name, scope, pct), start in zip(STAGES, starts, strict=True):
+        f.stages.append(Stage(name, scope, pct, start))
+    for a, b in zip(f.stages, f.stages[1:], strict=False):
+        a.end = b.start
+    f.rollback_at = T0 + 2 * w + w // 2
+    f.stages[2].end = f.rollback_at
+    f.rollout(T0, "shadow-10pct", "start", "shadow", 10.0)
+    f.rollout(T0 + w - 60 * SEC, "shadow-10pct", "proceed")
+    f.rollout(T0 + w, "resume-read-25pct", "start", "read", 25.0)
+    f.rollout(T0 + w + w // 2, "resume-read-25pct", "hold", note="waiting for sample")
+    f.rollout(T0 + 2 * w - 60 * SEC, "resume-read-25pct", "proceed")
+    f.rollout(T0 + 2 * w, "write-10pct", "start", "write", 10.0)
+    f.rollout(f.rollback_at, "write-10pct", "rollback", note="duplicate writes after resume")
+    f.rollout(T0 + 3 * w, "write-10pct-v2", "start", "write", 10.0)
+    return T0 + span
+
+
+def _cohort(f: Fleet, t: int, margin: int) -> str | None:
+    for st in f.stages:
+        end = st.end if st.end is not None else t + margin + 1
+        if st.start <= t < end - margin and f.rng.random() < st.percent / 100:
+            return st.name
+    return None
+
+
+def _placements(f: Fleet, needs: str, end: int) -> tuple[int, str | None, bool]:
+    """Where a fault goes: (time, cohort, resumable)."""
+    rng = f.rng
+    margin = 10 * 60 * SEC
+    if needs == "rollback":
+        return f.rollback_at - 3 * 60 * SEC, "write-10pct", True
+    if needs == "sessionless":
+        cands = [st for st in f.stages[:3]]
+        st = rng.choice(cands)
+        stop = st.end if st.end is not None else end
+        return rng.randint(st.start + margin, stop - margin), None, False
+    options: list[str | None] = [None]
+    for st in f.stages[:3]:  # the current stage is kept clean for the demo story
+        if needs == "resumable" and st.scope == "shadow":
+            continue
+        if needs == "write" and st.scope != "write":
+            continue
+        options.append(st.name)
+    if needs == "resumable":
+        options = [o for o in options if o is not None]
+    cohort = rng.choice(options)
+    if cohort is None:
+        return rng.randint(T0 + margin, end - 2 * margin), None, False
+    st = f.stage_named(cohort)
+    return rng.randint(st.start + margin, st.end - margin), cohort, st.scope != "shadow"
+
+
+def simulate(
+    out: str | os.PathLike,
+    seed: int = 7,
+    sessions: int | None = None,
+    events: int | None = None,
+    faults: str = "all",
+    fmt: str = "mixed",
+    config: Config | None = None,
+    rounds: int | None = None,
+) -> dict:
+    """Write a fleet into `out`; returns a summary. truth.json lists every fault."""
+    config = config or Config()
+    if fmt not in ("jsonl", "csv", "parquet", "mixed"):
+        raise ReplaygateError(f"unknown format {fmt!r} (jsonl, csv, parquet, mixed)")
+    if faults == "all":
+        chosen = list(CATALOGUE)
+    elif faults in ("", "none"):
+        chosen = []
+    else:
+        chosen = [x.strip() for x in faults.split(",") if x.strip()]
+        unknown = [x for x in chosen if x not in CATALOGUE]
+        if unknown:
+            raise ReplaygateError(f"unknown fault ids: {', '.join(unknown)}")
+    n_sessions = sessions or (max(1, events // EVENTS_PER_SESSION) if events else 400)
+    key = config.hmac_key() or DEMO_KEY.encode()
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    rng = random.Random(seed)
+    f = Fleet(out, rng, key, fmt)
+    end = _timeline(f, n_sessions)
+    margin = 15 * 60 * SEC
+    starts = sorted(rng.randint(T0, end - margin) for _ in range(n_sessions))
+    for t in starts:
+        roll = rng.random()
+        if roll < 0.1:
+            sessionless(f, t)
+            continue
+        if roll < 0.12:
+            refused_origin(f, t)
+        cohort = _cohort(f, t, margin)
+        resumable = cohort is not None and f.stage_named(cohort).scope != "shadow"
+        if f.rollback_at <= t < f.stages[3].start:
+            cohort, resumable = None, False
+        normal_session(f, t, cohort, resumable=resumable)
+    rounds = rounds or max(1, n_sessions // 2000)
+    injected = []
+    for r in range(rounds):
+        for fid in chosen:
+            fl = CATALOGUE[fid]
+            if fl.needs == "once" and r > 0:
+                continue
+            t, cohort, resumable = _placements(f, fl.needs, end)
+            expect = fl.play(f, t, cohort, resumable)
+            injected.append(
+                {
+                    "id": f"{fid}#{r + 1}",
+                    "fault": fid,
+                    "seed": fl.seed,
+                    "description": fl.description,
+                    "cohort": cohort,
+                    "expect": expect,
+                }
+            )
+    f.close()
+    all_expect = [e for item in injected for e in item["expect"]]
+    truth = {
+        "seed": seed,
+        "sessions": n_sessions,
+        "events": f.events_written,
+        "format": fmt,
+        "hmac_key_env": config.hmac_key_env,
+        "stages": [
+            {"stage": s.name, "scope": s.scope, "start": s.start, "end": s.end} for s in f.stages
+        ],
+        "rollback_at": f.rollback_at,
+        "faults": injected,
+        "decisions": expected_decisions(f, all_expect, config),
+    }
+    (out / "truth.json").write_text(json.dumps(truth, indent=1, sort_keys=True) + "\n")
+    return {
+        "out": str(out),
+        "sessions": n_sessions,
+        "events": f.events_written,
+        "faults": len(injected),
+        "findings_expected": len(all_expect),
+    }

@@ -1,0 +1,630 @@
+"""The fault catalogue: each fault plays a short story into the fleet and returns
+the findings it must produce (side effects included), as truth expectations.
+
+`needs` says where a fault can be placed: `resumable` (a read or write cohort),
+`write` (a cohort or baseline session that may call write tools), `any`,
+`sessionless` (2026-07-28 traffic), `rollback` (the hygiene window), `once`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from .calls import Brk, call, sessionless_call
+from .fleet import SEC, Fleet, Sess
+
+
+@dataclass(frozen=True)
+class Fault:
+    id: str
+    needs: str
+    seed: str
+    description: str
+    play: Callable
+
+
+CATALOGUE: dict[str, Fault] = {}
+
+
+def fault(fid: str, needs: str, seed: str, description: str):
+    def deco(fn):
+        CATALOGUE[fid] = Fault(fid, needs, seed, description, fn)
+        return fn
+
+    return deco
+
+
+def X(
+    f: Fleet,
+    detector: str,
+    severity: str,
+    t: int,
+    session: str | None,
+    *,
+    keyed: bool = True,
+    **unit,
+) -> dict:
+    """One expected finding; its stage follows the gates' rule at evidence time t.
+
+    `unit` names finding columns, or `detail_<key>` for a key of the detail object."""
+    unit = {k.replace("detail_", "detail.", 1): v for k, v in unit.items()}
+    if keyed:
+        unit = {"session_hmac": session, **unit}
+    return {
+        "detector": detector,
+        "severity": severity,
+        "stage": f.stage_of(session, t),
+        "unit": unit,
+    }
+
+
+def stream_unit(s: Sess, stream_id: str) -> dict:
+    return {"generation": s.gen, "stream_id": stream_id}
+
+
+def session(f: Fleet, t: int, cohort, resumable: bool, principal=None, **kw) -> Sess:
+    return f.new_session(t, cohort, resumable=resumable, principal=principal, **kw)
+
+
+# -- streams and replay (seeds 002, 004) -------------------------------------------------
+@fault("progress_dropped", "any", "002", "backpressure drops two progress events: a benign gap")
+def _progress_dropped(f, t, cohort, resumable):
+    s = session(f, t, cohort, resumable)
+    r = call(f, s, "read", n=8, drop={3, 5})
+    f.delete(s)
+    return [X(f, "replay_gap", "low", r.t_end, s.hmac, **stream_unit(s, r.stream_id))]
+
+
+@fault(
+    "cumulative_dropped",
+    "any",
+    "002",
+    "backpressure drops cumulative messages; the result closes an incomplete answer",
+)
+def _cumulative_dropped(f, t, cohort, resumable):
+    s = session(f, t, cohort, resumable)
+    r = call(f, s, "read", n=8, drop={2, 4})
+    f.delete(s)
+    u = stream_unit(s, r.stream_id)
+    return [
+        X(f, "replay_gap", "high", r.t_end, s.hmac, **u),
+        X(f, "silent_truncation", "critical", r.t_end, s.hmac, **u),
+    ]
+
+
+@fault("terminal_dropped", "any", "002", "the terminal result is dropped under backpressure")
+def _terminal_dropped(f, t, cohort, resumable):
+    s = session(f, t, cohort, resumable)
+    r = call(f, s, "read", n=6, drop={6})
+    f.delete(s)
+    u = stream_unit(s, r.stream_id)
+    return [
+        X(f, "dropped_terminal", "critical", r.t_end, s.hmac, **u),
+        X(f, "replay_gap", "high", r.t_end, s.hmac, **u),
+    ]
+
+
+@fault(
+    "lossy_resume",
+    "resumable",
+    "002",
+    "Last-Event-ID resume over a log with dropped messages: replay skips them silently",
+)
+def _lossy_resume(f, t, cohort, resumable):
+    s = session(f, t, cohort, True)
+    r = call(f, s, "read", n=10, drop={4, 6}, brk=Brk(after=3, inflight=3))
+    f.delete(s)
+    u = stream_unit(s, r.stream_id)
+    return [
+        X(f, "replay_gap", "high", r.t_end, s.hmac, **u),
+        X(f, "silent_truncation", "critical", r.t_end, s.hmac, **u),
+    ]
+
+
+@fault("priming_lost", "resumable", "004", "the initial empty SSE event is lost, then the stream")
+def _priming_lost(f, t, cohort, resumable):
+    s = session(f, t, cohort, True)
+    r = call(f, s, "read", n=5, priming_lost=True, brk=Brk(after=0, mode="repost"))
+    f.delete(s)
+    return [X(f, "priming_lost", "medium", r.t_end, s.hmac, **stream_unit(s, r.stream_id))]
+
+
+@fault(
+    "crossed_event_ids",
+    "resumable",
+    "004",
+    "a resume replays an event of another stream and the client accepts it",
+)
+def _crossed(f, t, cohort, resumable):
+    s = session(f, t, cohort, True)
+    a = call(f, s, "read", n=6)
+    eid, _, digest = a.events[4]
+    b = call(f, s, "read", n=6, brk=Brk(after=2, cross=(a.stream_id, eid, 4, digest)))
+    f.delete(s)
+    return [
+        X(
+            f,
+            "cross_stream_acceptance",
+            "critical",
+            b.t_end,
+            s.hmac,
+            **stream_unit(s, b.stream_id),
+            event_id=eid,
+        )
+    ]
+
+
+@fault("replay_after_ack", "resumable", "004", "the server replays events the client acknowledged")
+def _replay_after_ack(f, t, cohort, resumable):
+    s = session(f, t, cohort, True)
+    r = call(f, s, "read", n=8, brk=Brk(after=4, replay_from=3))
+    f.delete(s)
+    return [X(f, "replay_after_ack", "low", r.t_end, s.hmac, **stream_unit(s, r.stream_id))]
+
+
+@fault(
+    "wrong_last_event_id",
+    "resumable",
+    "004",
+    "the client presents an incorrect Last-Event-ID; the server rejects the cursor",
+)
+def _wrong_cursor(f, t, cohort, resumable):
+    s = session(f, t, cohort, True)
+    r = call(f, s, "read", n=8, brk=Brk(after=3, mode="reject", cursor=f"bogus-{f.uid()}"))
+    f.delete(s)
+    return [X(f, "cursor_rejected", "low", r.t_end, s.hmac, **stream_unit(s, r.stream_id))]
+
+
+@fault(
+    "cursor_misrouted",
+    "resumable",
+    "004",
+    "the server resumes a stream from another stream's Last-Event-ID",
+)
+def _misrouted(f, t, cohort, resumable):
+    s = session(f, t, cohort, True)
+    a = call(f, s, "read", n=4)
+    b = call(f, s, "read", n=6, brk=Brk(after=3, cursor=a.events[4][0]))
+    f.delete(s)
+    return [X(f, "cursor_misrouted", "critical", b.t_end, s.hmac, **stream_unit(s, b.stream_id))]
+
+
+@fault("slow_recovery", "resumable", "004", "a broken stream takes 9 s to reopen")
+def _slow(f, t, cohort, resumable):
+    s = session(f, t, cohort, True)
+    r = call(f, s, "read", n=6, brk=Brk(after=3, delay=9 * SEC))
+    f.delete(s)
+    return [X(f, "slow_recovery", "medium", r.t_end, s.hmac, **stream_unit(s, r.stream_id))]
+
+
+@fault("unrecovered_stream", "resumable", "004", "a resume is asked for and never completes")
+def _unrecovered(f, t, cohort, resumable):
+    s = session(f, t, cohort, True)
+    r = call(f, s, "read", n=6, brk=Brk(after=3, mode="pending"))
+    f.expire(s)
+    return [X(f, "unrecovered_stream", "medium", r.t_end, s.hmac, **stream_unit(s, r.stream_id))]
+
+
+@fault("retry_not_honored", "resumable", "004", "the client reconnects before the server's retry")
+def _retry(f, t, cohort, resumable):
+    s = session(f, t, cohort, True)
+    r = call(f, s, "read", n=6, brk=Brk(after=3, delay=150))
+    f.delete(s)
+    return [X(f, "retry_not_honored", "low", r.t_end, s.hmac, **stream_unit(s, r.stream_id))]
+
+
+@fault(
+    "duplicate_delivery",
+    "resumable",
+    "004",
+    "the client's dedup fails: a replayed progress event is accepted twice",
+)
+def _dup_delivery(f, t, cohort, resumable):
+    s = session(f, t, cohort, True)
+    r = call(f, s, "read", n=6, brk=Brk(after=3, ack_lag=True, dedup_broken=True))
+    f.delete(s)
+    return [
+        X(
+            f,
+            "duplicate_delivery_accepted",
+            "high",
+            r.t_end,
+            s.hmac,
+            **stream_unit(s, r.stream_id),
+            event_id=r.events[3][0],
+        )
+    ]
+
+
+@fault(
+    "inbox_double_dispatch",
+    "resumable",
+    "004",
+    "a replayed result is accepted twice and the client dispatches the business action twice",
+)
+def _inbox_double(f, t, cohort, resumable):
+    s = session(f, t, cohort, True)
+    r = call(f, s, "read", n=5, brk=Brk(after=5, ack_lag=True, dedup_broken=True))
+    f.delete(s)
+    u = {**stream_unit(s, r.stream_id), "event_id": r.events[5][0]}
+    return [
+        X(f, "duplicate_delivery_accepted", "high", r.t_end, s.hmac, **u),
+        X(f, "duplicate_dispatch", "critical", r.t_end, s.hmac, **u, detail_basis="inbox"),
+    ]
+
+
+# -- sessions and HTTP (seed 004) ---------------------------------------------------------
+@fault(
+    "expiry_race",
+    "any",
+    "004",
+    "the session expires while the result is in flight; the client accepts it anyway",
+)
+def _expiry_race(f, t, cohort, resumable):
+    s = session(f, t, cohort, resumable)
+    r = call(f, s, "read", n=5, expire_before_result=True)
+    return [X(f, "session_after_terminal", "critical", r.t_end, s.hmac)]
+
+
+@fault(
+    "delete_response_lost",
+    "any",
+    "004",
+    "the DELETE response is lost (504) but the ledger records TERMINATED",
+)
+def _delete_lost(f, t, cohort, resumable):
+    s = session(f, t, cohort, resumable)
+    call(f, s, "read")
+    f.delete(s, status=504)
+    return [X(f, "delete_fabricated", "medium", s.t, s.hmac)]
+
+
+@fault(
+    "delete_405_fabricated",
+    "any",
+    "004",
+    "DELETE answered 405 is turned into a fabricated TERMINATED",
+)
+def _delete_405(f, t, cohort, resumable):
+    s = session(f, t, cohort, resumable)
+    call(f, s, "read")
+    f.delete(s, status=405)
+    return [X(f, "delete_fabricated", "medium", s.t, s.hmac)]
+
+
+@fault(
+    "old_token_new_session",
+    "any",
+    "004",
+    "after re-initializing, the client keeps sending its old token",
+)
+def _old_token(f, t, cohort, resumable):
+    s = session(f, t, cohort, resumable, principal=f"user-f{f.seq_no()}")
+    call(f, s, "read")
+    f.expire(s)
+    s.t += 2 * SEC
+    f.proxy(s.t, "POST", 404, s, jsonrpc_method="tools/call", request_id=str(s.next_req))
+    f.led_session(s, s.t + 2, "REINITIALIZE_REQUIRED")
+    s2 = f.reinit(s, s.t + 500)
+    s2.t += 300
+    f.proxy(s2.t, "POST", 200, s2, jsonrpc_method="tools/list", request_id="1", subject=s.subject)
+    s2.next_req = 2
+    call(f, s2, "read")
+    f.delete(s2)
+    return [X(f, "auth_subject_mismatch", "critical", s2.t, s2.hmac, detail_auth_subject=s.subject)]
+
+
+@fault("missing_version_header", "any", "004", "requests on a session lack MCP-Protocol-Version")
+def _missing_version(f, t, cohort, resumable):
+    s = session(f, t, cohort, resumable)
+    s.missing_version = True
+    call(f, s, "read")
+    f.delete(s)
+    return [X(f, "missing_protocol_version", "low", s.t, s.hmac)]
+
+
+@fault(
+    "proxy_modified_origin",
+    "any",
+    "004",
+    "a proxy rewrites Origin to its own upstream name and the server accepts it",
+)
+def _proxy_origin(f, t, cohort, resumable):
+    f.capture = []
+    s = session(f, t, cohort, resumable, origin="http://mcp-upstream.internal:8080")
+    call(f, s, "read")
+    f.delete(s)
+    rows, f.capture = f.capture, None
+    return [
+        X(
+            f,
+            "invalid_origin_accepted",
+            "critical",
+            r["t"],
+            r["session"],
+            ts=r["t"],
+            detail_origin=r["origin"],
+        )
+        for r in rows
+    ]
+
+
+@fault("reinit_missing", "any", "004", "after a 404 the client keeps using the dead session")
+def _reinit_missing(f, t, cohort, resumable):
+    s = session(f, t, cohort, resumable, principal=f"user-f{f.seq_no()}")
+    call(f, s, "read")
+    f.expire(s)
+    out = []
+    for _ in range(2):
+        s.t += f.jitter(2 * SEC, 5 * SEC)
+        f.proxy(s.t, "POST", 404, s, jsonrpc_method="tools/call", request_id=str(s.next_req))
+        out.append(X(f, "reinit_missing", "high", s.t, s.hmac, ts=s.t))
+    return out
+
+
+@fault(
+    "state_violation_session",
+    "any",
+    "004",
+    "the session ledger jumps from SESSION_ACTIVE to TERMINATED",
+)
+def _state_session(f, t, cohort, resumable):
+    s = session(f, t, cohort, resumable)
+    call(f, s, "read")
+    s.t += 500
+    f.proxy(s.t, "DELETE", 200, s)
+    f.led_session(s, s.t + 3, "TERMINATED")
+    return [X(f, "state_violation", "medium", s.t + 3, s.hmac, ts=s.t + 3, stream_id=None)]
+
+
+@fault(
+    "state_violation_stream",
+    "any",
+    "004",
+    "the stream ledger goes STREAM_OPEN -> RESUME_PENDING without a disconnect",
+)
+def _state_stream(f, t, cohort, resumable):
+    s = session(f, t, cohort, resumable)
+    sid = str(s.next_req)
+    s.next_req += 1
+    f.proxy(s.t, "POST", 200, s, jsonrpc_method="tools/call", request_id=sid)
+    f.led_stream(
+        s,
+        s.t + 2,
+        sid,
+        "STREAM_OPEN",
+        method="POST",
+        request_id=sid,
+        tool_name="get_status",
+        tool_class="read",
+        retry_ms=1000,
+    )
+    t_bad = s.t + 900
+    f.led_stream(s, t_bad, sid, "RESUME_PENDING", resume_from_event_id=None)
+    f.led_stream(s, t_bad + 40, sid, "STREAM_OPEN", method="GET")
+    f.led_stream(s, t_bad + 90, sid, "CLOSED", close_reason="completed")
+    s.t = t_bad + 100
+    f.delete(s)
+    return [
+        X(f, "state_violation", "medium", t_bad, s.hmac, generation=s.gen, stream_id=sid, ts=t_bad)
+    ]
+
+
+@fault("raw_session_id_logged", "once", "004", "an edge proxy logs the raw Mcp-Session-Id header")
+def _raw_id(f, t, cohort, resumable):
+    s = session(f, t, cohort, resumable)
+    s.raw_logged = True
+    call(f, s, "read")
+    f.delete(s)
+    return [
+        X(
+            f,
+            "raw_session_id_logged",
+            "critical",
+            s.t,
+            None,
+            keyed=False,
+            detail_file="proxy-edge.jsonl",
+        )
+    ]
+
+
+@fault("reconnect_storm", "any", "004", "a burst of reconnects answered 429 and 503")
+def _storm(f, t, cohort, resumable):
+    sessions = [session(f, t + i * 100, cohort, resumable) for i in range(3)]
+    bucket = (max(x.t for x in sessions) // 10_000 + 2) * 10_000
+    for i in range(60):
+        s = sessions[i % 3]
+        status = 429 if i % 2 else 503
+        f.proxy(bucket + i * 150, "GET", status, s, last_event_id=f"{i}:1", retry_after=5)
+    for s in sessions:
+        s.t = bucket + 10_000
+        f.delete(s)
+    return [X(f, "reconnect_storm", "high", bucket, sessions[0].hmac, keyed=False, ts=bucket)]
+
+
+@fault(
+    "obsolete_resume",
+    "sessionless",
+    "000",
+    "a 2026-07-28 client sends Last-Event-ID, which that revision no longer has",
+)
+def _obsolete(f, t, cohort, resumable):
+    principal = f"svc-f{f.seq_no()}"
+    f.proxy(
+        t,
+        "GET",
+        405,
+        None,
+        protocol="2026-07-28",
+        last_event_id="7:3",
+        principal=principal,
+        subject=f"sub-{principal}",
+        addr="10.30.0.9",
+        ua="acme-agent/3",
+    )
+    return [X(f, "obsolete_resume", "low", t, None, keyed=False, detail_client=principal)]
+
+
+# -- dispatches and idempotency (seeds 000, 004) ------------------------------------------
+@fault(
+    "new_key_on_resend",
+    "write",
+    "000",
+    "after a broken stream the client re-sends a write with a new idempotency key",
+)
+def _new_key(f, t, cohort, resumable):
+    s = session(f, t, cohort, resumable)
+    r = call(f, s, "write", n=5, brk=Brk(after=2, mode="repost", repost_key="new"))
+    f.delete(s)
+    return [
+        X(
+            f,
+            "duplicate_dispatch",
+            "critical",
+            r.t_end,
+            s.hmac,
+            dispatch_id=r.dispatch_id,
+            detail_basis="retry",
+        )
+    ]
+
+
+@fault(
+    "new_key_on_resend_sessionless",
+    "sessionless",
+    "000",
+    "a 2026-07-28 client re-sends a paid call with a new key after the stream broke",
+)
+def _new_key_sl(f, t, cohort, resumable):
+    ids = sessionless_call(f, t, f"svc-f{f.seq_no()}", "paid", broken=True, resend_key="new")
+    return [
+        X(f, "duplicate_dispatch", "critical", t, None, dispatch_id=ids[0], detail_basis="retry")
+    ]
+
+
+@fault(
+    "no_key_resend",
+    "sessionless",
+    "000",
+    "a write is sent with no idempotency key and re-sent after a broken stream",
+)
+def _no_key(f, t, cohort, resumable):
+    ids = sessionless_call(
+        f, t, f"svc-f{f.seq_no()}", "write", broken=True, resend_key="none", no_key=True
+    )
+    return [
+        X(f, "duplicate_dispatch", "critical", t, None, dispatch_id=ids[0], detail_basis="retry"),
+        X(f, "missing_idempotency_key", "high", t, None, dispatch_id=ids[0]),
+        X(f, "missing_idempotency_key", "high", t, None, dispatch_id=ids[1]),
+    ]
+
+
+@fault(
+    "key_reused_conflict",
+    "write",
+    "000",
+    "one idempotency key sent with another payload; the server answers 409",
+)
+def _conflict(f, t, cohort, resumable):
+    s = session(f, t, cohort, resumable)
+    r = call(f, s, "write", n=4)
+    call(f, s, "write", n=3, key=r.key, tool=None, outcome="idempotency_conflict")
+    f.delete(s)
+    return [X(f, "idempotency_conflict", "medium", r.t_end, s.hmac, idempotency_key=r.key)]
+
+
+@fault(
+    "key_reused_executed",
+    "write",
+    "000",
+    "one idempotency key sent with another payload, and the server executes it",
+)
+def _conflict_exec(f, t, cohort, resumable):
+    s = session(f, t, cohort, resumable)
+    r = call(f, s, "write", n=4)
+    call(f, s, "write", n=3, key=r.key)
+    f.delete(s)
+    return [X(f, "conflict_executed", "critical", r.t_end, s.hmac, idempotency_key=r.key)]
+
+
+@fault(
+    "key_executed_twice",
+    "write",
+    "000",
+    "the server ignores a repeated key and executes the same payload twice",
+)
+def _twice(f, t, cohort, resumable):
+    s = session(f, t, cohort, resumable)
+    r = call(f, s, "write", n=4)
+    call(f, s, "write", n=4, key=r.key, payload=r.payload, tool=None)
+    f.delete(s)
+    return [
+        X(
+            f,
+            "duplicate_dispatch",
+            "critical",
+            r.t_end,
+            s.hmac,
+            idempotency_key=r.key,
+            detail_basis="idempotency_key",
+        )
+    ]
+
+
+# -- rollback hygiene (seed 004) ----------------------------------------------------------
+@fault(
+    "rollback_resumable_new_stream",
+    "rollback",
+    "004",
+    "after the rollback a new stream is still resumed",
+)
+def _rb_new(f, t, cohort, resumable):
+    s = session(f, t, cohort, True)
+    call(f, s, "read", n=3)
+    s.t = max(s.t, f.rollback_at + 5 * SEC)
+    r = call(f, s, "read", n=6, brk=Brk(after=3))
+    f.delete(s)
+    return [
+        X(
+            f,
+            "rollback_resumable_new_stream",
+            "critical",
+            r.t_end,
+            s.hmac,
+            **stream_unit(s, r.stream_id),
+        )
+    ]
+
+
+@fault(
+    "rollback_cursor_dropped",
+    "rollback",
+    "004",
+    "the rollback drops the cursor index of a live session: its resume is rejected",
+)
+def _rb_cursor(f, t, cohort, resumable):
+    s = session(f, t, cohort, True)
+    s.t = max(s.t, f.rollback_at - 1500)
+    r = call(f, s, "read", n=8, brk=Brk(after=3, mode="reject", delay=4 * SEC))
+    f.delete(s)
+    u = stream_unit(s, r.stream_id)
+    return [
+        X(f, "rollback_cursor_dropped", "high", r.t_end, s.hmac, **u),
+        X(f, "cursor_rejected", "low", r.t_end, s.hmac, **u),
+    ]
+
+
+@fault(
+    "rollback_post_storm",
+    "rollback",
+    "004",
+    "after the rollback an old stream is re-POSTed instead of resumed",
+)
+def _rb_post(f, t, cohort, resumable):
+    s = session(f, t, cohort, True)
+    s.t = max(s.t, f.rollback_at - 1500)
+    r = call(f, s, "read", n=8, brk=Brk(after=3, mode="repost", at=f.rollback_at + 2 * SEC))
+    f.delete(s)
+    return [X(f, "rollback_post_storm", "high", r.t_end, s.hmac, **stream_unit(s, r.stream_id))]

@@ -1,0 +1,476 @@
+"""The simulated fleet: record emitters, session and stream life, stage bookkeeping.
+
+Everything is driven by one seeded random.Random, so a seed gives the same
+files byte for byte. Emitters also keep the per-stage counters the truth needs
+to state the expected gate decisions (see truth.py).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import random
+import uuid
+from collections import defaultdict
+from dataclasses import dataclass, field
+from fnmatch import fnmatchcase
+
+from ingest.redact import hmac_hex
+
+from .writers import make_writer
+
+T0 = 1_795_651_200_000  # 2026-11-28T00:00:00Z in epoch ms
+SEC = 1000
+ALLOWED_ORIGINS = ("https://app.example.com", "http://localhost:6274")
+ALLOWLIST = ("https://app.example.com", "http://localhost:*")
+TOOLS = {
+    "read": ("search_docs", "jobs_wait", "get_status"),
+    "write": ("create_ticket", "update_record"),
+    "paid": ("render_video", "script_run"),
+}
+CLIENTS = (
+    ("claude-desktop", "1.4.2"),
+    ("cursor", "0.51.0"),
+    ("acme-agent", "2.0.1"),
+    ("mcp-inspector", "0.17.0"),
+)
+SERVERS = ("mcp-a-0", "mcp-a-1", "mcp-b-0", "mcp-b-1")
+
+
+def sha(text: str) -> str:
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+def origin_allowed(origin: str | None) -> bool:
+    return origin is None or any(fnmatchcase(origin, p) for p in ALLOWLIST)
+
+
+@dataclass
+class Sess:
+    raw: str
+    hmac: str
+    gen: int
+    principal: str
+    subject: str
+    protocol: str
+    resumable: bool
+    resumable_field: bool | None
+    cohort: str | None
+    server: str
+    client: tuple[str, str]
+    addr: str
+    ua: str
+    eid_style: str  # colon | ts | uuid
+    inbox_full: bool  # the client records seq and origin_stream_id
+    origin: str
+    t: int
+    next_req: int = 1
+    missing_version: bool = False
+    raw_logged: bool = False
+
+
+@dataclass
+class Stage:
+    name: str
+    scope: str
+    percent: float
+    start: int
+    end: int | None = None
+
+
+@dataclass
+class StageStats:
+    accepted: int = 0
+    completed: int = 0
+    recoveries: list = field(default_factory=list)
+    n404: int = 0
+    invalid_origin: int = 0
+    write_dispatches: int = 0
+    raw_ids: int = 0
+    reconnect_ts: list = field(default_factory=list)
+
+
+class Fleet:
+    def __init__(self, out, rng: random.Random, key: bytes, fmt: str):
+        self.out = out
+        self.rng = rng
+        self.key = key
+        self.fmt = fmt
+        self.writers = {}
+        self.stages: list[Stage] = []
+        self.rollback_at: int | None = None
+        self.cohort: dict[str, str | None] = {}
+        self.stats: dict[str | None, StageStats] = defaultdict(StageStats)
+        self.open_disconnects: dict[tuple, int] = {}
+        self.events_written = 0
+        self.counter = 0
+        self.capture: list | None = None  # proxy rows seen while a fault is traced
+
+    # -- ids and time ---------------------------------------------------------------------
+    def uid(self) -> str:
+        return str(uuid.UUID(int=self.rng.getrandbits(128), version=4))
+
+    def seq_no(self) -> int:
+        self.counter += 1
+        return self.counter
+
+    def jitter(self, lo: int, hi: int) -> int:
+        return self.rng.randint(lo, hi)
+
+    # -- stages ---------------------------------------------------------------------------
+    def stage_named(self, name: str) -> Stage:
+        return next(s for s in self.stages if s.name == name)
+
+    def window_stage(self, ts: int) -> str | None:
+        for st in self.stages:
+            if st.start <= ts and (st.end is None or ts < st.end):
+                return st.name
+        return None
+
+    def stage_of(self, session_hmac: str | None, ts: int) -> str | None:
+        """The rule of the gates: a cohort session's record counts for its stage
+        inside that stage's window; baseline sessions never; no session: by window."""
+        if session_hmac is None or session_hmac not in self.cohort:
+            return self.window_stage(ts)
+        name = self.cohort[session_hmac]
+        if name is None:
+            return None
+        st = self.stage_named(name)
+        return name if st.start <= ts and (st.end is None or ts < st.end) else None
+
+    # -- writing --------------------------------------------------------------------------
+    def w(self, table: str, row: dict, file_name: str | None = None) -> None:
+        key = file_name or table
+        wr = self.writers.get(key)
+        if wr is None:
+            wr = self.writers[key] = make_writer(self.out, table, self.fmt, file_name)
+        wr.add(row)
+
+    def close(self) -> None:
+        for wr in self.writers.values():
+            wr.close()
+
+    # -- record emitters ------------------------------------------------------------------
+    def led_session(self, s: Sess, t: int, state: str, **extra) -> None:
+        row = {"ts": t, "session_hmac": s.hmac, "generation": s.gen, "state": state}
+        if state == "SESSION_ACTIVE":
+            row.update(
+                principal=s.principal,
+                auth_subject=s.subject,
+                handshake_receipt=sha(f"init-{s.raw}"),
+                protocol_version=s.protocol,
+                origin_policy="strict-allowlist",
+                created_at=t,
+                expires_at=t + 3_600_000,
+                server_instance=s.server,
+                client_name=s.client[0],
+                client_version=s.client[1],
+                rollout_stage=s.cohort,
+                resumable=s.resumable_field,
+            )
+        row.update(extra)
+        self.w("sessions", row)
+
+    def led_stream(self, s: Sess, t: int, stream_id: str, state: str, **extra) -> None:
+        row = {
+            "ts": t,
+            "session_hmac": s.hmac,
+            "generation": s.gen,
+            "stream_id": stream_id,
+            "state": state,
+        }
+        row.update(extra)
+        self.w("streams", row)
+        key = (s.hmac, s.gen, stream_id)
+        if state == "DISCONNECTED":
+            self.open_disconnects[key] = t
+        elif state == "STREAM_OPEN" and key in self.open_disconnects:
+            t_disc = self.open_disconnects.pop(key)
+            stage = self.stage_of(s.hmac, t_disc)
+            self.stats[stage].recoveries.append((t - t_disc) / 1000)
+        elif state == "CLOSED":
+            self.open_disconnects.pop(key, None)
+            if extra.get("close_reason") == "completed":
+                self.stats[self.stage_of(s.hmac, t)].completed += 1
+
+    def event(
+        self,
+        s,
+        t,
+        stream_id,
+        eid,
+        seq,
+        kind,
+        disp,
+        cumulative=None,
+        digest=None,
+        jsonrpc_id=None,
+        depth=None,
+    ) -> None:
+        self.events_written += 1
+        self.w(
+            "events",
+            {
+                "ts": t,
+                "session_hmac": s.hmac,
+                "generation": s.gen,
+                "stream_id": stream_id,
+                "event_id": eid,
+                "seq": seq,
+                "kind": kind,
+                "disposition": disp,
+                "cumulative": cumulative,
+                "message_digest": digest,
+                "jsonrpc_id": jsonrpc_id,
+                "buffer_depth": depth,
+            },
+        )
+
+    def receipt(
+        self,
+        s,
+        t,
+        stream_id,
+        eid,
+        verdict,
+        *,
+        seq=None,
+        origin=None,
+        kind=None,
+        delivery="live",
+        digest=None,
+        jsonrpc_id=None,
+        dispatch_id=None,
+        reject_reason=None,
+    ) -> None:
+        full = s.inbox_full
+        self.w(
+            "inbox",
+            {
+                "ts": t,
+                "session_hmac": s.hmac,
+                "generation": s.gen,
+                "stream_id": stream_id,
+                "event_id": eid,
+                "verdict": verdict,
+                "reject_reason": reject_reason,
+                "origin_stream_id": origin if full else None,
+                "seq": seq if full else None,
+                "kind": kind,
+                "delivery": delivery,
+                "message_digest": digest,
+                "jsonrpc_id": jsonrpc_id,
+                "dispatch_id": dispatch_id,
+            },
+        )
+        if verdict == "accepted":
+            self.stats[self.stage_of(s.hmac, t)].accepted += 1
+
+    def proxy(
+        self,
+        t,
+        method,
+        status,
+        s: Sess | None = None,
+        *,
+        session=True,
+        origin="auto",
+        jsonrpc_method=None,
+        request_id=None,
+        last_event_id=None,
+        protocol="auto",
+        duration=None,
+        retry_after=None,
+        subject=None,
+        principal=None,
+        file_name=None,
+        addr=None,
+        ua=None,
+    ) -> None:
+        has_session = s is not None and session
+        if origin == "auto":
+            origin = s.origin if s else ALLOWED_ORIGINS[0]
+        if protocol == "auto":
+            protocol = None if (s is None or not has_session or s.missing_version) else s.protocol
+        raw = has_session and s.raw_logged
+        row = {
+            "ts": t,
+            "method": method,
+            "status": status,
+            "path": "/mcp",
+            "duration_ms": float(duration if duration is not None else self.jitter(2, 40)),
+            "session_hmac": s.hmac if has_session and not raw else None,
+            "session_id": s.raw if raw else None,
+            "origin": origin,
+            "protocol_version": protocol,
+            "last_event_id": last_event_id,
+            "jsonrpc_method": jsonrpc_method,
+            "request_id": request_id,
+            "principal": principal or (s.principal if s else None),
+            "auth_subject": subject or (s.subject if s else None),
+            "client_addr": addr or (s.addr if s else None),
+            "user_agent": ua or (s.ua if s else None),
+            "upstream": s.server if s else "mcp-a-0",
+            "retry_after_s": retry_after,
+        }
+        self.w("proxy", row, file_name if file_name else ("proxy-edge.jsonl" if raw else None))
+        hm = s.hmac if has_session else None
+        if self.capture is not None:
+            self.capture.append(
+                {
+                    "t": t,
+                    "session": hm,
+                    "status": status,
+                    "origin": origin,
+                    "method": method,
+                    "principal": row["principal"],
+                }
+            )
+        stage = self.stage_of(hm, t)
+        st = self.stats[stage]
+        if status == 404 and has_session and method != "DELETE":
+            st.n404 += 1
+        if origin is not None and not origin_allowed(origin):
+            st.invalid_origin += 1
+        if (method == "GET" and last_event_id) or status in (429, 503):
+            st.reconnect_ts.append(t)
+        if raw:
+            st.raw_ids += 1
+
+    def dispatch(
+        self,
+        t,
+        *,
+        s: Sess | None,
+        tool,
+        tool_class,
+        outcome,
+        principal,
+        request_id,
+        key,
+        payload,
+        receipt=None,
+        status=200,
+    ) -> str:
+        did = f"d-{self.seq_no():08d}"
+        self.w(
+            "dispatches",
+            {
+                "ts": t,
+                "dispatch_id": did,
+                "outcome": outcome,
+                "tool_name": tool,
+                "tool_class": tool_class,
+                "session_hmac": s.hmac if s else None,
+                "generation": s.gen if s else None,
+                "principal": principal,
+                "request_id": request_id,
+                "idempotency_key": key,
+                "payload_digest": payload,
+                "receipt_id": receipt or f"rcpt-{did}",
+                "job_id": None,
+                "http_status": status,
+            },
+        )
+        if tool_class in ("write", "paid"):
+            self.stats[self.stage_of(s.hmac if s else None, t)].write_dispatches += 1
+        return did
+
+    def rollout(self, t, stage, action, scope=None, percent=None, note=None) -> None:
+        self.w(
+            "rollout",
+            {
+                "ts": t,
+                "stage": stage,
+                "action": action,
+                "percent": percent,
+                "scope": scope,
+                "actor": "deploy-bot",
+                "note": note,
+            },
+        )
+
+    # -- sessions -------------------------------------------------------------------------
+    def new_session(
+        self, t, cohort, *, resumable, principal=None, gen=1, prev=None, protocol=None, origin=None
+    ) -> Sess:
+        rng = self.rng
+        raw = self.uid()
+        principal = principal or f"user-{rng.randint(1, 400):04d}"
+        protocol = protocol or rng.choice(("2025-06-18", "2025-11-25"))
+        # `resumable` absent + an older revision means resumable (detectors.md).
+        field_value = resumable if (not resumable or rng.random() < 0.5) else None
+        client = rng.choice(CLIENTS)
+        s = Sess(
+            raw=raw,
+            hmac=hmac_hex(self.key, raw),
+            gen=gen,
+            principal=principal,
+            subject=f"sub-{principal}-{self.seq_no()}",
+            protocol=protocol,
+            resumable=resumable,
+            resumable_field=field_value,
+            cohort=cohort,
+            server=rng.choice(SERVERS),
+            client=client,
+            addr=f"10.{rng.randint(0, 9)}.{rng.randint(0, 255)}.{rng.randint(1, 254)}",
+            ua=f"{client[0]}/{client[1]}",
+            eid_style=rng.choice(("colon", "ts", "uuid")),
+            inbox_full=rng.random() < 0.5,
+            origin=origin or rng.choice(ALLOWED_ORIGINS),
+            t=t,
+        )
+        self.cohort[s.hmac] = cohort
+        self.proxy(
+            t,
+            "POST",
+            200,
+            s,
+            session=False,
+            jsonrpc_method="initialize",
+            request_id="0",
+            protocol=None,
+        )
+        s.t = t + self.jitter(20, 80)
+        self.led_session(s, s.t, "SESSION_ACTIVE", prev_session_hmac=prev)
+        s.t += self.jitter(5, 30)
+        self.proxy(s.t, "POST", 202, s, jsonrpc_method="notifications/initialized")
+        s.t += self.jitter(50, 400)
+        return s
+
+    def reinit(self, old: Sess, t: int, *, new_token=True) -> Sess:
+        """A new session of the next generation for the same client."""
+        s = self.new_session(
+            t,
+            old.cohort,
+            resumable=old.resumable,
+            principal=old.principal,
+            gen=old.gen + 1,
+            prev=old.hmac,
+            protocol=old.protocol,
+            origin=old.origin,
+        )
+        s.addr, s.ua, s.client = old.addr, old.ua, old.client
+        if not new_token:
+            s.subject = old.subject
+        return s
+
+    def delete(self, s: Sess, status=200, ledger=True) -> None:
+        s.t += self.jitter(100, 2000)
+        self.proxy(s.t, "DELETE", status, s)
+        if ledger:
+            self.led_session(s, s.t + 2, "DELETE_REQUESTED")
+            self.led_session(s, s.t + 4, "TERMINATED")
+        s.t += 10
+
+    def expire(self, s: Sess, idle_ms=60_000) -> int:
+        t = s.t + idle_ms
+        self.led_session(s, t, "SESSION_EXPIRED")
+        s.t = t
+        return t
+
+    def eid(self, s: Sess, stream_id: str, seq: int, t: int) -> str:
+        if s.eid_style == "colon":
+            return f"{stream_id}:{seq}"
+        if s.eid_style == "ts":
+            return f"{stream_id}_{t}_{self.rng.getrandbits(16):04x}"
+        return self.uid()

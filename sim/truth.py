@@ -1,0 +1,76 @@
+"""Expected gate statuses and decisions per stage, from the simulator's own counters.
+
+This is an independent statement of the gate rules of detectors.md (the SQL in
+queries/ is the other); the tests hold one against the other.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import Counter
+
+from ingest.config import Config
+
+COUNT_GATES = {
+    "cross_stream_acceptances": ("cross_stream_acceptance",),
+    "duplicate_dispatches": ("duplicate_dispatch",),
+    "silent_truncations": ("silent_truncation", "dropped_terminal"),
+    "auth_binding": ("auth_subject_mismatch", "session_after_terminal"),
+    "write_idempotency": ("missing_idempotency_key",),
+}
+SCOPES = {"recovery_p99": ("read", "write"), "write_idempotency": ("write",)}
+
+
+def quantile_cont(values: list[float], q: float) -> float:
+    xs = sorted(values)
+    pos = (len(xs) - 1) * q
+    lo, hi = math.floor(pos), math.ceil(pos)
+    return xs[lo] + (xs[hi] - xs[lo]) * (pos - lo)
+
+
+def peak_qps(ts: list[int]) -> float:
+    buckets = Counter(t // 10_000 for t in ts)
+    return max(buckets.values()) / 10 if buckets else 0.0
+
+
+def expected_decisions(fleet, expectations: list[dict], config: Config) -> dict:
+    out = {}
+    for st in fleet.stages:
+        stats = fleet.stats[st.name]
+        found = Counter(e["detector"] for e in expectations if e["stage"] == st.name)
+        gates: dict[str, str] = {}
+        samples = {
+            "cross_stream_acceptances": stats.accepted,
+            "silent_truncations": stats.completed,
+            "write_idempotency": stats.write_dispatches,
+            "recovery_p99": len(stats.recoveries),
+        }
+        for gate, detectors in COUNT_GATES.items():
+            value = sum(found[d] for d in detectors)
+            gates[gate] = _status(value > 0, samples.get(gate, 0), config.min_samples.get(gate, 0))
+        gates["reinit_after_404"] = "fail" if found["reinit_missing"] else "pass"
+        gates["invalid_origin_rejection"] = "fail" if found["invalid_origin_accepted"] else "pass"
+        gates["raw_session_ids"] = "fail" if stats.raw_ids else "pass"
+        gates["reconnect_qps"] = (
+            "fail" if peak_qps(stats.reconnect_ts) > config.reconnect_budget_qps else "pass"
+        )
+        n = len(stats.recoveries)
+        if n < config.min_samples["recovery_p99"]:
+            gates["recovery_p99"] = "insufficient"
+        else:
+            p99 = quantile_cont(stats.recoveries, 0.99)
+            gates["recovery_p99"] = "fail" if p99 >= config.recovery_threshold_s else "pass"
+        for gate, scopes in SCOPES.items():
+            if st.scope not in scopes:
+                gates[gate] = "not_applicable"
+        failing = sorted(g for g, v in gates.items() if v == "fail")
+        insufficient = sorted(g for g, v in gates.items() if v == "insufficient")
+        decision = "ROLLBACK" if failing else ("HOLD" if insufficient else "PROCEED")
+        out[st.name] = {"decision": decision, "gates": dict(sorted(gates.items()))}
+    return out
+
+
+def _status(failed: bool, sample: int, minimum: int) -> str:
+    if failed:
+        return "fail"
+    return "insufficient" if sample < minimum else "pass"
