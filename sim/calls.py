@@ -185,7 +185,7 @@ def call(
         if brk.mode in ("repost", "abandon"):
             st["t"] += 1
             f.led_stream(s, st["t"], sid, "CLOSED", close_reason="client_disconnect")
-            s.t = st["t"]
+            s.t = result.t_end = st["t"]
             if brk.mode == "repost":
                 s.t += brk.repost_delay or f.jitter(200, 1500)
                 new_key = {"same": key, "new": f"idem-{f.uid()[:20]}", "none": None}
@@ -217,14 +217,14 @@ def call(
         rejected = brk.mode == "reject"
         f.proxy(st["t"] + 1, "GET", 400 if rejected else 200, s, last_event_id=cursor)
         if brk.mode == "pending":
-            s.t = st["t"]
+            s.t = result.t_end = st["t"]
             return result
         st["t"] += f.jitter(10, 150)
         if rejected:
             f.led_stream(s, st["t"], sid, "CURSOR_REJECTED")
             st["t"] += 2
             f.led_stream(s, st["t"], sid, "CLOSED", close_reason="cursor_rejected")
-            s.t = st["t"]
+            s.t = result.t_end = st["t"]
             return result
         f.led_stream(s, st["t"], sid, "STREAM_OPEN", method="GET")
         start = brk.replay_from if brk.replay_from is not None else cursor_seq + 1

@@ -441,7 +441,7 @@ def _storm(f, t, cohort, resumable):
     for s in sessions:
         s.t = bucket + 10_000
         f.delete(s)
-    return [X(f, "reconnect_storm", "high", bucket, sessions[0].hmac, keyed=False, ts=bucket)]
+    return [X(f, "reconnect_storm", "high", bucket, None, keyed=False, ts=bucket)]
 
 
 @fault(

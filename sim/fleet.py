@@ -18,7 +18,7 @@ from ingest.redact import hmac_hex
 
 from .writers import make_writer
 
-T0 = 1_795_651_200_000  # 2026-11-28T00:00:00Z in epoch ms
+T0 = 1_795_824_000_000  # 2026-11-28T00:00:00Z in epoch ms
 SEC = 1000
 ALLOWED_ORIGINS = ("https://app.example.com", "http://localhost:6274")
 ALLOWLIST = ("https://app.example.com", "http://localhost:*")

@@ -1,0 +1,84 @@
+"""Load the `.sql` files of queries/sql by name, with their headers.
+
+A header is the leading `-- key: value` comment lines: name, invariant,
+severity, needs (record types read), params (bound `$names`), unit, purpose.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from functools import cache
+from pathlib import Path
+
+SQL_DIR = Path(__file__).parent / "sql"
+_HEADER = re.compile(r"^--\s*([a-z_]+):\s*(.*)$")
+_PARAM = re.compile(r"\$([a-z_][a-z0-9_]*)")
+
+
+@dataclass(frozen=True)
+class Query:
+    name: str
+    kind: str  # prep | detectors | gates
+    path: Path
+    sql: str
+    header: dict
+
+    @property
+    def needs(self) -> tuple[str, ...]:
+        return _split(self.header.get("needs", ""))
+
+    @property
+    def params(self) -> tuple[str, ...]:
+        return _split(self.header.get("params", ""))
+
+    @property
+    def severities(self) -> tuple[str, ...]:
+        return _split(self.header.get("severity", ""))
+
+    @property
+    def invariant(self) -> str:
+        return self.header.get("invariant", "")
+
+    def used_params(self) -> set[str]:
+        body = "\n".join(line for line in self.sql.splitlines() if not line.startswith("--"))
+        return set(_PARAM.findall(body))
+
+    def statements(self) -> list[str]:
+        return [s for s in (p.strip() for p in self.sql.split(";")) if s and not _only_comments(s)]
+
+
+def _only_comments(stmt: str) -> bool:
+    return all(not line.strip() or line.strip().startswith("--") for line in stmt.splitlines())
+
+
+def _split(value: str) -> tuple[str, ...]:
+    return tuple(x.strip() for x in value.split(",") if x.strip())
+
+
+def parse(path: Path, kind: str) -> Query:
+    text = path.read_text(encoding="utf-8")
+    header: dict[str, str] = {}
+    for line in text.splitlines():
+        m = _HEADER.match(line)
+        if not m:
+            break
+        header[m.group(1)] = m.group(2).strip()
+    name = header.get("name", path.stem)
+    return Query(name, kind, path, text, header)
+
+
+@cache
+def load(kind: str) -> tuple[Query, ...]:
+    return tuple(parse(p, kind) for p in sorted((SQL_DIR / kind).glob("*.sql")))
+
+
+def detectors() -> dict[str, Query]:
+    return {q.name: q for q in load("detectors")}
+
+
+def get(kind: str, name: str) -> Query:
+    for q in load(kind):
+        if q.name == name:
+            return q
+    raise KeyError(f"no {kind} query named {name!r}")

@@ -1,0 +1,26 @@
+"""Configuration values as bound SQL parameters."""
+
+from __future__ import annotations
+
+from ingest.config import Config
+
+
+def glob_to_like(pattern: str) -> str:
+    """An allow-list entry (exact or * glob) as a LIKE pattern with backslash escapes."""
+    escaped = pattern.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
+    return escaped.replace("*", "%")
+
+
+def from_config(config: Config) -> dict:
+    return {
+        "recovery_threshold_s": config.recovery_threshold_s,
+        "reinit_window_s": config.reinit_window_s,
+        "retry_window_s": config.retry_window_s,
+        "reconnect_budget_qps": config.reconnect_budget_qps,
+        "origin_patterns": [glob_to_like(p) for p in config.origin_allowlist],
+    }
+
+
+def bind(query, values: dict) -> dict:
+    """Only the parameters a query declares (DuckDB rejects unused ones)."""
+    return {name: values[name] for name in query.params}

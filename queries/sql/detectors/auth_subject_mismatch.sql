@@ -1,0 +1,12 @@
+-- name: auth_subject_mismatch
+-- invariant: a session is served only to the token subject that opened it
+-- severity: critical
+-- needs: sessions, proxy
+-- unit: (session_hmac, auth_subject)
+SELECT p.session_hmac, 'critical' AS severity, min(p.ts) AS ts,
+       json_object('auth_subject', p.auth_subject, 'session_subject', any_value(s.auth_subject),
+                   'requests', count(*)) AS detail
+FROM proxy p JOIN a_sessions s USING (session_hmac)
+WHERE p.auth_subject IS NOT NULL AND s.auth_subject IS NOT NULL
+  AND p.auth_subject <> s.auth_subject AND p.status BETWEEN 200 AND 299
+GROUP BY p.session_hmac, p.auth_subject

@@ -1,0 +1,16 @@
+-- name: delete_fabricated
+-- invariant: a session is TERMINATED only after a DELETE on it succeeded (2xx)
+-- severity: medium
+-- needs: sessions, proxy
+-- unit: session_hmac
+SELECT s.session_hmac, 'medium' AS severity,
+       min(s.ts) AS ts,
+       json_object('delete_statuses',
+                   (SELECT list(p.status ORDER BY p.ts) FROM proxy p
+                     WHERE p.session_hmac = s.session_hmac AND p.method = 'DELETE')) AS detail
+FROM sessions s
+WHERE s.state = 'TERMINATED'
+  AND NOT EXISTS (SELECT 1 FROM proxy p
+                   WHERE p.session_hmac = s.session_hmac AND p.method = 'DELETE'
+                     AND p.status BETWEEN 200 AND 299)
+GROUP BY s.session_hmac

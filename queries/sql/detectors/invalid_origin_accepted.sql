@@ -1,0 +1,12 @@
+-- name: invalid_origin_accepted
+-- invariant: a request with an Origin outside the allow-list is answered 403
+-- severity: critical
+-- needs: proxy
+-- params: origin_patterns
+-- unit: proxy request (ts, session_hmac, origin)
+SELECT DISTINCT session_hmac, 'critical' AS severity, ts,
+       json_object('origin', origin, 'status', status, 'method', method,
+                   'jsonrpc_method', jsonrpc_method) AS detail
+FROM proxy
+WHERE origin IS NOT NULL AND status <> 403
+  AND len(list_filter($origin_patterns, lambda p: like_escape(origin, p, '\'))) = 0

@@ -1,0 +1,11 @@
+-- name: missing_idempotency_key
+-- invariant: every executed write or paid tool call carries an idempotency key
+-- severity: high
+-- needs: dispatches
+-- unit: dispatch_id
+SELECT dispatch_id, session_hmac, generation, 'high' AS severity, ts,
+       json_object('tool_name', tool_name, 'tool_class', tool_class, 'principal', principal)
+           AS detail
+FROM dispatches
+WHERE outcome = 'executed' AND tool_class IN ('write', 'paid')
+  AND (idempotency_key IS NULL OR trim(idempotency_key) = '')

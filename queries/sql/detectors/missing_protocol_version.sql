@@ -1,0 +1,10 @@
+-- name: missing_protocol_version
+-- invariant: every request on a session carries MCP-Protocol-Version
+-- severity: low
+-- needs: proxy
+-- unit: session_hmac
+SELECT session_hmac, 'low' AS severity, min(ts) AS ts,
+       json_object('requests_without_version', count(*)) AS detail
+FROM proxy
+WHERE session_hmac IS NOT NULL AND protocol_version IS NULL
+GROUP BY session_hmac

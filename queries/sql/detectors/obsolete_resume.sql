@@ -1,0 +1,11 @@
+-- name: obsolete_resume
+-- invariant: clients on 2026-07-28 or later never send Last-Event-ID (that revision has no resumption)
+-- severity: low
+-- needs: proxy
+-- unit: principal (else client_addr)
+SELECT 'low' AS severity, min(ts) AS ts,
+       json_object('client', coalesce(principal, client_addr), 'requests', count(*),
+                   'protocol_versions', list(DISTINCT protocol_version)) AS detail
+FROM proxy
+WHERE protocol_version >= '2026-07-28' AND last_event_id IS NOT NULL
+GROUP BY coalesce(principal, client_addr)

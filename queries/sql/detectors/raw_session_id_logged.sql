@@ -1,0 +1,11 @@
+-- name: raw_session_id_logged
+-- invariant: no log carries a raw Mcp-Session-Id (they were hashed on ingest; the value is not kept)
+-- severity: critical
+-- needs: proxy
+-- unit: source file
+SELECT 'critical' AS severity, min(p.ts) AS ts,
+       json_object('file', any_value(f.name), 'path', any_value(f.path), 'count', count(*))
+           AS detail
+FROM proxy p JOIN files f USING (file_id)
+WHERE p.raw_session_id
+GROUP BY p.file_id

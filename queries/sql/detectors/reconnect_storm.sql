@@ -1,0 +1,16 @@
+-- name: reconnect_storm
+-- invariant: reconnects (GET with Last-Event-ID, requests answered 429 or 503) stay within the budget in every 10-second window
+-- severity: high
+-- needs: proxy
+-- params: reconnect_budget_qps
+-- unit: 10-second window
+SELECT 'high' AS severity, make_timestamptz(bucket * 10 * 1000000) AS ts,
+       json_object('reconnects', count(*), 'budget_per_window', $reconnect_budget_qps * 10,
+                   'qps', count(*) / 10.0,
+                   'by_status', histogram(status)) AS detail
+FROM (
+    SELECT *, epoch_ms(ts) // 10000 AS bucket FROM proxy
+    WHERE (method = 'GET' AND last_event_id IS NOT NULL) OR status IN (429, 503)
+)
+GROUP BY bucket
+HAVING count(*) > $reconnect_budget_qps * 10

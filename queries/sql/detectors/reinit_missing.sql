@@ -1,0 +1,33 @@
+-- name: reinit_missing
+-- invariant: after a 404 on a session, the client stops using it and sends a new initialize within the re-init window
+-- severity: high
+-- needs: proxy
+-- params: reinit_window_s
+-- unit: (session_hmac, ts of the 404)
+WITH p AS (
+    SELECT *, coalesce(principal, client_addr || '|' || coalesce(user_agent, '')) AS client
+    FROM proxy
+),
+gone AS (
+    SELECT * FROM p
+    WHERE status = 404 AND session_hmac IS NOT NULL AND method <> 'DELETE'
+)
+SELECT g.session_hmac, 'high' AS severity, g.ts,
+       json_object(
+           'reinitialized', EXISTS (
+               SELECT 1 FROM p i
+                WHERE i.client = g.client AND i.jsonrpc_method = 'initialize'
+                  AND i.session_hmac IS NULL AND i.ts > g.ts
+                  AND epoch_ms(i.ts) - epoch_ms(g.ts) <= $reinit_window_s * 1000),
+           'later_requests', (SELECT count(*) FROM p l
+                               WHERE l.session_hmac = g.session_hmac AND l.ts > g.ts
+                                 AND l.method <> 'DELETE')) AS detail
+FROM gone g
+WHERE NOT EXISTS (
+        SELECT 1 FROM p i
+         WHERE i.client = g.client AND i.jsonrpc_method = 'initialize'
+           AND i.session_hmac IS NULL AND i.ts > g.ts
+           AND epoch_ms(i.ts) - epoch_ms(g.ts) <= $reinit_window_s * 1000)
+   OR EXISTS (
+        SELECT 1 FROM p l
+         WHERE l.session_hmac = g.session_hmac AND l.ts > g.ts AND l.method <> 'DELETE')

@@ -1,0 +1,12 @@
+-- name: retry_not_honored
+-- invariant: a client waits the server's SSE retry before reconnecting a stream
+-- severity: low
+-- needs: streams
+-- unit: stream
+SELECT session_hmac, generation, stream_id, 'low' AS severity, min(disc_ts) AS ts,
+       json_object('waited_ms', min(epoch_ms(reconnect_ts) - epoch_ms(disc_ts)),
+                   'retry_ms', any_value(retry_ms)) AS detail
+FROM a_recoveries
+WHERE reconnect_ts IS NOT NULL AND retry_ms IS NOT NULL
+  AND epoch_ms(reconnect_ts) - epoch_ms(disc_ts) < retry_ms
+GROUP BY session_hmac, generation, stream_id

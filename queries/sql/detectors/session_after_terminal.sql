@@ -1,0 +1,19 @@
+-- name: session_after_terminal
+-- invariant: nothing is accepted or served on a session after it was terminated or expired
+-- severity: critical
+-- needs: sessions, inbox, proxy
+-- unit: session_hmac
+WITH late AS (
+    SELECT i.session_hmac, i.ts, 'receipt' AS what
+    FROM inbox i JOIN a_sessions s USING (session_hmac)
+    WHERE i.verdict = 'accepted' AND i.ts > s.terminal_ts
+    UNION ALL
+    SELECT p.session_hmac, p.ts, 'request' AS what
+    FROM proxy p JOIN a_sessions s USING (session_hmac)
+    WHERE p.status BETWEEN 200 AND 299 AND p.ts > s.terminal_ts
+)
+SELECT session_hmac, 'critical' AS severity, min(ts) AS ts,
+       json_object('accepted_receipts', count(*) FILTER (WHERE what = 'receipt'),
+                   'served_requests', count(*) FILTER (WHERE what = 'request')) AS detail
+FROM late
+GROUP BY session_hmac

@@ -1,0 +1,47 @@
+-- name: state_violation
+-- invariant: session and stream ledgers follow the state machines of seed 004 (a repeated state is fine)
+-- severity: medium
+-- needs: sessions, streams
+-- unit: (entity, ts)
+WITH session_rows AS (
+    SELECT session_hmac, generation, NULL AS stream_id, ts, state,
+           lag(state) OVER (PARTITION BY session_hmac ORDER BY ts, file_id, pos) AS prev
+    FROM sessions
+),
+stream_rows AS (
+    SELECT session_hmac, generation, stream_id, ts, state,
+           lag(state) OVER (PARTITION BY session_hmac, generation, stream_id
+                            ORDER BY ts, file_id, pos) AS prev
+    FROM streams
+),
+allowed(kind, prev, state) AS (
+    VALUES ('session', NULL, 'SESSION_ACTIVE'),
+           ('session', 'SESSION_ACTIVE', 'DELETE_REQUESTED'),
+           ('session', 'SESSION_ACTIVE', 'SESSION_EXPIRED'),
+           ('session', 'SESSION_ACTIVE', 'REINITIALIZE_REQUIRED'),
+           ('session', 'DELETE_REQUESTED', 'TERMINATED'),
+           ('session', 'SESSION_EXPIRED', 'REINITIALIZE_REQUIRED'),
+           ('session', 'TERMINATED', 'REINITIALIZE_REQUIRED'),
+           ('stream', NULL, 'STREAM_OPEN'),
+           ('stream', 'STREAM_OPEN', 'DISCONNECTED'),
+           ('stream', 'STREAM_OPEN', 'CLOSED'),
+           ('stream', 'DISCONNECTED', 'RESUME_PENDING'),
+           ('stream', 'DISCONNECTED', 'CLOSED'),
+           ('stream', 'RESUME_PENDING', 'STREAM_OPEN'),
+           ('stream', 'RESUME_PENDING', 'CURSOR_REJECTED'),
+           ('stream', 'RESUME_PENDING', 'SESSION_EXPIRED'),
+           ('stream', 'CURSOR_REJECTED', 'CLOSED'),
+           ('stream', 'SESSION_EXPIRED', 'CLOSED')
+),
+rows AS (
+    SELECT 'session' AS kind, * FROM session_rows
+    UNION ALL
+    SELECT 'stream' AS kind, * FROM stream_rows
+)
+SELECT DISTINCT r.session_hmac, r.generation, r.stream_id, 'medium' AS severity, r.ts,
+       json_object('entity', r.kind, 'from', r.prev, 'to', r.state) AS detail
+FROM rows r
+WHERE r.prev IS DISTINCT FROM r.state
+  AND NOT EXISTS (SELECT 1 FROM allowed a
+                   WHERE a.kind = r.kind AND a.state = r.state
+                     AND a.prev IS NOT DISTINCT FROM r.prev)

@@ -1,0 +1,15 @@
+-- name: a_streams
+-- purpose: one row per stream: when it first opened, with what request, in which session
+-- needs: streams
+CREATE OR REPLACE TABLE a_streams AS
+SELECT session_hmac, generation, stream_id,
+       min(ts) AS opened_ts,
+       max(ts) AS last_ts,
+       arg_min(payload_digest, ts) FILTER (WHERE payload_digest IS NOT NULL) AS payload_digest,
+       arg_min(request_id, ts) FILTER (WHERE request_id IS NOT NULL) AS request_id,
+       arg_min(method, ts) FILTER (WHERE method IS NOT NULL) AS method,
+       arg_min(tool_class, ts) FILTER (WHERE tool_class IS NOT NULL) AS tool_class,
+       bool_or(state = 'DISCONNECTED') AS disconnected,
+       bool_or(state = 'CLOSED' AND close_reason = 'completed') AS completed
+FROM streams
+GROUP BY ALL;
