@@ -77,7 +77,8 @@ def _wrap(inner: str, source: Source) -> str:
     known = ", ".join(f"'{s}'" for s in BY_SCHEMA)
     return f"""
     SELECT *,
-        CASE WHEN schema IS NULL THEN {default} ELSE {_schema_case()} END AS rtype,
+        CASE WHEN blank THEN NULL WHEN schema IS NULL THEN {default}
+             ELSE {_schema_case()} END AS rtype,
         CASE
             WHEN blank THEN NULL
             WHEN parse_bad IS NOT NULL THEN parse_bad

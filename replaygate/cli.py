@@ -199,6 +199,88 @@ def simulate(out, seed, sessions, events, faults, fmt, list_faults, config_path,
         )
 
 
+@cli.command(context_settings=CONTEXT)
+@db_option
+@config_option
+@json_option
+@click.option(
+    "--detector", "detectors", multiple=True, metavar="ID", help="Only this detector (repeatable)."
+)
+@click.option("--stage", metavar="NAME", help="Only findings of this rollout stage.")
+@click.option(
+    "--severity",
+    type=click.Choice(["critical", "high", "medium", "low"]),
+    help="This severity or worse.",
+)
+@click.option(
+    "--limit",
+    type=click.IntRange(1),
+    default=None,
+    help="At most this many rows in the table (not with --json).",
+)
+def findings(db, config_path, as_json, detectors, stage, severity, limit):
+    """Run the detectors and list what silently went wrong.
+
+    \b
+    Examples:
+      replaygate findings --severity critical
+      replaygate findings --detector replay_gap --detector silent_truncation --json
+      replaygate findings --stage resume-read-25pct
+    """
+    from ingest import config as cfg
+    from queries import api, catalog
+
+    from .render import findings_table
+
+    unknown = [d for d in detectors if d not in catalog.detectors()]
+    if unknown:
+        raise ReplaygateError(f"unknown detector {unknown[0]!r} (see docs/detectors.md)")
+    conf = cfg.load(config_path)
+    con = api.open_analysed(db, conf)
+    if as_json:
+        emit_json(api.findings_doc(con, detectors=detectors, stage=stage, severity=severity))
+    else:
+        rows = api.list_findings(con, detectors=detectors, stage=stage, severity=severity)
+        findings_table(rows, limit or 50, api.runner.coverage(con))
+
+
+@cli.command(context_settings=CONTEXT)
+@db_option
+@config_option
+@json_option
+@click.option("--stage", metavar="NAME", help="Gate this stage (default: the newest).")
+@click.option("--all-stages", is_flag=True, help="Gate every stage; exit with the worst.")
+def gates(db, config_path, as_json, stage, all_stages):
+    """Evaluate the release gates and decide PROCEED, HOLD or ROLLBACK.
+
+    \b
+    Exit codes: 0 PROCEED, 2 HOLD, 3 ROLLBACK (with --all-stages: the worst), 1 error.
+
+    \b
+    Examples:
+      replaygate gates                      # the newest stage
+      replaygate gates --stage write-10pct --json
+      replaygate gates --all-stages || echo "not safe to proceed"
+    """
+    from ingest import config as cfg
+    from queries import api
+    from queries.gates import EXIT_CODES, worst
+
+    from .render import gates_report
+
+    if stage and all_stages:
+        raise click.UsageError("give --stage or --all-stages, not both")
+    conf = cfg.load(config_path)
+    con = api.open_analysed(db, conf)
+    doc = api.gates_doc(con, conf, stage=stage, all_stages=all_stages)
+    if as_json:
+        emit_json(doc)
+    else:
+        gates_report(doc)
+    decisions = [s["decision"] for s in doc["stages"]]
+    sys.exit(EXIT_CODES[worst(decisions)])
+
+
 def _debug_requested(argv) -> bool:
     return "--debug" in argv
 

@@ -94,3 +94,85 @@ def status_table(doc: dict) -> None:
     )
     for item in q["top_reasons"]:
         console.print(f"  {item['rows']:>8,}  {item['reason']}")
+
+
+SEVERITY_STYLE = {"critical": "bold red", "high": "red", "medium": "yellow", "low": "dim"}
+DECISION_STYLE = {"PROCEED": "bold green", "HOLD": "bold yellow", "ROLLBACK": "bold red"}
+STATUS_STYLE = {
+    "pass": "green",
+    "fail": "bold red",
+    "insufficient": "yellow",
+    "not_applicable": "dim",
+}
+
+
+def _unit(f: dict) -> str:
+    parts = []
+    if f["session_hmac"]:
+        parts.append(f"session {f['session_hmac'][:12]}")
+    if f["stream_id"] is not None:
+        parts.append(f"stream {f['stream_id']}")
+    if f["event_id"]:
+        parts.append(f"event {f['event_id'][:24]}")
+    if f["dispatch_id"]:
+        parts.append(f"dispatch {f['dispatch_id']}")
+    if f["idempotency_key"]:
+        parts.append(f"key {f['idempotency_key'][:24]}")
+    return ", ".join(parts) or ", ".join(f"{k}={v}" for k, v in list(f["detail"].items())[:2])
+
+
+def findings_table(rows: list[dict], limit: int, coverage: dict) -> None:
+    t = Table(title=f"{len(rows):,} findings", title_justify="left")
+    for col in ("severity", "detector", "ts", "stage", "unit"):
+        t.add_column(col)
+    for f in rows[:limit]:
+        t.add_row(
+            f"[{SEVERITY_STYLE[f['severity']]}]{f['severity']}[/]",
+            f["detector"],
+            f["ts"],
+            f["stage"] or "-",
+            _unit(f),
+        )
+    console.print(t)
+    if len(rows) > limit:
+        console.print(f"... {len(rows) - limit:,} more (--limit, or --json for all)")
+    gaps = {d: s for d, s in coverage.items() if s != "ok"}
+    if gaps:
+        console.print("not run: " + "; ".join(f"{d} ({s})" for d, s in sorted(gaps.items())))
+
+
+def gates_report(doc: dict) -> None:
+    if not doc["stages"]:
+        console.print(doc.get("note", "no stages"))
+        return
+    for st in doc["stages"]:
+        decision = st["decision"]
+        console.print(
+            f"\n[bold]{st['stage']}[/] ({st['scope'] or 'no scope'}) "
+            f"{st['window']['start']} .. {st['window']['end'] or 'open'}: "
+            f"[{DECISION_STYLE[decision]}]{decision}[/]"
+        )
+        for r in st["reasons"]:
+            console.print(f"  - {r}")
+        t = Table(show_header=True)
+        for col in ("gate", "status", "value", "threshold", "sample", "min", "95% bound"):
+            t.add_column(col)
+        for g in st["gates"]:
+            ub = f"< {g['upper_bound_95']:.1e}" if g["upper_bound_95"] else "-"
+            value = "-" if g["value"] is None else f"{g['value']:,.4g}"
+            t.add_row(
+                g["id"],
+                f"[{STATUS_STYLE[g['status']]}]{g['status']}[/]",
+                value,
+                f"{g['threshold']:g}",
+                f"{g['sample']:,}",
+                f"{g['min_sample']:,}",
+                ub,
+            )
+        console.print(t)
+    for rb in doc.get("rollback_verification", []):
+        ok = "[green]verified[/]" if rb["verified"] else "[bold red]NOT verified[/]"
+        console.print(
+            f"\nrollback of {rb['stage']} at {rb['rollback_at']}: {ok}; "
+            + ", ".join(f"{k} {v}" for k, v in rb["checks"].items())
+        )

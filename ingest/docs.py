@@ -1,0 +1,60 @@
+"""Render docs/contract.md from the declarative contract (`python -m ingest.docs`)."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+from .contract import RECORD_TYPES, SQL_TYPES
+
+HEADER = """# Input contract (v1)
+
+Generated from `ingest/contract.py` by `python -m ingest.docs`; a test fails if
+this file and the contract disagree. What each record means is in the seeds
+(shared spec); this page is what replaygate accepts and how it stores it.
+
+- Formats: JSON Lines (`.jsonl`, `.ndjson`), CSV with a header row (`.csv`), Parquet
+  (`.parquet`); `.gz` for JSON Lines and CSV. Folders are read recursively.
+- A record's type is its `schema` field; without one, the file-name prefix decides
+  (`sessions`, `streams`, `events`, `inbox`, `dispatches`, `proxy`, `rollout`). One
+  JSON Lines file may mix types.
+- `ts` fields: RFC 3339 text (`2026-11-29T07:45:01.123Z`; text without an offset is
+  read as UTC) or integer epoch milliseconds; native Parquet timestamps too. Stored as
+  UTC TIMESTAMPTZ with millisecond precision.
+- Absent, null and empty text all mean null. Fields outside the contract are ignored.
+- Each stored row keeps `file_id` (see table `files`) and `pos`: its line in a JSON
+  Lines file, its data row (1-based, header excluded) in CSV and Parquet.
+- `proxy.session_id` (a raw `Mcp-Session-Id`) is never stored: ingest replaces it by
+  its HMAC-SHA256 (key from the env var named by `hmac_key_env`, default
+  `REPLAYGATE_HMAC_KEY`) in `session_hmac`, and sets `raw_session_id = true` so the
+  `raw_session_id_logged` finding can name the file. Without a key the id is dropped,
+  with a warning.
+- Rows that break the contract go to table `quarantine` (file, line or row, record
+  type, reason) and are counted in the ingest summary; they never stop the rest.
+"""
+
+
+def render() -> str:
+    out = [HEADER]
+    for rt in RECORD_TYPES:
+        out.append(f"\n## `{rt.schema}` — {rt.title}\n")
+        out.append(f"Table `{rt.table}`; files named `{rt.table}*`.\n")
+        out.append("| field | type | stored as | required | values / meaning |")
+        out.append("|---|---|---|---|---|")
+        for f in rt.fields:
+            meaning = ", ".join(f"`{e}`" for e in f.enum) if f.enum else f.doc
+            stored = "not stored (hashed)" if f.secret else SQL_TYPES[f.type]
+            out.append(
+                f"| `{f.name}` | {f.type} | {stored} | {'yes' if f.required else ''} | {meaning} |"
+            )
+    return "\n".join(out) + "\n"
+
+
+def main() -> None:
+    target = Path(sys.argv[1]) if len(sys.argv) > 1 else Path("docs/contract.md")
+    target.write_text(render(), encoding="utf-8")
+    print(f"wrote {target}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,85 @@
+"""Library API the CLI, dashboard and reports share: open a DB with current findings,
+list findings, evaluate gates."""
+
+from __future__ import annotations
+
+import json
+
+import duckdb
+
+from ingest import db as dbm
+from ingest.config import Config
+from ingest.errors import ReplaygateError
+
+from . import gates, runner
+
+SEVERITIES = ("critical", "high", "medium", "low")
+
+
+def open_analysed(path: str, config: Config):
+    """A connection whose findings are current for this data and configuration."""
+    con = dbm.connect(path, read_only=True)
+    try:
+        current = runner.is_current(con, config)
+    except duckdb.Error:
+        current = False
+    if current:
+        return con
+    con.close()
+    try:
+        con = dbm.connect(path)
+    except ReplaygateError as exc:
+        raise ReplaygateError(
+            f"{exc}; findings are out of date and the database is busy (another process "
+            "holds it open for writing)"
+        ) from None
+    runner.analyse(con, config)
+    return con
+
+
+def _iso(ts):
+    if ts is None:
+        return None
+    return ts.strftime("%Y-%m-%dT%H:%M:%S.") + f"{ts.microsecond // 1000:03d}Z"
+
+
+def list_findings(con, detectors=None, stage=None, severity=None, limit=None) -> list[dict]:
+    where, args = ["true"], {}
+    if detectors:
+        where.append("list_contains($detectors, detector)")
+        args["detectors"] = list(detectors)
+    if stage:
+        where.append("stage = $stage")
+        args["stage"] = stage
+    if severity:
+        if severity not in SEVERITIES:
+            raise ReplaygateError(f"unknown severity {severity!r} ({', '.join(SEVERITIES)})")
+        where.append("list_contains($sev, severity)")
+        args["sev"] = list(SEVERITIES[: SEVERITIES.index(severity) + 1])
+    sql = f"""SELECT detector, severity, ts, stage, session_hmac, generation, stream_id,
+                     event_id, dispatch_id, idempotency_key, detail
+              FROM findings WHERE {" AND ".join(where)}
+              ORDER BY CASE severity WHEN 'critical' THEN 0 WHEN 'high' THEN 1
+                       WHEN 'medium' THEN 2 ELSE 3 END, ts, detector"""
+    if limit:
+        sql += " LIMIT $limit"
+        args["limit"] = limit
+    cur = con.execute(sql, args)
+    cols = [d[0] for d in cur.description]
+    out = []
+    for row in cur.fetchall():
+        rec = dict(zip(cols, row, strict=True))
+        rec["ts"] = _iso(rec["ts"])
+        rec["detail"] = json.loads(rec["detail"]) if rec["detail"] else {}
+        out.append(rec)
+    return out
+
+
+def findings_doc(con, **filters) -> dict:
+    return {"findings": list_findings(con, **filters), "coverage": runner.coverage(con)}
+
+
+def gates_doc(con, config: Config, stage=None, all_stages=False) -> dict:
+    doc = gates.evaluate(con, config, stage=stage, all_stages=all_stages)
+    doc["rollback_verification"] = gates.rollback_verification(con)
+    return doc

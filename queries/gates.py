@@ -1,0 +1,392 @@
+"""Release gates per rollout stage and the PROCEED / HOLD / ROLLBACK decision.
+
+Measures come from queries/sql/gates (one file per gate, one row per stage);
+this module applies thresholds, minimum samples and scopes, and writes the
+reasons the way an engineer reads them, each tied to the findings behind it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ingest.config import Config
+
+from . import catalog, params
+
+NOT_RESUMABLE = "2026-07-28"
+
+
+@dataclass(frozen=True)
+class GateDef:
+    id: str
+    kind: str  # count | share | p99 | peak
+    detectors: tuple[str, ...]
+    sample_noun: str  # what the sample counts
+    failure_noun: str  # what a unit of the measure is
+    scopes: tuple[str, ...] = ("shadow", "read", "write")
+    replay: bool = False  # meaningless for sessionless revisions (no resumption)
+    meter: str | None = None  # a_stage_samples sample behind the evidence meter
+
+
+GATES = (
+    GateDef(
+        "cross_stream_acceptances",
+        "count",
+        ("cross_stream_acceptance",),
+        "accepted receipts",
+        "accepted events from another stream",
+        replay=True,
+        meter="accepted_receipts",
+    ),
+    GateDef(
+        "duplicate_dispatches",
+        "count",
+        ("duplicate_dispatch",),
+        "write dispatches",
+        "duplicate business dispatches",
+        meter="write_dispatches",
+    ),
+    GateDef(
+        "silent_truncations",
+        "count",
+        ("silent_truncation", "dropped_terminal"),
+        "completed streams",
+        "answers closed incomplete or without their result",
+        replay=True,
+        meter="completed_streams",
+    ),
+    GateDef(
+        "reinit_after_404",
+        "share",
+        ("reinit_missing",),
+        "404s on a session",
+        "404s not followed by a re-initialize",
+    ),
+    GateDef(
+        "invalid_origin_rejection",
+        "share",
+        ("invalid_origin_accepted",),
+        "invalid-Origin requests",
+        "invalid-Origin requests served",
+    ),
+    GateDef(
+        "recovery_p99",
+        "p99",
+        ("slow_recovery",),
+        "recoveries",
+        "seconds",
+        scopes=("read", "write"),
+        replay=True,
+        meter="recoveries",
+    ),
+    GateDef("reconnect_qps", "peak", ("reconnect_storm",), "reconnects", "reconnects/s"),
+    GateDef(
+        "raw_session_ids",
+        "count",
+        ("raw_session_id_logged",),
+        "proxy records",
+        "raw session ids in logs",
+    ),
+    GateDef(
+        "auth_binding",
+        "count",
+        ("auth_subject_mismatch", "session_after_terminal"),
+        "requests on a session",
+        "auth-binding violations",
+    ),
+    GateDef(
+        "write_idempotency",
+        "count",
+        ("missing_idempotency_key",),
+        "write dispatches",
+        "writes executed without an idempotency key",
+        scopes=("write",),
+        meter="write_dispatches",
+    ),
+)
+BY_ID = {g.id: g for g in GATES}
+
+
+def _threshold(g: GateDef, config: Config):
+    return {
+        "count": 0,
+        "share": 1.0,
+        "p99": config.recovery_threshold_s,
+        "peak": config.reconnect_budget_qps,
+    }[g.kind]
+
+
+def status_of(
+    g: GateDef, value, sample: int, failures: int, minimum: int, scope: str | None, config: Config
+) -> str:
+    if scope is not None and scope not in g.scopes:
+        return "not_applicable"
+    if g.kind in ("count", "share"):
+        if failures > 0:
+            return "fail"
+        return "insufficient" if sample < minimum else "pass"
+    if g.kind == "p99":
+        if sample < minimum or value is None:
+            return "insufficient" if sample < minimum else "pass"
+        return "fail" if value >= config.recovery_threshold_s else "pass"
+    return "fail" if (value or 0) > config.reconnect_budget_qps else "pass"
+
+
+def _fmt_n(x) -> str:
+    return f"{x:,.0f}" if isinstance(x, int) or float(x).is_integer() else f"{x:,.2f}"
+
+
+def _duration(hours: float) -> str:
+    minutes = round(hours * 60)
+    if minutes < 60:
+        return f"{minutes} min"
+    h, m = divmod(minutes, 60)
+    return f"{h} h {m} min" if h < 48 else f"{h / 24:.1f} days"
+
+
+def reason(gate: dict, config: Config) -> str:
+    g = BY_ID[gate["id"]]
+    v, n, f = gate["value"], gate["sample"], gate["failures"]
+    if gate["status"] == "not_applicable":
+        return f"{g.id}: not applicable to this scope (applies to {', '.join(g.scopes)})"
+    if v is None or (gate["status"] == "pass" and not n and g.kind != "count"):
+        return f"{g.id}: not exercised (no {g.sample_noun})"
+    if gate["status"] == "insufficient":
+        text = f"{g.id}: {_fmt_n(n)} of {_fmt_n(gate['min_sample'])} {g.sample_noun}"
+        eta = gate.get("meter", {}).get("eta_hours")
+        if eta is not None:
+            text += f", about {_duration(eta)} more at the last hour's rate"
+        return text
+    if g.kind == "count":
+        return f"{g.id}: {_fmt_n(v)} {g.failure_noun} (threshold 0)"
+    if g.kind == "share":
+        return f"{g.id}: {_fmt_n(f)} of {_fmt_n(n)} {g.failure_noun} (threshold 100 % handled)"
+    if g.kind == "p99":
+        return (
+            f"{g.id}: p99 {v:.1f} s over {_fmt_n(n)} recoveries "
+            f"(threshold < {config.recovery_threshold_s:g} s)"
+        )
+    return (
+        f"{g.id}: peak {v:.1f} reconnects/s in a 10 s window "
+        f"(budget {config.reconnect_budget_qps:g})"
+    )
+
+
+def _iso(ts):
+    if ts is None:
+        return None
+    return ts.strftime("%Y-%m-%dT%H:%M:%S.") + f"{ts.microsecond // 1000:03d}Z"
+
+
+def _measures(con, config: Config) -> dict[str, dict[str, dict]]:
+    values = params.from_config(config)
+    out: dict[str, dict[str, dict]] = {}
+    for q in catalog.load("gates"):
+        cur = con.execute(q.sql, params.bind(q, values))
+        cols = [d[0] for d in cur.description]
+        for row in cur.fetchall():
+            rec = dict(zip(cols, row, strict=True))
+            out.setdefault(rec["stage"], {})[q.name] = rec
+    return out
+
+
+def _meters(con) -> dict[tuple[str, str], dict]:
+    rows = con.execute(
+        "SELECT sample, stage, n, n_last_hour FROM a_stage_samples WHERE revision IS NULL"
+    ).fetchall()
+    return {(s, st): {"observed": n, "last_hour": lh} for s, st, n, lh in rows}
+
+
+def _findings_refs(con, stage: str, detectors: tuple[str, ...], limit: int = 20) -> dict:
+    cur = con.execute(
+        """SELECT detector, severity, ts, session_hmac, generation, stream_id, event_id,
+                  dispatch_id, idempotency_key
+           FROM findings WHERE stage = $stage AND list_contains($d, detector)
+           ORDER BY ts, detector LIMIT $limit""",
+        {"stage": stage, "d": list(detectors), "limit": limit},
+    )
+    cols = [d[0] for d in cur.description]
+    refs = [dict(zip(cols, r, strict=True)) for r in cur.fetchall()]
+    for r in refs:
+        r["ts"] = _iso(r["ts"])
+    total = con.execute(
+        "SELECT count(*) FROM findings WHERE stage = $stage AND list_contains($d, detector)",
+        {"stage": stage, "d": list(detectors)},
+    ).fetchone()[0]
+    return {"detectors": list(detectors), "count": total, "findings": refs}
+
+
+def evaluate(con, config: Config, stage: str | None = None, all_stages: bool = False) -> dict:
+    """Gate table and decision per stage (the newest stage unless told otherwise)."""
+    stages = con.execute(
+        "SELECT stage, scope, start_ts, end_ts, rollback_ts FROM a_stages ORDER BY start_ts"
+    ).fetchall()
+    if not stages:
+        return {"stages": [], "note": "no rollout log: no stages to gate"}
+    names = [s[0] for s in stages]
+    if stage is not None and stage not in names:
+        from ingest.errors import ReplaygateError
+
+        raise ReplaygateError(f"no stage named {stage!r} (stages: {', '.join(names)})")
+    chosen = names if all_stages else [stage or names[-1]]
+    measures = _measures(con, config)
+    meters = _meters(con)
+    data_end = con.execute("SELECT max(ts) FROM proxy").fetchone()[0]
+    out = []
+    for name, scope, start, end, rollback_ts in stages:
+        if name not in chosen:
+            continue
+        gates = []
+        for g in GATES:
+            m = measures.get(name, {}).get(g.id, {})
+            value, sample = m.get("value"), int(m.get("sample") or 0)
+            failures = int(m.get("failures") or 0) if g.kind == "share" else 0
+            if g.kind == "count":
+                failures = int(value or 0)
+            minimum = config.min_samples.get(g.id, 0)
+            st = status_of(g, value, sample, failures, minimum, scope, config)
+            gate = {
+                "id": g.id,
+                "status": st,
+                "value": value,
+                "threshold": _threshold(g, config),
+                "sample": sample,
+                "min_sample": minimum,
+                "failures": failures,
+                "upper_bound_95": (
+                    min(1.0, 3 / sample)
+                    if g.kind in ("count", "share") and failures == 0 and sample > 0
+                    else None
+                ),
+                "exercised": sample > 0,
+            }
+            if g.meter and minimum:
+                meter = dict(meters.get((g.meter, name), {"observed": 0, "last_hour": 0}))
+                meter["needed"] = minimum
+                rate = meter["last_hour"]
+                meter["eta_hours"] = (
+                    (minimum - sample) / rate if rate and sample < minimum else None
+                )
+                gate["meter"] = meter
+            gate["evidence"] = _findings_refs(con, name, g.detectors)
+            gates.append(gate)
+        failing = [g for g in gates if g["status"] == "fail"]
+        short = [g for g in gates if g["status"] == "insufficient"]
+        decision = "ROLLBACK" if failing else ("HOLD" if short else "PROCEED")
+        drivers = failing + short  # everything that stands between this stage and PROCEED
+        for g in gates:
+            g["reason"] = reason(g, config)
+        out.append(
+            {
+                "stage": name,
+                "scope": scope,
+                "window": {
+                    "start": _iso(start),
+                    "end": _iso(end),
+                    "open": end is None,
+                    "data_end": _iso(data_end),
+                },
+                "rolled_back": rollback_ts is not None,
+                "decision": decision,
+                "reasons": [g["reason"] for g in drivers],
+                "gates": gates,
+                "by_revision": by_revision(con, name, scope, config),
+            }
+        )
+    return {"stages": out}
+
+
+def worst(decisions: list[str]) -> str:
+    order = {"PROCEED": 0, "HOLD": 1, "ROLLBACK": 2}
+    return max(decisions, key=order.get) if decisions else "HOLD"
+
+
+EXIT_CODES = {"PROCEED": 0, "HOLD": 2, "ROLLBACK": 3}
+
+
+def by_revision(con, stage: str, scope: str | None, config: Config) -> list[dict]:
+    """Count gates by protocol revision: replay gates mean nothing without resumption."""
+    found = con.execute(
+        """SELECT coalesce(a.protocol_version,
+                           CASE WHEN f.dispatch_id IS NOT NULL OR f.idempotency_key IS NOT NULL
+                                THEN '2026-07-28' END, 'unknown') AS revision,
+                  f.detector, count(*)
+           FROM findings f LEFT JOIN a_sessions a USING (session_hmac)
+           WHERE f.stage = $stage GROUP BY ALL""",
+        {"stage": stage},
+    ).fetchall()
+    samples = con.execute(
+        """SELECT revision, sample, n, p99 FROM a_stage_samples
+           WHERE stage = $stage AND revision IS NOT NULL""",
+        {"stage": stage},
+    ).fetchall()
+    revisions = sorted({r for r, *_ in found} | {r for r, *_ in samples})
+    sample_of = {(r, s): (n, p) for r, s, n, p in samples}
+    out = []
+    for rev in revisions:
+        gates = {}
+        for g in GATES:
+            if g.kind not in ("count", "p99"):
+                continue
+            if g.replay and rev >= NOT_RESUMABLE:
+                gates[g.id] = {"status": "not_applicable", "value": None, "sample": None}
+                continue
+            n_found = sum(c for r, d, c in found if r == rev and d in g.detectors)
+            n, p99 = sample_of.get((rev, g.meter), (0, None)) if g.meter else (None, None)
+            value = p99 if g.kind == "p99" else n_found
+            minimum = config.min_samples.get(g.id, 0)
+            st = status_of(
+                g, value, n or 0, n_found if g.kind == "count" else 0, minimum, scope, config
+            )
+            gates[g.id] = {"status": st, "value": value, "sample": n}
+        out.append({"revision": rev, "gates": gates})
+    return out
+
+
+def rollback_verification(con) -> list[dict]:
+    """After each rollback: the three hygiene checks and whether resumption was really
+    disabled for new streams."""
+    rows = con.execute(
+        """SELECT stage, rollback_ts, hygiene_end FROM a_stages
+           WHERE rollback_ts IS NOT NULL ORDER BY rollback_ts"""
+    ).fetchall()
+    out = []
+    for stage, t0, t1 in rows:
+        checks = {}
+        for det in (
+            "rollback_resumable_new_stream",
+            "rollback_cursor_dropped",
+            "rollback_post_storm",
+        ):
+            n = con.execute(
+                """SELECT count(*) FROM findings WHERE detector = $d
+                   AND json_extract_string(detail, '$.rolled_back_stage') = $s""",
+                {"d": det, "s": stage},
+            ).fetchone()[0]
+            checks[det] = n
+        new_streams = con.execute(
+            """SELECT count(*) FROM a_streams WHERE opened_ts >= $t0
+               AND ($t1 IS NULL OR opened_ts < $t1)""",
+            {"t0": t0, "t1": t1},
+        ).fetchone()[0]
+        old_disconnects = con.execute(
+            """SELECT count(*) FROM a_recoveries r JOIN a_streams s
+                 USING (session_hmac, generation, stream_id)
+               WHERE s.opened_ts < $t0 AND r.disc_ts >= $t0
+                 AND ($t1 IS NULL OR r.disc_ts < $t1)""",
+            {"t0": t0, "t1": t1},
+        ).fetchone()[0]
+        out.append(
+            {
+                "stage": stage,
+                "rollback_at": _iso(t0),
+                "window_end": _iso(t1),
+                "checks": checks,
+                "new_streams_in_window": new_streams,
+                "new_streams_resumed": checks["rollback_resumable_new_stream"],
+                "old_streams_disconnected_in_window": old_disconnects,
+                "resumption_disabled_for_new_streams": checks["rollback_resumable_new_stream"] == 0,
+                "verified": not any(checks.values()),
+            }
+        )
+    return out

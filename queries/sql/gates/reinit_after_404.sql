@@ -1,0 +1,16 @@
+-- name: reinit_after_404
+-- measure: share of 404s on a session (not DELETE) followed by a re-initialize; sample: those 404s
+WITH gone AS (
+    SELECT stage, count(*) AS n FROM a_proxy_staged
+    WHERE status = 404 AND session_hmac IS NOT NULL AND method <> 'DELETE'
+    GROUP BY stage
+),
+bad AS (
+    SELECT stage, count(*) AS n FROM findings WHERE detector = 'reinit_missing' GROUP BY stage
+)
+SELECT w.stage,
+       CASE WHEN coalesce(g.n, 0) = 0 THEN NULL
+            ELSE (g.n - coalesce(b.n, 0)) / g.n END AS value,
+       coalesce(g.n, 0) AS sample,
+       coalesce(b.n, 0) AS failures
+FROM a_stages w LEFT JOIN gone g USING (stage) LEFT JOIN bad b USING (stage)

@@ -1,0 +1,90 @@
+"""Shared fixtures: simulated fleets with a fixed seed, ingested into DuckDB."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import pytest
+
+# One HMAC key for the whole run, set before anything reads the environment.
+os.environ["REPLAYGATE_HMAC_KEY"] = "test-key-not-secret"
+os.environ.pop("REPLAYGATE_DB", None)
+
+from ingest import db as dbm  # noqa: E402
+from ingest.config import Config  # noqa: E402
+from ingest.load import ingest  # noqa: E402
+from queries import runner  # noqa: E402
+from sim import simulate  # noqa: E402
+
+ROOT = Path(__file__).resolve().parent.parent
+SAMPLE = ROOT / "sample_data"
+
+
+def build(
+    tmp: Path,
+    seed: int = 7,
+    sessions: int = 300,
+    fmt: str = "mixed",
+    faults: str = "all",
+    config: Config | None = None,
+):
+    out = tmp / f"fleet-{seed}-{fmt}-{sessions}-{faults.replace(',', '_')[:20]}"
+    simulate(out, seed=seed, sessions=sessions, fmt=fmt, faults=faults, config=config)
+    con = dbm.connect(str(tmp / f"{out.name}.duckdb"))
+    ingest(con, [out], config or Config())
+    runner.analyse(con, config or Config())
+    truth = json.loads((out / "truth.json").read_text())
+    return con, truth, out
+
+
+@pytest.fixture(scope="session")
+def fleet(tmp_path_factory):
+    """The default small fleet: seed 7, 300 sessions, every fault, mixed formats."""
+    return build(tmp_path_factory.mktemp("fleet"))
+
+
+@pytest.fixture(scope="session")
+def fleet_db_path(fleet):
+    con, truth, out = fleet
+    return str(out.parent / f"{out.name}.duckdb")
+
+
+def findings_of(con) -> list[dict]:
+    cur = con.execute("SELECT * FROM findings")
+    cols = [d[0] for d in cur.description]
+    rows = [dict(zip(cols, r, strict=True)) for r in cur.fetchall()]
+    for r in rows:
+        r["detail"] = json.loads(r["detail"]) if r["detail"] else {}
+    return rows
+
+
+def unit_value(finding: dict, key: str):
+    if key.startswith("detail."):
+        return finding["detail"].get(key[len("detail.") :])
+    if key == "ts":
+        return int(finding["ts"].timestamp() * 1000)
+    return finding[key]
+
+
+def match_truth(findings: list[dict], truth: dict):
+    """Pair expected findings with actual ones: (matched pairs, missed, extra)."""
+    expected = [e for f in truth["faults"] for e in f["expect"]]
+    used: set[int] = set()
+    pairs, missed = [], []
+    for e in expected:
+        hits = [
+            i
+            for i, f in enumerate(findings)
+            if i not in used
+            and f["detector"] == e["detector"]
+            and all(unit_value(f, k) == v for k, v in e["unit"].items())
+        ]
+        if len(hits) == 1:
+            used.add(hits[0])
+            pairs.append((e, findings[hits[0]]))
+        else:
+            missed.append(e)
+    extra = [f for i, f in enumerate(findings) if i not in used]
+    return pairs, missed, extra

@@ -1,0 +1,149 @@
+"""Gates and decisions against the simulator's expected decisions; gate rules in isolation."""
+
+from __future__ import annotations
+
+import pytest
+
+from ingest.config import Config, from_mapping
+from queries import gates as gm
+
+from .conftest import build
+
+
+def _by_stage(con, config):
+    doc = gm.evaluate(con, config, all_stages=True)
+    return {s["stage"]: s for s in doc["stages"]}
+
+
+def _check(con, truth, config):
+    got = _by_stage(con, config)
+    assert set(got) == set(truth["decisions"])
+    for stage, want in truth["decisions"].items():
+        statuses = {g["id"]: g["status"] for g in got[stage]["gates"]}
+        assert statuses == want["gates"], stage
+        assert got[stage]["decision"] == want["decision"], stage
+
+
+def test_expected_decisions_default_fleet(fleet):
+    con, truth, _ = fleet
+    _check(con, truth, Config())
+
+
+@pytest.mark.parametrize("seed", [4, 13])
+def test_expected_decisions_other_seeds(tmp_path, seed):
+    con, truth, _ = build(tmp_path, seed=seed, sessions=350)
+    _check(con, truth, Config())
+
+
+def test_expected_decisions_with_scaled_config(tmp_path):
+    config = from_mapping({"min_samples": {"cross_stream_acceptances": 300, "recovery_p99": 4}})
+    con, truth, _ = build(tmp_path, seed=8, sessions=900, config=config)
+    _check(con, truth, config)
+
+
+def test_clean_fleet_with_little_data_holds_never_proceeds(tmp_path):
+    con, truth, _ = build(tmp_path, seed=3, sessions=120, faults="none")
+    for stage in _by_stage(con, Config()).values():
+        assert stage["decision"] == "HOLD"
+        assert any(g["status"] == "insufficient" for g in stage["gates"])
+
+
+def test_clean_fleet_with_enough_data_proceeds(tmp_path):
+    config = from_mapping(
+        {
+            "min_samples": {
+                "cross_stream_acceptances": 1,
+                "recovery_p99": 1,
+                "silent_truncations": 1,
+                "write_idempotency": 0,
+            }
+        }
+    )
+    con, truth, _ = build(tmp_path, seed=3, sessions=500, faults="none", config=config)
+    assert {s["decision"] for s in _by_stage(con, config).values()} == {"PROCEED"}
+
+
+def test_one_failure_fails_even_with_a_tiny_sample(tmp_path):
+    con, truth, _ = build(tmp_path, seed=6, sessions=60, faults="crossed_event_ids")
+    stage = truth["faults"][0]["expect"][0]["stage"]
+    gate = next(
+        g for g in _by_stage(con, Config())[stage]["gates"] if g["id"] == "cross_stream_acceptances"
+    )
+    assert gate["sample"] < gate["min_sample"]
+    assert gate["status"] == "fail"
+    assert _by_stage(con, Config())[stage]["decision"] == "ROLLBACK"
+
+
+def test_reasons_name_gate_value_threshold_and_findings(fleet):
+    con, truth, _ = fleet
+    for stage in _by_stage(con, Config()).values():
+        assert stage["reasons"], stage["stage"]
+        for g in stage["gates"]:
+            if g["status"] == "fail" and g["id"] != "raw_session_ids":
+                assert g["evidence"]["count"] > 0, g
+                assert g["evidence"]["findings"]
+            if g["status"] in ("fail", "insufficient"):
+                assert g["reason"] in stage["reasons"]
+                assert g["reason"].startswith(g["id"] + ":")
+
+
+def test_upper_bound_for_zero_counts():
+    g = gm.BY_ID["cross_stream_acceptances"]
+    assert gm.status_of(g, 0, 100_000, 0, 100_000, "read", Config()) == "pass"
+    assert gm.status_of(g, 0, 41_200, 0, 100_000, "read", Config()) == "insufficient"
+    assert gm.status_of(g, 1, 5, 1, 100_000, "read", Config()) == "fail"
+
+
+def test_scope_applicability():
+    p99 = gm.BY_ID["recovery_p99"]
+    assert gm.status_of(p99, 9.0, 50, 0, 20, "shadow", Config()) == "not_applicable"
+    assert gm.status_of(p99, 9.0, 50, 0, 20, "read", Config()) == "fail"
+    assert gm.status_of(p99, 9.0, 5, 0, 20, "read", Config()) == "insufficient"
+    assert gm.status_of(p99, 4.9, 50, 0, 20, "write", Config()) == "pass"
+    wi = gm.BY_ID["write_idempotency"]
+    assert gm.status_of(wi, 3, 10, 3, 1, "read", Config()) == "not_applicable"
+
+
+def test_meter_estimates_time_to_conclusion(fleet):
+    con, _, _ = fleet
+    for stage in _by_stage(con, Config()).values():
+        g = next(g for g in stage["gates"] if g["id"] == "cross_stream_acceptances")
+        assert g["meter"]["needed"] == 100_000
+        if g["status"] == "insufficient" and g["meter"]["last_hour"]:
+            assert g["meter"]["eta_hours"] > 0
+            assert "more at the last hour's rate" in g["reason"]
+
+
+def test_sessionless_revision_is_judged_by_idempotency(fleet):
+    con, _, _ = fleet
+    for stage in _by_stage(con, Config()).values():
+        for rev in stage["by_revision"]:
+            if rev["revision"] == "2026-07-28":
+                assert rev["gates"]["cross_stream_acceptances"]["status"] == "not_applicable"
+                assert rev["gates"]["recovery_p99"]["status"] == "not_applicable"
+                assert "write_idempotency" in rev["gates"]
+
+
+def test_rollback_verification(fleet):
+    con, truth, _ = fleet
+    rb = gm.rollback_verification(con)
+    assert [r["stage"] for r in rb] == ["write-10pct"]
+    assert rb[0]["checks"] == {
+        "rollback_resumable_new_stream": 1,
+        "rollback_cursor_dropped": 1,
+        "rollback_post_storm": 1,
+    }
+    assert not rb[0]["verified"]
+    assert not rb[0]["resumption_disabled_for_new_streams"]
+    assert rb[0]["new_streams_in_window"] > 1
+
+
+def test_rollback_verified_without_hygiene_faults(tmp_path):
+    con, truth, _ = build(tmp_path, seed=3, sessions=300, faults="none")
+    rb = gm.rollback_verification(con)
+    assert rb and rb[0]["verified"] and rb[0]["resumption_disabled_for_new_streams"]
+
+
+def test_worst_decision():
+    assert gm.worst(["PROCEED", "HOLD"]) == "HOLD"
+    assert gm.worst(["HOLD", "ROLLBACK", "PROCEED"]) == "ROLLBACK"

@@ -1,0 +1,394 @@
+"""Ingest: every record type in every format, bad input to quarantine, idempotency,
+atomicity, and raw session ids never stored."""
+
+from __future__ import annotations
+
+import csv
+import gzip
+import json
+from pathlib import Path
+
+import duckdb
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from ingest import db as dbm
+from ingest import load as loadmod
+from ingest.config import Config
+from ingest.contract import RECORD_TYPES
+from ingest.load import ingest
+from ingest.redact import hmac_hex
+
+KEY = b"test-key-not-secret"
+
+SAMPLES = {
+    "sessions": {
+        "ts": "2026-11-29T07:45:01.123Z",
+        "session_hmac": "a" * 64,
+        "generation": 1,
+        "state": "SESSION_ACTIVE",
+        "rollout_stage": "s1",
+        "resumable": True,
+    },
+    "streams": {
+        "ts": 1795938301123,
+        "session_hmac": "a" * 64,
+        "generation": 1,
+        "stream_id": "1",
+        "state": "STREAM_OPEN",
+        "method": "POST",
+        "retry_ms": 1000,
+    },
+    "events": {
+        "ts": "2026-11-29T07:45:01.123+01:00",
+        "session_hmac": "a" * 64,
+        "generation": 1,
+        "stream_id": "1",
+        "event_id": "1:0",
+        "seq": 0,
+        "kind": "priming",
+        "disposition": "sent",
+    },
+    "inbox": {
+        "ts": "2026-11-29T07:45:01Z",
+        "session_hmac": "a" * 64,
+        "generation": 1,
+        "stream_id": "1",
+        "event_id": "1:0",
+        "verdict": "accepted",
+    },
+    "dispatches": {
+        "ts": "2026-11-29T07:45:01Z",
+        "dispatch_id": "d1",
+        "outcome": "executed",
+        "tool_name": "create_ticket",
+        "tool_class": "write",
+        "http_status": 200,
+    },
+    "proxy": {
+        "ts": "2026-11-29T07:45:01Z",
+        "method": "POST",
+        "status": 200,
+        "session_id": "raw-session-id-0001",
+        "origin": "https://app.example.com",
+        "duration_ms": 12.5,
+    },
+    "rollout": {
+        "ts": "2026-11-29T07:00:00Z",
+        "stage": "s1",
+        "action": "start",
+        "scope": "read",
+        "percent": 25.0,
+    },
+}
+
+
+def _write(path: Path, fmt: str, rows: list[dict], gz: bool = False) -> Path:
+    if fmt == "jsonl":
+        text = "".join(json.dumps(r) + "\n" for r in rows)
+        if gz:
+            path.write_bytes(gzip.compress(text.encode()))
+        else:
+            path.write_text(text)
+    elif fmt == "csv":
+        cols = list(dict.fromkeys(k for r in rows for k in r))
+        lines = [cols] + [
+            [
+                ""
+                if r.get(c) is None
+                else str(r.get(c)).lower()
+                if isinstance(r.get(c), bool)
+                else str(r.get(c))
+                for c in cols
+            ]
+            for r in rows
+        ]
+        import io
+
+        buf = io.StringIO()
+        csv.writer(buf, lineterminator="\n").writerows(lines)
+        data = buf.getvalue().encode()
+        path.write_bytes(gzip.compress(data) if gz else data)
+    else:
+        pq.write_table(pa.Table.from_pylist(rows), path)
+    return path
+
+
+@pytest.fixture
+def con(tmp_path):
+    c = dbm.connect(str(tmp_path / "t.duckdb"))
+    yield c
+    c.close()
+
+
+FORMATS = [
+    ("jsonl", False, ".jsonl"),
+    ("jsonl", True, ".jsonl.gz"),
+    ("csv", False, ".csv"),
+    ("csv", True, ".csv.gz"),
+    ("parquet", False, ".parquet"),
+]
+
+
+@pytest.mark.parametrize("table", [rt.table for rt in RECORD_TYPES])
+@pytest.mark.parametrize(("fmt", "gz", "ext"), FORMATS)
+def test_each_record_type_in_each_format(con, tmp_path, table, fmt, gz, ext):
+    path = _write(tmp_path / f"{table}-x{ext}", fmt, [SAMPLES[table]], gz)
+    report = ingest(con, [path], Config())
+    assert report.rows_by_type() == {table: 1}, report.quarantine_reasons
+    assert report.quarantined == 0
+    ts = con.execute(f"SELECT ts FROM {table}").fetchone()[0]
+    assert ts.tzinfo is not None
+    assert ts.year == 2026
+
+
+def test_timestamps_epoch_and_rfc3339_agree(con, tmp_path):
+    rows = [
+        dict(SAMPLES["dispatches"], dispatch_id="a", ts="2026-11-29T07:45:01.123Z"),
+        dict(SAMPLES["dispatches"], dispatch_id="b", ts=1795938301123),
+        dict(SAMPLES["dispatches"], dispatch_id="c", ts="2026-11-29T08:45:01.123+01:00"),
+    ]
+    ingest(con, [_write(tmp_path / "dispatches.jsonl", "jsonl", rows)], Config())
+    assert con.execute("SELECT count(DISTINCT ts) FROM dispatches").fetchone()[0] == 1
+
+
+def test_native_parquet_timestamp(con, tmp_path):
+    t = pa.table(
+        {
+            "ts": pa.array([1795938301123], pa.timestamp("ms", tz="UTC")),
+            "stage": ["s"],
+            "action": ["start"],
+        }
+    )
+    pq.write_table(t, tmp_path / "rollout.parquet")
+    ingest(con, [tmp_path / "rollout.parquet"], Config())
+    ts = con.execute("SELECT epoch_ms(ts) FROM rollout").fetchone()[0]
+    assert ts == 1795938301123
+
+
+def test_mixed_file_routes_by_schema(con, tmp_path):
+    schemas = {rt.table: rt.schema for rt in RECORD_TYPES}
+    rows = [dict(SAMPLES[t], schema=schemas[t]) for t in SAMPLES]
+    report = ingest(con, [_write(tmp_path / "everything.jsonl", "jsonl", rows)], Config())
+    assert report.rows_by_type() == {t: 1 for t in SAMPLES}
+
+
+def test_prefixed_file_with_a_foreign_schema_row(con, tmp_path):
+    rows = [SAMPLES["proxy"], dict(SAMPLES["rollout"], schema="mcpRollout.v1")]
+    report = ingest(con, [_write(tmp_path / "proxy-1.jsonl", "jsonl", rows)], Config())
+    assert report.rows_by_type() == {"proxy": 1, "rollout": 1}
+
+
+def _quarantine(con):
+    return con.execute(
+        'SELECT line, "row", record_type, reason FROM quarantine ORDER BY line, "row"'
+    ).fetchall()
+
+
+BAD_LINES = [
+    ('{"ts": "2026-11-29T07:45:01Z", "method": "GET", "status": 200', "unparseable JSON"),
+    ("[1, 2, 3]", "not a JSON object"),
+    ('{"method": "GET", "status": 200}', "missing required field ts"),
+    ('{"ts": "yesterday", "method": "GET", "status": 200}', "ts: expected"),
+    (
+        '{"ts": "2026-11-29T07:45:01Z", "method": "GET", "status": "ok"}',
+        "status: expected an integer",
+    ),
+    (
+        '{"ts": "2026-11-29T07:45:01Z", "method": "GET", "status": 200.5}',
+        "status: expected an integer",
+    ),
+    ('{"schema": "mcpNope.v9", "ts": 1}', "unknown record type"),
+]
+
+
+@pytest.mark.parametrize(("line", "reason"), BAD_LINES)
+def test_bad_line_is_quarantined_and_neighbours_load(con, tmp_path, line, reason):
+    good = json.dumps(SAMPLES["proxy"])
+    path = tmp_path / "proxy-bad.jsonl"
+    path.write_text(f"{good}\n{line}\n{good}\n")
+    report = ingest(con, [path], Config())
+    assert report.rows_by_type() == {"proxy": 2}
+    q = _quarantine(con)
+    assert len(q) == 1
+    assert q[0][0] == 2
+    assert q[0][3].startswith(reason)
+
+
+def test_unknown_enum_value(con, tmp_path):
+    row = dict(SAMPLES["sessions"], state="SESSION_ZOMBIE")
+    path = _write(tmp_path / "sessions.jsonl", "jsonl", [SAMPLES["sessions"], row])
+    ingest(con, [path], Config())
+    assert _quarantine(con) == [(2, None, "mcpHttpSession.v1", "state: not an allowed value")]
+
+
+def test_no_record_type(con, tmp_path):
+    path = tmp_path / "misc.jsonl"
+    path.write_text(json.dumps({"ts": 1}) + "\n")
+    ingest(con, [path], Config())
+    assert _quarantine(con)[0][3].startswith("no record type")
+
+
+def test_blank_lines_keep_line_numbers(con, tmp_path):
+    good = json.dumps(SAMPLES["proxy"])
+    path = tmp_path / "proxy.jsonl"
+    path.write_text(f"{good}\n\n\n{{broken\n{good}\n")
+    report = ingest(con, [path], Config())
+    assert report.rows_by_type() == {"proxy": 2}
+    assert _quarantine(con)[0][0] == 4
+    assert con.execute("SELECT list(pos ORDER BY pos) FROM proxy").fetchone()[0] == [1, 5]
+
+
+def test_csv_wrong_column_count_and_bad_value(con, tmp_path):
+    path = tmp_path / "proxy.csv"
+    path.write_text(
+        "ts,method,status\n2026-11-29T07:45:01Z,GET,200\n2026-11-29T07:45:02Z,GET\n"
+        "2026-11-29T07:45:03Z,GET,abc\n2026-11-29T07:45:04Z,POST,201\n"
+    )
+    report = ingest(con, [path], Config())
+    assert report.rows_by_type() == {"proxy": 2}
+    reasons = {r[3] for r in _quarantine(con)}
+    assert "malformed CSV row: missing columns" in reasons
+    assert "status: expected an integer" in reasons
+
+
+def test_truncated_gzip_keeps_the_readable_prefix(con, tmp_path):
+    good = json.dumps(SAMPLES["proxy"])
+    data = gzip.compress(("\n".join([good] * 2000) + "\n").encode())
+    path = tmp_path / "proxy.jsonl.gz"
+    path.write_bytes(data[: len(data) // 2])
+    report = ingest(con, [path], Config())
+    loaded = report.rows_by_type()["proxy"]
+    assert 0 < loaded < 2000
+    reasons = [r[3] for r in _quarantine(con)]
+    assert any(r.startswith("truncated gzip") for r in reasons)
+
+
+def test_unreadable_parquet(con, tmp_path):
+    path = tmp_path / "inbox.parquet"
+    path.write_bytes(b"PAR1 definitely not parquet")
+    good = _write(tmp_path / "rollout.jsonl", "jsonl", [SAMPLES["rollout"]])
+    report = ingest(con, [path, good], Config())
+    assert report.rows_by_type() == {"rollout": 1}
+    assert _quarantine(con)[0][3].startswith("unreadable file")
+
+
+def test_reingest_same_content_adds_nothing(con, tmp_path):
+    path = _write(tmp_path / "proxy.jsonl", "jsonl", [SAMPLES["proxy"]] * 3)
+    ingest(con, [path], Config())
+    again = ingest(con, [tmp_path], Config())
+    assert [f.status for f in again.files] == ["unchanged"]
+    copy = tmp_path / "copy" / "proxy-copy.jsonl"
+    copy.parent.mkdir()
+    copy.write_bytes(path.read_bytes())
+    third = ingest(con, [copy], Config())
+    assert [f.status for f in third.files] == ["duplicate"]
+    assert con.execute("SELECT count(*) FROM proxy").fetchone()[0] == 3
+
+
+def test_changed_file_replaces_its_rows(con, tmp_path):
+    path = _write(tmp_path / "proxy.jsonl", "jsonl", [SAMPLES["proxy"]] * 3)
+    ingest(con, [path], Config())
+    _write(path, "jsonl", [SAMPLES["proxy"]] * 5)
+    report = ingest(con, [path], Config())
+    assert report.files[0].status == "replaced"
+    assert con.execute("SELECT count(*) FROM proxy").fetchone()[0] == 5
+
+
+def test_failure_mid_ingest_leaves_db_unchanged(con, tmp_path, monkeypatch):
+    first = (
+        _write(tmp_path / "a" / "rollout.jsonl", "jsonl", [SAMPLES["rollout"]])
+        if (tmp_path / "a").mkdir() is None
+        else None
+    )
+    ingest(con, [first], Config())
+    before = {
+        t.table: con.execute(f"SELECT count(*) FROM {t.table}").fetchone()[0] for t in RECORD_TYPES
+    }
+    files_before = con.execute("SELECT count(*) FROM files").fetchone()[0]
+    (tmp_path / "b").mkdir()
+    _write(tmp_path / "b" / "proxy.jsonl", "jsonl", [SAMPLES["proxy"]])
+    _write(tmp_path / "b" / "sessions.jsonl", "jsonl", [SAMPLES["sessions"]])
+    real = loadmod._Loader._insert
+    calls = {"n": 0}
+
+    def boom(self, *a, **k):
+        calls["n"] += 1
+        if calls["n"] == 2:
+            raise KeyboardInterrupt("simulated kill")
+        return real(self, *a, **k)
+
+    monkeypatch.setattr(loadmod._Loader, "_insert", boom)
+    with pytest.raises(KeyboardInterrupt):
+        ingest(con, [tmp_path / "b"], Config())
+    after = {
+        t.table: con.execute(f"SELECT count(*) FROM {t.table}").fetchone()[0] for t in RECORD_TYPES
+    }
+    assert after == before
+    assert con.execute("SELECT count(*) FROM files").fetchone()[0] == files_before
+    assert con.execute("SELECT count(*) FROM quarantine").fetchone()[0] == 0
+
+
+def _all_text(con) -> list[str]:
+    out = []
+    tables = [
+        r[0] for r in con.execute("SELECT table_name FROM information_schema.tables").fetchall()
+    ]
+    for t in tables:
+        cols = [
+            r[0]
+            for r in con.execute(
+                "SELECT column_name FROM information_schema.columns WHERE table_name = $t "
+                "AND data_type IN ('VARCHAR', 'JSON')",
+                {"t": t},
+            ).fetchall()
+        ]
+        for c in cols:
+            out += [v for (v,) in con.execute(f'SELECT "{c}" FROM "{t}"').fetchall() if v]
+    return out
+
+
+def test_raw_session_id_never_stored(con, tmp_path):
+    raw = SAMPLES["proxy"]["session_id"]
+    bad = dict(SAMPLES["proxy"], status="oops")
+    path = _write(tmp_path / "proxy.jsonl", "jsonl", [SAMPLES["proxy"], bad])
+    _write(tmp_path / "proxy.csv", "csv", [SAMPLES["proxy"]])
+    ingest(con, [path, tmp_path / "proxy.csv"], Config())
+    texts = _all_text(con)
+    assert not any(raw in t for t in texts)
+    hm = con.execute("SELECT DISTINCT session_hmac FROM proxy").fetchall()
+    assert hm == [(hmac_hex(KEY, raw),)]
+    assert con.execute("SELECT bool_and(raw_session_id) FROM proxy").fetchone()[0]
+
+
+def test_raw_session_id_without_key_is_dropped_with_a_warning(con, tmp_path, monkeypatch):
+    monkeypatch.delenv("REPLAYGATE_HMAC_KEY")
+    path = _write(tmp_path / "proxy.jsonl", "jsonl", [SAMPLES["proxy"]])
+    report = ingest(con, [path], Config())
+    assert any("REPLAYGATE_HMAC_KEY" in w for w in report.warnings)
+    assert con.execute("SELECT session_hmac, raw_session_id FROM proxy").fetchall() == [
+        (None, True)
+    ]
+    assert not any(SAMPLES["proxy"]["session_id"] in t for t in _all_text(con))
+
+
+def test_sql_hmac_matches_python(con):
+    from ingest.redact import hmac_sql, padded_keys
+
+    for key in (b"k", b"x" * 100):
+        got = con.execute(
+            f"SELECT {hmac_sql('$v')}", {"v": "sessión-☃", **padded_keys(key)}
+        ).fetchone()[0]
+        assert got == hmac_hex(key, "sessión-☃")
+
+
+def test_read_only_connection_to_missing_db_is_an_error(tmp_path):
+    from ingest.errors import ReplaygateError
+
+    with pytest.raises(ReplaygateError):
+        dbm.connect(str(tmp_path / "nope.duckdb"), read_only=True)
+
+
+def test_duckdb_is_the_store(con):
+    assert isinstance(con, duckdb.DuckDBPyConnection)
