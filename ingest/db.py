@@ -57,6 +57,8 @@ def connect(path: str | None = None, read_only: bool = False) -> duckdb.DuckDBPy
     path = path or default_db_path()
     if read_only and path != ":memory:" and not Path(path).exists():
         raise ReplaygateError(f"no database at {path} (run `replaygate ingest` first)")
+    if not read_only and path != ":memory:":
+        Path(path).parent.mkdir(parents=True, exist_ok=True)
     try:
         con = duckdb.connect(path, read_only=read_only)
     except duckdb.Error as exc:

@@ -281,6 +281,52 @@ def gates(db, config_path, as_json, stage, all_stages):
     sys.exit(EXIT_CODES[worst(decisions)])
 
 
+@cli.command(context_settings=CONTEXT)
+@db_option
+@config_option
+@click.option("--port", default=8501, show_default=True, type=int)
+@click.option("--host", default="127.0.0.1", show_default=True,
+              help="Address to listen on (loopback by default).")
+def dashboard(db, config_path, port, host):
+    """Start the Streamlit dashboard on the database.
+
+    \b
+    Findings are refreshed first if the data or configuration changed; the
+    dashboard itself only reads.
+
+    \b
+    Examples:
+      replaygate dashboard --db fleet.duckdb
+      replaygate dashboard --db fleet.duckdb --config replaygate.toml --port 8600
+    """
+    import os
+    import subprocess
+    from pathlib import Path
+
+    from ingest import config as cfg
+    from ingest import db as dbm
+    from queries import runner
+
+    conf = cfg.load(config_path)
+    con = dbm.connect(db)
+    runner.analyse(con, conf)
+    con.close()
+    app = Path(__file__).resolve().parent.parent / "dashboard" / "app.py"
+    env = dict(os.environ, REPLAYGATE_DB=str(Path(db).resolve()))
+    if config_path:
+        env["REPLAYGATE_CONFIG"] = str(Path(config_path).resolve())
+    elif Path("replaygate.toml").exists():
+        env["REPLAYGATE_CONFIG"] = str(Path("replaygate.toml").resolve())
+    click.echo(f"replaygate dashboard on http://{host}:{port} (Ctrl-C to stop)", err=True)
+    cmd = [sys.executable, "-m", "streamlit", "run", str(app), "--server.port", str(port),
+           "--server.address", host, "--server.headless", "true",
+           "--browser.gatherUsageStats", "false"]
+    try:
+        sys.exit(subprocess.call(cmd, env=env))
+    except KeyboardInterrupt:
+        sys.exit(0)
+
+
 def _debug_requested(argv) -> bool:
     return "--debug" in argv
 
