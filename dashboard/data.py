@@ -100,20 +100,32 @@ def rollout_actions(stamp: str) -> pd.DataFrame:
 @st.cache_data(show_spinner=False)
 def filter_options(stamp: str) -> dict:
     with store().connect() as con:
+
         def values(col):
-            return [r[0] for r in con.execute(
-                f"SELECT DISTINCT {col} FROM a_sessions WHERE {col} IS NOT NULL ORDER BY 1"
-            ).fetchall()]
+            return [
+                r[0]
+                for r in con.execute(
+                    f"SELECT DISTINCT {col} FROM a_sessions WHERE {col} IS NOT NULL ORDER BY 1"
+                ).fetchall()
+            ]
 
         span = con.execute(
             "SELECT min(ts), max(ts) FROM (SELECT ts FROM proxy UNION ALL SELECT ts FROM sessions)"
         ).fetchone()
         revs = values("protocol_version")
-        if "2026-07-28" not in revs and con.execute(
-                "SELECT count(*) FROM dispatches WHERE session_hmac IS NULL").fetchone()[0]:
+        if (
+            "2026-07-28" not in revs
+            and con.execute(
+                "SELECT count(*) FROM dispatches WHERE session_hmac IS NULL"
+            ).fetchone()[0]
+        ):
             revs.append("2026-07-28")
-        return {"revisions": revs, "servers": values("server_instance"),
-                "clients": values("client_name"), "span": span}
+        return {
+            "revisions": revs,
+            "servers": values("server_instance"),
+            "clients": values("client_name"),
+            "span": span,
+        }
 
 
 _FINDINGS = """
@@ -167,55 +179,75 @@ def _time_where(f: Filters, col: str = "ts") -> tuple[str, dict]:
 def recoveries(stamp: str, f: Filters) -> pd.DataFrame:
     where, args = _time_where(f, "disc_ts")
     with store().connect() as con:
-        return _df(con, f"""SELECT disc_ts, secs, retry_ms FROM a_recoveries
-                            WHERE reopen_ts IS NOT NULL AND {where}""", args)
+        return _df(
+            con,
+            f"""SELECT disc_ts, secs, retry_ms FROM a_recoveries
+                            WHERE reopen_ts IS NOT NULL AND {where}""",
+            args,
+        )
 
 
 @st.cache_data(show_spinner=False)
 def resumes_over_time(stamp: str, f: Filters) -> pd.DataFrame:
     where, args = _time_where(f)
     with store().connect() as con:
-        return _df(con, f"""SELECT time_bucket(INTERVAL 15 MINUTE, ts) AS bucket, state,
+        return _df(
+            con,
+            f"""SELECT time_bucket(INTERVAL 15 MINUTE, ts) AS bucket, state,
                                    count(*) AS n
                             FROM streams
                             WHERE state IN ('DISCONNECTED', 'RESUME_PENDING', 'CURSOR_REJECTED')
                               AND {where}
-                            GROUP BY ALL ORDER BY bucket""", args)
+                            GROUP BY ALL ORDER BY bucket""",
+            args,
+        )
 
 
 @st.cache_data(show_spinner=False)
 def dispatch_mix(stamp: str, f: Filters) -> pd.DataFrame:
     where, args = _time_where(f, "d.ts")
     with store().connect() as con:
-        return _df(con, f"""
+        return _df(
+            con,
+            f"""
             SELECT time_bucket(INTERVAL 30 MINUTE, d.ts) AS bucket, d.outcome,
                    coalesce(a.protocol_version,
                             CASE WHEN d.session_hmac IS NULL THEN '2026-07-28' END,
                             'unknown') AS revision,
                    d.tool_class, d.idempotency_key IS NOT NULL AS keyed, count(*) AS n
             FROM dispatches d LEFT JOIN a_sessions a USING (session_hmac)
-            WHERE {where} GROUP BY ALL ORDER BY bucket""", args)
+            WHERE {where} GROUP BY ALL ORDER BY bucket""",
+            args,
+        )
 
 
 @st.cache_data(show_spinner=False)
 def proxy_status(stamp: str, f: Filters) -> pd.DataFrame:
     where, args = _time_where(f)
     with store().connect() as con:
-        return _df(con, f"""SELECT time_bucket(INTERVAL 15 MINUTE, ts) AS bucket,
+        return _df(
+            con,
+            f"""SELECT time_bucket(INTERVAL 15 MINUTE, ts) AS bucket,
                                    (status // 100) || 'xx' AS class, count(*) AS n
-                            FROM proxy WHERE {where} GROUP BY ALL ORDER BY bucket""", args)
+                            FROM proxy WHERE {where} GROUP BY ALL ORDER BY bucket""",
+            args,
+        )
 
 
 @st.cache_data(show_spinner=False)
 def reconnects(stamp: str, f: Filters) -> pd.DataFrame:
     where, args = _time_where(f)
     with store().connect() as con:
-        return _df(con, f"""SELECT make_timestamptz((epoch_ms(ts) // 10000) * 10000000) AS win,
+        return _df(
+            con,
+            f"""SELECT make_timestamptz((epoch_ms(ts) // 10000) * 10000000) AS win,
                                    count(*) / 10.0 AS qps
                             FROM proxy
                             WHERE ((method = 'GET' AND last_event_id IS NOT NULL)
                                    OR status IN (429, 503)) AND {where}
-                            GROUP BY ALL ORDER BY win""", args)
+                            GROUP BY ALL ORDER BY win""",
+            args,
+        )
 
 
 @st.cache_data(show_spinner=False)
@@ -233,20 +265,28 @@ def http_checks(stamp: str) -> dict:
                  AND len(list_filter($p, lambda x: like_escape(origin, x, '\\'))) = 0""",
             {"p": from_config(s.config)["origin_patterns"]},
         ).fetchone()
-    return {"n404": q[0], "no_version": q[1], "invalid_origin": origin[0],
-            "invalid_origin_served": origin[1]}
+    return {
+        "n404": q[0],
+        "no_version": q[1],
+        "invalid_origin": origin[0],
+        "invalid_origin_served": origin[1],
+    }
 
 
 @st.cache_data(show_spinner=False)
 def sessions_for_inspector(stamp: str, f: Filters, limit: int = 500) -> pd.DataFrame:
     where, args = findings_where(f)
     with store().connect() as con:
-        return _df(con, f"""
+        return _df(
+            con,
+            f"""
             SELECT f.session_hmac, count(*) AS findings, list(DISTINCT f.detector) AS detectors,
                    min(f.ts) AS first
             FROM findings f LEFT JOIN a_sessions a USING (session_hmac)
             WHERE f.session_hmac IS NOT NULL AND {where}
-            GROUP BY f.session_hmac ORDER BY findings DESC, first LIMIT {int(limit)}""", args)
+            GROUP BY f.session_hmac ORDER BY findings DESC, first LIMIT {int(limit)}""",
+            args,
+        )
 
 
 @st.cache_data(show_spinner=False)
@@ -290,9 +330,13 @@ def timeline(stamp: str, session_hmac: str, stream_id: str | None) -> pd.DataFra
 @st.cache_data(show_spinner=False)
 def streams_of(stamp: str, session_hmac: str) -> list[str]:
     with store().connect() as con:
-        return [r[0] for r in con.execute(
-            "SELECT DISTINCT stream_id FROM streams WHERE session_hmac = $s ORDER BY 1",
-            {"s": session_hmac}).fetchall()]
+        return [
+            r[0]
+            for r in con.execute(
+                "SELECT DISTINCT stream_id FROM streams WHERE session_hmac = $s ORDER BY 1",
+                {"s": session_hmac},
+            ).fetchall()
+        ]
 
 
 @st.cache_data(show_spinner=False)
@@ -302,12 +346,19 @@ def data_overview(stamp: str) -> dict:
 
         return {
             "status": status(con),
-            "files": _df(con, """SELECT path, format, size, sha256, rows_loaded, rows_quarantined,
-                                        ingested_at, status FROM files ORDER BY file_id"""),
-            "quarantine": _df(con, """SELECT path, line, "row", record_type, reason
-                                      FROM quarantine ORDER BY path, line, "row" LIMIT 5000"""),
-            "coverage": _df(con, "SELECT detector, status, rows, seconds FROM coverage "
-                                 "ORDER BY detector"),
+            "files": _df(
+                con,
+                """SELECT path, format, size, sha256, rows_loaded, rows_quarantined,
+                                        ingested_at, status FROM files ORDER BY file_id""",
+            ),
+            "quarantine": _df(
+                con,
+                """SELECT path, line, "row", record_type, reason
+                                      FROM quarantine ORDER BY path, line, "row" LIMIT 5000""",
+            ),
+            "coverage": _df(
+                con, "SELECT detector, status, rows, seconds FROM coverage ORDER BY detector"
+            ),
         }
 
 
@@ -315,10 +366,13 @@ def rollback_checks(stamp: str) -> list[dict]:
     return gates_doc(stamp, None, True).get("rollback_verification", [])
 
 
-SEVERITY_COLORS = {"critical": "#b71c1c", "high": "#e65100", "medium": "#f9a825",
-                   "low": "#90a4ae"}
-STATUS_COLORS = {"pass": "#2e7d32", "fail": "#c62828", "insufficient": "#f9a825",
-                 "not_applicable": "#9e9e9e"}
+SEVERITY_COLORS = {"critical": "#b71c1c", "high": "#e65100", "medium": "#f9a825", "low": "#90a4ae"}
+STATUS_COLORS = {
+    "pass": "#2e7d32",
+    "fail": "#c62828",
+    "insufficient": "#f9a825",
+    "not_applicable": "#9e9e9e",
+}
 DECISION_COLORS = {"PROCEED": "#2e7d32", "HOLD": "#f9a825", "ROLLBACK": "#c62828"}
 
 __all__ = ["DatabaseBusy", "Store", "store", "gates", "SEVERITY_COLORS"]

@@ -73,9 +73,11 @@ def findings_where(f: Filters, alias: str = "f", sess: str = "a") -> tuple[str, 
         where.append(f"{alias}.stage = $stage")
         args["stage"] = f.stage
     if f.revisions:
-        where.append(f"list_contains($revs, coalesce({sess}.protocol_version, "
-                     f"CASE WHEN {alias}.session_hmac IS NULL THEN '2026-07-28' END, "
-                     "'unknown'))")
+        where.append(
+            f"list_contains($revs, coalesce({sess}.protocol_version, "
+            f"CASE WHEN {alias}.session_hmac IS NULL THEN '2026-07-28' END, "
+            "'unknown'))"
+        )
         args["revs"] = list(f.revisions)
     if f.servers:
         where.append(f"list_contains($servers, {sess}.server_instance)")

@@ -7,6 +7,8 @@ from urllib.parse import urlencode
 
 import streamlit as st
 
+from queries.gates import display_threshold, display_value
+
 from . import data, state
 from .state import Filters
 
@@ -26,17 +28,22 @@ def bootstrap() -> Ctx:
         stamp, current = s.stamp()
         options = data.filter_options(stamp)
     except data.DatabaseBusy:
-        st.info("An ingest is writing the database right now. The dashboard will show the "
-                "new data as soon as it finishes.")
+        st.info(
+            "An ingest is writing the database right now. The dashboard will show the "
+            "new data as soon as it finishes."
+        )
         st.button("Try again", key="busy_retry")
         st.stop()
     except Exception as exc:  # noqa: BLE001 - a missing or foreign DB gets one clear line
-        st.error(f"Cannot read {s.path}: {str(exc).splitlines()[0]}. "
-                 "Run `replaygate ingest` first.")
+        st.error(
+            f"Cannot read {s.path}: {str(exc).splitlines()[0]}. Run `replaygate ingest` first."
+        )
         st.stop()
     if not current:
-        st.warning("Findings are older than the data or the configuration. Run "
-                   "`replaygate findings` (or restart `replaygate dashboard`) to refresh them.")
+        st.warning(
+            "Findings are older than the data or the configuration. Run "
+            "`replaygate findings` (or restart `replaygate dashboard`) to refresh them."
+        )
     filters = sidebar_filters(stamp, options)
     return Ctx(stamp, current, filters, options)
 
@@ -46,31 +53,57 @@ def sidebar_filters(stamp: str, options: dict) -> Filters:
     sb = st.sidebar
     sb.header("Filters")
     stage_names = ["(all)"] + list(data.stages(stamp)["stage"])
-    stage = sb.selectbox("Stage", stage_names,
-                         index=stage_names.index(f.stage) if f.stage in stage_names else 0,
-                         key="flt_stage")
-    revs = sb.multiselect("Protocol revision", options["revisions"],
-                          default=[r for r in f.revisions if r in options["revisions"]],
-                          key="flt_rev")
-    servers = sb.multiselect("Server instance", options["servers"],
-                             default=[r for r in f.servers if r in options["servers"]],
-                             key="flt_server")
-    clients = sb.multiselect("Client", options["clients"],
-                             default=[r for r in f.clients if r in options["clients"]],
-                             key="flt_client")
+    stage = sb.selectbox(
+        "Stage",
+        stage_names,
+        index=stage_names.index(f.stage) if f.stage in stage_names else 0,
+        key="flt_stage",
+    )
+    revs = sb.multiselect(
+        "Protocol revision",
+        options["revisions"],
+        default=[r for r in f.revisions if r in options["revisions"]],
+        key="flt_rev",
+    )
+    servers = sb.multiselect(
+        "Server instance",
+        options["servers"],
+        default=[r for r in f.servers if r in options["servers"]],
+        key="flt_server",
+    )
+    clients = sb.multiselect(
+        "Client",
+        options["clients"],
+        default=[r for r in f.clients if r in options["clients"]],
+        key="flt_client",
+    )
     lo, hi = options["span"]
     start, end = f.start, f.end
     if lo is not None and hi is not None and hi > lo:
-        picked = sb.slider("Time range (UTC)", min_value=lo, max_value=hi,
-                           value=(max(lo, start or lo), min(hi, end or hi)),
-                           format="MM-DD HH:mm", key="flt_time")
+        picked = sb.slider(
+            "Time range (UTC)",
+            min_value=lo,
+            max_value=hi,
+            value=(max(lo, start or lo), min(hi, end or hi)),
+            format="MM-DD HH:mm",
+            key="flt_time",
+        )
         start = picked[0] if picked[0] > lo else None
         end = picked[1] if picked[1] < hi else None
-    new = Filters(stage=None if stage == "(all)" else stage, revisions=tuple(revs),
-                  servers=tuple(servers), clients=tuple(clients), start=start, end=end)
+    new = Filters(
+        stage=None if stage == "(all)" else stage,
+        revisions=tuple(revs),
+        servers=tuple(servers),
+        clients=tuple(clients),
+        start=start,
+        end=end,
+    )
     wanted = state.to_query(new)
-    keep = {k: v for k, v in st.query_params.to_dict().items()
-            if k not in ("stage", "rev", "server", "client", "from", "to")}
+    keep = {
+        k: v
+        for k, v in st.query_params.to_dict().items()
+        if k not in ("stage", "rev", "server", "client", "from", "to")
+    }
     if {**keep, **wanted} != st.query_params.to_dict():
         st.query_params.from_dict({**keep, **wanted})
     sb.caption("Filters live in the URL: share the link to share this view.")
@@ -90,21 +123,28 @@ def decision_badge(decision: str, stage: str) -> None:
 def status_box(ok: bool, text: str) -> None:
     """A verdict about the data (not an error of the app)."""
     color = data.STATUS_COLORS["pass" if ok else "fail"]
-    st.markdown(f"<div style='border-left:6px solid {color};padding:8px 12px;"
-                f"background:#fafafa'><b>{text}</b></div>", unsafe_allow_html=True)
+    st.markdown(
+        f"<div style='border-left:6px solid {color};padding:8px 12px;"
+        f"background:#fafafa'><b>{text}</b></div>",
+        unsafe_allow_html=True,
+    )
 
 
 def gate_tile(col, gate: dict) -> None:
     color = data.STATUS_COLORS[gate["status"]]
-    value = "—" if gate["value"] is None else f"{gate['value']:,.4g}"
+    value = display_value(gate)
     with col.container(border=True):
-        st.markdown(f"<span style='color:{color};font-weight:700'>● {gate['status']}</span> "
-                    f"&nbsp;<b>{gate['id']}</b>", unsafe_allow_html=True)
-        st.metric("value", value, help=gate["reason"], label_visibility="collapsed")
-        st.caption(f"threshold {gate['threshold']:g} · sample {gate['sample']:,}"
-                   + (f" / {gate['min_sample']:,}" if gate["min_sample"] else "")
-                   + (f" · 95% bound < {gate['upper_bound_95']:.1e}"
-                      if gate["upper_bound_95"] else ""))
+        st.markdown(
+            f"<span style='color:{color};font-weight:700'>● {gate['status']}</span> "
+            f"&nbsp;<b>{gate['id']}</b>",
+            unsafe_allow_html=True,
+        )
+        st.metric(gate["id"], value, help=gate["reason"], label_visibility="collapsed")
+        st.caption(
+            f"threshold {display_threshold(gate)} · sample {gate['sample']:,}"
+            + (f" / {gate['min_sample']:,}" if gate["min_sample"] else "")
+            + (f" · 95% bound < {gate['upper_bound_95']:.1e}" if gate["upper_bound_95"] else "")
+        )
         meter = gate.get("meter")
         if meter and gate["min_sample"]:
             st.progress(min(1.0, gate["sample"] / gate["min_sample"]))
@@ -125,15 +165,34 @@ def findings_table(df, key: str, height: int = 360) -> None:
         return
     view = df.copy()
     view["session"] = view["session_hmac"].map(state.short)
-    view["inspect"] = [inspector_link(h, s) for h, s in zip(view["session_hmac"],
-                                                             view["stream_id"], strict=True)]
-    cols = ["severity", "detector", "ts", "stage", "session", "stream_id", "event_id",
-            "dispatch_id", "idempotency_key", "revision", "detail", "inspect"]
+    view["inspect"] = [
+        inspector_link(h, s) for h, s in zip(view["session_hmac"], view["stream_id"], strict=True)
+    ]
+    cols = [
+        "severity",
+        "detector",
+        "ts",
+        "stage",
+        "session",
+        "stream_id",
+        "event_id",
+        "dispatch_id",
+        "idempotency_key",
+        "revision",
+        "detail",
+        "inspect",
+    ]
     st.dataframe(
-        view[cols], key=key, height=height, hide_index=True, width="stretch",
-        column_config={"inspect": st.column_config.LinkColumn("inspect",
-                                                              display_text="open ›"),
-                       "ts": st.column_config.DatetimeColumn("ts", format="MM-DD HH:mm:ss"),
-                       "session": st.column_config.TextColumn(
-                           "session", help="HMAC of the session id (shortened)")},
+        view[cols],
+        key=key,
+        height=height,
+        hide_index=True,
+        width="stretch",
+        column_config={
+            "inspect": st.column_config.LinkColumn("inspect", display_text="open ›"),
+            "ts": st.column_config.DatetimeColumn("ts", format="MM-DD HH:mm:ss"),
+            "session": st.column_config.TextColumn(
+                "session", help="HMAC of the session id (shortened)"
+            ),
+        },
     )

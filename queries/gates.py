@@ -172,6 +172,27 @@ def reason(gate: dict, config: Config) -> str:
     )
 
 
+def display_value(gate: dict) -> str:
+    """A gate's measured value as people read it (tiles, tables, reports)."""
+    v = gate["value"]
+    if v is None:
+        return "—"
+    kind = BY_ID[gate["id"]].kind
+    if kind == "share":
+        return f"{v:.0%}" if v in (0, 1) else f"{v:.1%}"
+    if kind == "p99":
+        return f"{v:.2f} s"
+    if kind == "peak":
+        return f"{v:g}/s"
+    return f"{int(v):,}"
+
+
+def display_threshold(gate: dict) -> str:
+    kind = BY_ID[gate["id"]].kind
+    t = gate["threshold"]
+    return {"share": "100%", "p99": f"< {t:g} s", "peak": f"≤ {t:g}/s"}.get(kind, f"{t:g}")
+
+
 def _iso(ts):
     if ts is None:
         return None

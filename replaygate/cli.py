@@ -285,8 +285,12 @@ def gates(db, config_path, as_json, stage, all_stages):
 @db_option
 @config_option
 @click.option("--port", default=8501, show_default=True, type=int)
-@click.option("--host", default="127.0.0.1", show_default=True,
-              help="Address to listen on (loopback by default).")
+@click.option(
+    "--host",
+    default="127.0.0.1",
+    show_default=True,
+    help="Address to listen on (loopback by default).",
+)
 def dashboard(db, config_path, port, host):
     """Start the Streamlit dashboard on the database.
 
@@ -318,9 +322,21 @@ def dashboard(db, config_path, port, host):
     elif Path("replaygate.toml").exists():
         env["REPLAYGATE_CONFIG"] = str(Path("replaygate.toml").resolve())
     click.echo(f"replaygate dashboard on http://{host}:{port} (Ctrl-C to stop)", err=True)
-    cmd = [sys.executable, "-m", "streamlit", "run", str(app), "--server.port", str(port),
-           "--server.address", host, "--server.headless", "true",
-           "--browser.gatherUsageStats", "false"]
+    cmd = [
+        sys.executable,
+        "-m",
+        "streamlit",
+        "run",
+        str(app),
+        "--server.port",
+        str(port),
+        "--server.address",
+        host,
+        "--server.headless",
+        "true",
+        "--browser.gatherUsageStats",
+        "false",
+    ]
     try:
         sys.exit(subprocess.call(cmd, env=env))
     except KeyboardInterrupt:

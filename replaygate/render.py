@@ -6,6 +6,7 @@ from rich.console import Console
 from rich.table import Table
 
 from ingest.contract import RECORD_TYPES
+from queries.gates import display_value
 
 console = Console()
 
@@ -159,7 +160,7 @@ def gates_report(doc: dict) -> None:
             t.add_column(col)
         for g in st["gates"]:
             ub = f"< {g['upper_bound_95']:.1e}" if g["upper_bound_95"] else "-"
-            value = "-" if g["value"] is None else f"{g['value']:,.4g}"
+            value = display_value(g)
             t.add_row(
                 g["id"],
                 f"[{STATUS_STYLE[g['status']]}]{g['status']}[/]",

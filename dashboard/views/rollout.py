@@ -16,23 +16,37 @@ left, right = st.columns(2)
 with left:
     st.subheader("Decisions")
     st.dataframe(
-        [{"stage": s["stage"], "scope": s["scope"], "decision": s["decision"],
-          "reasons": "; ".join(s["reasons"])} for s in all_doc["stages"]],
-        hide_index=True, key="rollout_decisions", width="stretch")
+        [
+            {
+                "stage": s["stage"],
+                "scope": s["scope"],
+                "decision": s["decision"],
+                "reasons": "; ".join(s["reasons"]),
+            }
+            for s in all_doc["stages"]
+        ],
+        hide_index=True,
+        key="rollout_decisions",
+        width="stretch",
+    )
 with right:
     st.subheader("Rollback verification")
     checks = all_doc.get("rollback_verification", [])
     if not checks:
         st.info("No rollback in the rollout log.")
     for rb in checks:
-        ui.status_box(rb["verified"], f"{rb['stage']} rolled back at {rb['rollback_at']}: "
-                      + ("hygiene verified" if rb["verified"] else "hygiene NOT verified"))
+        ui.status_box(
+            rb["verified"],
+            f"{rb['stage']} rolled back at {rb['rollback_at']}: "
+            + ("hygiene verified" if rb["verified"] else "hygiene NOT verified"),
+        )
         st.markdown(
             f"- new streams resumed after the rollback: **{rb['new_streams_resumed']}** of "
             f"{rb['new_streams_in_window']} opened in the window\n"
             f"- cursors dropped for live sessions: "
             f"**{rb['checks']['rollback_cursor_dropped']}**\n"
             f"- old streams re-POSTed instead of resumed: "
-            f"**{rb['checks']['rollback_post_storm']}**")
+            f"**{rb['checks']['rollback_post_storm']}**"
+        )
 st.subheader("Actions")
 st.dataframe(actions, hide_index=True, key="rollout_actions", width="stretch")

@@ -8,14 +8,18 @@ ctx = ui.bootstrap()
 doc = data.gates_doc(ctx.stamp, ctx.filters.stage)
 st.title("Rollout decision")
 if not doc["stages"]:
-    st.info("No rollout log ingested: there are no stages to gate. Findings are still listed "
-            "on the Findings page.")
+    st.info(
+        "No rollout log ingested: there are no stages to gate. Findings are still listed "
+        "on the Findings page."
+    )
     st.stop()
 stage = doc["stages"][0]
 ui.decision_badge(stage["decision"], stage["stage"])
-st.caption(f"scope {stage['scope']} · window {stage['window']['start']} → "
-           f"{stage['window']['end'] or 'open'} · the same evaluation as "
-           f"`replaygate gates --stage {stage['stage']}`")
+st.caption(
+    f"scope {stage['scope']} · window {stage['window']['start']} → "
+    f"{stage['window']['end'] or 'open'} · the same evaluation as "
+    f"`replaygate gates --stage {stage['stage']}`"
+)
 if stage["reasons"]:
     st.subheader("Why")
     for reason in stage["reasons"]:

@@ -17,14 +17,21 @@ if not options:
     st.info("No session to inspect for these filters.")
     st.stop()
 session = st.selectbox(
-    "Session (HMAC)", options, index=options.index(wanted) if wanted else 0,
-    format_func=lambda h: short(h, 16), key="inspector_session")
+    "Session (HMAC)",
+    options,
+    index=options.index(wanted) if wanted else 0,
+    format_func=lambda h: short(h, 16),
+    key="inspector_session",
+)
 streams = data.streams_of(ctx.stamp, session)
 stream_opts = ["(whole session)", *streams]
 want_stream = params.get("stream")
-stream = st.selectbox("Stream", stream_opts,
-                      index=stream_opts.index(want_stream) if want_stream in stream_opts else 0,
-                      key="inspector_stream")
+stream = st.selectbox(
+    "Stream",
+    stream_opts,
+    index=stream_opts.index(want_stream) if want_stream in stream_opts else 0,
+    key="inspector_stream",
+)
 stream_id = None if stream == "(whole session)" else stream
 if params.get("session") != session or params.get("stream") != stream_id:
     params["session"] = session

@@ -1,0 +1,120 @@
+"""The running dashboard in a real headless chromium (Debian's): every page loads with
+no error element; screenshots land in docs/screenshots/ (one is in the README)."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import time
+
+import pytest
+
+from .conftest import ROOT, SAMPLE
+
+CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
+pytestmark = [
+    pytest.mark.browser,
+    pytest.mark.skipif(CHROMIUM is None, reason="Debian's chromium is not installed"),
+]
+PAGES = ["overview", "rollout", "streams", "dispatch", "sessions", "findings", "inspector", "data"]
+FLAGS = [
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+]
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory):
+    db = tmp_path_factory.mktemp("browser") / "sample.duckdb"
+    env = dict(os.environ, REPLAYGATE_HMAC_KEY="replaygate-demo-key")
+    subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "replaygate",
+            "ingest",
+            str(SAMPLE),
+            "--db",
+            str(db),
+            "--config",
+            str(SAMPLE / "replaygate.toml"),
+        ],
+        check=True,
+        env=env,
+        capture_output=True,
+    )
+    port = _free_port()
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "replaygate",
+            "dashboard",
+            "--db",
+            str(db),
+            "--config",
+            str(SAMPLE / "replaygate.toml"),
+            "--port",
+            str(port),
+        ],
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    url = f"http://127.0.0.1:{port}"
+    deadline = time.time() + 60
+    while time.time() < deadline:
+        try:
+            with socket.create_connection(("127.0.0.1", port), timeout=1):
+                break
+        except OSError:
+            time.sleep(0.5)
+    else:
+        proc.kill()
+        pytest.fail("dashboard did not start")
+    yield url
+    proc.terminate()
+    proc.wait(timeout=10)
+
+
+def test_every_page_in_a_real_browser(server, tmp_path):
+    from playwright.sync_api import sync_playwright
+
+    shots = ROOT / "docs" / "screenshots"
+    shots.mkdir(parents=True, exist_ok=True)
+    with sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=CHROMIUM, args=FLAGS, headless=True)
+        page = browser.new_page(viewport={"width": 1440, "height": 1000})
+        for name in PAGES:
+            # The overview is the default page, served at the root.
+            page.goto(f"{server}/?stage=write-10pct" if name == "overview" else f"{server}/{name}")
+            page.wait_for_selector("[data-testid='stMainBlockContainer'] h1", timeout=60_000)
+            # Let every element of the run arrive (the app signals it by going idle).
+            page.wait_for_function(
+                "() => !document.querySelector('[data-testid=\"stStatusWidget\"]')", timeout=60_000
+            )
+            page.wait_for_timeout(1500)
+            errors = page.query_selector_all(
+                "[data-testid='stException'], [data-testid='stAlertContentError']"
+            )
+            assert not errors, (name, [e.inner_text()[:300] for e in errors])
+            assert "Page not found" not in page.inner_text("body"), name
+            title = page.inner_text("[data-testid='stMainBlockContainer'] h1")
+            assert title.strip(), name
+            page.screenshot(path=str(shots / f"{name}.png"), full_page=True)
+        browser.close()
+    assert (shots / "overview.png").stat().st_size > 10_000
