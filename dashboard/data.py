@@ -308,7 +308,8 @@ def timeline(stamp: str, session_hmac: str, stream_id: str | None) -> pd.DataFra
                'stream ' || stream_id || ', event ' || event_id
         FROM events WHERE session_hmac = $s AND {stream_cond}
         UNION ALL
-        SELECT ts, 'client receipts', coalesce(kind, 'event') || ' #' || coalesce(seq::VARCHAR, '?'),
+        SELECT ts, 'client receipts',
+               coalesce(kind, 'event') || ' #' || coalesce(seq::VARCHAR, '?'),
                verdict, stream_id,
                'arrived on ' || stream_id || ', from ' || coalesce(origin_stream_id, '?')
                || ', event ' || event_id
