@@ -16,6 +16,7 @@ import shutil
 import tempfile
 import zlib
 from collections import Counter
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -23,7 +24,7 @@ import duckdb
 
 from . import readers, validate
 from .config import Config
-from .contract import RECORD_TYPES
+from .contract import RECORD_TYPES, RecordType, all_field_names
 from .db import get_meta, set_meta
 from .errors import ReplaygateError
 from .redact import padded_keys
@@ -117,12 +118,18 @@ def _gunzip_prefix(path: Path, out: Path) -> int:
 
 @dataclass
 class _Staged:
-    """A file read into a temporary table, waiting for the load transaction."""
+    """A file read into a temporary table, waiting for the load transaction.
+
+    `typed` names the record type when the file was staged already cast and checked
+    (one pass: the common case of a file of one type); otherwise the staging table
+    holds text columns and each type present is cast and checked while loading.
+    """
 
     src: readers.Source
     shown: str
     sha: str
     table: str | None  # None when the file could not be read at all
+    typed: RecordType | None = None
     replaces: list[int] = field(default_factory=list)
     notes: list[tuple[int | None, str]] = field(default_factory=list)  # (line, reason)
     rejects: str | None = None
@@ -152,30 +159,65 @@ class _Loader:
         return self.con.execute(sql, params or {})
 
     # -- phase 1: outside the transaction -------------------------------------------------
-    def stage(self, src: readers.Source, n: int, seen: dict[str, str]) -> _Staged | FileResult:
-        shown = _display(src.path)
-        sha = _sha256(src.path)
+    def _known(self, sha: str, shown: str, seen: dict[str, str]) -> FileResult | None:
         same = self._exec(
             "SELECT path FROM files WHERE sha256 = $s AND status = 'loaded' LIMIT 1", {"s": sha}
         ).fetchone()
         earlier = same[0] if same else seen.get(sha)
-        if earlier:
-            status = "unchanged" if earlier == shown else "duplicate"
-            note = "" if status == "unchanged" else f"same content as {earlier}"
-            return FileResult(shown, status, note=note)
+        if not earlier:
+            return None
+        status = "unchanged" if earlier == shown else "duplicate"
+        return FileResult(
+            shown, status, note="" if status == "unchanged" else f"same content as {earlier}"
+        )
+
+    def stage(self, src: readers.Source, n: int, seen: dict[str, str]) -> _Staged | FileResult:
+        shown = _display(src.path)
+        size = src.path.stat().st_size
+        likely_same = self._exec(
+            "SELECT count(*) FROM files WHERE path = $p AND size = $z AND status = 'loaded'",
+            {"p": shown, "z": size},
+        ).fetchone()[0]
+        if likely_same:
+            # Probably unchanged: hash first, and read nothing if so.
+            sha = _sha256(src.path)
+            known = self._known(sha, shown, seen)
+            if known:
+                return known
+            staged = self._stage_file(src, n, shown, sha)
+        else:
+            # Probably new: hash while DuckDB reads (both release the GIL).
+            with ThreadPoolExecutor(1) as pool:
+                digest = pool.submit(_sha256, src.path)
+                staged = self._stage_file(src, n, shown, None)
+                sha = digest.result()
+            known = self._known(sha, shown, seen)
+            if known:
+                self._drop(staged)
+                return known
+            staged.sha = sha
         seen[sha] = shown
-        prev = [
+        staged.replaces = [
             r[0]
             for r in self._exec(
                 "SELECT file_id FROM files WHERE path = $p AND status = 'loaded'", {"p": shown}
             ).fetchall()
         ]
-        staged = _Staged(src, shown, sha, None, replaces=prev)
+        return staged
+
+    def _drop(self, staged: _Staged) -> None:
+        for t in (staged.table, staged.rejects):
+            if t:
+                self._exec(f"DROP TABLE IF EXISTS {t}")
+
+    def _stage_file(self, src, n: int, shown: str, sha) -> _Staged:
+        staged = _Staged(src, shown, sha or "", None)
         table = f"rg_stage_{n}"
         compression = "gzip" if src.gzip else "none"
         read_path = src.path
+        typed = src.default_type
         try:
-            self._stage(src, read_path, compression, table, mixed=False)
+            self._stage(src, read_path, compression, table, typed)
         except duckdb.Error as exc:
             if not src.gzip:
                 staged.notes.append((None, _unreadable(exc)))
@@ -183,42 +225,46 @@ class _Loader:
             # A truncated gzip: keep what decompresses, quarantine the break.
             read_path = self.tmp / f"{n}.part"
             lines = _gunzip_prefix(src.path, read_path)
-            staged.notes.append(
-                (lines + 1, f"truncated gzip: the stream breaks after line {lines}")
-            )
+            reason = f"truncated gzip: the stream breaks after line {lines}"
+            staged.notes.append((lines + 1, reason))
             compression = "none"
             try:
-                self._stage(src, read_path, compression, table, mixed=False)
+                self._stage(src, read_path, compression, table, typed)
             except duckdb.Error as exc2:
                 staged.notes.append((None, _unreadable(exc2)))
                 return staged
         self.temp_tables.append(table)
-        if src.format == "jsonl" and src.default_type is not None:
-            other = self._exec(
+        if typed is not None:
+            foreign = self._exec(
                 f"SELECT count(*) FROM {table} WHERE rtype IS NOT NULL AND rtype <> $t",
-                {"t": src.default_type.table},
+                {"t": typed.table},
             ).fetchone()[0]
-            if other:
-                self._stage(src, read_path, compression, table, mixed=True)
+            if foreign:
+                # Rows of other types in a prefixed file: read it again, as text.
+                typed = None
+                self._stage(src, read_path, compression, table, None)
         if src.format == "csv":
             staged.rejects = f"rg_rejects_{n}"
             self._exec(
                 f"CREATE OR REPLACE TEMP TABLE {staged.rejects} AS "
-                "SELECT line, error_type FROM rg_rejects"
+                "SELECT DISTINCT line, error_type FROM rg_rejects"
             )
             self.temp_tables.append(staged.rejects)
         staged.table = table
+        staged.typed = typed
         return staged
 
-    def _stage(self, src, read_path: Path, compression: str, table: str, mixed: bool) -> None:
+    def _stage(
+        self, src, read_path: Path, compression: str, table: str, typed: RecordType | None
+    ) -> None:
+        names = [f.name for f in typed.fields] if typed else all_field_names()
         if src.format == "jsonl":
-            names = readers.field_names_for(src, mixed)
             sql = readers.jsonl_sql(src, names, self.key_available)
         elif src.format == "csv":
             self._exec("DROP TABLE IF EXISTS rg_rejects")
             self._exec("DROP TABLE IF EXISTS rg_scans")
             header = readers.csv_header(read_path, compression == "gzip")
-            sql = readers.csv_sql(src, header, self.key_available)
+            sql = readers.csv_sql(src, header, names, self.key_available)
         else:
             cols = [
                 r[0]
@@ -226,7 +272,9 @@ class _Loader:
                     "DESCRIBE SELECT * FROM read_parquet($path)", {"path": str(read_path)}
                 ).fetchall()
             ]
-            sql = readers.parquet_sql(src, cols, self.key_available)
+            sql = readers.parquet_sql(src, cols, names, self.key_available)
+        if typed is not None:
+            sql = validate.checked_sql(typed, f"({sql})")
         params = {"path": str(read_path)}
         if "$hmac_ipad" in sql:
             params.update(self.params)
@@ -235,12 +283,32 @@ class _Loader:
         self._exec(f"CREATE OR REPLACE TEMP TABLE {table} AS {sql}", params)
 
     # -- phase 2: inside the transaction --------------------------------------------------
-    def load(self, st: _Staged) -> FileResult:
-        for old_id in st.replaces:
+    def _retire(self, old_ids: list[int]) -> None:
+        for old_id in old_ids:
             for rt in RECORD_TYPES:
                 self._exec(f"DELETE FROM {rt.table} WHERE file_id = $f", {"f": old_id})
             self._exec("DELETE FROM quarantine WHERE file_id = $f", {"f": old_id})
             self._exec("UPDATE files SET status = 'superseded' WHERE file_id = $f", {"f": old_id})
+
+    def _manifest(self, file_id: int, src, shown: str, sha: str, result: FileResult) -> None:
+        self._exec(
+            """INSERT INTO files VALUES ($id, $path, $name, $fmt, $size, $sha, $loaded, $q,
+               $rows, now(), 'loaded')""",
+            {
+                "id": file_id,
+                "path": shown,
+                "name": src.name,
+                "fmt": src.format + (".gz" if src.gzip else ""),
+                "size": src.path.stat().st_size,
+                "sha": sha,
+                "loaded": sum(result.rows.values()),
+                "q": result.quarantined,
+                "rows": _json(result.rows),
+            },
+        )
+
+    def load(self, st: _Staged) -> FileResult:
+        self._retire(st.replaces)
         file_id = self._exec("SELECT nextval('file_ids')").fetchone()[0]
         result = FileResult(st.shown, "replaced" if st.replaces else "loaded")
         if st.replaces:
@@ -260,70 +328,60 @@ class _Loader:
         ).fetchall():
             self.report.quarantine_reasons[_reason_class(reason)] += n
             result.quarantined += n
-        src = st.src
-        self._exec(
-            """INSERT INTO files VALUES ($id, $path, $name, $fmt, $size, $sha, $loaded, $q,
-               $rows, now(), 'loaded')""",
-            {
-                "id": file_id,
-                "path": st.shown,
-                "name": src.name,
-                "fmt": src.format + (".gz" if src.gzip else ""),
-                "size": src.path.stat().st_size,
-                "sha": st.sha,
-                "loaded": sum(result.rows.values()),
-                "q": result.quarantined,
-                "rows": _json(result.rows),
-            },
-        )
+        self._manifest(file_id, st.src, st.shown, st.sha, result)
         return result
 
     def _insert(self, st: _Staged, file_id: int, result: FileResult) -> None:
         table = st.table
-        pos = "rowid + 1"
-        line_col, row_col = (pos, "NULL") if st.src.format == "jsonl" else ("NULL", pos)
+        line_col, row_col = ("pos", "NULL") if st.src.format == "jsonl" else ("NULL", "pos")
         base = {"f": file_id, "p": st.shown}
         self._exec(
             f"""INSERT INTO quarantine SELECT $f, $p, {line_col}, {row_col}, NULL, bad
-                FROM {table} WHERE bad IS NOT NULL""",
+                FROM (SELECT rowid + 1 AS pos, bad FROM {table}) WHERE bad IS NOT NULL""",
             base,
         )
         if st.rejects:
             self._exec(
-                f"""INSERT INTO quarantine SELECT DISTINCT $f, $p, line, NULL, NULL,
+                f"""INSERT INTO quarantine SELECT $f, $p, line, NULL, NULL,
                    'malformed CSV row: ' || lower(CAST(error_type AS VARCHAR))
                    FROM {st.rejects}""",
                 base,
             )
-        present = {
-            r[0]
-            for r in self._exec(
-                f"SELECT DISTINCT rtype FROM {table} WHERE bad IS NULL AND rtype IS NOT NULL"
-            ).fetchall()
-        }
-        for rt in RECORD_TYPES:
-            if rt.table not in present:
-                continue
-            reason = validate.reason_sql(rt)
+        if st.typed is not None:
+            present = [st.typed]
+        else:
+            names = {
+                r[0]
+                for r in self._exec(
+                    f"SELECT DISTINCT rtype FROM {table} WHERE bad IS NULL AND rtype IS NOT NULL"
+                ).fetchall()
+            }
+            present = [rt for rt in RECORD_TYPES if rt.table in names]
+        for rt in present:
+            # A staging table is created before the transaction, so its rowids are the
+            # reader's order: rowid + 1 is the record's line (or data row).
+            rows = (
+                f"(SELECT rowid + 1 AS pos, * FROM {table} WHERE rtype = '{rt.table}' "
+                "AND bad IS NULL)"
+            )
+            checked = rows if st.typed is not None else f"({validate.checked_sql(rt, rows)})"
             self._exec(
                 f"""INSERT INTO quarantine
-                    SELECT $f, $p, {line_col}, {row_col}, $schema, reason FROM (
-                        SELECT rowid, {reason} AS reason FROM {table}
-                        WHERE rtype = $t AND bad IS NULL) WHERE reason IS NOT NULL""",
-                {**base, "t": rt.table, "schema": rt.schema},
+                    SELECT $f, $p, {line_col}, {row_col}, $schema, reason
+                    FROM {checked} WHERE reason IS NOT NULL""",
+                {**base, "schema": rt.schema},
             )
-            cols, exprs = validate.select_typed(rt)
+            cols, exprs = validate.target_columns(rt)
             n = self._exec(
                 f"""INSERT INTO {rt.table} ({", ".join(cols)})
-                    SELECT {", ".join(exprs)} FROM {table}
-                    WHERE rtype = $t AND bad IS NULL AND ({reason}) IS NULL""",
-                {"file_id": file_id, "t": rt.table},
+                    SELECT {", ".join(exprs)} FROM {checked} WHERE reason IS NULL""",
+                {"file_id": file_id},
             ).fetchone()[0]
             if n:
                 result.rows[rt.table] = n
             if rt.table == "proxy" and not self.key_available:
                 self.raw_without_key += self._exec(
-                    f"SELECT count(*) FROM {table} WHERE rtype = 'proxy' AND seen_session_id"
+                    f"SELECT count(*) FROM {checked} WHERE t_raw_session_id"
                 ).fetchone()[0]
 
 
@@ -357,21 +415,23 @@ def ingest(
     progress.start(sum(sizes), len(sources))
     loader = _Loader(con, config, report)
     try:
-        staged: list[_Staged] = []
+        plan: list = []
         seen: dict[str, str] = {}
         for n, (src, size) in enumerate(zip(sources, sizes, strict=True)):
             progress.file_started(src.name, size)
-            item = loader.stage(src, n, seen)
-            if isinstance(item, FileResult):
-                report.files.append(item)
-            else:
-                staged.append(item)
+            plan.append(loader.stage(src, n, seen))
             progress.file_done(size)
+        # Staging needed the reader's order (rowid = position); the copy does not, and is
+        # faster without it.
+        con.execute("SET preserve_insertion_order = false")
         con.execute("BEGIN TRANSACTION")
         try:
-            for st in staged:
-                report.files.append(loader.load(st))
-            if staged:
+            changed = False
+            for item in plan:
+                result = item if isinstance(item, FileResult) else loader.load(item)
+                changed |= result.status in ("loaded", "replaced", "unreadable")
+                report.files.append(result)
+            if changed:
                 version = int(get_meta(con, "data_version", "0")) + 1
                 set_meta(con, "data_version", str(version))
             con.execute("COMMIT")
@@ -379,6 +439,7 @@ def ingest(
             con.execute("ROLLBACK")
             raise
     finally:
+        con.execute("RESET preserve_insertion_order")
         loader.close()
         progress.stop()
     if loader.raw_without_key:

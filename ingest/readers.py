@@ -15,7 +15,7 @@ import io
 from dataclasses import dataclass
 from pathlib import Path
 
-from .contract import BY_SCHEMA, RECORD_TYPES, RecordType, all_field_names, type_for_filename
+from .contract import BY_SCHEMA, RECORD_TYPES, RecordType, type_for_filename
 from .redact import hmac_sql
 
 FORMATS = {
@@ -90,12 +90,6 @@ def _wrap(inner: str, source: Source) -> str:
     """
 
 
-def field_names_for(source: Source, mixed: bool) -> list[str]:
-    if source.default_type is None or mixed:
-        return all_field_names()
-    return [f.name for f in source.default_type.fields]
-
-
 def jsonl_sql(source: Source, names: list[str], key_available: bool) -> str:
     paths = ", ".join(["'$.schema'"] + [f"'$.{n}'" for n in names])
     values = {n: f"v[{i + 2}]" for i, n in enumerate(names)}
@@ -124,10 +118,9 @@ def csv_header(path: Path, gz: bool) -> list[str]:
     return next(csv.reader(io.StringIO(first)), [])
 
 
-def csv_sql(source: Source, header: list[str], key_available: bool) -> str:
+def csv_sql(source: Source, header: list[str], names: list[str], key_available: bool) -> str:
     # Columns are named by position, so no text from the file becomes SQL.
     positions = {name.strip(): i for i, name in enumerate(header)}
-    names = all_field_names()
     values = {n: f"c{positions[n]}" for n in names if n in positions}
     schema = f"c{positions['schema']}" if "schema" in positions else "NULL"
     columns = ", ".join(f"'c{i}': 'VARCHAR'" for i in range(len(header)))
@@ -142,9 +135,8 @@ def csv_sql(source: Source, header: list[str], key_available: bool) -> str:
     return _wrap(inner, source)
 
 
-def parquet_sql(source: Source, columns: list[str], key_available: bool) -> str:
+def parquet_sql(source: Source, columns: list[str], names: list[str], key_available: bool) -> str:
     present = set(columns)
-    names = all_field_names()
     values = {n: f'CAST("{n}" AS VARCHAR)' for n in names if n in present}
     schema = 'CAST("schema" AS VARCHAR)' if "schema" in present else "NULL"
     cols = ",\n        ".join(_field_exprs(values, names, key_available))

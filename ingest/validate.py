@@ -1,25 +1,23 @@
 """Contract checks and typed casts, generated as SQL from the contract.
 
-A row's reason is the first rule it breaks, in field order; NULL means the row
-is loaded. Reasons name fields and rules, never values: a value in the wrong
-field could be a secret.
+Each field is cast once (`t_<name>` from the text `f_<name>`); a row's reason is
+the first rule it breaks, in field order, read off the pair: a value present but
+not castable is a wrong type. NULL means the row is loaded. Reasons name fields
+and rules, never values: a value in the wrong field could be a secret.
 """
 
 from __future__ import annotations
 
 from .contract import DERIVED, Field, RecordType
 
-_INT = r"'\s*[-+]?[0-9]+(\.0*)?\s*'"
-_EPOCH = r"'\s*[-+]?[0-9]+(\.[0-9]*)?\s*'"
-_BOOLS = "('true', 'false', 't', 'f', '1', '0', 'yes', 'no')"
-
 
 def ts_sql(v: str) -> str:
     """Epoch milliseconds or RFC 3339 text to TIMESTAMPTZ (UTC, milliseconds)."""
+    # Text dates have a '-' after the year; checking it is cheaper than a failed cast.
     return (
-        f"CASE WHEN regexp_full_match({v}, {_EPOCH}) "
-        f"THEN CAST(epoch_ms(CAST(TRY_CAST({v} AS DOUBLE) AS BIGINT)) AS TIMESTAMPTZ) "
-        f"ELSE date_trunc('millisecond', TRY_CAST({v} AS TIMESTAMPTZ)) END"
+        f"CASE WHEN substr({v}, 5, 1) = '-' "
+        f"THEN date_trunc('millisecond', TRY_CAST({v} AS TIMESTAMPTZ)) "
+        f"ELSE CAST(epoch_ms(CAST(TRY_CAST({v} AS DOUBLE) AS BIGINT)) AS TIMESTAMPTZ) END"
     )
 
 
@@ -28,28 +26,14 @@ def cast_sql(f: Field) -> str:
     if f.type == "ts":
         return ts_sql(v)
     if f.type == "int":
-        return f"CAST(TRY_CAST(trim({v}) AS DOUBLE) AS BIGINT)"
+        # TRY_CAST to BIGINT rounds 200.5; an integer must not have a fraction.
+        d = f"TRY_CAST({v} AS DOUBLE)"
+        return f"CASE WHEN {d} = floor({d}) THEN CAST({d} AS BIGINT) END"
     if f.type == "float":
         return f"TRY_CAST({v} AS DOUBLE)"
     if f.type == "bool":
-        return f"lower(trim({v})) IN ('true', 't', '1', 'yes')"
+        return f"TRY_CAST(trim({v}) AS BOOLEAN)"
     return v
-
-
-def _valid_sql(f: Field) -> str | None:
-    v = f"f_{f.name}"
-    if f.type == "ts":
-        return f"({ts_sql(v)}) IS NOT NULL"
-    if f.type == "int":
-        return f"regexp_full_match({v}, {_INT})"
-    if f.type == "float":
-        return f"TRY_CAST({v} AS DOUBLE) IS NOT NULL"
-    if f.type == "bool":
-        return f"lower(trim({v})) IN {_BOOLS}"
-    if f.type == "enum":
-        allowed = ", ".join(f"'{e}'" for e in f.enum)
-        return f"{v} IN ({allowed})"
-    return None
 
 
 def _rule_text(f: Field) -> str:
@@ -65,40 +49,53 @@ def _rule_text(f: Field) -> str:
 
 
 def reason_sql(rt: RecordType) -> str:
-    """First broken rule of a staged row of type `rt`, or NULL."""
+    """First broken rule of a row holding both f_ (text) and t_ (typed) columns, or NULL."""
     whens = []
     for f in rt.fields:
         if f.secret:
             continue
-        v = f"f_{f.name}"
+        v, t = f"f_{f.name}", f"t_{f.name}"
         if f.required:
-            whens.append(
-                f"WHEN {v} IS NULL OR trim({v}) = '' THEN 'missing required field {f.name}'"
-            )
-        valid = _valid_sql(f)
-        if valid:
-            # Reasons are constants of ours; quotes cannot occur in them.
-            whens.append(
-                f"WHEN {v} IS NOT NULL AND trim({v}) <> '' AND NOT ({valid}) THEN '{_rule_text(f)}'"
-            )
+            whens.append(f"WHEN {v} IS NULL OR {v} = '' THEN 'missing required field {f.name}'")
+        # Reasons are constants of ours; quotes cannot occur in them.
+        if f.type == "enum":
+            allowed = ", ".join(f"'{e}'" for e in f.enum)
+            whens.append(f"WHEN {v} IS NOT NULL AND {v} NOT IN ({allowed}) THEN '{_rule_text(f)}'")
+        elif f.type != "text":
+            whens.append(f"WHEN {v} IS NOT NULL AND {t} IS NULL THEN '{_rule_text(f)}'")
     return "CASE " + " ".join(whens) + " END" if whens else "NULL"
 
 
-def select_typed(rt: RecordType) -> tuple[list[str], list[str]]:
-    """(target columns, select expressions) to insert staged rows into rt.table."""
-    cols, exprs = ["file_id", "pos"], ["$file_id", "rowid + 1"]
+def typed_exprs(rt: RecordType) -> list[str]:
+    """`t_<name>` columns for every stored field and derived column of rt."""
+    out = []
+    for f in rt.fields:
+        if f.secret:
+            continue
+        expr = cast_sql(f)
+        if rt.table == "proxy" and f.name == "session_hmac":
+            # The hashed Mcp-Session-Id header stands in for a missing session_hmac.
+            expr = "coalesce(nullif(f_session_hmac, ''), f_session_id)"
+        out.append(f"{expr} AS t_{f.name}")
+    for name, _ in DERIVED.get(rt.table, ()):
+        out.append(f"seen_session_id AS t_{name}")
+    return out
+
+
+def checked_sql(rt: RecordType, source: str) -> str:
+    """Rows of `source` with typed columns and their reason (text columns dropped)."""
+    return f"""
+    SELECT * EXCLUDE ({", ".join(f"f_{f.name}" for f in rt.fields)}), {reason_sql(rt)} AS reason
+    FROM (SELECT *, {", ".join(typed_exprs(rt))} FROM {source})"""
+
+
+def target_columns(rt: RecordType) -> tuple[list[str], list[str]]:
+    """(table columns, select expressions over a checked relation with `pos`)."""
+    cols, exprs = ["file_id", "pos"], ["$file_id", "pos"]
     for f in rt.stored_fields:
         cols.append(f.name)
-        # Empty text means null (CSV), for every type.
-        exprs.append(f"CASE WHEN trim(f_{f.name}) = '' THEN NULL ELSE {cast_sql(f)} END")
+        exprs.append(f"t_{f.name}")
     for name, _ in DERIVED.get(rt.table, ()):
         cols.append(name)
-        exprs.append("seen_session_id")
-    if rt.table == "proxy":
-        # The header's HMAC stands in for a missing session_hmac.
-        i = cols.index("session_hmac")
-        exprs[i] = (
-            "coalesce(CASE WHEN trim(f_session_hmac) = '' THEN NULL ELSE f_session_hmac END, "
-            "f_session_id)"
-        )
+        exprs.append(f"t_{name}")
     return cols, exprs

@@ -69,7 +69,13 @@ def cli(debug: bool) -> None:
 @config_option
 @json_option
 @click.option("--strict", is_flag=True, help="Exit 1 if any row was quarantined.")
-def ingest(paths, db, config_path, as_json, strict):
+@click.option(
+    "--no-analyse",
+    "no_analyse",
+    is_flag=True,
+    help="Only load; run the detectors later (findings, gates, dashboard do).",
+)
+def ingest(paths, db, config_path, as_json, strict, no_analyse):
     """Load ledgers and logs (files or folders) into the database.
 
     \b
@@ -92,7 +98,7 @@ def ingest(paths, db, config_path, as_json, strict):
     conf = cfg.load(config_path)
     con = dbm.connect(db)
     report = run_ingest(con, list(paths), conf, progress=RichProgress())
-    analysed = _analyse(con, conf)
+    analysed = None if no_analyse else _analyse(con, conf)
     if as_json:
         emit_json(ingest_summary(report, analysed, as_dict=True))
     else:

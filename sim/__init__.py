@@ -17,7 +17,7 @@ from .scenarios import normal_session, refused_origin, sessionless
 from .truth import expected_decisions
 
 DEMO_KEY = "replaygate-demo-key"
-EVENTS_PER_SESSION = 38  # measured average; --events is turned into a session count
+EVENTS_PER_SESSION = 21  # measured average; --events is turned into a session count
 STAGES = (  # name, scope, percent
     ("shadow-10pct", "shadow", 10.0),
     ("resume-read-25pct", "read", 25.0),

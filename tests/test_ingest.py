@@ -309,8 +309,8 @@ def test_failure_mid_ingest_leaves_db_unchanged(con, tmp_path, monkeypatch):
     files_before = con.execute("SELECT count(*) FROM files").fetchone()[0]
     (tmp_path / "b").mkdir()
     _write(tmp_path / "b" / "proxy.jsonl", "jsonl", [SAMPLES["proxy"]])
-    _write(tmp_path / "b" / "sessions.jsonl", "jsonl", [SAMPLES["sessions"]])
-    real = loadmod._Loader._insert
+    _write(tmp_path / "b" / "sessions.csv", "csv", [SAMPLES["sessions"]])
+    real = loadmod._Loader._manifest
     calls = {"n": 0}
 
     def boom(self, *a, **k):
@@ -319,7 +319,7 @@ def test_failure_mid_ingest_leaves_db_unchanged(con, tmp_path, monkeypatch):
             raise KeyboardInterrupt("simulated kill")
         return real(self, *a, **k)
 
-    monkeypatch.setattr(loadmod._Loader, "_insert", boom)
+    monkeypatch.setattr(loadmod._Loader, "_manifest", boom)
     with pytest.raises(KeyboardInterrupt):
         ingest(con, [tmp_path / "b"], Config())
     after = {
