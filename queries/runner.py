@@ -76,12 +76,11 @@ def analyse(
         for name, q in catalog.detectors().items():
             if only and name not in only:
                 continue
-            missing = [t for t in q.needs if not counts.get(t)]
+            # A need "a|b" is met by either record type.
+            missing = [n for n in q.needs if not any(counts.get(t) for t in n.split("|"))]
             if missing:
-                con.execute(
-                    "INSERT INTO coverage VALUES ($d, $s, 0, 0)",
-                    {"d": name, "s": _MISSING_LABEL[missing[0]]},
-                )
+                label = " and ".join(_MISSING_LABEL[t] for t in missing[0].split("|"))
+                con.execute("INSERT INTO coverage VALUES ($d, $s, 0, 0)", {"d": name, "s": label})
                 continue
             t0 = time.perf_counter()
             n = con.execute(

@@ -349,6 +349,73 @@ def dashboard(db, config_path, port, host):
         sys.exit(0)
 
 
+@cli.command(context_settings=CONTEXT)
+@db_option
+@config_option
+@click.option("--stage", metavar="NAME", help="Stage to report on (default: the newest).")
+@click.option(
+    "--format",
+    "fmt",
+    type=click.Choice(["html", "md", "json", "pdf"]),
+    default="html",
+    show_default=True,
+)
+@click.option("-o", "--output", type=click.Path(dir_okay=False), help="Report file.")
+@click.option(
+    "--bundle",
+    type=click.Path(file_okay=False),
+    help="Also write an evidence bundle into this folder.",
+)
+@click.option(
+    "--verify",
+    "verify_dir",
+    type=click.Path(file_okay=False, exists=True),
+    help="Check a bundle's inputs and findings against its statement, and exit.",
+)
+def report(db, config_path, stage, fmt, output, bundle, verify_dir):
+    """Write an audit report: scope, inputs, configuration, methodology, gates,
+    decision, rollback verification and findings, with the command that reproduces it.
+
+    \b
+    HTML is one self-contained file (charts inlined, no network) that prints cleanly;
+    PDF is printed from it by headless chromium. The same database and configuration
+    give byte-identical Markdown and JSON.
+
+    \b
+    Examples:
+      replaygate report --format html -o audit.html
+      replaygate report --stage write-10pct --format md -o ticket.md
+      replaygate report --format pdf -o audit.pdf --bundle evidence/
+      replaygate report --verify evidence/
+    """
+    from pathlib import Path
+
+    from dashboard import report as render
+    from ingest import config as cfg
+    from queries import api
+    from queries import report as rep
+
+    if verify_dir:
+        problems = render.verify(Path(verify_dir))
+        for p in problems:
+            click.echo(p, err=True)
+        if problems:
+            raise ReplaygateError(f"bundle does not verify: {len(problems)} differences")
+        click.echo("bundle verified: inputs and findings unchanged")
+        return
+    if not output and not bundle:
+        raise click.UsageError("give -o FILE, --bundle DIR, or both")
+    conf = cfg.load(config_path)
+    con = api.open_analysed(db, conf)
+    doc = rep.build(con, conf, stage, db_path=db, config_path=config_path)
+    if output:
+        render.write(doc, fmt, Path(output))
+        click.echo(f"wrote {output} ({doc['scope']['stage']}: {doc['decision']})", err=True)
+    if bundle:
+        files = render.bundle(doc, con, Path(bundle))
+        click.echo(f"wrote bundle {bundle}: " + ", ".join(f.name for f in files), err=True)
+
+
 def _debug_requested(argv) -> bool:
     return "--debug" in argv
 

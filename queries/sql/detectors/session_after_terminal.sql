@@ -1,7 +1,7 @@
 -- name: session_after_terminal
 -- invariant: nothing is accepted or served on a session after it was terminated or expired
 -- severity: critical
--- needs: sessions, inbox, proxy
+-- needs: sessions, inbox|proxy
 -- unit: session_hmac
 WITH late AS (
     SELECT i.session_hmac, i.ts, 'receipt' AS what

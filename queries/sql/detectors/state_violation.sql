@@ -1,7 +1,7 @@
 -- name: state_violation
 -- invariant: session and stream ledgers follow the state machines of seed 004 (a repeated state is fine)
 -- severity: medium
--- needs: sessions, streams
+-- needs: sessions|streams
 -- unit: (entity, ts)
 WITH session_rows AS (
     SELECT session_hmac, generation, NULL AS stream_id, ts, state,

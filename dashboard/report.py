@@ -1,0 +1,353 @@
+"""Render the audit report (queries/report.py) as Markdown, self-contained HTML or PDF,
+and write an evidence bundle that a later run can verify.
+
+Imports plotly, never streamlit, so `replaygate report` works without the UI.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import html
+import json
+import shutil
+import subprocess
+import tempfile
+from pathlib import Path
+
+import pandas as pd
+import plotly.graph_objects as go
+import pyarrow.parquet as pq
+from plotly.offline import get_plotlyjs
+
+from ingest.errors import ReplaygateError
+
+from . import figures
+
+STATUS_WORD = {
+    "pass": "PASSED",
+    "insufficient": "WARNED",
+    "fail": "FAILED",
+    "not_applicable": "SKIPPED",
+}
+
+
+def _md_cell(v) -> str:
+    return str(v).replace("|", "\\|").replace("\n", " ")
+
+
+def _value(v) -> str:
+    if v is None:
+        return "—"
+    return f"{v:.3g}" if isinstance(v, float) else str(v)
+
+
+def to_markdown(doc: dict) -> str:
+    s = doc["scope"]
+    out = [
+        f"# Rollout audit: {s['stage']} — {doc['decision']}",
+        "",
+        f"replaygate {doc['tool']['version']} · data as of {doc['as_of']} · "
+        f"report format {doc['report_version']}",
+        "",
+        "## Scope",
+        "",
+        f"- stage `{s['stage']}`, scope `{s['scope']}`, window {s['window']['start']} → "
+        f"{s['window']['end'] or 'open'}" + (" (rolled back)" if s["rolled_back"] else ""),
+        f"- cohort: {s['cohort_sessions']:,} sessions; protocol revisions: "
+        + (", ".join(f"`{k}` {v:,}" for k, v in s["protocol_revisions"].items()) or "none"),
+        "",
+        "## Decision",
+        "",
+        f"**{doc['decision']}**",
+        "",
+    ]
+    out += [f"- {r}" for r in doc["reasons"]] or ["- every gate passed"]
+    out += [
+        "",
+        "## Gates",
+        "",
+        "| gate | status | value | threshold | sample | minimum | 95 % upper bound | findings |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    for g in doc["gates"]:
+        ub = f"< {g['upper_bound_95']:.2e}" if g["upper_bound_95"] is not None else "—"
+        out.append(
+            f"| `{g['id']}` | {g['status']} | {_md_cell(g['display_value'])} | "
+            f"{_md_cell(g['display_threshold'])} | {g['sample']:,} | {g['min_sample']:,} | {ub} | "
+            f"{g['evidence_count']} |"
+        )
+    out += ["", "## Rollback verification", ""]
+    if not doc["rollback_verification"]:
+        out.append("No rollback in the rollout log.")
+    for rb in doc["rollback_verification"]:
+        out.append(
+            f"- `{rb['stage']}` rolled back at {rb['rollback_at']}: "
+            + ("verified" if rb["verified"] else "**not verified**")
+            + "; "
+            + ", ".join(f"{k}: {v}" for k, v in rb["checks"].items())
+            + f"; new streams in the window: {rb['new_streams_in_window']}, resumed: "
+            f"{rb['new_streams_resumed']}"
+        )
+    f = doc["findings"]
+    out += ["", f"## Findings in this stage: {f['total']:,}", ""]
+    if f["by_detector"]:
+        out += ["| detector | findings | by severity |", "|---|---|---|"]
+        for det, d in f["by_detector"].items():
+            sev = ", ".join(f"{k} {v}" for k, v in sorted(d["by_severity"].items()))
+            out.append(f"| `{det}` | {d['count']} | {sev} |")
+        for det, d in f["by_detector"].items():
+            out += ["", f"### `{det}`", ""]
+            for item in d.get("top", []):
+                unit = ", ".join(
+                    f"{k} `{item[k]}`"
+                    for k in (
+                        "session_hmac",
+                        "generation",
+                        "stream_id",
+                        "event_id",
+                        "dispatch_id",
+                        "idempotency_key",
+                    )
+                    if item[k] is not None
+                )
+                out.append(
+                    f"- {item['ts']} {item['severity']}: {unit or '—'}; "
+                    f"evidence `{json.dumps(item['detail'], sort_keys=True)}`"
+                )
+    out += [
+        "",
+        "## Inputs",
+        "",
+        f"{len(doc['inputs']['files'])} files; {doc['inputs']['quarantined_rows']:,} rows "
+        "quarantined.",
+        "",
+        "| file | format | rows | quarantined | SHA-256 |",
+        "|---|---|---|---|---|",
+    ]
+    for fi in doc["inputs"]["files"]:
+        out.append(
+            f"| `{_md_cell(fi['path'])}` | {fi['format']} | {fi['rows']:,} | "
+            f"{fi['quarantined']:,} | `{fi['sha256']}` |"
+        )
+    c = doc["configuration"]
+    out += [
+        "",
+        "## Configuration",
+        "",
+        f"SHA-256 `{c['sha256']}`",
+        "",
+        "```json",
+        json.dumps(c["settings"], indent=2, sort_keys=True),
+        "```",
+        "",
+        "## Methodology",
+        "",
+        "Each detector is one SQL file; its invariant, as stated in its header:",
+        "",
+        "| detector | severity | invariant |",
+        "|---|---|---|",
+    ]
+    for m in doc["methodology"]:
+        out.append(f"| `{m['detector']}` | {m['severity']} | {_md_cell(m['invariant'])} |")
+    out += [
+        "",
+        "## Redaction",
+        "",
+        doc["redaction"],
+        "",
+        "## Reproduce",
+        "",
+        "```",
+        doc["reproduce"],
+        "```",
+        "",
+    ]
+    return "\n".join(out)
+
+
+def to_json(doc: dict) -> str:
+    return json.dumps(doc, indent=2, sort_keys=True, default=str) + "\n"
+
+
+_CSS = """
+body{font-family:system-ui,-apple-system,Segoe UI,Roboto,sans-serif;max-width:1100px;
+margin:2em auto;padding:0 1em;color:#222;line-height:1.45}
+table{border-collapse:collapse;width:100%;margin:.5em 0;font-size:.9em}
+th,td{border:1px solid #ddd;padding:4px 6px;text-align:left;vertical-align:top}
+th{background:#f5f5f5} code{font-size:.9em;word-break:break-all}
+.decision{display:inline-block;padding:.3em .8em;border-radius:6px;color:#fff;font-weight:700}
+.PROCEED{background:#2e7d32}.HOLD{background:#f9a825}.ROLLBACK{background:#c62828}
+.chart{page-break-inside:avoid;break-inside:avoid;margin:1em 0}
+@media print{body{margin:0;max-width:none}.chart{page-break-inside:avoid}
+h2{page-break-after:avoid}}
+"""
+
+
+def _charts(doc: dict) -> list[go.Figure]:
+    gates = doc["gates"]
+    fig1 = figures.gate_matrix(
+        [{"stage": doc["scope"]["stage"], "decision": doc["decision"], "gates": gates}]
+    )
+    by = doc["findings"]["by_detector"]
+    df = pd.DataFrame({"detector": list(by), "n": [d["count"] for d in by.values()]})
+    fig2 = (
+        go.Figure(go.Bar(x=df["detector"], y=df["n"], marker_color="#c62828"))
+        if not df.empty
+        else figures._empty("Findings by detector", "no findings")
+    )
+    fig2.update_layout(title="Findings by detector", **figures.LAYOUT)
+    return [fig1, fig2]
+
+
+def to_html(doc: dict) -> str:
+    import markdown_it  # shipped with rich
+
+    body = markdown_it.MarkdownIt("commonmark").enable("table").render(to_markdown(doc))
+    body = body.replace(
+        f"<strong>{doc['decision']}</strong>",
+        f"<span class='decision {doc['decision']}'>{doc['decision']}</span>",
+        1,
+    )
+    charts = "".join(
+        f"<div class='chart'>{fig.to_html(full_html=False, include_plotlyjs=False, div_id=f'chart{i}', config={'staticPlot': True})}</div>"  # noqa: E501
+        for i, fig in enumerate(_charts(doc))
+    )
+    marker = "<h2>Rollback verification</h2>"
+    body = body.replace(marker, charts + marker, 1)
+    return (
+        "<!doctype html><html><head><meta charset='utf-8'>"
+        f"<title>{html.escape('replaygate audit: ' + doc['scope']['stage'])}</title>"
+        f"<style>{_CSS}</style><script>{get_plotlyjs()}</script></head>"
+        f"<body>{body}</body></html>"
+    )
+
+
+def chromium() -> str | None:
+    return shutil.which("chromium") or shutil.which("chromium-browser")
+
+
+CHROMIUM_FLAGS = [
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--no-pdf-header-footer",
+]
+
+
+def to_pdf(doc: dict, out: Path) -> None:
+    exe = chromium()
+    if exe is None:
+        raise ReplaygateError(
+            "PDF output needs chromium (apt-get install chromium); "
+            "use --format html and print it instead"
+        )
+    with tempfile.TemporaryDirectory() as tmp:
+        src = Path(tmp) / "report.html"
+        src.write_text(to_html(doc), encoding="utf-8")
+        r = subprocess.run(
+            [
+                exe,
+                *CHROMIUM_FLAGS,
+                f"--user-data-dir={tmp}/profile",
+                "--virtual-time-budget=5000",
+                f"--print-to-pdf={out.resolve()}",
+                src.as_uri(),
+            ],
+            capture_output=True,
+            timeout=120,
+        )
+    if r.returncode != 0 or not out.exists():
+        raise ReplaygateError("chromium could not print the PDF")
+
+
+def write(doc: dict, fmt: str, out: Path) -> None:
+    out.parent.mkdir(parents=True, exist_ok=True)
+    if fmt == "md":
+        out.write_text(to_markdown(doc), encoding="utf-8")
+    elif fmt == "json":
+        out.write_text(to_json(doc), encoding="utf-8")
+    elif fmt == "html":
+        out.write_text(to_html(doc), encoding="utf-8")
+    elif fmt == "pdf":
+        to_pdf(doc, out)
+    else:
+        raise ReplaygateError(f"unknown report format {fmt!r}")
+
+
+def _sha(path: Path) -> str:
+    with open(path, "rb") as fh:
+        return hashlib.file_digest(fh, "sha256").hexdigest()
+
+
+def statement(doc: dict, findings_sha: str) -> dict:
+    """An in-toto style test-result statement about the inputs and the decision."""
+    by = {"PASSED": [], "WARNED": [], "FAILED": [], "SKIPPED": []}
+    for g in doc["gates"]:
+        by[STATUS_WORD[g["status"]]].append(g["id"])
+    result = "FAILED" if by["FAILED"] else ("WARNED" if by["WARNED"] else "PASSED")
+    return {
+        "_type": "https://in-toto.io/Statement/v1",
+        "subject": [
+            {"name": f["path"], "digest": {"sha256": f["sha256"]}} for f in doc["inputs"]["files"]
+        ]
+        + [{"name": "findings.parquet", "digest": {"sha256": findings_sha}}],
+        "predicateType": "https://in-toto.io/attestation/test-result/v0.1",
+        "predicate": {
+            "result": result,
+            "configuration": [
+                {
+                    "name": "replaygate configuration",
+                    "digest": {"sha256": doc["configuration"]["sha256"]},
+                }
+            ],
+            "passedTests": by["PASSED"],
+            "warnedTests": by["WARNED"],
+            "failedTests": by["FAILED"],
+            "gates": {g["id"]: STATUS_WORD[g["status"]] for g in doc["gates"]},
+            "decision": doc["decision"],
+            "stage": doc["scope"]["stage"],
+            "asOf": doc["as_of"],
+            "tool": doc["tool"],
+        },
+    }
+
+
+def bundle(doc: dict, con, out_dir: Path) -> list[Path]:
+    """Report (md, json, html), findings as Parquet, input manifest, statement."""
+    out_dir.mkdir(parents=True, exist_ok=True)
+    written = []
+    for fmt in ("md", "json", "html"):
+        p = out_dir / f"report.{fmt}"
+        write(doc, fmt, p)
+        written.append(p)
+    findings = out_dir / "findings.parquet"
+    table = con.execute(
+        """SELECT * FROM findings WHERE stage = $s
+           ORDER BY detector, ts, session_hmac, stream_id, event_id, dispatch_id""",
+        {"s": doc["scope"]["stage"]},
+    ).arrow()
+    pq.write_table(table, findings)
+    manifest = out_dir / "manifest.json"
+    manifest.write_text(json.dumps(doc["inputs"], indent=2, sort_keys=True) + "\n")
+    st = out_dir / "statement.json"
+    st.write_text(json.dumps(statement(doc, _sha(findings)), indent=2, sort_keys=True) + "\n")
+    return [*written, findings, manifest, st]
+
+
+def verify(bundle_dir: Path, base: Path = Path(".")) -> list[str]:
+    """Differences between a bundle's statement and the files it names (empty: unchanged)."""
+    st = json.loads((bundle_dir / "statement.json").read_text())
+    problems = []
+    for subj in st["subject"]:
+        name = subj["name"]
+        path = bundle_dir / name if name == "findings.parquet" else base / name
+        if not path.exists():
+            problems.append(f"{name}: missing")
+        elif _sha(path) != subj["digest"]["sha256"]:
+            problems.append(f"{name}: content changed")
+    return problems

@@ -1,0 +1,170 @@
+"""The audit report as data: everything an auditor needs to read and recompute a decision.
+
+Deterministic: the same database and configuration give the same document. Times
+come from the data (the as-of time is the newest record), never from the clock.
+"""
+
+from __future__ import annotations
+
+import json
+
+from ingest.config import Config
+from ingest.errors import ReplaygateError
+
+from . import api, catalog, gates
+
+REPORT_VERSION = "1"
+
+
+def _iso(ts):
+    if ts is None:
+        return None
+    return ts.strftime("%Y-%m-%dT%H:%M:%S.") + f"{ts.microsecond // 1000:03d}Z"
+
+
+def _inputs(con) -> list[dict]:
+    rows = con.execute(
+        """SELECT path, format, size, sha256, rows_loaded, rows_quarantined, rows_by_type
+           FROM files WHERE status = 'loaded' ORDER BY path"""
+    ).fetchall()
+    return [
+        {
+            "path": p,
+            "format": f,
+            "bytes": z,
+            "sha256": s,
+            "rows": r,
+            "quarantined": q,
+            "rows_by_type": json.loads(t) if t else {},
+        }
+        for p, f, z, s, r, q, t in rows
+    ]
+
+
+def _scope(con, stage: dict) -> dict:
+    cohort = con.execute(
+        "SELECT count(*) FROM a_sessions WHERE cohort = $s", {"s": stage["stage"]}
+    ).fetchone()[0]
+    revisions = con.execute(
+        """SELECT coalesce(protocol_version, 'unknown') AS v, count(*) FROM a_sessions
+           WHERE cohort = $s GROUP BY v ORDER BY v""",
+        {"s": stage["stage"]},
+    ).fetchall()
+    return {
+        "stage": stage["stage"],
+        "scope": stage["scope"],
+        "window": stage["window"],
+        "rolled_back": stage["rolled_back"],
+        "cohort_sessions": cohort,
+        "protocol_revisions": {v: n for v, n in revisions},
+    }
+
+
+def _findings(con, stage: str, top: int) -> dict:
+    summary = con.execute(
+        """SELECT detector, severity, count(*) FROM findings WHERE stage = $s
+           GROUP BY ALL ORDER BY detector, severity""",
+        {"s": stage},
+    ).fetchall()
+    by_detector: dict[str, dict] = {}
+    for det, sev, n in summary:
+        by_detector.setdefault(det, {"count": 0, "by_severity": {}})
+        by_detector[det]["count"] += n
+        by_detector[det]["by_severity"][sev] = n
+    rows = api.list_findings(con, stage=stage)
+    tops: dict[str, list] = {}
+    for f in rows:
+        bucket = tops.setdefault(f["detector"], [])
+        if len(bucket) < top:
+            bucket.append(f)
+    for det, items in tops.items():
+        by_detector[det]["top"] = items
+    return {
+        "total": sum(d["count"] for d in by_detector.values()),
+        "by_detector": dict(sorted(by_detector.items())),
+    }
+
+
+def build(
+    con,
+    config: Config,
+    stage: str | None = None,
+    *,
+    db_path: str = "replaygate.duckdb",
+    config_path: str | None = None,
+    top: int = 5,
+) -> dict:
+    """The report document (the JSON format is exactly this)."""
+    from replaygate import __version__
+
+    doc = api.gates_doc(con, config, stage=stage)
+    if not doc["stages"]:
+        raise ReplaygateError("no rollout stages in the data: nothing to report on")
+    st = doc["stages"][0]
+    as_of = con.execute(
+        "SELECT max(ts) FROM (SELECT max(ts) AS ts FROM proxy UNION ALL "
+        "SELECT max(ts) FROM sessions UNION ALL SELECT max(ts) FROM events "
+        "UNION ALL SELECT max(ts) FROM rollout)"
+    ).fetchone()[0]
+    reproduce = ["replaygate", "report", "--db", db_path, "--stage", st["stage"]]
+    if config_path:
+        reproduce += ["--config", config_path]
+    methodology = [
+        {
+            "detector": q.name,
+            "severity": q.header.get("severity"),
+            "invariant": q.invariant,
+            "needs": list(q.needs),
+        }
+        for q in catalog.detectors().values()
+    ]
+    gate_rows = [
+        {
+            k: g[k]
+            for k in (
+                "id",
+                "status",
+                "value",
+                "threshold",
+                "sample",
+                "min_sample",
+                "upper_bound_95",
+                "reason",
+            )
+        }
+        | {
+            "display_value": gates.display_value(g),
+            "display_threshold": gates.display_threshold(g),
+            "evidence_count": g["evidence"]["count"],
+            "evidence_detectors": g["evidence"]["detectors"],
+        }
+        for g in st["gates"]
+    ]
+    quarantined = con.execute("SELECT count(*) FROM quarantine").fetchone()[0]
+    return {
+        "report_version": REPORT_VERSION,
+        "tool": {"name": "replaygate", "version": __version__},
+        "as_of": _iso(as_of),
+        "scope": _scope(con, st),
+        "decision": st["decision"],
+        "reasons": st["reasons"],
+        "gates": gate_rows,
+        "by_revision": st["by_revision"],
+        "rollback_verification": doc["rollback_verification"],
+        "findings": _findings(con, st["stage"], top),
+        "coverage": api.runner.coverage(con),
+        "inputs": {"files": _inputs(con), "quarantined_rows": quarantined},
+        "configuration": {
+            "settings": config.as_dict(),
+            "sha256": config.digest(),
+            "source": config.source,
+        },
+        "methodology": methodology,
+        "redaction": (
+            "Session identifiers appear only as HMAC-SHA256 digests (key from the "
+            f"environment variable {config.hmac_key_env}, never stored). Raw Mcp-Session-Id "
+            "values found in proxy logs were replaced by their HMAC during ingest and were "
+            "not stored, logged or reported; quarantined rows keep no content."
+        ),
+        "reproduce": " ".join(reproduce),
+    }

@@ -1,0 +1,150 @@
+"""Audit report: golden Markdown and JSON on the sample fleet, self-contained HTML that
+renders its charts offline, a PDF with the gate table, and a verifiable bundle."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from .conftest import ROOT, SAMPLE
+
+GOLDEN = Path(__file__).parent / "golden"
+CONF = "sample_data/replaygate.toml"
+CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
+
+
+def run(*args, cwd=ROOT):
+    env = dict(os.environ, REPLAYGATE_HMAC_KEY="replaygate-demo-key")
+    return subprocess.run(
+        [sys.executable, "-m", "replaygate", *args],
+        cwd=cwd,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+
+
+@pytest.fixture(scope="module")
+def db(tmp_path_factory):
+    # Ingested from the repository root, as the README does, so paths read sample_data/...
+    path = tmp_path_factory.mktemp("report") / "sample.duckdb"
+    r = run("ingest", "sample_data", "--db", str(path), "--config", CONF)
+    assert r.returncode == 0, r.stderr
+    return path
+
+
+def _report(db, tmp_path, fmt, *extra):
+    out = tmp_path / f"report.{fmt}"
+    r = run("report", "--db", str(db), "--config", CONF, "--format", fmt, "-o", str(out), *extra)
+    assert r.returncode == 0, r.stderr
+    return out
+
+
+def _normalise(text: str, db) -> str:
+    return text.replace(str(db), "<db>")
+
+
+@pytest.mark.parametrize("fmt", ["md", "json"])
+def test_golden(db, tmp_path, fmt):
+    got = _normalise(_report(db, tmp_path, fmt, "--stage", "write-10pct").read_text(), db)
+    golden = GOLDEN / f"report-write-10pct.{fmt}"
+    if os.environ.get("REPLAYGATE_UPDATE_GOLDEN"):
+        golden.write_text(got)
+    assert got == golden.read_text()
+
+
+def test_deterministic(db, tmp_path):
+    a = _report(db, tmp_path / "a", "json").read_bytes()
+    b = _report(db, tmp_path / "b", "json").read_bytes()
+    assert a == b
+
+
+def test_json_contents(db, tmp_path):
+    doc = json.loads(_report(db, tmp_path, "json", "--stage", "write-10pct").read_text())
+    truth = json.loads((SAMPLE / "truth.json").read_text())
+    assert doc["decision"] == truth["decisions"]["write-10pct"]["decision"]
+    assert {g["id"]: g["status"] for g in doc["gates"]} == truth["decisions"]["write-10pct"][
+        "gates"
+    ]
+    assert len(doc["methodology"]) == 29 and all(m["invariant"] for m in doc["methodology"])
+    assert {f["path"] for f in doc["inputs"]["files"]} == {
+        f"sample_data/{p.name}"
+        for p in SAMPLE.iterdir()
+        if p.suffix in (".jsonl", ".csv", ".parquet", ".gz")
+    }
+    assert all(len(f["sha256"]) == 64 for f in doc["inputs"]["files"])
+    assert doc["configuration"]["sha256"]
+    assert "replaygate report" in doc["reproduce"]
+    assert "HMAC" in doc["redaction"]
+    raw = [
+        json.loads(line)["session_id"]
+        for line in (SAMPLE / "proxy-edge.jsonl").read_text().splitlines()
+    ]
+    text = json.dumps(doc)
+    assert not any(r in text for r in raw)
+
+
+def test_html_is_self_contained(db, tmp_path):
+    html = _report(db, tmp_path, "html").read_text()
+    assert "<script src=" not in html and "https://cdn" not in html
+    assert "Plotly.newPlot" in html or "Plotly.react" in html
+    assert "@media print" in html
+
+
+@pytest.mark.browser
+@pytest.mark.skipif(CHROMIUM is None, reason="Debian's chromium is not installed")
+def test_html_renders_charts_offline(db, tmp_path):
+    from playwright.sync_api import sync_playwright
+
+    html = _report(db, tmp_path, "html")
+    with sync_playwright() as p:
+        browser = p.chromium.launch(
+            executable_path=CHROMIUM,
+            headless=True,
+            args=["--no-sandbox", "--disable-gpu", "--disable-background-networking"],
+        )
+        ctx = browser.new_context(offline=True)
+        page = ctx.new_page()
+        page.goto(html.as_uri())
+        page.wait_for_selector(".chart .main-svg", timeout=30_000)
+        assert len(page.query_selector_all(".chart .main-svg")) >= 2
+        browser.close()
+
+
+@pytest.mark.browser
+@pytest.mark.skipif(CHROMIUM is None, reason="Debian's chromium is not installed")
+def test_pdf_has_the_gate_table(db, tmp_path):
+    pdf = _report(db, tmp_path, "pdf", "--stage", "write-10pct")
+    assert pdf.read_bytes()[:4] == b"%PDF"
+    if shutil.which("pdftotext"):
+        text = subprocess.run(["pdftotext", str(pdf), "-"], capture_output=True, text=True).stdout
+        assert "cross_stream_acceptances" in text and "ROLLBACK" in text
+
+
+def test_bundle_and_verify(db, tmp_path):
+    out = tmp_path / "bundle"
+    r = run("report", "--db", str(db), "--config", CONF, "--bundle", str(out))
+    assert r.returncode == 0, r.stderr
+    names = {p.name for p in out.iterdir()}
+    assert {
+        "report.md",
+        "report.json",
+        "report.html",
+        "findings.parquet",
+        "manifest.json",
+        "statement.json",
+    } <= names
+    st = json.loads((out / "statement.json").read_text())
+    assert st["_type"] == "https://in-toto.io/Statement/v1"
+    assert st["predicate"]["result"] in ("PASSED", "WARNED", "FAILED")
+    assert run("report", "--verify", str(out)).returncode == 0
+    (out / "findings.parquet").write_bytes(b"tampered")
+    bad = run("report", "--verify", str(out))
+    assert bad.returncode == 1 and "findings.parquet: content changed" in bad.stderr
