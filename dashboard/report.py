@@ -330,7 +330,7 @@ def bundle(doc: dict, con, out_dir: Path) -> list[Path]:
         """SELECT * FROM findings WHERE stage = $s
            ORDER BY detector, ts, session_hmac, stream_id, event_id, dispatch_id""",
         {"s": doc["scope"]["stage"]},
-    ).arrow()
+    ).to_arrow_table()
     pq.write_table(table, findings)
     manifest = out_dir / "manifest.json"
     manifest.write_text(json.dumps(doc["inputs"], indent=2, sort_keys=True) + "\n")
