@@ -44,6 +44,7 @@ import duckdb, sys, pathlib
 from ingest.contract import type_for_filename
 con = duckdb.connect(sys.argv[1])
 con.execute("SET TimeZone = 'UTC'")
+con.execute("SET enable_progress_bar = false")
 for i, f in enumerate(sorted(pathlib.Path(sys.argv[2]).glob('*.jsonl'))):
     rt = type_for_filename(f.name)
     cols = {x.name: x.sql_type for x in rt.fields}

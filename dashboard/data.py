@@ -50,6 +50,7 @@ class Store:
             raise DatabaseBusy(str(last).splitlines()[0]) from None
         try:
             con.execute("SET TimeZone = 'UTC'")
+            con.execute("SET enable_progress_bar = false")
             yield con
         finally:
             con.close()

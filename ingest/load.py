@@ -22,12 +22,15 @@ from pathlib import Path
 
 import duckdb
 
-from . import readers, validate
+from . import adapters, readers, validate
 from .config import Config
 from .contract import RECORD_TYPES, RecordType, all_field_names
 from .db import get_meta, set_meta
 from .errors import ReplaygateError
 from .redact import padded_keys
+
+
+INGEST_MEMORY = "1.5GB"
 
 
 @dataclass
@@ -64,20 +67,23 @@ class NullProgress:
     def stop(self) -> None: ...
 
 
-def discover(paths: list[str | os.PathLike]) -> tuple[list[readers.Source], list[str]]:
-    """Input files under the given paths (folders recursively), and names skipped."""
+def discover(
+    paths: list[str | os.PathLike], force_proxy: bool = False
+) -> tuple[list[readers.Source], list[str]]:
+    """Input files under the given paths (folders recursively), and names skipped.
+    With force_proxy every file is a JSON Lines proxy access log, whatever its name."""
     found: list[readers.Source] = []
     skipped: list[str] = []
     for p in map(Path, paths):
         if p.is_dir():
             for child in sorted(c for c in p.rglob("*") if c.is_file()):
-                src = readers.detect(child)
+                src = readers.detect(child, force_proxy)
                 if src:
                     found.append(src)
                 else:
                     skipped.append(str(child))
         elif p.is_file():
-            src = readers.detect(p)
+            src = readers.detect(p, force_proxy)
             if src is None:
                 raise ReplaygateError(
                     f"{p}: not an input file (expected .jsonl, .ndjson, .csv, .parquet, "
@@ -139,8 +145,15 @@ class _Loader:
     """Stages files outside the transaction (a failed read aborts a DuckDB
     transaction), then loads all staged files inside one."""
 
-    def __init__(self, con: duckdb.DuckDBPyConnection, config: Config, report: IngestReport):
+    def __init__(
+        self,
+        con: duckdb.DuckDBPyConnection,
+        config: Config,
+        report: IngestReport,
+        source: str = "auto",
+    ):
         self.con = con
+        self.source = source
         self.report = report
         key = config.hmac_key()
         self.key_available = key is not None
@@ -258,7 +271,11 @@ class _Loader:
         self, src, read_path: Path, compression: str, table: str, typed: RecordType | None
     ) -> None:
         names = [f.name for f in typed.fields] if typed else all_field_names()
-        if src.format == "jsonl":
+        shape = self._proxy_shape(src, read_path, compression)
+        if shape is not None:
+            forced = None if shape == "auto" else shape
+            sql = readers.proxylog_sql(src, names, self.key_available, forced)
+        elif src.format == "jsonl":
             sql = readers.jsonl_sql(src, names, self.key_available)
         elif src.format == "csv":
             self._exec("DROP TABLE IF EXISTS rg_rejects")
@@ -281,6 +298,17 @@ class _Loader:
         if "$compression" in sql:
             params["compression"] = compression
         self._exec(f"CREATE OR REPLACE TEMP TABLE {table} AS {sql}", params)
+
+    def _proxy_shape(self, src, read_path: Path, compression: str) -> str | None:
+        """None for the contract reader; else the adapter to use ("auto": by line)."""
+        if src.format != "jsonl" or src.default_type is None or src.default_type.table != "proxy":
+            return None
+        if self.source in adapters.ADAPTERS:
+            return self.source
+        if self.source == "contract":
+            return None
+        first = readers.first_line(read_path, compression == "gzip")
+        return None if adapters.sniff(first) == "contract" else "auto"
 
     # -- phase 2: inside the transaction --------------------------------------------------
     def _retire(self, old_ids: list[int]) -> None:
@@ -406,14 +434,25 @@ def ingest(
     paths: list,
     config: Config,
     progress=None,
+    source: str = "auto",
 ) -> IngestReport:
-    """Load files and folders into the database in one transaction."""
+    """Load files and folders into the database in one transaction.
+
+    `source` forces how proxy access logs are read: an adapter name (caddy, nginx,
+    envoy: every given file is then such a log), contract, or auto (by shape).
+    """
+    if source not in adapters.SOURCES:
+        raise ReplaygateError(f"unknown source {source!r} ({', '.join(adapters.SOURCES)})")
     progress = progress or NullProgress()
-    sources, skipped = discover(paths)
+    sources, skipped = discover(paths, force_proxy=source in adapters.ADAPTERS)
     report = IngestReport(skipped=skipped)
+    # Bounded memory: staging tables spill to disk beyond this (files larger than RAM).
+    con.execute(
+        "SET memory_limit = $m", {"m": os.environ.get("REPLAYGATE_MEMORY_LIMIT", INGEST_MEMORY)}
+    )
     sizes = [s.path.stat().st_size for s in sources]
     progress.start(sum(sizes), len(sources))
-    loader = _Loader(con, config, report)
+    loader = _Loader(con, config, report, source)
     try:
         plan: list = []
         seen: dict[str, str] = {}
@@ -440,6 +479,8 @@ def ingest(
             raise
     finally:
         con.execute("RESET preserve_insertion_order")
+        if not os.environ.get("REPLAYGATE_MEMORY_LIMIT"):
+            con.execute("RESET memory_limit")
         loader.close()
         progress.stop()
     if loader.raw_without_key:

@@ -15,12 +15,14 @@ import io
 from dataclasses import dataclass
 from pathlib import Path
 
-from .contract import BY_SCHEMA, RECORD_TYPES, RecordType, type_for_filename
+from .adapters import ADAPTERS
+from .contract import BY_SCHEMA, BY_TABLE, RECORD_TYPES, RecordType, type_for_filename
 from .redact import hmac_sql
 
 FORMATS = {
     ".jsonl": "jsonl",
     ".ndjson": "jsonl",
+    ".log": "jsonl",  # web servers' access logs; read as proxy logs (adapters.py)
     ".csv": "csv",
     ".parquet": "parquet",
 }
@@ -41,16 +43,19 @@ class Source:
         return self.path.name
 
 
-def detect(path: Path) -> Source | None:
+def detect(path: Path, force_proxy: bool = False) -> Source | None:
     """The format of a file from its name, or None if it is not an input file."""
     name = path.name.lower()
     gz = name.endswith(".gz")
     stem = name[:-3] if gz else name
+    if force_proxy:
+        return Source(path, "jsonl", gz, BY_TABLE["proxy"])
     for ext, fmt in FORMATS.items():
         if stem.endswith(ext):
             if gz and fmt == "parquet":
                 return None
-            return Source(path, fmt, gz, type_for_filename(stem))
+            rt = BY_TABLE["proxy"] if ext == ".log" else type_for_filename(stem)
+            return Source(path, fmt, gz, rt)
     return None
 
 
@@ -144,4 +149,62 @@ def parquet_sql(source: Source, columns: list[str], names: list[str], key_availa
     SELECT false AS blank, NULL AS parse_bad, {schema} AS schema,
         {cols}
     FROM read_parquet($path)"""
+    return _wrap(inner, source)
+
+
+def first_line(path: Path, gz: bool) -> str:
+    opener = gzip.open if gz else open
+    with opener(path, "rt", encoding="utf-8", errors="replace") as fh:
+        for line in fh:
+            if line.strip():
+                return line
+    return ""
+
+
+def proxylog_sql(
+    source: Source, names: list[str], key_available: bool, forced: str | None = None
+) -> str:
+    """A proxy access log whose lines may be Caddy, nginx, Envoy or contract records,
+    each mapped by its own shape (or all by `forced`)."""
+    adapters = [ADAPTERS[forced]] if forced else list(ADAPTERS.values())
+    contract = "json_exists(j, '$.ts') AND json_exists(j, '$.method')"
+    shape = "CASE WHEN j IS NULL THEN NULL " + " ".join(
+        f"WHEN {a.detect} THEN '{a.name}'" for a in adapters
+    )
+    shape += " END" if forced else f" WHEN {contract} THEN 'contract' END"
+    values: dict[str, str] = {}
+    for n in names:
+        whens = " ".join(f"WHEN '{a.name}' THEN {a.fields[n]}" for a in adapters if n in a.fields)
+        whens += "" if forced else f" WHEN 'contract' THEN j->>'$.{n}'"
+        values[n] = f"(CASE shape {whens} END)" if whens.strip() else "NULL"
+    responses = [
+        f"WHEN '{a.name}' THEN {a.response_session}" for a in adapters if a.response_session
+    ]
+    response = f"(CASE shape {' '.join(responses)} END)" if responses else "NULL"
+    cols = []
+    for expr in _field_exprs(values, names, key_available):
+        if expr.endswith(" AS seen_session_id"):
+            # A raw id in the response header (a new session) was logged too.
+            expr = expr.replace(
+                " IS NOT NULL AS seen_session_id",
+                f" IS NOT NULL OR {response} IS NOT NULL AS seen_session_id",
+            )
+        cols.append(expr)
+    label = forced or "Caddy, nginx, Envoy or contract"
+    columns = ",\n        ".join(cols)
+    inner = f"""
+    SELECT blank,
+        CASE WHEN blank THEN NULL
+             WHEN j IS NULL THEN 'unparseable JSON'
+             WHEN shape IS NULL THEN 'fits no proxy log format ({label})' END AS parse_bad,
+        CASE WHEN blank OR shape IS NULL THEN NULL ELSE j->>'$.schema' END AS schema,
+        {columns}
+    FROM (
+        SELECT *, {shape} AS shape FROM (
+            SELECT raw IS NULL OR trim(raw) = '' AS blank, try(json(raw)) AS j
+            FROM read_csv($path, columns = {{'raw': 'VARCHAR'}}, header = false,
+                          delim = '{_LINE_DELIM}', quote = '', escape = '',
+                          auto_detect = false, compression = $compression)
+        )
+    )"""
     return _wrap(inner, source)

@@ -75,7 +75,14 @@ def cli(debug: bool) -> None:
     is_flag=True,
     help="Only load; run the detectors later (findings, gates, dashboard do).",
 )
-def ingest(paths, db, config_path, as_json, strict, no_analyse):
+@click.option(
+    "--source",
+    type=click.Choice(["auto", "contract", "caddy", "nginx", "envoy"]),
+    default="auto",
+    show_default=True,
+    help="How to read proxy access logs (auto: by each line's shape).",
+)
+def ingest(paths, db, config_path, as_json, strict, no_analyse, source):
     """Load ledgers and logs (files or folders) into the database.
 
     \b
@@ -87,6 +94,7 @@ def ingest(paths, db, config_path, as_json, strict, no_analyse):
     Examples:
       replaygate ingest sample_data/
       replaygate ingest /var/log/mcp/*.jsonl.gz proxy.csv --db fleet.duckdb --strict
+      replaygate ingest /var/log/caddy/access.log --source caddy
     """
     from ingest import config as cfg
     from ingest import db as dbm
@@ -97,7 +105,7 @@ def ingest(paths, db, config_path, as_json, strict, no_analyse):
 
     conf = cfg.load(config_path)
     con = dbm.connect(db)
-    report = run_ingest(con, list(paths), conf, progress=RichProgress())
+    report = run_ingest(con, list(paths), conf, progress=RichProgress(), source=source)
     analysed = None if no_analyse else _analyse(con, conf)
     if as_json:
         emit_json(ingest_summary(report, analysed, as_dict=True))
@@ -310,7 +318,6 @@ def dashboard(db, config_path, port, host):
       replaygate dashboard --db fleet.duckdb --config replaygate.toml --port 8600
     """
     import os
-    import subprocess
     from pathlib import Path
 
     from ingest import config as cfg
@@ -343,10 +350,8 @@ def dashboard(db, config_path, port, host):
         "--browser.gatherUsageStats",
         "false",
     ]
-    try:
-        sys.exit(subprocess.call(cmd, env=env))
-    except KeyboardInterrupt:
-        sys.exit(0)
+    # Become the Streamlit process, so stopping this command stops the server.
+    os.execve(sys.executable, cmd, env)
 
 
 @cli.command(context_settings=CONTEXT)

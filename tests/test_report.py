@@ -100,8 +100,9 @@ def test_html_is_self_contained(db, tmp_path):
     class Tags(HTMLParser):
         def handle_starttag(self, tag, attrs):
             a = dict(attrs)
-            if (tag in ("script", "img", "iframe") and a.get("src")) or \
-                    (tag == "link" and a.get("href")):
+            if (tag in ("script", "img", "iframe") and a.get("src")) or (
+                tag == "link" and a.get("href")
+            ):
                 external.append((tag, a))
 
     Tags().feed(html)

@@ -3,10 +3,19 @@
 -- severity: high
 -- needs: inbox
 -- unit: dedup key
+-- Keys are first counted by a 64-bit hash (cheap); only colliding hashes are grouped by
+-- the full key, so a hash collision can never make a finding.
+WITH keyed AS (
+    SELECT hash(session_hmac, generation, stream_id, event_id, message_digest) AS k, *
+    FROM inbox
+    WHERE verdict = 'accepted'
+),
+repeated AS (
+    SELECT k FROM keyed GROUP BY k HAVING count(*) >= 2
+)
 SELECT session_hmac, generation, stream_id, event_id, 'high' AS severity, min(ts) AS ts,
        json_object('accepted', count(*), 'message_digest', message_digest,
                    'deliveries', list(delivery ORDER BY ts)) AS detail
-FROM inbox
-WHERE verdict = 'accepted'
+FROM keyed SEMI JOIN repeated USING (k)
 GROUP BY session_hmac, generation, stream_id, event_id, message_digest
 HAVING count(*) >= 2

@@ -9,30 +9,48 @@ WITH acc AS (
     FROM a_inbox
     WHERE verdict = 'accepted' AND seq IS NOT NULL AND origin_stream_id IS NOT NULL
 ),
-steps AS (
-    SELECT *, lag(seq) OVER (PARTITION BY session_hmac, generation, stream_id ORDER BY seq)
-                  AS prev
-    FROM acc
-),
-holes AS (
-    SELECT session_hmac, generation, stream_id, unnest(range(prev + 1, seq)) AS seq
-    FROM steps
-    WHERE seq > prev + 1
+acc_stats AS (
+    SELECT session_hmac, generation, stream_id, min(seq) AS lo, max(seq) AS hi,
+           count(*) AS n
+    FROM acc GROUP BY ALL
 ),
 completed AS (
     SELECT DISTINCT session_hmac, generation, stream_id
     FROM streams
     WHERE state = 'CLOSED' AND close_reason = 'completed'
 ),
-last_acc AS (
-    SELECT session_hmac, generation, stream_id, max(seq) AS hi FROM acc GROUP BY ALL
+produced AS (
+    SELECT session_hmac, generation, stream_id, max(seq) AS last_seq
+    FROM a_event_index GROUP BY ALL
+),
+-- Most streams are whole: only those with a hole or an unaccepted tail go further.
+candidates AS (
+    SELECT session_hmac, generation, stream_id, a.hi
+    FROM acc_stats a
+    WHERE a.hi - a.lo + 1 > a.n
+    UNION
+    SELECT c.session_hmac, c.generation, c.stream_id, a.hi
+    FROM completed c
+    JOIN produced p USING (session_hmac, generation, stream_id)
+    LEFT JOIN acc_stats a USING (session_hmac, generation, stream_id)
+    WHERE p.last_seq > coalesce(a.hi, -1)
+),
+steps AS (
+    SELECT acc.*, lag(acc.seq) OVER (PARTITION BY acc.session_hmac, acc.generation,
+                                     acc.stream_id ORDER BY acc.seq) AS prev
+    FROM acc SEMI JOIN candidates c USING (session_hmac, generation, stream_id)
+),
+holes AS (
+    SELECT session_hmac, generation, stream_id, unnest(range(prev + 1, seq)) AS seq
+    FROM steps
+    WHERE seq > prev + 1
 ),
 tail AS (
     SELECT e.session_hmac, e.generation, e.stream_id, e.seq
     FROM a_event_index e
-    JOIN completed c USING (session_hmac, generation, stream_id)
-    LEFT JOIN last_acc l USING (session_hmac, generation, stream_id)
-    WHERE e.seq > coalesce(l.hi, -1)
+    JOIN candidates c USING (session_hmac, generation, stream_id)
+    SEMI JOIN completed k USING (session_hmac, generation, stream_id)
+    WHERE e.seq > coalesce(c.hi, -1)
 ),
 missing AS (
     SELECT * FROM holes
@@ -43,6 +61,7 @@ SELECT m.session_hmac, m.generation, m.stream_id, m.seq,
        e.kind, coalesce(e.cumulative, false) AS cumulative, e.first_ts, e.event_id
 FROM missing m
 LEFT JOIN (SELECT DISTINCT ON (session_hmac, generation, stream_id, seq) *
-           FROM a_event_index) e
+           FROM a_event_index
+           SEMI JOIN candidates c USING (session_hmac, generation, stream_id)) e
     USING (session_hmac, generation, stream_id, seq)
 WHERE coalesce(e.kind, '?') NOT IN ('priming', 'heartbeat');

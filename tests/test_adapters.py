@@ -1,0 +1,101 @@
+"""Proxy access-log adapters: Caddy, nginx, Envoy lines mapped onto the proxy record
+type (request start, headers, hashed session ids), and lines that fit no format."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from ingest import db as dbm
+from ingest.config import Config
+from ingest.load import ingest
+from ingest.redact import hmac_hex
+
+FIXTURES = Path(__file__).parent / "fixtures" / "proxy"
+KEY = b"test-key-not-secret"
+RAW = "0f3c8a1e2b9d4c5f8a7e6d5c4b3a2918"
+
+
+def _load(tmp_path, *files, source="auto"):
+    con = dbm.connect(str(tmp_path / "a.duckdb"))
+    report = ingest(con, list(files), Config(), source=source)
+    rows = con.execute(
+        """SELECT epoch_ms(ts), method, status, session_hmac, origin, protocol_version,
+                  last_event_id, jsonrpc_method, client_addr, raw_session_id, duration_ms
+           FROM proxy ORDER BY ts"""
+    ).fetchall()
+    q = con.execute("SELECT line, reason FROM quarantine").fetchall()
+    texts = " ".join(
+        str(v)
+        for t in ("proxy", "quarantine", "files")
+        for row in con.execute(f"SELECT * FROM {t}").fetchall()
+        for v in row
+    )
+    con.close()
+    return report, rows, q, texts
+
+
+def test_caddy_default_json_log(tmp_path):
+    report, rows, q, texts = _load(tmp_path, FIXTURES / "caddy-access.log")
+    assert RAW not in texts and "aaaa1111" not in texts
+    first = rows[0]
+    assert first[0] == 1795938301500 - 250  # logged at the end: start = ts - duration
+    assert first[1:3] == ("POST", 200)
+    assert first[3] == hmac_hex(KEY, RAW)
+    assert first[4:7] == ("http://localhost:6274", "2025-11-25", None)
+    assert first[9] is True
+    init = rows[1]
+    assert init[3] is None and init[9] is True  # new session id only in the response
+    refused = rows[2]
+    assert refused[2] == 403 and refused[4] == "https://evil.example" and refused[9] is False
+    assert rows[3][7] == "tools/call"  # Mcp-Method of a 2026-07-28 client
+    assert q == [(5, "fits no proxy log format (Caddy, nginx, Envoy or contract)")]
+
+
+def test_nginx_documented_format(tmp_path):
+    _, rows, q, texts = _load(tmp_path, FIXTURES / "nginx-access.log")
+    assert RAW not in texts
+    get = rows[0]
+    assert get[0] == 1795938305250 - 250
+    assert get[1:3] == ("GET", 200)
+    assert get[3] == hmac_hex(KEY, RAW)
+    assert get[4] is None  # "" means absent
+    assert get[6] == "1_123_abcd"
+    assert q == []
+
+
+def test_envoy_documented_format(tmp_path):
+    _, rows, q, _ = _load(tmp_path, FIXTURES / "envoy-access.log")
+    assert rows[0][0] == 1795938306000  # START_TIME is the start already
+    assert rows[0][1:3] == ("POST", 429)
+    assert rows[0][4] is None  # "-" means absent
+    assert rows[0][3] == hmac_hex(KEY, RAW)
+
+
+def test_forced_source_reads_any_name_and_rejects_other_shapes(tmp_path):
+    odd = tmp_path / "edge.txt"
+    odd.write_text(
+        (FIXTURES / "nginx-access.log").read_text()
+        + (FIXTURES / "caddy-access.log").read_text().splitlines()[0]
+        + "\n"
+    )
+    report, rows, q, _ = _load(tmp_path, odd, source="nginx")
+    assert len(rows) == 1
+    assert q == [(2, "fits no proxy log format (nginx)")]
+
+
+def test_contract_proxy_files_are_untouched_by_adapters(tmp_path):
+    p = tmp_path / "proxy.jsonl"
+    p.write_text(json.dumps({"ts": "2026-11-29T07:45:01Z", "method": "GET", "status": 200}) + "\n")
+    _, rows, q, _ = _load(tmp_path, p)
+    assert len(rows) == 1 and q == []
+
+
+@pytest.mark.parametrize("bad", ["{not json", "[1,2]", '{"level":"info","msg":"x"}'])
+def test_malformed_proxy_lines(tmp_path, bad):
+    p = tmp_path / "access.log"
+    p.write_text((FIXTURES / "caddy-access.log").read_text().splitlines()[0] + "\n" + bad + "\n")
+    _, rows, q, _ = _load(tmp_path, p)
+    assert len(rows) == 1 and len(q) == 1 and q[0][0] == 2
