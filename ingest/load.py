@@ -29,7 +29,6 @@ from .db import get_meta, set_meta
 from .errors import ReplaygateError
 from .redact import padded_keys
 
-
 INGEST_MEMORY = "1.5GB"
 
 
