@@ -88,3 +88,33 @@ def match_truth(findings: list[dict], truth: dict):
             missed.append(e)
     extra = [f for i, f in enumerate(findings) if i not in used]
     return pairs, missed, extra
+
+
+SAMPLE_CONF = "sample_data/replaygate.toml"
+
+
+def run_cli(*args, cwd=ROOT, env=None):
+    """The real command, in a subprocess, with the sample fleet's HMAC key."""
+    import subprocess
+    import sys
+
+    e = dict(os.environ, REPLAYGATE_HMAC_KEY="replaygate-demo-key")
+    e.update(env or {})
+    return subprocess.run(
+        [sys.executable, "-m", "replaygate", *args],
+        cwd=cwd,
+        env=e,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+
+
+@pytest.fixture(scope="session")
+def sample_db(tmp_path_factory):
+    """The committed sample fleet, ingested from the repository root as the README does
+    (so file paths read sample_data/...), with findings for the sample configuration."""
+    path = tmp_path_factory.mktemp("sample") / "sample.duckdb"
+    r = run_cli("ingest", "sample_data", "--db", str(path), "--config", SAMPLE_CONF)
+    assert r.returncode == 0, r.stderr
+    return path

@@ -47,6 +47,8 @@ def sample_db(tmp_path_factory):
 def app(sample_db, monkeypatch):
     from streamlit.testing.v1 import AppTest
 
+    # Findings current for the sample's settings before the (read-only) app opens it.
+    assert _cli(sample_db, "findings")["findings"]
     monkeypatch.setenv("REPLAYGATE_DB", str(sample_db))
     monkeypatch.setenv("REPLAYGATE_CONFIG", CONF)
     from dashboard import data
