@@ -64,8 +64,10 @@ def connect(path: str | None = None, read_only: bool = False) -> duckdb.DuckDBPy
     except duckdb.Error as exc:
         raise ReplaygateError(f"cannot open database {path}: {str(exc).splitlines()[0]}") from None
     con.execute("SET TimeZone = 'UTC'")
-    # DuckDB draws progress bars on standard output, which belongs to --json.
-    con.execute("SET enable_progress_bar = false")
+    # Progress is tracked (query_progress() feeds the ingest bar) but never drawn by
+    # DuckDB: its bar would land on standard output, which belongs to --json.
+    con.execute("SET enable_progress_bar = true")
+    con.execute("SET enable_progress_bar_print = false")
     if os.environ.get("REPLAYGATE_MEMORY_LIMIT"):
         con.execute("SET memory_limit = $m", {"m": os.environ["REPLAYGATE_MEMORY_LIMIT"]})
     if not read_only:

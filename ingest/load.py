@@ -61,7 +61,7 @@ class IngestReport:
 
 class NullProgress:
     def start(self, total_bytes: int, n_files: int) -> None: ...
-    def file_started(self, name: str, size: int) -> None: ...
+    def file_started(self, name: str, size: int, poll=None) -> None: ...
     def file_done(self, size: int) -> None: ...
     def stop(self) -> None: ...
 
@@ -456,7 +456,8 @@ def ingest(
         plan: list = []
         seen: dict[str, str] = {}
         for n, (src, size) in enumerate(zip(sources, sizes, strict=True)):
-            progress.file_started(src.name, size)
+            # query_progress() may be called from another thread while a query runs.
+            progress.file_started(src.name, size, poll=con.query_progress)
             plan.append(loader.stage(src, n, seen))
             progress.file_done(size)
         # Staging needed the reader's order (rowid = position); the copy does not, and is

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import sys
+import threading
 
 from rich.console import Console
 from rich.progress import (
@@ -21,6 +22,9 @@ class RichProgress:
         self.enabled = sys.stderr.isatty()
         self.bar: Progress | None = None
         self.task = None
+        self.base = 0
+        self._stop = threading.Event()
+        self._poller: threading.Thread | None = None
 
     def start(self, total_bytes: int, n_files: int) -> None:
         if not self.enabled:
@@ -39,13 +43,33 @@ class RichProgress:
         self.bar.start()
         self.task = self.bar.add_task(f"reading {n_files} files", total=total_bytes)
 
-    def file_started(self, name: str, size: int) -> None:
-        if self.bar:
-            self.bar.update(self.task, description=name[:40])
+    def file_started(self, name: str, size: int, poll=None) -> None:
+        if not self.bar:
+            return
+        self.bar.update(self.task, description=name[:40])
+        if poll is not None and size > 50_000_000:
+            # A big file is one long query: follow DuckDB's own progress through it.
+            self._stop.clear()
+            self._poller = threading.Thread(target=self._follow, args=(poll, size), daemon=True)
+            self._poller.start()
+
+    def _follow(self, poll, size: int) -> None:
+        while not self._stop.wait(0.5):
+            try:
+                pct = poll()
+            except Exception:  # noqa: BLE001 - progress is best effort
+                return
+            if pct and pct > 0:
+                self.bar.update(self.task, completed=self.base + size * min(pct, 100) / 100)
 
     def file_done(self, size: int) -> None:
+        if self._poller is not None:
+            self._stop.set()
+            self._poller.join()
+            self._poller = None
         if self.bar:
-            self.bar.advance(self.task, size)
+            self.base += size
+            self.bar.update(self.task, completed=self.base)
 
     def stop(self) -> None:
         if self.bar:
