@@ -120,6 +120,21 @@ ENVOY = Adapter(
     response_session=_nz("j->>'$.new_session_id'", _EN),
 )
 
+
+def _infer_initialize(adapter: Adapter) -> Adapter:
+    """A proxy does not see the JSON-RPC method in the body. A request without a
+    session whose answer carries a new Mcp-Session-Id is an initialize; otherwise the
+    Mcp-Method header (2026-07-28 clients) names the method."""
+    fields = dict(adapter.fields)
+    fields["jsonrpc_method"] = (
+        f"coalesce({adapter.fields['jsonrpc_method']}, CASE WHEN "
+        f"({adapter.fields['session_id']}) IS NULL AND ({adapter.response_session}) IS NOT NULL "
+        "THEN 'initialize' END)"
+    )
+    return Adapter(adapter.name, adapter.detect, fields, adapter.response_session)
+
+
+CADDY, NGINX, ENVOY = (_infer_initialize(a) for a in (CADDY, NGINX, ENVOY))
 ADAPTERS = {a.name: a for a in (CADDY, NGINX, ENVOY)}
 SOURCES = ("auto", "contract", *ADAPTERS)
 

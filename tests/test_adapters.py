@@ -99,3 +99,26 @@ def test_malformed_proxy_lines(tmp_path, bad):
     p.write_text((FIXTURES / "caddy-access.log").read_text().splitlines()[0] + "\n" + bad + "\n")
     _, rows, q, _ = _load(tmp_path, p)
     assert len(rows) == 1 and len(q) == 1 and q[0][0] == 2
+
+
+CAPTURED = FIXTURES / "captured"
+
+
+@pytest.mark.parametrize("name", ["caddy-access.log", "nginx-access.log"])
+def test_real_captured_logs(tmp_path, name):
+    """Lines written by real Caddy 2.6 and nginx 1.22 in front of the SDK server (captured
+    from the end-to-end run)."""
+    report, rows, q, texts = _load(tmp_path, CAPTURED / name)
+    assert q == [] and report.quarantined == 0
+    raw = {
+        json.loads(line).get("mcp_session_id")
+        or (json.loads(line).get("request", {}).get("headers", {}).get("Mcp-Session-Id", [None])[0])
+        for line in (CAPTURED / name).read_text().splitlines()
+    } - {None, ""}
+    assert raw and not any(r in texts for r in raw)
+    statuses = {r[2] for r in rows}
+    assert 200 in statuses
+    # Initialize is inferred from a new session id in the answer (proxies see no body).
+    assert sum(1 for r in rows if r[7] == "initialize") >= 1
+    starts = [r[0] for r in rows]
+    assert all(isinstance(s, int) for s in starts)

@@ -9,4 +9,8 @@ SELECT session_hmac, generation, stream_id, 'low' AS severity, min(disc_ts) AS t
 FROM a_recoveries
 WHERE reconnect_ts IS NOT NULL AND retry_ms IS NOT NULL
   AND epoch_ms(reconnect_ts) - epoch_ms(disc_ts) < retry_ms
+  -- 'client_lost': the server learned of the break only from the reconnect itself, so
+  -- the gap says nothing about how long the client waited.
+  AND coalesce(close_reason, '') <> 'client_lost'
+
 GROUP BY session_hmac, generation, stream_id

@@ -1,0 +1,69 @@
+"""A small MCP server on the official Python SDK with the ledger recorder, used by the
+end-to-end test and as a starting point:
+
+    python -m recorder.example_server --port 8000 --ledger /var/log/mcp --stage read-25pct
+
+The HMAC key comes from $REPLAYGATE_HMAC_KEY (required).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+
+import uvicorn
+from mcp.server.mcpserver import Context, MCPServer
+from mcp.server.transport_security import TransportSecuritySettings
+
+from . import instrument
+
+mcp = MCPServer("replaygate-example")
+
+
+@mcp.tool()
+async def slow(n: int, ctx: Context) -> str:
+    """Report progress n times, then answer."""
+    for i in range(n):
+        await ctx.report_progress(i, n)
+        await asyncio.sleep(0.3)
+    return f"done {n}"
+
+
+@mcp.tool()
+async def nudge(ctx: Context) -> str:
+    """Close the SSE stream mid-way (the client reconnects after `retry`), then answer."""
+    await ctx.report_progress(0, 2)
+    await asyncio.sleep(0.2)
+    await ctx.close_sse_stream()
+    await asyncio.sleep(2.0)
+    await ctx.report_progress(1, 2)
+    return "nudged"
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--port", type=int, default=8000)
+    ap.add_argument("--ledger", required=True)
+    ap.add_argument("--stage", default=None, help="rollout stage of this server's sessions")
+    ap.add_argument("--retry-ms", type=int, default=500)
+    args = ap.parse_args()
+    key = os.environ["REPLAYGATE_HMAC_KEY"].encode()
+    app, _ = instrument(
+        mcp,
+        args.ledger,
+        hmac_key=key,
+        rollout_stage=args.stage,
+        retry_interval=args.retry_ms,
+        json_response=False,
+        transport_security=TransportSecuritySettings(
+            enable_dns_rebinding_protection=True,
+            allowed_hosts=["127.0.0.1:*", "localhost:*"],
+            allowed_origins=["http://localhost:*", "http://127.0.0.1:*"],
+        ),
+    )
+    uvicorn.run(app, host="127.0.0.1", port=args.port, log_level="warning")
+
+
+if __name__ == "__main__":
+    main()
