@@ -126,7 +126,8 @@ STREAMS = RecordType(
             "close_reason",
             "text",
             doc="completed, client_disconnect, network, backpressure, server_error, "
-            "cursor_rejected, session_expired, cancelled",
+            "cursor_rejected, session_expired, cancelled; also client_lost (the server "
+            "learned of the break only from the client's reconnect)",
         ),
         _f("lossless", "bool", doc="server declares gapless retention"),
     ),
