@@ -12,6 +12,8 @@ import time
 
 import pytest
 
+from dashboard.report import CHROMIUM_FLAGS
+
 from .conftest import ROOT, SAMPLE
 
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
@@ -20,15 +22,8 @@ pytestmark = [
     pytest.mark.skipif(CHROMIUM is None, reason="Debian's chromium is not installed"),
 ]
 PAGES = ["overview", "rollout", "streams", "dispatch", "sessions", "findings", "inspector", "data"]
-FLAGS = [
-    "--no-sandbox",
-    "--disable-gpu",
-    "--disable-quic",
-    "--no-first-run",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--disable-sync",
-]
+# The flags of a headless chromium on a machine with no network, as reports use them.
+FLAGS = [f for f in CHROMIUM_FLAGS if f not in ("--headless", "--no-pdf-header-footer")]
 
 
 def _free_port() -> int:
@@ -38,25 +33,9 @@ def _free_port() -> int:
 
 
 @pytest.fixture(scope="module")
-def server(tmp_path_factory):
-    db = tmp_path_factory.mktemp("browser") / "sample.duckdb"
+def server(sample_db):
+    db = sample_db
     env = dict(os.environ, REPLAYGATE_HMAC_KEY="replaygate-demo-key")
-    subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "replaygate",
-            "ingest",
-            str(SAMPLE),
-            "--db",
-            str(db),
-            "--config",
-            str(SAMPLE / "replaygate.toml"),
-        ],
-        check=True,
-        env=env,
-        capture_output=True,
-    )
     port = _free_port()
     proc = subprocess.Popen(
         [

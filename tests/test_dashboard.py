@@ -20,29 +20,6 @@ PAGES = ["rollout", "streams", "dispatch", "sessions", "findings", "inspector", 
 CONF = str(SAMPLE / "replaygate.toml")
 
 
-@pytest.fixture(scope="module")
-def sample_db(tmp_path_factory):
-    db = tmp_path_factory.mktemp("dash") / "sample.duckdb"
-    env = dict(os.environ, REPLAYGATE_HMAC_KEY="replaygate-demo-key")
-    subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "replaygate",
-            "ingest",
-            str(SAMPLE),
-            "--db",
-            str(db),
-            "--config",
-            CONF,
-        ],
-        check=True,
-        env=env,
-        capture_output=True,
-    )
-    return db
-
-
 @pytest.fixture
 def app(sample_db, monkeypatch):
     from streamlit.testing.v1 import AppTest
