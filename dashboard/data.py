@@ -364,6 +364,25 @@ def data_overview(stamp: str) -> dict:
         }
 
 
+@st.cache_data(show_spinner=False)
+def report(stamp: str, stage: str, fmt: str) -> bytes:
+    """The audit report of a stage, as `replaygate report` writes it."""
+    from queries import report as rep
+
+    from . import report as render
+
+    s = store()
+    with s.connect() as con:
+        doc = rep.build(
+            con, s.config, stage, db_path=s.path, config_path=os.environ.get("REPLAYGATE_CONFIG")
+        )
+    if fmt == "md":
+        return render.to_markdown(doc).encode()
+    if fmt == "json":
+        return render.to_json(doc).encode()
+    return render.to_html(doc).encode()
+
+
 def rollback_checks(stamp: str) -> list[dict]:
     return gates_doc(stamp, None, True).get("rollback_verification", [])
 

@@ -134,3 +134,10 @@ def test_busy_or_missing_database_is_said_clearly(monkeypatch, tmp_path):
     at = AppTest.from_file(APP, default_timeout=60).run()
     assert not at.exception
     assert "replaygate ingest" in at.error[0].value
+
+
+def test_overview_offers_the_audit_report(app, sample_db):
+    app.run()
+    assert not app.exception
+    labels = [b.label for b in app.get("download_button")]
+    assert labels == ["Download HTML", "Download Markdown", "Download JSON"]

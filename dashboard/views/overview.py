@@ -31,3 +31,21 @@ for i, gate in enumerate(stage["gates"]):
 st.subheader("Most severe findings in this stage")
 worst = data.findings(ctx.stamp, ctx.filters.with_(stage=stage["stage"]))
 ui.findings_table(worst.head(15), key="overview_findings", height=300)
+st.subheader("Audit report")
+cols = st.columns(3)
+for col, (fmt, label, mime) in zip(
+    cols,
+    [
+        ("html", "HTML", "text/html"),
+        ("md", "Markdown", "text/markdown"),
+        ("json", "JSON", "application/json"),
+    ],
+    strict=True,
+):
+    col.download_button(
+        f"Download {label}",
+        data.report(ctx.stamp, stage["stage"], fmt),
+        f"replaygate-{stage['stage']}.{fmt}",
+        mime,
+        key=f"report_{fmt}",
+    )
