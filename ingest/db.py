@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import time
 from pathlib import Path
 
 import duckdb
@@ -59,10 +60,18 @@ def connect(path: str | None = None, read_only: bool = False) -> duckdb.DuckDBPy
         raise ReplaygateError(f"no database at {path} (run `replaygate ingest` first)")
     if not read_only and path != ":memory:":
         Path(path).parent.mkdir(parents=True, exist_ok=True)
-    try:
-        con = duckdb.connect(path, read_only=read_only)
-    except duckdb.Error as exc:
-        raise ReplaygateError(f"cannot open database {path}: {str(exc).splitlines()[0]}") from None
+    deadline = time.monotonic() + (10 if not read_only else 0)
+    while True:
+        try:
+            con = duckdb.connect(path, read_only=read_only)
+            break
+        except duckdb.Error as exc:
+            # A dashboard holds a read lock only for the moment of a query: wait it out.
+            if "lock" in str(exc).lower() and time.monotonic() < deadline:
+                time.sleep(0.25)
+                continue
+            raise ReplaygateError(
+                f"cannot open database {path}: {str(exc).splitlines()[0]}") from None
     con.execute("SET TimeZone = 'UTC'")
     # Progress is tracked (query_progress() feeds the ingest bar) but never drawn by
     # DuckDB: its bar would land on standard output, which belongs to --json.
