@@ -71,7 +71,8 @@ def connect(path: str | None = None, read_only: bool = False) -> duckdb.DuckDBPy
                 time.sleep(0.25)
                 continue
             raise ReplaygateError(
-                f"cannot open database {path}: {str(exc).splitlines()[0]}") from None
+                f"cannot open database {path}: {str(exc).splitlines()[0]}"
+            ) from None
     con.execute("SET TimeZone = 'UTC'")
     # Progress is tracked (query_progress() feeds the ingest bar) but never drawn by
     # DuckDB: its bar would land on standard output, which belongs to --json.
