@@ -186,6 +186,9 @@ class _Loader:
     def stage(self, src: readers.Source, n: int, seen: dict[str, str]) -> _Staged | FileResult:
         shown = _display(src.path)
         size = src.path.stat().st_size
+        if size == 0:
+            # Nothing to read, and every empty file has the same digest: not a duplicate.
+            return FileResult(shown, "empty", note="empty file")
         likely_same = self._exec(
             "SELECT count(*) FROM files WHERE path = $p AND size = $z AND status = 'loaded'",
             {"p": shown, "z": size},

@@ -392,3 +392,19 @@ def test_read_only_connection_to_missing_db_is_an_error(tmp_path):
 
 def test_duckdb_is_the_store(con):
     assert isinstance(con, duckdb.DuckDBPyConnection)
+
+
+def test_empty_files_are_neither_errors_nor_duplicates(con, tmp_path):
+    (tmp_path / "sessions.jsonl").write_text("")
+    (tmp_path / "proxy.csv").write_text("")
+    (tmp_path / "proxy-header-only.csv").write_text("ts,method,status\n")
+    (tmp_path / "events-blank.jsonl").write_text("\n\n")
+    report = ingest(con, [tmp_path], Config())
+    status = {Path(f.path).name: f.status for f in report.files}
+    assert status == {
+        "sessions.jsonl": "empty",
+        "proxy.csv": "empty",
+        "proxy-header-only.csv": "loaded",
+        "events-blank.jsonl": "loaded",
+    }
+    assert report.quarantined == 0
