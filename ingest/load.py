@@ -258,7 +258,7 @@ class _Loader:
                 # Rows of other types in a prefixed file: read it again, as text.
                 typed = None
                 self._stage(src, read_path, compression, table, None)
-        if src.format == "csv":
+        if src.format in ("csv", "jsonl"):
             staged.rejects = f"rg_rejects_{n}"
             self._exec(
                 f"CREATE OR REPLACE TEMP TABLE {staged.rejects} AS "
@@ -273,6 +273,8 @@ class _Loader:
         self, src, read_path: Path, compression: str, table: str, typed: RecordType | None
     ) -> None:
         names = [f.name for f in typed.fields] if typed else all_field_names()
+        self._exec("DROP TABLE IF EXISTS rg_rejects")
+        self._exec("DROP TABLE IF EXISTS rg_scans")
         shape = self._proxy_shape(src, read_path, compression)
         if shape is not None:
             forced = None if shape == "auto" else shape
@@ -280,8 +282,6 @@ class _Loader:
         elif src.format == "jsonl":
             sql = readers.jsonl_sql(src, names, self.key_available)
         elif src.format == "csv":
-            self._exec("DROP TABLE IF EXISTS rg_rejects")
-            self._exec("DROP TABLE IF EXISTS rg_scans")
             header = readers.csv_header(read_path, compression == "gzip")
             sql = readers.csv_sql(src, header, names, self.key_available)
         else:
@@ -361,19 +361,42 @@ class _Loader:
         self._manifest(file_id, st.src, st.shown, st.sha, result)
         return result
 
+    def _position(self, st: _Staged) -> str:
+        """SQL for a staged row's position: rowid + 1, plus the JSON Lines lines the
+        reader skipped (rejected) before it."""
+        if (
+            st.src.format != "jsonl"
+            or not st.rejects
+            or not self._exec(f"SELECT count(*) FROM {st.rejects}").fetchone()[0]
+        ):
+            return "rowid + 1"
+        # The j-th rejected line (0-based, by line) comes after line - 1 - j kept rows.
+        return (
+            f"rowid + 1 + (SELECT count(*) FROM (SELECT line - row_number() OVER "
+            f"(ORDER BY line) AS kept FROM (SELECT DISTINCT line FROM {st.rejects})) r "
+            f"WHERE r.kept <= rowid)"
+        )
+
     def _insert(self, st: _Staged, file_id: int, result: FileResult) -> None:
         table = st.table
         line_col, row_col = ("pos", "NULL") if st.src.format == "jsonl" else ("NULL", "pos")
+        pos = self._position(st)
         base = {"f": file_id, "p": st.shown}
         self._exec(
             f"""INSERT INTO quarantine SELECT $f, $p, {line_col}, {row_col}, NULL, bad
-                FROM (SELECT rowid + 1 AS pos, bad FROM {table}) WHERE bad IS NOT NULL""",
+                FROM (SELECT {pos} AS pos, bad FROM {table}) WHERE bad IS NOT NULL""",
             base,
         )
         if st.rejects:
+            what = (
+                "'malformed CSV row: ' || lower(CAST(error_type AS VARCHAR))"
+                if st.src.format == "csv"
+                else "CASE CAST(error_type AS VARCHAR) WHEN 'INVALID ENCODING' THEN "
+                "'invalid UTF-8' WHEN 'LINE SIZE OVER MAXIMUM' THEN 'line too long' "
+                "ELSE 'unreadable line: ' || lower(CAST(error_type AS VARCHAR)) END"
+            )
             self._exec(
-                f"""INSERT INTO quarantine SELECT $f, $p, line, NULL, NULL,
-                   'malformed CSV row: ' || lower(CAST(error_type AS VARCHAR))
+                f"""INSERT INTO quarantine SELECT $f, $p, line, NULL, NULL, {what}
                    FROM {st.rejects}""",
                 base,
             )
@@ -389,10 +412,9 @@ class _Loader:
             present = [rt for rt in RECORD_TYPES if rt.table in names]
         for rt in present:
             # A staging table is created before the transaction, so its rowids are the
-            # reader's order: rowid + 1 is the record's line (or data row).
+            # reader's order: they give the record's line (or data row).
             rows = (
-                f"(SELECT rowid + 1 AS pos, * FROM {table} WHERE rtype = '{rt.table}' "
-                "AND bad IS NULL)"
+                f"(SELECT {pos} AS pos, * FROM {table} WHERE rtype = '{rt.table}' AND bad IS NULL)"
             )
             checked = rows if st.typed is not None else f"({validate.checked_sql(rt, rows)})"
             self._exec(

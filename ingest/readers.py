@@ -59,6 +59,23 @@ def detect(path: Path, force_proxy: bool = False) -> Source | None:
     return None
 
 
+# Lines up to this size are read; longer ones are quarantined as too long.
+MAX_LINE = 32 << 20
+
+
+def _raw_lines() -> str:
+    """A JSON Lines file as raw lines, one row per line (blank lines included).
+
+    Lines the CSV reader cannot hand over (invalid UTF-8, over MAX_LINE) are skipped
+    into the rejects table with their line numbers; load.py quarantines them and
+    corrects the positions of the rows after them."""
+    return f"""read_csv($path, columns = {{'raw': 'VARCHAR'}}, header = false,
+                  delim = '{_LINE_DELIM}', quote = '', escape = '', auto_detect = false,
+                  compression = $compression, max_line_size = {MAX_LINE},
+                  ignore_errors = true, store_rejects = true,
+                  rejects_table = 'rg_rejects', rejects_scan = 'rg_scans')"""
+
+
 def _schema_case() -> str:
     whens = " ".join(f"WHEN '{rt.schema}' THEN '{rt.table}'" for rt in RECORD_TYPES)
     return f"CASE schema {whens} END"
@@ -109,9 +126,7 @@ def jsonl_sql(source: Source, names: list[str], key_available: bool) -> str:
     FROM (
         SELECT raw, raw IS NULL OR trim(raw) = '' AS blank,
                try(json_extract_string(raw, [{paths}])) AS v
-        FROM read_csv($path, columns = {{'raw': 'VARCHAR'}}, header = false,
-                      delim = '{_LINE_DELIM}', quote = '', escape = '',
-                      auto_detect = false, compression = $compression)
+        FROM {_raw_lines()}
     )"""
     return _wrap(inner, source)
 
@@ -202,9 +217,7 @@ def proxylog_sql(
     FROM (
         SELECT *, {shape} AS shape FROM (
             SELECT raw IS NULL OR trim(raw) = '' AS blank, try(json(raw)) AS j
-            FROM read_csv($path, columns = {{'raw': 'VARCHAR'}}, header = false,
-                          delim = '{_LINE_DELIM}', quote = '', escape = '',
-                          auto_detect = false, compression = $compression)
+            FROM {_raw_lines()}
         )
     )"""
     return _wrap(inner, source)

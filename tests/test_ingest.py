@@ -408,3 +408,29 @@ def test_empty_files_are_neither_errors_nor_duplicates(con, tmp_path):
         "events-blank.jsonl": "loaded",
     }
     assert report.quarantined == 0
+
+
+def test_invalid_utf8_and_long_lines_are_quarantined_with_their_lines(con, tmp_path):
+    good = json.dumps(SAMPLES["proxy"]).encode()
+    path = tmp_path / "proxy.jsonl"
+    path.write_bytes(
+        b"\n".join(
+            [
+                good,
+                b'{"ts": "2026\xff", "method": "GET", "status": 200}',
+                good,
+                b'{"pad": "' + b"a" * (33 << 20) + b'"}',
+                b"\xfe\xfe",
+                good,
+            ]
+        )
+        + b"\n"
+    )
+    report = ingest(con, [path], Config())
+    assert report.rows_by_type() == {"proxy": 3}
+    assert sorted(_quarantine(con)) == [
+        (2, None, None, "invalid UTF-8"),
+        (4, None, None, "line too long"),
+        (5, None, None, "invalid UTF-8"),
+    ]
+    assert con.execute("SELECT list(pos ORDER BY pos) FROM proxy").fetchone()[0] == [1, 3, 6]
