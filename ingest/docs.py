@@ -30,7 +30,10 @@ this file and the contract disagree. What each record means is in the seeds
   `raw_session_id_logged` finding can name the file. Without a key the id is dropped,
   with a warning.
 - Rows that break the contract go to table `quarantine` (file, line or row, record
-  type, reason) and are counted in the ingest summary; they never stop the rest.
+  type, reason) and are counted in the ingest summary; they never stop the rest. That
+  includes lines that are not JSON, lines with invalid UTF-8 or over 32 MB, malformed CSV
+  rows, and the break of a truncated gzip (what decompresses before it is loaded). The
+  quarantine keeps no content of the row: it may hold secrets.
 """
 
 
