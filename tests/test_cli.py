@@ -3,40 +3,12 @@
 from __future__ import annotations
 
 import json
-import os
 import shutil
-import subprocess
-import sys
 
 import pytest
 
 from .conftest import SAMPLE
-
-CLI = [sys.executable, "-m", "replaygate"]
-
-
-def run(*args, cwd=None, env=None):
-    e = dict(os.environ)
-    e.update(env or {})
-    return subprocess.run(
-        [*CLI, *args], capture_output=True, text=True, cwd=cwd, env=e, timeout=300
-    )
-
-
-@pytest.fixture(scope="module")
-def sample_db(tmp_path_factory):
-    db = tmp_path_factory.mktemp("cli") / "sample.duckdb"
-    r = run(
-        "ingest",
-        str(SAMPLE),
-        "--db",
-        str(db),
-        "--config",
-        str(SAMPLE / "replaygate.toml"),
-        env={"REPLAYGATE_HMAC_KEY": "replaygate-demo-key"},
-    )
-    assert r.returncode == 0, r.stderr
-    return db
+from .conftest import run_cli as run
 
 
 def test_help_has_examples():

@@ -7,37 +7,21 @@ import json
 import os
 import shutil
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
-from .conftest import ROOT, SAMPLE
+from .conftest import SAMPLE, SAMPLE_CONF
+from .conftest import run_cli as run
 
 GOLDEN = Path(__file__).parent / "golden"
-CONF = "sample_data/replaygate.toml"
+CONF = SAMPLE_CONF
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 
 
-def run(*args, cwd=ROOT):
-    env = dict(os.environ, REPLAYGATE_HMAC_KEY="replaygate-demo-key")
-    return subprocess.run(
-        [sys.executable, "-m", "replaygate", *args],
-        cwd=cwd,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
-
-
-@pytest.fixture(scope="module")
-def db(tmp_path_factory):
-    # Ingested from the repository root, as the README does, so paths read sample_data/...
-    path = tmp_path_factory.mktemp("report") / "sample.duckdb"
-    r = run("ingest", "sample_data", "--db", str(path), "--config", CONF)
-    assert r.returncode == 0, r.stderr
-    return path
+@pytest.fixture
+def db(sample_db):
+    return sample_db
 
 
 def _report(db, tmp_path, fmt, *extra):
