@@ -15,7 +15,7 @@ def test_help_has_examples():
     r = run("--help")
     assert r.returncode == 0
     assert "replaygate ingest" in r.stdout
-    for cmd in ("ingest", "findings", "gates", "simulate", "status", "dashboard"):
+    for cmd in ("ingest", "findings", "gates", "simulate", "status", "dashboard", "report"):
         sub = run(cmd, "--help")
         assert sub.returncode == 0, cmd
         assert "Example" in sub.stdout, cmd
