@@ -19,7 +19,7 @@ import streamlit as st
 from ingest import db as dbm
 from ingest.config import Config
 from ingest.config import load as load_config
-from queries import api, gates, runner
+from queries import api, runner
 from queries.params import from_config
 
 from .state import Filters, findings_where
@@ -381,19 +381,3 @@ def report(stamp: str, stage: str, fmt: str) -> bytes:
     if fmt == "json":
         return render.to_json(doc).encode()
     return render.to_html(doc).encode()
-
-
-def rollback_checks(stamp: str) -> list[dict]:
-    return gates_doc(stamp, None, True).get("rollback_verification", [])
-
-
-SEVERITY_COLORS = {"critical": "#b71c1c", "high": "#e65100", "medium": "#f9a825", "low": "#90a4ae"}
-STATUS_COLORS = {
-    "pass": "#2e7d32",
-    "fail": "#c62828",
-    "insufficient": "#f9a825",
-    "not_applicable": "#9e9e9e",
-}
-DECISION_COLORS = {"PROCEED": "#2e7d32", "HOLD": "#f9a825", "ROLLBACK": "#c62828"}
-
-__all__ = ["DatabaseBusy", "Store", "store", "gates", "SEVERITY_COLORS"]

@@ -11,6 +11,7 @@ STATUS_COLORS = {
     "insufficient": "#f9a825",
     "not_applicable": "#bdbdbd",
 }
+DECISION_COLORS = {"PROCEED": "#2e7d32", "HOLD": "#f9a825", "ROLLBACK": "#c62828"}
 STATUS_CODE = {"not_applicable": 0, "pass": 1, "insufficient": 2, "fail": 3}
 ACTION_COLORS = {
     "start": "#1565c0",

@@ -9,7 +9,7 @@ import streamlit as st
 
 from queries.gates import display_threshold, display_value
 
-from . import data, state
+from . import data, figures, state
 from .state import Filters
 
 
@@ -111,7 +111,7 @@ def sidebar_filters(stamp: str, options: dict) -> Filters:
 
 
 def decision_badge(decision: str, stage: str) -> None:
-    color = data.DECISION_COLORS[decision]
+    color = figures.DECISION_COLORS[decision]
     st.markdown(
         f"<div style='background:{color};color:white;padding:14px 20px;border-radius:8px;"
         f"font-size:1.6em;font-weight:700' data-testid='decision'>{decision} "
@@ -122,7 +122,7 @@ def decision_badge(decision: str, stage: str) -> None:
 
 def status_box(ok: bool, text: str) -> None:
     """A verdict about the data (not an error of the app)."""
-    color = data.STATUS_COLORS["pass" if ok else "fail"]
+    color = figures.STATUS_COLORS["pass" if ok else "fail"]
     st.markdown(
         f"<div style='border-left:6px solid {color};padding:8px 12px;"
         f"background:#fafafa'><b>{text}</b></div>",
@@ -131,7 +131,7 @@ def status_box(ok: bool, text: str) -> None:
 
 
 def gate_tile(col, gate: dict) -> None:
-    color = data.STATUS_COLORS[gate["status"]]
+    color = figures.STATUS_COLORS[gate["status"]]
     value = display_value(gate)
     with col.container(border=True):
         st.markdown(
