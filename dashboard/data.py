@@ -285,8 +285,8 @@ def sessions_for_inspector(stamp: str, f: Filters, limit: int = 500) -> pd.DataF
                    min(f.ts) AS first
             FROM findings f LEFT JOIN a_sessions a USING (session_hmac)
             WHERE f.session_hmac IS NOT NULL AND {where}
-            GROUP BY f.session_hmac ORDER BY findings DESC, first LIMIT {int(limit)}""",
-            args,
+            GROUP BY f.session_hmac ORDER BY findings DESC, first LIMIT $limit""",
+            {**args, "limit": limit},
         )
 
 
