@@ -413,27 +413,25 @@ class _Loader:
         for rt in present:
             # A staging table is created before the transaction, so its rowids are the
             # reader's order: they give the record's line (or data row).
-            rows = (
-                f"(SELECT {pos} AS pos, * FROM {table} WHERE rtype = '{rt.table}' AND bad IS NULL)"
-            )
+            rows = f"(SELECT {pos} AS pos, * FROM {table} WHERE rtype = $t AND bad IS NULL)"
             checked = rows if st.typed is not None else f"({validate.checked_sql(rt, rows)})"
             self._exec(
                 f"""INSERT INTO quarantine
                     SELECT $f, $p, {line_col}, {row_col}, $schema, reason
                     FROM {checked} WHERE reason IS NOT NULL""",
-                {**base, "schema": rt.schema},
+                {**base, "schema": rt.schema, "t": rt.table},
             )
             cols, exprs = validate.target_columns(rt)
             n = self._exec(
                 f"""INSERT INTO {rt.table} ({", ".join(cols)})
                     SELECT {", ".join(exprs)} FROM {checked} WHERE reason IS NULL""",
-                {"file_id": file_id},
+                {"file_id": file_id, "t": rt.table},
             ).fetchone()[0]
             if n:
                 result.rows[rt.table] = n
             if rt.table == "proxy" and not self.key_available:
                 self.raw_without_key += self._exec(
-                    f"SELECT count(*) FROM {checked} WHERE t_raw_session_id"
+                    f"SELECT count(*) FROM {checked} WHERE t_raw_session_id", {"t": rt.table}
                 ).fetchone()[0]
 
 
