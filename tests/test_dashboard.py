@@ -141,3 +141,40 @@ def test_overview_offers_the_audit_report(app, sample_db):
     assert not app.exception
     labels = [b.label for b in app.get("download_button")]
     assert labels == ["Download HTML", "Download Markdown", "Download JSON"]
+
+
+def test_while_an_ingest_writes_the_dashboard_says_so(monkeypatch, sample_db, tmp_path):
+    import shutil as sh
+    import time as t
+
+    from streamlit.testing.v1 import AppTest
+
+    from dashboard import data
+
+    db = tmp_path / "busy.duckdb"
+    sh.copy(sample_db, db)
+    holder = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            (
+                "import duckdb, sys, time; c = duckdb.connect(sys.argv[1]); "
+                "print('ready', flush=True); time.sleep(60)"
+            ),
+            str(db),
+        ],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert holder.stdout.readline().strip() == "ready"
+        monkeypatch.setenv("REPLAYGATE_DB", str(db))
+        data.store.clear()
+        start = t.monotonic()
+        at = AppTest.from_file(APP, default_timeout=60).run()
+        assert not at.exception
+        assert any("An ingest is writing the database" in i.value for i in at.info)
+        assert t.monotonic() - start < 30
+    finally:
+        holder.kill()
+        holder.wait()
