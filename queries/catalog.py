@@ -45,7 +45,9 @@ class Query:
         return set(_PARAM.findall(body))
 
     def statements(self) -> list[str]:
-        return [s for s in (p.strip() for p in self.sql.split(";")) if s and not _only_comments(s)]
+        # Comments are dropped first, so a ';' inside one never splits a statement.
+        body = "\n".join(line.split("--", 1)[0] for line in self.sql.splitlines())
+        return [s for s in (p.strip() for p in body.split(";")) if s and not _only_comments(s)]
 
 
 def _only_comments(stmt: str) -> bool:
