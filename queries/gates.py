@@ -144,6 +144,25 @@ def _duration(hours: float) -> str:
     return f"{h} h {m} min" if h < 48 else f"{h / 24:.1f} days"
 
 
+# Singular forms of the measure's nouns, for a count of one.
+_SINGULAR = {
+    "accepted events from another stream": "accepted event from another stream",
+    "duplicate business dispatches": "duplicate business dispatch",
+    "answers closed incomplete or without their result": (
+        "answer closed incomplete or without its result"
+    ),
+    "404s not followed by a re-initialize": "404 not followed by a re-initialize",
+    "invalid-Origin requests served": "invalid-Origin request served",
+    "raw session ids in logs": "raw session id in logs",
+    "auth-binding violations": "auth-binding violation",
+    "writes executed without an idempotency key": "write executed without an idempotency key",
+}
+
+
+def _noun(plural: str, n) -> str:
+    return _SINGULAR.get(plural, plural) if n == 1 else plural
+
+
 def reason(gate: dict, config: Config) -> str:
     g = BY_ID[gate["id"]]
     v, n, f = gate["value"], gate["sample"], gate["failures"]
@@ -158,9 +177,12 @@ def reason(gate: dict, config: Config) -> str:
             text += f", about {_duration(eta)} more at the last hour's rate"
         return text
     if g.kind == "count":
-        return f"{g.id}: {_fmt_n(v)} {g.failure_noun} (threshold 0)"
+        return f"{g.id}: {_fmt_n(v)} {_noun(g.failure_noun, v)} (threshold 0)"
     if g.kind == "share":
-        return f"{g.id}: {_fmt_n(f)} of {_fmt_n(n)} {g.failure_noun} (threshold 100 % handled)"
+        return (
+            f"{g.id}: {_fmt_n(f)} of {_fmt_n(n)} {_noun(g.failure_noun, n)} "
+            "(threshold 100 % handled)"
+        )
     if g.kind == "p99":
         return (
             f"{g.id}: p99 {v:.1f} s over {_fmt_n(n)} recoveries "
