@@ -298,22 +298,25 @@ def sessionless_call(
     payload = sha(f"{principal}|{tool}|{f.seq_no()}")
     key = f"idem-{payload[:20]}" if tool_class != "read" and not no_key else None
     rid = str(rng.randint(1, 10_000))
-    ua = "acme-agent/3.0.0"
     addr = addr or f"10.20.{rng.randint(0, 255)}.{rng.randint(1, 254)}"
-    f.proxy(
-        t,
-        "POST",
-        200,
-        None,
-        origin="https://app.example.com",
-        protocol="2026-07-28",
-        jsonrpc_method="tools/call",
-        request_id=rid,
-        principal=principal,
-        subject=f"sub-{principal}",
-        addr=addr,
-        ua=ua,
-    )
+
+    def request(at: int, request_id: str) -> None:
+        f.proxy(
+            at,
+            "POST",
+            200,
+            None,
+            origin="https://app.example.com",
+            protocol="2026-07-28",
+            jsonrpc_method="tools/call",
+            request_id=request_id,
+            principal=principal,
+            subject=f"sub-{principal}",
+            addr=addr,
+            ua="acme-agent/3.0.0",
+        )
+
+    request(t, rid)
     did = f.dispatch(
         t + 5,
         s=None,
@@ -334,20 +337,7 @@ def sessionless_call(
         if tool_class == "read":
             k2 = None
         hit = k2 is not None and k2 == key
-        f.proxy(
-            t2,
-            "POST",
-            200,
-            None,
-            origin="https://app.example.com",
-            protocol="2026-07-28",
-            jsonrpc_method="tools/call",
-            request_id=rid2,
-            principal=principal,
-            subject=f"sub-{principal}",
-            addr=addr,
-            ua=ua,
-        )
+        request(t2, rid2)
         ids.append(
             f.dispatch(
                 t2 + 5,
