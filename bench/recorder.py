@@ -19,13 +19,12 @@ import tempfile
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
+SERVER = "replaygate.recorder.example_server"
 
 PLAIN = """
 import sys, uuid, uvicorn
 from mcp.server.streamable_http import EventStore, EventMessage
-from recorder.example_server import mcp
+from replaygate.recorder.example_server import mcp
 from mcp.server.transport_security import TransportSecuritySettings
 
 class Memory(EventStore):
@@ -80,7 +79,7 @@ def main() -> None:
     p1, p2 = _port(), _port()
     plain = measure([sys.executable, "-c", PLAIN, str(p1)], p1, args.calls)
     rec = measure(
-        [sys.executable, "-m", "recorder.example_server", "--port", str(p2), "--ledger", ledger],
+        [sys.executable, "-m", SERVER, "--port", str(p2), "--ledger", ledger],
         p2,
         args.calls,
     )

@@ -41,7 +41,7 @@ def timed(cmd: list[str]) -> dict:
 # fails on these files, whose null fields are absent), straight into a table.
 BARE = """
 import duckdb, sys, pathlib
-from ingest.contract import type_for_filename
+from replaygate.ingest.contract import type_for_filename
 con = duckdb.connect(sys.argv[1])
 con.execute("SET TimeZone = 'UTC'")
 con.execute("SET enable_progress_bar = false")
@@ -55,8 +55,8 @@ con.close()
 
 ANALYSE = """
 import json, sys, time
-from ingest import db, config
-from queries import runner, gates
+from replaygate.ingest import db, config
+from replaygate.queries import runner, gates
 con = db.connect(sys.argv[1])
 conf = config.Config()
 t0 = time.perf_counter(); runner.analyse(con, conf, force=True); t1 = time.perf_counter()

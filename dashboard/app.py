@@ -1,4 +1,4 @@
-"""replaygate dashboard: `replaygate dashboard` (or `streamlit run dashboard/app.py`)."""
+"""replaygate dashboard: `replaygate dashboard` (or `streamlit run` on this file)."""
 
 from __future__ import annotations
 

@@ -16,11 +16,11 @@ import duckdb
 import pandas as pd
 import streamlit as st
 
-from ingest import db as dbm
-from ingest.config import Config
-from ingest.config import load as load_config
-from queries import api, runner
-from queries.params import from_config
+from replaygate.ingest import db as dbm
+from replaygate.ingest.config import Config
+from replaygate.ingest.config import load as load_config
+from replaygate.queries import api, runner
+from replaygate.queries.params import from_config
 
 from .state import Filters, findings_where
 
@@ -344,7 +344,7 @@ def streams_of(stamp: str, session_hmac: str) -> list[str]:
 @st.cache_data(show_spinner=False)
 def data_overview(stamp: str) -> dict:
     with store().connect() as con:
-        from ingest.status import status
+        from replaygate.ingest.status import status
 
         return {
             "status": status(con),
@@ -367,7 +367,7 @@ def data_overview(stamp: str) -> dict:
 @st.cache_data(show_spinner=False)
 def report(stamp: str, stage: str, fmt: str) -> bytes:
     """The audit report of a stage, as `replaygate report` writes it."""
-    from queries import report as rep
+    from replaygate.queries import report as rep
 
     from . import report as render
 

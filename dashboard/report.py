@@ -19,7 +19,7 @@ import plotly.graph_objects as go
 import pyarrow.parquet as pq
 from plotly.offline import get_plotlyjs
 
-from ingest.errors import ReplaygateError
+from replaygate.ingest.errors import ReplaygateError
 
 from . import figures
 

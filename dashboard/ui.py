@@ -7,7 +7,7 @@ from urllib.parse import urlencode
 
 import streamlit as st
 
-from queries.gates import display_threshold, display_value
+from replaygate.queries.gates import display_threshold, display_value
 
 from . import data, figures, state
 from .state import Filters

@@ -7,9 +7,9 @@ import json
 
 import duckdb
 
-from ingest import db as dbm
-from ingest.config import Config
-from ingest.errors import ReplaygateError
+from replaygate.ingest import db as dbm
+from replaygate.ingest.config import Config
+from replaygate.ingest.errors import ReplaygateError
 
 from . import gates, runner
 

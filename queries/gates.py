@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ingest.config import Config
+from replaygate.ingest.config import Config
 
 from . import catalog, params
 
@@ -268,7 +268,7 @@ def evaluate(con, config: Config, stage: str | None = None, all_stages: bool = F
         return {"stages": [], "note": "no rollout log: no stages to gate"}
     names = [s[0] for s in stages]
     if stage is not None and stage not in names:
-        from ingest.errors import ReplaygateError
+        from replaygate.ingest.errors import ReplaygateError
 
         raise ReplaygateError(f"no stage named {stage!r} (stages: {', '.join(names)})")
     chosen = names if all_stages else [stage or names[-1]]

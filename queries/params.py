@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from ingest.config import Config
+from replaygate.ingest.config import Config
 
 
 def glob_to_like(pattern: str) -> str:

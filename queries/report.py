@@ -8,8 +8,8 @@ from __future__ import annotations
 
 import json
 
-from ingest.config import Config
-from ingest.errors import ReplaygateError
+from replaygate.ingest.config import Config
+from replaygate.ingest.errors import ReplaygateError
 
 from . import api, catalog, gates
 

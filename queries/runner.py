@@ -10,9 +10,9 @@ import time
 
 import duckdb
 
-from ingest.config import Config
-from ingest.contract import RECORD_TYPES
-from ingest.db import get_meta, set_meta
+from replaygate.ingest.config import Config
+from replaygate.ingest.contract import RECORD_TYPES
+from replaygate.ingest.db import get_meta, set_meta
 
 from . import catalog, params
 

@@ -1,6 +1,6 @@
 """Ledger recorder for MCP servers built on the official Python SDK (optional extra).
 
-    from recorder import instrument
+    from replaygate.recorder import instrument
     app, store = instrument(mcp_server, "/var/log/mcp", hmac_key=KEY,
                             retry_interval=1000, transport_security=...)
 

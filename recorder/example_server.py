@@ -1,7 +1,8 @@
 """A small MCP server on the official Python SDK with the ledger recorder, used by the
 end-to-end test and as a starting point:
 
-    python -m recorder.example_server --port 8000 --ledger /var/log/mcp --stage read-25pct
+    python -m replaygate.recorder.example_server --port 8000 --ledger /var/log/mcp \
+        --stage read-25pct
 
 The HMAC key comes from $REPLAYGATE_HMAC_KEY (required).
 """

@@ -11,7 +11,7 @@ import sys
 
 import click
 
-from ingest.errors import ReplaygateError
+from replaygate.ingest.errors import ReplaygateError
 
 from . import __version__
 
@@ -96,9 +96,9 @@ def ingest(paths, db, config_path, as_json, strict, no_analyse, source):
       replaygate ingest /var/log/mcp/*.jsonl.gz proxy.csv --db fleet.duckdb --strict
       replaygate ingest /var/log/caddy/access.log --source caddy
     """
-    from ingest import config as cfg
-    from ingest import db as dbm
-    from ingest.load import ingest as run_ingest
+    from replaygate.ingest import config as cfg
+    from replaygate.ingest import db as dbm
+    from replaygate.ingest.load import ingest as run_ingest
 
     from .progress import RichProgress
     from .render import ingest_summary
@@ -120,7 +120,7 @@ def ingest(paths, db, config_path, as_json, strict, no_analyse, source):
 def _analyse(con, conf):
     """Refresh findings after an ingest, if the detector layer is present."""
     try:
-        from queries import runner
+        from replaygate.queries import runner
     except ImportError:  # pragma: no cover - detectors not installed
         return None
     return runner.analyse(con, conf)
@@ -137,8 +137,8 @@ def status(db, as_json):
     Example:
       replaygate status --db fleet.duckdb --json
     """
-    from ingest import db as dbm
-    from ingest.status import status as get_status
+    from replaygate.ingest import db as dbm
+    from replaygate.ingest.status import status as get_status
 
     from .render import status_table
 
@@ -185,9 +185,9 @@ def simulate(out, seed, sessions, events, faults, fmt, list_faults, config_path,
       replaygate simulate --out fleet/ --seed 3
       replaygate simulate --out big/ --events 1000000 --faults none --format jsonl
     """
-    from ingest import config as cfg
-    from sim import simulate as run
-    from sim.faults import CATALOGUE
+    from replaygate.ingest import config as cfg
+    from replaygate.sim import simulate as run
+    from replaygate.sim.faults import CATALOGUE
 
     if list_faults:
         for fid, fl in CATALOGUE.items():
@@ -241,8 +241,8 @@ def findings(db, config_path, as_json, detectors, stage, severity, limit):
       replaygate findings --detector replay_gap --detector silent_truncation --json
       replaygate findings --stage resume-read-25pct
     """
-    from ingest import config as cfg
-    from queries import api, catalog
+    from replaygate.ingest import config as cfg
+    from replaygate.queries import api, catalog
 
     from .render import findings_table
 
@@ -276,9 +276,9 @@ def gates(db, config_path, as_json, stage, all_stages):
       replaygate gates --stage write-10pct --json
       replaygate gates --all-stages || echo "not safe to proceed"
     """
-    from ingest import config as cfg
-    from queries import api
-    from queries.gates import EXIT_CODES, worst
+    from replaygate.ingest import config as cfg
+    from replaygate.queries import api
+    from replaygate.queries.gates import EXIT_CODES, worst
 
     from .render import gates_report
 
@@ -317,18 +317,22 @@ def dashboard(db, config_path, port, host):
       replaygate dashboard --db fleet.duckdb
       replaygate dashboard --db fleet.duckdb --config replaygate.toml --port 8600
     """
+    import importlib.util
     import os
     from pathlib import Path
 
-    from ingest import config as cfg
-    from ingest import db as dbm
-    from queries import runner
+    from replaygate.ingest import config as cfg
+    from replaygate.ingest import db as dbm
+    from replaygate.queries import runner
 
     conf = cfg.load(config_path)
     con = dbm.connect(db)
     runner.analyse(con, conf)
     con.close()
-    app = Path(__file__).resolve().parent.parent / "dashboard" / "app.py"
+    # Located without importing the package: importing it would pull in streamlit here.
+    spec = importlib.util.find_spec("replaygate.dashboard")
+    assert spec is not None and spec.origin is not None
+    app = Path(spec.origin).parent / "app.py"
     env = dict(os.environ, REPLAYGATE_DB=str(Path(db).resolve()))
     if config_path:
         env["REPLAYGATE_CONFIG"] = str(Path(config_path).resolve())
@@ -395,10 +399,10 @@ def report(db, config_path, stage, fmt, output, bundle, verify_dir):
     """
     from pathlib import Path
 
-    from dashboard import report as render
-    from ingest import config as cfg
-    from queries import api
-    from queries import report as rep
+    from replaygate.dashboard import report as render
+    from replaygate.ingest import config as cfg
+    from replaygate.queries import api
+    from replaygate.queries import report as rep
 
     if verify_dir:
         problems = render.verify(Path(verify_dir))

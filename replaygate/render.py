@@ -5,8 +5,8 @@ from __future__ import annotations
 from rich.console import Console
 from rich.table import Table
 
-from ingest.contract import RECORD_TYPES
-from queries.gates import display_value
+from replaygate.ingest.contract import RECORD_TYPES
+from replaygate.queries.gates import display_value
 
 console = Console()
 

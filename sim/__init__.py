@@ -8,8 +8,8 @@ import os
 import random
 from pathlib import Path
 
-from ingest.config import Config
-from ingest.errors import ReplaygateError
+from replaygate.ingest.config import Config
+from replaygate.ingest.errors import ReplaygateError
 
 from .faults import CATALOGUE
 from .fleet import SEC, T0, Fleet, Stage

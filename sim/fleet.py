@@ -14,7 +14,7 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 from fnmatch import fnmatchcase
 
-from ingest.redact import hmac_hex
+from replaygate.ingest.redact import hmac_hex
 
 from .writers import make_writer
 

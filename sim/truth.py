@@ -9,7 +9,7 @@ from __future__ import annotations
 import math
 from collections import Counter
 
-from ingest.config import Config
+from replaygate.ingest.config import Config
 
 COUNT_GATES = {
     "cross_stream_acceptances": ("cross_stream_acceptance",),

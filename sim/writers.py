@@ -17,7 +17,7 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from ingest.contract import BY_TABLE, RecordType
+from replaygate.ingest.contract import BY_TABLE, RecordType
 
 CHUNK = 20_000
 

@@ -12,11 +12,11 @@ import pytest
 os.environ["REPLAYGATE_HMAC_KEY"] = "test-key-not-secret"
 os.environ.pop("REPLAYGATE_DB", None)
 
-from ingest import db as dbm  # noqa: E402
-from ingest.config import Config  # noqa: E402
-from ingest.load import ingest  # noqa: E402
-from queries import runner  # noqa: E402
-from sim import simulate  # noqa: E402
+from replaygate.ingest import db as dbm  # noqa: E402
+from replaygate.ingest.config import Config  # noqa: E402
+from replaygate.ingest.load import ingest  # noqa: E402
+from replaygate.queries import runner  # noqa: E402
+from replaygate.sim import simulate  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
 SAMPLE = ROOT / "sample_data"

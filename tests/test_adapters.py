@@ -8,10 +8,10 @@ from pathlib import Path
 
 import pytest
 
-from ingest import db as dbm
-from ingest.config import Config
-from ingest.load import ingest
-from ingest.redact import hmac_hex
+from replaygate.ingest import db as dbm
+from replaygate.ingest.config import Config
+from replaygate.ingest.load import ingest
+from replaygate.ingest.redact import hmac_hex
 
 FIXTURES = Path(__file__).parent / "fixtures" / "proxy"
 KEY = b"test-key-not-secret"

@@ -12,7 +12,7 @@ import time
 
 import pytest
 
-from dashboard.report import CHROMIUM_FLAGS
+from replaygate.dashboard.report import CHROMIUM_FLAGS
 
 from .conftest import ROOT, SAMPLE
 

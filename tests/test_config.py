@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from ingest import config as cfg
-from ingest.errors import ReplaygateError
-from queries.params import glob_to_like
+from replaygate.ingest import config as cfg
+from replaygate.ingest.errors import ReplaygateError
+from replaygate.queries.params import glob_to_like
 
 
 def test_defaults_match_the_spec():

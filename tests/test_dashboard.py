@@ -3,6 +3,7 @@ CLI's JSON, filters change what is shown."""
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import subprocess
@@ -11,11 +12,11 @@ from pathlib import Path
 
 import pytest
 
-from queries.gates import display_value
+from replaygate.queries.gates import display_value
 
 from .conftest import SAMPLE
 
-APP = str(Path(__file__).resolve().parent.parent / "dashboard" / "app.py")
+APP = str(Path(importlib.util.find_spec("replaygate.dashboard").origin).parent / "app.py")
 PAGES = ["rollout", "streams", "dispatch", "sessions", "findings", "inspector", "datafiles"]
 CONF = str(SAMPLE / "replaygate.toml")
 
@@ -28,7 +29,7 @@ def app(sample_db, monkeypatch):
     assert _cli(sample_db, "findings")["findings"]
     monkeypatch.setenv("REPLAYGATE_DB", str(sample_db))
     monkeypatch.setenv("REPLAYGATE_CONFIG", CONF)
-    from dashboard import data
+    from replaygate.dashboard import data
 
     data.store.clear()
     at = AppTest.from_file(APP, default_timeout=120)
@@ -127,7 +128,7 @@ def test_inspector_opens_the_linked_session(app, sample_db):
 def test_busy_or_missing_database_is_said_clearly(monkeypatch, tmp_path):
     from streamlit.testing.v1 import AppTest
 
-    from dashboard import data
+    from replaygate.dashboard import data
 
     monkeypatch.setenv("REPLAYGATE_DB", str(tmp_path / "none.duckdb"))
     data.store.clear()
@@ -149,7 +150,7 @@ def test_while_an_ingest_writes_the_dashboard_says_so(monkeypatch, sample_db, tm
 
     from streamlit.testing.v1 import AppTest
 
-    from dashboard import data
+    from replaygate.dashboard import data
 
     db = tmp_path / "busy.duckdb"
     sh.copy(sample_db, db)

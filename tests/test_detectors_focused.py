@@ -8,10 +8,10 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from ingest import db as dbm
-from ingest.config import Config
-from ingest.load import ingest
-from queries import runner
+from replaygate.ingest import db as dbm
+from replaygate.ingest.config import Config
+from replaygate.ingest.load import ingest
+from replaygate.queries import runner
 
 T = 1_795_824_000_000  # 2026-11-28T00:00:00Z
 S = "a" * 64

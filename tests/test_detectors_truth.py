@@ -6,8 +6,8 @@ from collections import Counter
 
 import pytest
 
-from queries import catalog
-from sim.faults import CATALOGUE
+from replaygate.queries import catalog
+from replaygate.sim.faults import CATALOGUE
 
 from .conftest import build, findings_of, match_truth
 

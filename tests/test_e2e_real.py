@@ -262,7 +262,7 @@ def traffic(tmp_path_factory):
                 [
                     sys.executable,
                     "-m",
-                    "recorder.example_server",
+                    "replaygate.recorder.example_server",
                     "--port",
                     str(server),
                     "--ledger",
@@ -361,10 +361,10 @@ def traffic(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def analysed(traffic):
-    from ingest import db as dbm
-    from ingest.config import from_mapping
-    from ingest.load import ingest
-    from queries import runner
+    from replaygate.ingest import db as dbm
+    from replaygate.ingest.config import from_mapping
+    from replaygate.ingest.load import ingest
+    from replaygate.queries import runner
 
     d, _, _ = traffic
     os.environ["REPLAYGATE_HMAC_KEY_E2E"] = KEY
@@ -428,7 +428,7 @@ def test_what_the_proxies_saw(analysed):
 
 
 def test_ledger_recovery_and_gate_measures(analysed):
-    from queries import gates
+    from replaygate.queries import gates
 
     con, config, _ = analysed
     rec = con.execute(

@@ -6,7 +6,7 @@ from datetime import UTC, datetime, timedelta
 
 import pandas as pd
 
-from dashboard import figures, state
+from replaygate.dashboard import figures, state
 
 T = datetime(2026, 11, 28, tzinfo=UTC)
 ACTIONS = pd.DataFrame({"ts": [T], "stage": ["s1"], "action": ["start"]})

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from ingest.config import Config, from_mapping
-from queries import gates as gm
+from replaygate.ingest.config import Config, from_mapping
+from replaygate.queries import gates as gm
 
 from .conftest import build
 

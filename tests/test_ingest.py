@@ -13,12 +13,12 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from ingest import db as dbm
-from ingest import load as loadmod
-from ingest.config import Config
-from ingest.contract import RECORD_TYPES
-from ingest.load import ingest
-from ingest.redact import hmac_hex
+from replaygate.ingest import db as dbm
+from replaygate.ingest import load as loadmod
+from replaygate.ingest.config import Config
+from replaygate.ingest.contract import RECORD_TYPES
+from replaygate.ingest.load import ingest
+from replaygate.ingest.redact import hmac_hex
 
 KEY = b"test-key-not-secret"
 
@@ -374,7 +374,7 @@ def test_raw_session_id_without_key_is_dropped_with_a_warning(con, tmp_path, mon
 
 
 def test_sql_hmac_matches_python(con):
-    from ingest.redact import hmac_sql, padded_keys
+    from replaygate.ingest.redact import hmac_sql, padded_keys
 
     for key in (b"k", b"x" * 100):
         got = con.execute(
@@ -384,7 +384,7 @@ def test_sql_hmac_matches_python(con):
 
 
 def test_read_only_connection_to_missing_db_is_an_error(tmp_path):
-    from ingest.errors import ReplaygateError
+    from replaygate.ingest.errors import ReplaygateError
 
     with pytest.raises(ReplaygateError):
         dbm.connect(str(tmp_path / "nope.duckdb"), read_only=True)

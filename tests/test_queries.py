@@ -6,9 +6,9 @@ import re
 
 import pytest
 
-from ingest.contract import BY_TABLE
-from queries import catalog
-from queries.gates import GATES
+from replaygate.ingest.contract import BY_TABLE
+from replaygate.queries import catalog
+from replaygate.queries.gates import GATES
 
 CATALOGUE = {
     "replay_gap",
@@ -84,7 +84,7 @@ def test_every_gate_has_a_measure_file():
 def test_contract_doc_is_current():
     from pathlib import Path
 
-    from ingest.docs import render
+    from replaygate.ingest.docs import render
 
     doc = Path(__file__).resolve().parent.parent / "docs" / "contract.md"
     assert doc.read_text() == render(), "run: python -m ingest.docs"

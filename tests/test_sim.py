@@ -7,9 +7,9 @@ import json
 
 import pytest
 
-from ingest import config as cfg
-from sim import simulate
-from sim.faults import CATALOGUE
+from replaygate.ingest import config as cfg
+from replaygate.sim import simulate
+from replaygate.sim.faults import CATALOGUE
 
 from .conftest import SAMPLE
 
@@ -73,7 +73,7 @@ def test_fault_selection(tmp_path):
 
 
 def test_unknown_fault_is_an_error(tmp_path):
-    from ingest.errors import ReplaygateError
+    from replaygate.ingest.errors import ReplaygateError
 
     with pytest.raises(ReplaygateError, match="unknown fault"):
         simulate(tmp_path / "t", faults="no_such_fault")

@@ -2,7 +2,7 @@
 
 import streamlit as st
 
-from dashboard import data, ui
+from replaygate.dashboard import data, ui
 
 ctx = ui.bootstrap()
 st.title("Data")

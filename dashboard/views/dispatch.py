@@ -5,7 +5,7 @@ from collections import Counter
 
 import streamlit as st
 
-from dashboard import data, figures, ui
+from replaygate.dashboard import data, figures, ui
 
 DETECTORS = (
     "duplicate_dispatch",

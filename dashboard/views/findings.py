@@ -4,8 +4,8 @@ import io
 
 import streamlit as st
 
-from dashboard import data, ui
-from queries import catalog
+from replaygate.dashboard import data, ui
+from replaygate.queries import catalog
 
 ctx = ui.bootstrap()
 st.title("Findings")

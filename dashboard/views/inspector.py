@@ -2,8 +2,8 @@
 
 import streamlit as st
 
-from dashboard import data, figures, ui
-from dashboard.state import short
+from replaygate.dashboard import data, figures, ui
+from replaygate.dashboard.state import short
 
 ctx = ui.bootstrap()
 st.title("Stream inspector")

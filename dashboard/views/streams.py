@@ -2,7 +2,7 @@
 
 import streamlit as st
 
-from dashboard import data, figures, ui
+from replaygate.dashboard import data, figures, ui
 
 DETECTORS = (
     "replay_gap",
