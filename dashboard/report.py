@@ -82,7 +82,7 @@ def to_markdown(doc: dict) -> str:
     for rb in doc["rollback_verification"]:
         out.append(
             f"- `{rb['stage']}` rolled back at {rb['rollback_at']}: "
-            + ("verified" if rb["verified"] else "**not verified**")
+            + ("verified" if rb["verified"] else f"**{rb['status']}**")
             + "; "
             + ", ".join(f"{k}: {v}" for k, v in rb["checks"].items())
             + f"; new streams in the window: {rb['new_streams_in_window']}, resumed: "

@@ -82,4 +82,8 @@ def findings_doc(con, **filters) -> dict:
 def gates_doc(con, config: Config, stage=None, all_stages=False) -> dict:
     doc = gates.evaluate(con, config, stage=stage, all_stages=all_stages)
     doc["rollback_verification"] = gates.rollback_verification(con)
+    for st in doc["stages"]:
+        for rb in doc["rollback_verification"]:
+            if rb["stage"] == st["stage"] and rb["status"] == "not verifiable":
+                st["reasons"].append(gates.ROLLBACK_NOT_VERIFIABLE.format(stage=rb["stage"]))
     return doc

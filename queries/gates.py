@@ -11,7 +11,7 @@ from dataclasses import dataclass
 
 from replaygate.ingest.config import Config
 
-from . import catalog, params
+from . import catalog, params, runner
 
 NOT_RESUMABLE = "2026-07-28"
 
@@ -132,6 +132,28 @@ def status_of(
     return "fail" if (value or 0) > config.reconnect_budget_qps else "pass"
 
 
+def _stage_sources(con) -> dict[str, dict[str, int]]:
+    out: dict[str, dict[str, int]] = {}
+    for stage, source, n in con.execute("SELECT stage, source, n FROM a_stage_sources").fetchall():
+        out.setdefault(stage, {})[source] = n
+    return out
+
+
+def no_evidence(g: GateDef, counts: dict[str, int]) -> str | None:
+    """Why none of a gate's detectors could judge anything in a stage's window (its
+    sources are absent there), or None when one of them could. A gate that judged
+    nothing never passes ("no data is never a pass")."""
+    detectors = catalog.detectors()
+    gaps = []
+    for name in g.detectors:
+        missing = runner.missing_needs(detectors[name], counts)
+        if not missing:
+            return None
+        gaps.append(missing)
+    fewest = min(gaps, key=len)
+    return " and ".join(runner.missing_label(n) for n in fewest) + " in the stage window"
+
+
 def _fmt_n(x) -> str:
     return f"{x:,.0f}" if isinstance(x, int) or float(x).is_integer() else f"{x:,.2f}"
 
@@ -168,6 +190,8 @@ def reason(gate: dict, config: Config) -> str:
     v, n, f = gate["value"], gate["sample"], gate["failures"]
     if gate["status"] == "not_applicable":
         return f"{g.id}: not applicable to this scope (applies to {', '.join(g.scopes)})"
+    if gate["status"] == "insufficient" and gate.get("no_evidence"):
+        return f"{g.id}: no evidence: {gate['no_evidence']}"
     if v is None or (gate["status"] == "pass" and not n and g.kind != "count"):
         return f"{g.id}: not exercised (no {g.sample_noun})"
     if gate["status"] == "insufficient":
@@ -275,6 +299,7 @@ def evaluate(con, config: Config, stage: str | None = None, all_stages: bool = F
     measures = _measures(con, config)
     meters = _meters(con)
     data_end = con.execute("SELECT max(ts) FROM proxy").fetchone()[0]
+    sources = _stage_sources(con)
     out = []
     for name, scope, start, end, rollback_ts in stages:
         if name not in chosen:
@@ -288,6 +313,9 @@ def evaluate(con, config: Config, stage: str | None = None, all_stages: bool = F
                 failures = int(value or 0)
             minimum = config.min_samples.get(g.id, 0)
             st = status_of(g, value, sample, failures, minimum, scope, config)
+            blind = no_evidence(g, sources.get(name, {}))
+            if blind and st == "pass":
+                st = "insufficient"
             gate = {
                 "id": g.id,
                 "status": st,
@@ -302,6 +330,7 @@ def evaluate(con, config: Config, stage: str | None = None, all_stages: bool = F
                     else None
                 ),
                 "exercised": sample > 0,
+                "no_evidence": blind if st == "insufficient" else None,
             }
             if g.meter and minimum:
                 meter = dict(meters.get((g.meter, name), {"observed": 0, "last_hour": 0}))
@@ -343,6 +372,10 @@ def worst(decisions: list[str]) -> str:
     order = {"PROCEED": 0, "HOLD": 1, "ROLLBACK": 2}
     return max(decisions, key=order.get) if decisions else "HOLD"
 
+
+ROLLBACK_NOT_VERIFIABLE = (
+    "rollback of {stage}: not verifiable (no stream records in its hygiene window)"
+)
 
 EXIT_CODES = {"PROCEED": 0, "HOLD": 2, "ROLLBACK": 3}
 
@@ -388,7 +421,8 @@ def by_revision(con, stage: str, scope: str | None, config: Config) -> list[dict
 
 def rollback_verification(con) -> list[dict]:
     """After each rollback: the three hygiene checks and whether resumption was really
-    disabled for new streams."""
+    disabled for new streams. `status` is verified, not verified (a check found
+    something) or not verifiable (no stream activity in the hygiene window)."""
     rows = con.execute(
         """SELECT stage, rollback_ts, hygiene_end FROM a_stages
            WHERE rollback_ts IS NOT NULL ORDER BY rollback_ts"""
@@ -419,9 +453,21 @@ def rollback_verification(con) -> list[dict]:
                  AND ($t1 IS NULL OR r.disc_ts < $t1)""",
             {"t0": t0, "t1": t1},
         ).fetchone()[0]
+        # No stream record in the window: the checks looked at nothing ("no data is never
+        # a pass"), so the rollback is not verifiable rather than verified.
+        activity = con.execute(
+            """SELECT count(*) FROM streams WHERE ts >= $t0 AND ($t1 IS NULL OR ts < $t1)""",
+            {"t0": t0, "t1": t1},
+        ).fetchone()[0]
+        if activity == 0:
+            status = "not verifiable"
+        else:
+            status = "not verified" if any(checks.values()) else "verified"
         out.append(
             {
                 "stage": stage,
+                "status": status,
+                "stream_records_in_window": activity,
                 "rollback_at": _iso(t0),
                 "window_end": _iso(t1),
                 "checks": checks,
@@ -429,7 +475,7 @@ def rollback_verification(con) -> list[dict]:
                 "new_streams_resumed": checks["rollback_resumable_new_stream"],
                 "old_streams_disconnected_in_window": old_disconnects,
                 "resumption_disabled_for_new_streams": checks["rollback_resumable_new_stream"] == 0,
-                "verified": not any(checks.values()),
+                "verified": status == "verified",
             }
         )
     return out

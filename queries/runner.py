@@ -44,6 +44,17 @@ def table_counts(con) -> dict[str, int]:
     }
 
 
+def missing_needs(q, counts: dict[str, int]) -> list[str]:
+    """The needs of a query that the record counts do not meet (a need "a|b" is met by
+    either record type)."""
+    return [n for n in q.needs if not any(counts.get(t) for t in n.split("|"))]
+
+
+def missing_label(need: str) -> str:
+    """A need as people read its absence: "no proxy log", "no client inbox and no proxy log"."""
+    return " and ".join(_MISSING_LABEL[t] for t in need.split("|"))
+
+
 def stamp(con, config: Config) -> str:
     return f"{get_meta(con, 'data_version', '0')}:{config.digest()}"
 
@@ -76,10 +87,9 @@ def analyse(
         for name, q in catalog.detectors().items():
             if only and name not in only:
                 continue
-            # A need "a|b" is met by either record type.
-            missing = [n for n in q.needs if not any(counts.get(t) for t in n.split("|"))]
+            missing = missing_needs(q, counts)
             if missing:
-                label = " and ".join(_MISSING_LABEL[t] for t in missing[0].split("|"))
+                label = missing_label(missing[0])
                 con.execute("INSERT INTO coverage VALUES ($d, $s, 0, 0)", {"d": name, "s": label})
                 continue
             t0 = time.perf_counter()

@@ -172,7 +172,7 @@ def gates_report(doc: dict) -> None:
             )
         console.print(t)
     for rb in doc.get("rollback_verification", []):
-        ok = "[green]verified[/]" if rb["verified"] else "[bold red]NOT verified[/]"
+        ok = "[green]verified[/]" if rb["verified"] else f"[bold red]{rb['status']}[/]"
         console.print(
             f"\nrollback of {rb['stage']} at {rb['rollback_at']}: {ok}; "
             + ", ".join(f"{k} {v}" for k, v in rb["checks"].items())

@@ -147,3 +147,51 @@ def test_rollback_verified_without_hygiene_faults(tmp_path):
 def test_worst_decision():
     assert gm.worst(["PROCEED", "HOLD"]) == "HOLD"
     assert gm.worst(["HOLD", "ROLLBACK", "PROCEED"]) == "ROLLBACK"
+
+
+def _only(tmp_path, names: list[str]):
+    """A database loaded with only the sample fleet's files named, analysed."""
+    from replaygate.ingest import db as dbm
+    from replaygate.ingest.load import ingest
+    from replaygate.queries import runner
+
+    from .conftest import SAMPLE
+
+    con = dbm.connect(str(tmp_path / "only.duckdb"))
+    ingest(con, [SAMPLE / n for n in names], Config())
+    runner.analyse(con, Config())
+    return con
+
+
+def test_only_a_rollout_log_passes_no_gate_and_verifies_no_rollback(tmp_path):
+    from replaygate.queries import api
+
+    con = _only(tmp_path, ["rollout.csv"])
+    doc = api.gates_doc(con, Config(), all_stages=True)
+    assert doc["stages"]
+    for stage in doc["stages"]:
+        assert stage["decision"] != "PROCEED", stage["stage"]
+        for g in stage["gates"]:
+            assert g["status"] in ("insufficient", "not_applicable"), (stage["stage"], g)
+            if g["status"] == "insufficient":
+                assert g["reason"].startswith(f"{g['id']}: no evidence: no "), g["reason"]
+                assert g["reason"] in stage["reasons"]
+    rb = doc["rollback_verification"]
+    assert rb and all(r["status"] == "not verifiable" and not r["verified"] for r in rb)
+    rolled = next(s for s in doc["stages"] if s["stage"] == rb[0]["stage"])
+    assert any("not verifiable" in r for r in rolled["reasons"])
+
+
+def test_a_present_source_that_saw_no_case_still_passes_as_not_exercised(tmp_path):
+    # The proxy log is there for every stage: the Origin gate judged every request; had
+    # none carried an invalid Origin it would pass with sample 0 ("not exercised").
+    con = _only(tmp_path, ["rollout.csv", "proxy-edge.jsonl", "proxy-access.jsonl.gz"])
+    for stage in _by_stage(con, Config()).values():
+        by_id = {g["id"]: g for g in stage["gates"]}
+        assert by_id["raw_session_ids"]["no_evidence"] is None
+        assert by_id["reconnect_qps"]["status"] in ("pass", "fail")
+        # Dispatch gates have no dispatch records in any window.
+        assert by_id["duplicate_dispatches"]["status"] == "insufficient"
+        assert by_id["duplicate_dispatches"]["reason"] == (
+            "duplicate_dispatches: no evidence: no dispatch records in the stage window"
+        )

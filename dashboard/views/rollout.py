@@ -38,7 +38,7 @@ with right:
         ui.status_box(
             rb["verified"],
             f"{rb['stage']} rolled back at {rb['rollback_at']}: "
-            + ("hygiene verified" if rb["verified"] else "hygiene NOT verified"),
+            + ("hygiene verified" if rb["verified"] else f"hygiene {rb['status']}"),
         )
         st.markdown(
             f"- new streams resumed after the rollback: **{rb['new_streams_resumed']}** of "
