@@ -2,27 +2,34 @@
 end-to-end test and as a starting point:
 
     python -m replaygate.recorder.example_server --port 8000 --ledger /var/log/mcp \
-        --stage read-25pct
+        --stage read-25pct [--event-store mypackage.stores:RedisStore]
 
-The HMAC key comes from $REPLAYGATE_HMAC_KEY (required).
+The HMAC key comes from $REPLAYGATE_HMAC_KEY (required). `--event-store` names the
+operator's own EventStore class (module:attribute, constructed without arguments),
+which the recorder wraps instead of its in-memory store.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import importlib
+import itertools
 import os
 
 import uvicorn
 from mcp.server.mcpserver import Context, MCPServer
 from mcp.server.transport_security import TransportSecuritySettings
+from mcp_types import ToolAnnotations
 
 from . import instrument
 
 mcp = MCPServer("replaygate-example")
+READ_ONLY = ToolAnnotations(readOnlyHint=True)
+_tickets = itertools.count(1)
 
 
-@mcp.tool()
+@mcp.tool(annotations=READ_ONLY)
 async def slow(n: int, ctx: Context) -> str:
     """Report progress n times, then answer."""
     for i in range(n):
@@ -31,7 +38,25 @@ async def slow(n: int, ctx: Context) -> str:
     return f"done {n}"
 
 
+@mcp.tool(annotations=READ_ONLY)
+async def count(n: int, ctx: Context) -> str:
+    """Log each number up to n (the client builds its answer from them), then answer."""
+    for i in range(1, n + 1):
+        await ctx.info(f"{i}")
+        await asyncio.sleep(0.3)
+    return f"counted to {n}"
+
+
 @mcp.tool()
+async def create_ticket(title: str, ctx: Context) -> str:
+    """A write: report progress, create a ticket, answer with its number."""
+    for i in range(3):
+        await ctx.report_progress(i, 3)
+        await asyncio.sleep(0.2)
+    return f"ticket {next(_tickets)}: {title}"
+
+
+@mcp.tool(annotations=READ_ONLY)
 async def nudge(ctx: Context) -> str:
     """Close the SSE stream mid-way (the client reconnects after `retry`), then answer."""
     await ctx.report_progress(0, 2)
@@ -48,12 +73,18 @@ def main() -> None:
     ap.add_argument("--ledger", required=True)
     ap.add_argument("--stage", default=None, help="rollout stage of this server's sessions")
     ap.add_argument("--retry-ms", type=int, default=500)
+    ap.add_argument("--event-store", default=None, help="module:Class of your EventStore")
     args = ap.parse_args()
     key = os.environ["REPLAYGATE_HMAC_KEY"].encode()
+    store = None
+    if args.event_store:
+        module, _, attr = args.event_store.partition(":")
+        store = getattr(importlib.import_module(module), attr)()
     app, _ = instrument(
         mcp,
         args.ledger,
         hmac_key=key,
+        event_store=store,
         rollout_stage=args.stage,
         retry_interval=args.retry_ms,
         json_response=False,

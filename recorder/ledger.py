@@ -1,4 +1,5 @@
-"""Append contract records to rotated JSON Lines files (sessions, streams, events)."""
+"""Append contract records to rotated JSON Lines files (sessions, streams, events,
+dispatches), and the contract's payload digest."""
 
 from __future__ import annotations
 
@@ -11,6 +12,15 @@ from pathlib import Path
 
 def now_ms() -> int:
     return time.time_ns() // 1_000_000
+
+
+def payload_digest(name, arguments) -> str:
+    """SHA-256 of the canonical JSON `{"name": ..., "arguments": ...}` (keys sorted, no
+    whitespace, UTF-8): a call's identity without its JSON-RPC id, so a re-send of the
+    same call has the same digest."""
+    doc = {"name": name, "arguments": arguments}
+    text = json.dumps(doc, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()
 
 
 class LedgerWriter:

@@ -1,4 +1,5 @@
-"""ASGI middleware that writes the session and stream ledgers around the SDK's app.
+"""ASGI middleware that writes the session and stream ledgers and the dispatch records
+around the SDK's app.
 
 Per request it puts a holder (the session id) in the recorder's context variable, so
 the event store can attribute events, and watches the exchange: a new Mcp-Session-Id
@@ -6,17 +7,22 @@ in a response opens a session; a successful DELETE ends it; a POST answered with
 SSE stream opens a stream (stream id = the JSON-RPC request id, as in the SDK); a GET
 with Last-Event-ID resumes one. A stream that ends after its result is CLOSED; one that
 ends before it (cut by the client, or closed by the server to make it reconnect) is
-DISCONNECTED. The raw session id is only ever hashed.
+DISCONNECTED. Every tools/call gets a dispatch record when its outcome is known: when
+its result is stored (even if the client is gone by then), else at the end of the
+response that carried it. The raw session id is only ever hashed.
 """
 
 from __future__ import annotations
 
 import contextlib
-import hashlib
 import json
+import uuid
+from collections.abc import Callable
 
-from .ledger import LedgerWriter, now_ms
+from .ledger import LedgerWriter, now_ms, payload_digest
 from .store import RecordingEventStore, current
+
+_BODY_LIMIT = 1 << 20  # response bytes kept to read a JSON answer's outcome
 
 
 def _headers(raw) -> dict[str, str]:
@@ -32,8 +38,11 @@ class LedgerMiddleware:
         server_instance: str = "mcp-0",
         retry_ms: int | None = None,
         rollout_stage: str | None = None,
+        tool_class: Callable[[str], str | None] | None = None,
     ):
         self.app = app
+        self.tool_class = tool_class or (lambda name: None)
+        store.on_result = self._on_result
         self.rollout_stage = rollout_stage
         # (session, stream) -> the request now carrying it; only that one may end it.
         self.carrier: dict[tuple[str, str], object] = {}
@@ -58,7 +67,15 @@ class LedgerMiddleware:
         holder = {"session": req.get("mcp-session-id")}
         token = current.set(holder)
         body = bytearray()
-        state = {"stream": None, "status": None, "done": False, "delivered": False}
+        state = {
+            "stream": None,
+            "status": None,
+            "done": False,
+            "delivered": False,
+            "call": None,
+            "sse": False,
+            "answer": bytearray(),
+        }
         method = scope["method"]
         last_event_id = req.get("last-event-id")
 
@@ -66,6 +83,8 @@ class LedgerMiddleware:
             message = await receive()
             if message["type"] == "http.request":
                 body.extend(message.get("body", b""))
+                if method == "POST" and not message.get("more_body"):
+                    self._begin_call(scope, holder, state, rpc())
             elif message["type"] == "http.disconnect" and not state["done"]:
                 # The client went away mid-stream: that is when it broke, not later.
                 self._end_stream(holder.get("session"), state, "client_disconnect")
@@ -114,6 +133,7 @@ class LedgerMiddleware:
                     self._open_session(new_session, rpc())
                     self.store.flush_pending()
                 sse = resp.get("content-type", "").startswith("text/event-stream")
+                state["sse"] = sse
                 session = holder["session"]
                 if session and sse and status == 200:
                     if method == "POST":
@@ -129,7 +149,7 @@ class LedgerMiddleware:
                                 state="STREAM_OPEN",
                                 method="POST",
                                 request_id=str(doc["id"]),
-                                payload_digest=hashlib.sha256(bytes(body)).hexdigest(),
+                                payload_digest=_request_digest(doc),
                                 tool_name=params.get("name")
                                 if doc.get("method") == "tools/call"
                                 else None,
@@ -162,8 +182,11 @@ class LedgerMiddleware:
             elif message["type"] == "http.response.body":
                 session, stream = holder.get("session"), state["stream"]
                 result = self.store.result_event(session, stream) if session and stream else None
-                if result and f"id: {result}".encode() in message.get("body", b""):
+                chunk = message.get("body", b"")
+                if result and f"id: {result}".encode() in chunk:
                     state["delivered"] = True
+                if state["call"] is not None and len(state["answer"]) < _BODY_LIMIT:
+                    state["answer"].extend(chunk[: _BODY_LIMIT - len(state["answer"])])
                 if not message.get("more_body"):
                     state["done"] = True
             await send(message)
@@ -173,6 +196,7 @@ class LedgerMiddleware:
         finally:
             current.reset(token)
             self._end_stream(holder.get("session"), state)
+            self._end_call(state)
 
     def _open_session(self, session: str, init: dict) -> None:
         params = init.get("params") or {}
@@ -206,3 +230,118 @@ class LedgerMiddleware:
             self._row(
                 "streams", session, stream_id=stream, state="DISCONNECTED", close_reason=reason
             )
+
+    # -- dispatch records ----------------------------------------------------------------
+    def _begin_call(self, scope, holder: dict, state: dict, doc: dict) -> None:
+        if doc.get("method") != "tools/call" or "id" not in doc:
+            return
+        params = doc.get("params") if isinstance(doc.get("params"), dict) else {}
+        name = str(params.get("name", ""))
+        meta = params.get("_meta") if isinstance(params.get("_meta"), dict) else {}
+        args = params.get("arguments") if isinstance(params.get("arguments"), dict) else {}
+        req = _headers(scope["headers"])
+        key = (
+            req.get("idempotency-key")
+            or meta.get("idempotencyKey")
+            or meta.get("idempotency_key")
+            or args.get("idempotency_key")
+        )
+        call = {
+            "ts": now_ms(),
+            "session": holder.get("session"),
+            "request_id": str(doc["id"]),
+            "tool_name": name,
+            "tool_class": self.tool_class(name),
+            "payload_digest": _request_digest(doc),
+            "idempotency_key": str(key) if key is not None else None,
+            "principal": _principal(scope),
+            "written": False,
+        }
+        state["call"] = call
+        if call["session"]:
+            # The result may be stored after this response ended (client gone): the
+            # store writes the record then.
+            self.store.calls[(call["session"], call["request_id"])] = call
+
+    def _on_result(self, call: dict, kind: str, is_error: bool) -> None:
+        outcome = "rejected" if kind == "error" or is_error else "executed"
+        self._write_dispatch(call, outcome, call.get("status") or 200)
+
+    def _end_call(self, state: dict) -> None:
+        call = state["call"]
+        if call is None or call["written"]:
+            return
+        call["status"] = state["status"]
+        if state["status"] is not None and state["status"] >= 400:
+            self.store.calls.pop((call["session"], call["request_id"]), None)
+            self._write_dispatch(call, "rejected", state["status"])
+            return
+        outcome = _outcome(bytes(state["answer"]), call["request_id"])
+        if outcome is not None:
+            self.store.calls.pop((call["session"], call["request_id"]), None)
+            self._write_dispatch(call, outcome, state["status"])
+        # else: the answer is still to come through the event store, or never known.
+
+    def _write_dispatch(self, call: dict, outcome: str, status) -> None:
+        if call["written"]:
+            return
+        call["written"] = True
+        session = call["session"]
+        self.writer.write(
+            "dispatches",
+            {
+                "ts": call["ts"],
+                "dispatch_id": f"{self.server_instance}-{uuid.uuid4()}",
+                "outcome": outcome,
+                "tool_name": call["tool_name"],
+                "tool_class": call["tool_class"],
+                "session_hmac": self.writer.session_hmac(session) if session else None,
+                "generation": 1 if session else None,
+                "principal": call["principal"],
+                "request_id": call["request_id"],
+                "idempotency_key": call["idempotency_key"],
+                "payload_digest": call["payload_digest"],
+                "http_status": status,
+            },
+        )
+
+
+def _request_digest(doc: dict) -> str:
+    """payload_digest of a request: a tools/call by its tool and arguments, anything else
+    by method and params; never the JSON-RPC id, so a re-send has the same digest."""
+    params = doc.get("params") if isinstance(doc.get("params"), dict) else {}
+    if doc.get("method") == "tools/call":
+        return payload_digest(params.get("name"), params.get("arguments") or {})
+    return payload_digest(doc.get("method"), {k: v for k, v in params.items() if k != "_meta"})
+
+
+def _principal(scope) -> str | None:
+    """The authenticated principal when the SDK's auth middleware found one."""
+    token = getattr(scope.get("user"), "access_token", None)
+    if token is None:
+        return None
+    return getattr(token, "subject", None) or getattr(token, "client_id", None)
+
+
+def _outcome(answer: bytes, request_id: str) -> str | None:
+    """executed / rejected from a response body (JSON, or SSE data lines) that answers
+    `request_id`; None when it holds no answer."""
+    docs = []
+    text = answer.decode("utf-8", "replace")
+    candidates = [text] + [
+        line[5:].strip() for line in text.splitlines() if line.startswith("data:")
+    ]
+    for item in candidates:
+        with contextlib.suppress(ValueError):
+            doc = json.loads(item)
+            if isinstance(doc, dict):
+                docs.append(doc)
+    for doc in docs:
+        if str(doc.get("id")) != request_id:
+            continue
+        if "error" in doc:
+            return "rejected"
+        result = doc.get("result")
+        if isinstance(result, dict):
+            return "rejected" if result.get("isError") else "executed"
+    return None

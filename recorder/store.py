@@ -1,4 +1,12 @@
-"""An in-memory EventStore that also writes the server event log.
+"""Event stores for the recorder: a wrapper that records what passes through the
+operator's own store, and a bounded in-memory store for servers that have none.
+
+`RecordingEventStore(writer, inner)` delegates every call to `inner` (the operator's
+store: Redis, a database, the SDK's example store, ...) and writes the server event log:
+each stored event (`sent`), and on a resume each event the inner store really replayed
+(`replayed`, on the stream it was replayed on). Events stored after the cursor that the
+inner store did not replay are then visible in the log itself, so a lossy or crossed
+store is observed, never masked. Per-stream indexes keep a replay of k events O(k).
 
 The SDK never tells an event store which session an event belongs to. The ledger
 middleware puts a mutable holder in a context variable for each request and fills it
@@ -13,6 +21,8 @@ from __future__ import annotations
 import contextvars
 import hashlib
 import uuid
+from collections import deque
+from collections.abc import Callable
 
 from mcp.server.streamable_http import EventMessage, EventStore
 
@@ -21,7 +31,8 @@ from .ledger import LedgerWriter, now_ms
 current = contextvars.ContextVar("replaygate_recorder_request", default=None)
 
 
-def _kind(message) -> tuple[str, str | None]:
+def kind_of(message) -> tuple[str, str | None]:
+    """(event kind, JSON-RPC id it answers) of a stored message; None is priming."""
     if message is None:
         return "priming", None
     name = type(message).__name__
@@ -39,15 +50,70 @@ def _digest(message) -> str | None:
     return hashlib.sha256(message.model_dump_json(by_alias=True).encode()).hexdigest()
 
 
-class RecordingEventStore(EventStore):
-    def __init__(self, writer: LedgerWriter, max_events: int = 100_000):
-        self.writer = writer
+class MemoryEventStore(EventStore):
+    """A bounded in-memory store (per process) with per-stream indexes: a replay of k
+    events costs O(k), eviction of the oldest event O(1)."""
+
+    def __init__(self, max_events: int = 100_000):
         self.max_events = max_events
-        self.events: dict[str, tuple[str, object, str | None]] = {}  # id -> stream, msg, sid
-        self.order: list[str] = []
+        self.events: dict[str, tuple[str, object, int]] = {}  # id -> stream, message, pos
+        self.streams: dict[str, deque[str]] = {}  # stream -> its event ids, oldest first
+        self.first_pos: dict[str, int] = {}  # stream -> position of streams[stream][0]
+        self.order: deque[str] = deque()
+
+    async def store_event(self, stream_id, message):
+        event_id = str(uuid.uuid4())
+        ids = self.streams.setdefault(stream_id, deque())
+        pos = self.first_pos.setdefault(stream_id, 0) + len(ids)
+        ids.append(event_id)
+        self.events[event_id] = (stream_id, message, pos)
+        self.order.append(event_id)
+        if len(self.order) > self.max_events:
+            old = self.order.popleft()
+            stream, _, _ = self.events.pop(old)
+            # Eviction is oldest first, so the evicted event heads its stream's index.
+            self.streams[stream].popleft()
+            self.first_pos[stream] += 1
+            if not self.streams[stream]:
+                del self.streams[stream], self.first_pos[stream]
+        return event_id
+
+    async def replay_events_after(self, last_event_id, send_callback):
+        item = self.events.get(last_event_id)
+        if item is None:
+            return None
+        stream_id, _, pos = item
+        ids = self.streams[stream_id]
+        start = pos - self.first_pos[stream_id] + 1
+        for i in range(start, len(ids)):
+            event_id = ids[i]
+            message = self.events[event_id][1]
+            if message is not None:
+                await send_callback(EventMessage(message, event_id))
+        return stream_id
+
+
+class RecordingEventStore(EventStore):
+    """Wraps the operator's event store and writes what passes through it."""
+
+    def __init__(
+        self,
+        writer: LedgerWriter,
+        inner: EventStore | None = None,
+        max_events: int = 100_000,
+    ):
+        self.writer = writer
+        self.inner = inner if inner is not None else MemoryEventStore(max_events)
+        self.max_events = max_events
+        # event id -> (session, stream, seq, kind, digest); bounded like a store would be.
+        self.index: dict[str, tuple[str | None, str, int, str, str | None]] = {}
+        self.order: deque[str] = deque()
         self.seq: dict[tuple, int] = {}
         self.results: dict[tuple, str] = {}  # (session, stream) -> event id of its result
         self.pending: list[tuple[dict, dict]] = []
+        # (session, stream) -> tools/call awaiting its result; set by the middleware.
+        self.calls: dict[tuple, dict] = {}
+        self.on_result: Callable[[dict, str, str | None], None] | None = None
 
     # -- ledger ----------------------------------------------------------------------------
     def _emit(self, holder: dict | None, row: dict) -> None:
@@ -66,26 +132,31 @@ class RecordingEventStore(EventStore):
             self._emit(holder, row)
 
     def stream_of(self, event_id: str) -> str | None:
-        item = self.events.get(event_id)
-        return item[0] if item else None
+        item = self.index.get(event_id)
+        return item[1] if item else None
 
     def result_event(self, session: str, stream_id: str) -> str | None:
         return self.results.get((session, stream_id))
 
-    # -- EventStore ------------------------------------------------------------------------
-    async def store_event(self, stream_id, message):
-        holder = current.get()
-        session = holder.get("session") if holder else None
-        event_id = str(uuid.uuid4())
-        self.events[event_id] = (stream_id, message, session)
+    def _remember(self, event_id: str, item: tuple) -> None:
+        self.index[event_id] = item
         self.order.append(event_id)
         if len(self.order) > self.max_events:
-            self.events.pop(self.order.pop(0), None)
+            self.index.pop(self.order.popleft(), None)
+
+    # -- EventStore ------------------------------------------------------------------------
+    async def store_event(self, stream_id, message):
+        event_id = await self.inner.store_event(stream_id, message)
+        holder = current.get()
+        session = holder.get("session") if holder else None
+        # Seq counts per request holder and stream: the session may not be known yet.
         key = (id(holder), stream_id)
         seq = 0 if message is None else self.seq.get(key, 0) + 1
         if message is not None:
             self.seq[key] = seq
-        kind, jsonrpc_id = _kind(message)
+        kind, jsonrpc_id = kind_of(message)
+        digest = _digest(message)
+        self._remember(event_id, (session, stream_id, seq, kind, digest))
         if kind in ("result", "error") and session:
             self.results[(session, stream_id)] = event_id
         self._emit(
@@ -98,46 +169,49 @@ class RecordingEventStore(EventStore):
                 "kind": kind,
                 "disposition": "sent",
                 "cumulative": kind == "message" or None,
-                "message_digest": _digest(message),
+                "message_digest": digest,
                 "jsonrpc_id": jsonrpc_id,
             },
         )
+        if kind in ("result", "error"):
+            call = self.calls.pop((session, stream_id), None)
+            if call is not None and self.on_result is not None:
+                self.on_result(call, kind, _is_error_result(message))
         return event_id
 
     async def replay_events_after(self, last_event_id, send_callback):
-        if last_event_id not in self.events:
-            return None
-        stream_id, _, session = self.events[last_event_id]
         holder = current.get()
-        start = self.order.index(last_event_id) + 1
-        for event_id in self.order[start:]:
-            s, message, owner = self.events[event_id]
-            if s != stream_id or owner != session or message is None:
-                continue
-            await send_callback(EventMessage(message, event_id))
-            kind, jsonrpc_id = _kind(message)
-            self._emit(
-                holder,
+        cursor = self.index.get(last_event_id)
+        rows: list[dict] = []
+
+        async def recording_send(event: EventMessage) -> None:
+            await send_callback(event)
+            known = self.index.get(event.event_id) if event.event_id else None
+            kind, jsonrpc_id = kind_of(event.message)
+            rows.append(
                 {
                     "ts": now_ms(),
-                    "stream_id": stream_id,
-                    "event_id": event_id,
+                    "event_id": event.event_id,
                     "kind": kind,
                     "disposition": "replayed",
-                    "seq": self._seq_of(event_id),
+                    "seq": known[2] if known else None,
                     "jsonrpc_id": jsonrpc_id,
-                    "message_digest": _digest(message),
-                },
+                    "message_digest": _digest(event.message),
+                }
             )
+
+        stream_id = await self.inner.replay_events_after(last_event_id, recording_send)
+        # A replayed row names the stream it was replayed on (the one the store resumed);
+        # the event's own stream is in its `sent` row, so a crossed replay shows as the
+        # two differing.
+        resumed = stream_id or (cursor[1] if cursor else None)
+        for row in rows:
+            if resumed is not None:
+                self._emit(holder, {**row, "stream_id": resumed})
         return stream_id
 
-    def _seq_of(self, event_id: str) -> int | None:
-        stream_id, _, session = self.events[event_id]
-        n = 0
-        for eid in self.order:
-            s, m, owner = self.events[eid]
-            if s == stream_id and owner == session and m is not None:
-                n += 1
-            if eid == event_id:
-                return n
-        return None
+
+def _is_error_result(message) -> bool:
+    """A tools/call answered with isError (the tool failed) rather than a result."""
+    result = getattr(message, "result", None)
+    return bool(isinstance(result, dict) and result.get("isError"))

@@ -1,0 +1,195 @@
+"""The recorder's event stores: the operator's store is wrapped (what it stores and what
+it really replays is logged), replays cost O(k), eviction is O(1), digests leave the
+JSON-RPC id out."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+
+import pytest
+
+pytest.importorskip("mcp")
+
+from mcp_types import JSONRPCNotification, JSONRPCResponse  # noqa: E402
+
+from replaygate.recorder import (  # noqa: E402
+    LedgerWriter,
+    MemoryEventStore,
+    RecordingEventStore,
+    payload_digest,
+    tool_class_of,
+)
+from replaygate.recorder.store import current  # noqa: E402
+
+
+def _note(i: int):
+    return JSONRPCNotification(jsonrpc="2.0", method="notifications/message", params={"n": i})
+
+
+def _result(rid: int):
+    return JSONRPCResponse(jsonrpc="2.0", id=rid, result={"content": []})
+
+
+class SkipFirstStore(MemoryEventStore):
+    """An operator's store that loses the first event after the cursor on replay."""
+
+    async def replay_events_after(self, last_event_id, send_callback):
+        first = {"skip": True}
+
+        async def lossy(event):
+            if first.pop("skip", False):
+                return
+            await send_callback(event)
+
+        return await super().replay_events_after(last_event_id, lossy)
+
+
+def _rows(path, table):
+    return [json.loads(x) for f in sorted(path.glob(f"{table}-*.jsonl")) for x in open(f)]
+
+
+def _run(coro):
+    return asyncio.run(coro)
+
+
+def test_memory_store_replays_only_its_stream_after_the_cursor():
+    store = MemoryEventStore()
+
+    async def go():
+        a = [await store.store_event("a", _note(i)) for i in range(5)]
+        await store.store_event("b", _note(99))
+        got = []
+
+        async def send(ev):
+            got.append(ev.event_id)
+
+        stream = await store.replay_events_after(a[1], send)
+        return a, stream, got
+
+    a, stream, got = _run(go())
+    assert stream == "a" and got == a[2:]
+
+
+def test_memory_store_evicts_oldest_first_and_keeps_positions():
+    store = MemoryEventStore(max_events=4)
+
+    async def go():
+        ids = [await store.store_event("a" if i % 2 else "b", _note(i)) for i in range(8)]
+        got = []
+
+        async def send(ev):
+            got.append(ev.event_id)
+
+        # ids of "a": 1, 3, 5, 7; only 5 and 7 (and b's 4, 6) remain after eviction
+        gone = await store.replay_events_after(ids[1], send)
+        kept = await store.replay_events_after(ids[5], send)
+        return ids, gone, kept, got
+
+    ids, gone, kept, got = _run(go())
+    assert gone is None and kept == "a" and got == [ids[7]]
+    assert len(store.events) == 4 and sum(len(v) for v in store.streams.values()) == 4
+
+
+def test_a_replay_is_linear_in_what_it_sends():
+    store = MemoryEventStore(max_events=200_000)
+    calls = {"n": 0}
+
+    async def go():
+        ids = [await store.store_event("s", _note(i)) for i in range(100_000)]
+
+        async def send(ev):
+            calls["n"] += 1
+
+        await store.replay_events_after(ids[-3], send)
+
+    _run(go())
+    assert calls["n"] == 2
+
+
+def test_the_wrapper_logs_what_the_operator_store_really_replayed(tmp_path):
+    writer = LedgerWriter(tmp_path, b"k")
+    store = RecordingEventStore(writer, SkipFirstStore())
+    holder = {"session": "sess-1"}
+
+    async def go():
+        token = current.set(holder)
+        try:
+            ids = [await store.store_event("7", None)]
+            ids += [await store.store_event("7", _note(i)) for i in range(1, 5)]
+            ids.append(await store.store_event("7", _result(7)))
+            sent = []
+
+            async def send(ev):
+                sent.append(ev.event_id)
+
+            stream = await store.replay_events_after(ids[2], send)
+            return ids, stream, sent
+        finally:
+            current.reset(token)
+
+    ids, stream, sent = _run(go())
+    writer.close()
+    assert stream == "7" and sent == ids[4:]  # ids[3] was lost by the operator's store
+    rows = _rows(tmp_path, "events")
+    assert [r["seq"] for r in rows if r["disposition"] == "sent"] == [0, 1, 2, 3, 4, 5]
+    replayed = [r for r in rows if r["disposition"] == "replayed"]
+    assert [(r["event_id"], r["seq"], r["stream_id"]) for r in replayed] == [
+        (ids[4], 4, "7"),
+        (ids[5], 5, "7"),
+    ]
+    assert all("sess-1" not in json.dumps(r) for r in rows)
+    assert {r["kind"] for r in rows} == {"priming", "message", "result"}
+
+
+def test_a_crossed_replay_is_logged_on_the_stream_it_was_replayed_on(tmp_path):
+    class GlobalOrderStore(MemoryEventStore):
+        """Replays everything stored after the cursor, whatever its stream."""
+
+        async def replay_events_after(self, last_event_id, send_callback):
+            stream = self.events[last_event_id][0]
+            after = list(self.order)[list(self.order).index(last_event_id) + 1 :]
+            for eid in after:
+                await send_callback(type("E", (), {"event_id": eid, "message": _note(0)})())
+            return stream
+
+    writer = LedgerWriter(tmp_path, b"k")
+    store = RecordingEventStore(writer, GlobalOrderStore())
+
+    async def go():
+        token = current.set({"session": "s"})
+        try:
+            a1 = await store.store_event("a", _note(1))
+            b1 = await store.store_event("b", _note(1))
+            await store.replay_events_after(a1, lambda ev: asyncio.sleep(0))
+            return b1
+        finally:
+            current.reset(token)
+
+    b1 = _run(go())
+    writer.close()
+    rep = [r for r in _rows(tmp_path, "events") if r["disposition"] == "replayed"]
+    assert [(r["event_id"], r["stream_id"], r["seq"]) for r in rep] == [(b1, "a", 1)]
+
+
+def test_payload_digest_ignores_the_request_id_and_key_order():
+    a = payload_digest("create_ticket", {"title": "x", "n": 1})
+    b = payload_digest("create_ticket", {"n": 1, "title": "x"})
+    assert a == b and len(a) == 64
+    assert payload_digest("create_ticket", {"title": "y", "n": 1}) != a
+    assert (
+        a
+        == __import__("hashlib")
+        .sha256(b'{"arguments":{"n":1,"title":"x"},"name":"create_ticket"}')
+        .hexdigest()
+    )
+
+
+def test_tool_class_from_annotations():
+    from mcp_types import ToolAnnotations as T
+
+    assert tool_class_of(T(readOnlyHint=True)) == "read"
+    assert tool_class_of(T(idempotentHint=True, destructiveHint=False)) == "read"
+    assert tool_class_of(T(idempotentHint=True)) == "write"
+    assert tool_class_of(T()) == "write"
+    assert tool_class_of(None) == "write"
