@@ -26,7 +26,14 @@ CREATE TABLE IF NOT EXISTS files (
     rows_quarantined BIGINT,
     rows_by_type JSON,
     ingested_at TIMESTAMPTZ,
-    status VARCHAR  -- loaded | superseded
+    status VARCHAR,  -- loaded | superseded
+    -- Identity by content (identity.py): what was read of the file and where it is now.
+    abspath VARCHAR,
+    consumed BIGINT,    -- bytes of content read (decompressed), up to a line end
+    digest VARCHAR,     -- BLAKE3 of those bytes
+    lines BIGINT,       -- newlines in them
+    rows_read BIGINT,   -- rows the reader returned from them (CSV positions go on from it)
+    raw_digest VARCHAR  -- BLAKE3 of the file on disk as last read (gzip: compressed)
 );
 CREATE TABLE IF NOT EXISTS quarantine (
     file_id BIGINT,
@@ -36,6 +43,12 @@ CREATE TABLE IF NOT EXISTS quarantine (
     record_type VARCHAR,
     reason VARCHAR
 );
+ALTER TABLE files ADD COLUMN IF NOT EXISTS abspath VARCHAR;
+ALTER TABLE files ADD COLUMN IF NOT EXISTS consumed BIGINT;
+ALTER TABLE files ADD COLUMN IF NOT EXISTS digest VARCHAR;
+ALTER TABLE files ADD COLUMN IF NOT EXISTS lines BIGINT;
+ALTER TABLE files ADD COLUMN IF NOT EXISTS rows_read BIGINT;
+ALTER TABLE files ADD COLUMN IF NOT EXISTS raw_digest VARCHAR;
 CREATE TABLE IF NOT EXISTS meta (key VARCHAR PRIMARY KEY, value VARCHAR);
 """
 

@@ -22,7 +22,7 @@ from pathlib import Path
 
 import duckdb
 
-from . import adapters, readers, validate
+from . import adapters, identity, readers, validate
 from .config import Config
 from .contract import RECORD_TYPES, RecordType, all_field_names
 from .db import get_meta, set_meta
@@ -35,7 +35,7 @@ INGEST_MEMORY = "1.5GB"
 @dataclass
 class FileResult:
     path: str
-    status: str  # loaded | replaced | unchanged | duplicate | unreadable
+    status: str  # loaded | appended | replaced | unchanged | duplicate | waiting | unreadable
     rows: dict[str, int] = field(default_factory=dict)
     quarantined: int = 0
     note: str = ""
@@ -138,6 +138,26 @@ class _Staged:
     replaces: list[int] = field(default_factory=list)
     notes: list[tuple[int | None, str]] = field(default_factory=list)  # (line, reason)
     rejects: str | None = None
+    decision: identity.Decision | None = None
+    # Reading from the middle of a file: the lines (and CSV data rows) before what was read.
+    line_shift: int = 0
+    row_shift: int = 0
+    rows_staged: int = 0
+    info: str = ""  # a note for the report that is not a quarantine row
+
+    @property
+    def shift(self) -> int:
+        return self.line_shift if self.src.format == "jsonl" else self.row_shift
+
+
+@dataclass
+class _Moved:
+    """A loaded file found under another name with nothing new: only its path changes."""
+
+    file_id: int
+    src: readers.Source
+    shown: str
+    decision: identity.Decision
 
 
 class _Loader:
@@ -171,53 +191,45 @@ class _Loader:
         return self.con.execute(sql, params or {})
 
     # -- phase 1: outside the transaction -------------------------------------------------
-    def _known(self, sha: str, shown: str, seen: dict[str, str]) -> FileResult | None:
-        same = self._exec(
-            "SELECT path FROM files WHERE sha256 = $s AND status = 'loaded' LIMIT 1", {"s": sha}
-        ).fetchone()
-        earlier = same[0] if same else seen.get(sha)
-        if not earlier:
-            return None
-        status = "unchanged" if earlier == shown else "duplicate"
-        return FileResult(
-            shown, status, note="" if status == "unchanged" else f"same content as {earlier}"
-        )
-
-    def stage(self, src: readers.Source, n: int, seen: dict[str, str]) -> _Staged | FileResult:
+    def stage(
+        self, src: readers.Source, n: int, d: identity.Decision
+    ) -> _Staged | FileResult | _Moved:
+        """Read what is new in one file into a staging table, as `d` (identity.plan) says."""
         shown = _display(src.path)
-        size = src.path.stat().st_size
-        if size == 0:
-            # Nothing to read, and every empty file has the same digest: not a duplicate.
-            return FileResult(shown, "empty", note="empty file")
-        likely_same = self._exec(
-            "SELECT count(*) FROM files WHERE path = $p AND size = $z AND status = 'loaded'",
-            {"p": shown, "z": size},
-        ).fetchone()[0]
-        if likely_same:
-            # Probably unchanged: hash first, and read nothing if so.
-            sha = _sha256(src.path)
-            known = self._known(sha, shown, seen)
-            if known:
-                return known
-            staged = self._stage_file(src, n, shown, sha)
+        if d.action in ("empty", "duplicate"):
+            return FileResult(shown, d.action, note=d.note)
+        if d.action in ("unchanged", "moved"):
+            if d.known and (d.known.path != shown or d.action == "moved"):
+                return _Moved(d.known.file_id, src, shown, d)
+            return FileResult(shown, "unchanged")
+        sc = d.scan
+        waits = not src.gzip and src.format != "parquet" and sc.length > sc.complete
+        if sc.complete == 0:
+            return FileResult(shown, "waiting", note="no complete line yet")
+        if d.action == "append":
+            k = d.known
+            read_path = self.tmp / f"{n}.tail"
+            header = identity.first_line(src.path, src.gzip) if src.format == "csv" else b""
+            identity.write_tail(src.path, src.gzip, k.consumed, sc.complete, read_path, header)
+            staged = self._stage_file(src, n, shown, "", read_path)
+            staged.line_shift = k.lines - (1 if header else 0)
+            staged.row_shift = k.rows
         else:
-            # Probably new: hash while DuckDB reads (both release the GIL).
+            read_path = None
+            if waits:
+                read_path = self.tmp / f"{n}.lines"
+                identity.copy_prefix(src.path, sc.complete, read_path)
+            # Hash while DuckDB reads (both release the GIL).
             with ThreadPoolExecutor(1) as pool:
                 digest = pool.submit(_sha256, src.path)
-                staged = self._stage_file(src, n, shown, None)
-                sha = digest.result()
-            known = self._known(sha, shown, seen)
-            if known:
-                self._drop(staged)
-                return known
-            staged.sha = sha
-        seen[sha] = shown
-        staged.replaces = [
-            r[0]
-            for r in self._exec(
-                "SELECT file_id FROM files WHERE path = $p AND status = 'loaded'", {"p": shown}
-            ).fetchall()
-        ]
+                staged = self._stage_file(src, n, shown, None, read_path)
+                staged.sha = digest.result()
+            staged.replaces = list(d.retire)
+        staged.decision = d
+        if waits:
+            staged.info = "the last line has no newline yet: it is read once complete"
+        if staged.table:
+            staged.rows_staged = self._exec(f"SELECT count(*) FROM {staged.table}").fetchone()[0]
         return staged
 
     def _drop(self, staged: _Staged) -> None:
@@ -225,16 +237,17 @@ class _Loader:
             if t:
                 self._exec(f"DROP TABLE IF EXISTS {t}")
 
-    def _stage_file(self, src, n: int, shown: str, sha) -> _Staged:
+    def _stage_file(self, src, n: int, shown: str, sha, read_path: Path | None = None) -> _Staged:
+        """Stage the file, or `read_path` instead: its new lines, already decompressed."""
         staged = _Staged(src, shown, sha or "", None)
         table = f"rg_stage_{n}"
-        compression = "gzip" if src.gzip else "none"
-        read_path = src.path
+        compression = "gzip" if src.gzip and read_path is None else "none"
+        read_path = read_path or src.path
         typed = src.default_type
         try:
             self._stage(src, read_path, compression, table, typed)
         except duckdb.Error as exc:
-            if not src.gzip:
+            if compression != "gzip":
                 staged.notes.append((None, _unreadable(exc)))
                 return staged
             # A truncated gzip: keep what decompresses, quarantine the break.
@@ -322,8 +335,10 @@ class _Loader:
 
     def _manifest(self, file_id: int, src, shown: str, sha: str, result: FileResult) -> None:
         self._exec(
-            """INSERT INTO files VALUES ($id, $path, $name, $fmt, $size, $sha, $loaded, $q,
-               $rows, now(), 'loaded')""",
+            """INSERT INTO files (file_id, path, name, format, size, sha256, rows_loaded,
+                   rows_quarantined, rows_by_type, ingested_at, status)
+               VALUES ($id, $path, $name, $fmt, $size, $sha, $loaded, $q, $rows, now(),
+                   'loaded')""",
             {
                 "id": file_id,
                 "path": shown,
@@ -337,12 +352,52 @@ class _Loader:
             },
         )
 
+    def _identity(self, file_id: int, src, shown: str, d: identity.Decision, rows: int) -> None:
+        """What identifies the file by content next time (identity.py)."""
+        sc = d.scan
+        self._exec(
+            """UPDATE files SET path = $path, name = $name, abspath = $abs, size = $size,
+                   consumed = $consumed, digest = $digest, lines = $lines, rows_read = $rows,
+                   raw_digest = $raw
+               WHERE file_id = $id""",
+            {
+                "id": file_id,
+                "path": shown,
+                "name": src.name,
+                "abs": str(src.path.resolve()),
+                "size": src.path.stat().st_size,
+                "consumed": sc.complete,
+                "digest": sc.digest,
+                "lines": sc.lines,
+                "rows": rows,
+                "raw": sc.raw_digest,
+            },
+        )
+        # Quarantine rows name the file where their line can be found now.
+        self._exec(
+            "UPDATE quarantine SET path = $p WHERE file_id = $id AND path <> $p",
+            {"id": file_id, "p": shown},
+        )
+
+    def move(self, mv: _Moved) -> FileResult:
+        self._identity(mv.file_id, mv.src, mv.shown, mv.decision, mv.decision.known.rows)
+        return FileResult(mv.shown, "unchanged", note=mv.decision.note)
+
     def load(self, st: _Staged) -> FileResult:
         self._retire(st.replaces)
         file_id = self._exec("SELECT nextval('file_ids')").fetchone()[0]
+        appending = st.decision is not None and st.decision.action == "append"
+        # Appended rows join the file's earlier rows; its new quarantine rows are counted
+        # under a fresh id first, then join them too.
+        rows_id = st.decision.known.file_id if appending else file_id
         result = FileResult(st.shown, "replaced" if st.replaces else "loaded")
         if st.replaces:
             result.note = "content changed since it was last ingested; old rows replaced"
+        if appending:
+            result.status = "appended"
+            result.note = st.decision.note or f"read from line {st.decision.known.lines + 1}"
+        if st.info:
+            result.note = f"{result.note}; {st.info}" if result.note else st.info
         for line, reason in st.notes:
             self._exec(
                 "INSERT INTO quarantine VALUES ($f, $p, $line, NULL, NULL, $r)",
@@ -351,15 +406,42 @@ class _Loader:
         if st.table is None:
             result.status = "unreadable"
         else:
-            self._insert(st, file_id, result)
+            self._insert(st, file_id, result, rows_id)
         for reason, n in self._exec(
             "SELECT reason, count(*) FROM quarantine WHERE file_id = $f GROUP BY ALL",
             {"f": file_id},
         ).fetchall():
             self.report.quarantine_reasons[_reason_class(reason)] += n
             result.quarantined += n
-        self._manifest(file_id, st.src, st.shown, st.sha, result)
+        if appending:
+            self._exec(
+                "UPDATE quarantine SET file_id = $k WHERE file_id = $f",
+                {"k": rows_id, "f": file_id},
+            )
+            self._extend(rows_id, st, result)
+        else:
+            self._manifest(file_id, st.src, st.shown, st.sha, result)
+        if st.decision is not None and st.table is not None:
+            self._identity(rows_id, st.src, st.shown, st.decision, st.row_shift + st.rows_staged)
         return result
+
+    def _extend(self, file_id: int, st: _Staged, result: FileResult) -> None:
+        """Add an append's counts to the file's manifest row."""
+        self._exec(
+            """UPDATE files SET rows_loaded = rows_loaded + $loaded,
+                   rows_quarantined = rows_quarantined + $q,
+                   rows_by_type = $rows, format = $fmt, sha256 = '', ingested_at = now()
+               WHERE file_id = $id""",
+            {
+                "id": file_id,
+                "loaded": sum(result.rows.values()),
+                "q": result.quarantined,
+                "fmt": st.src.format + (".gz" if st.src.gzip else ""),
+                "rows": _json(
+                    dict(Counter(_rows_by_type(self.con, file_id)) + Counter(result.rows))
+                ),
+            },
+        )
 
     def _position(self, st: _Staged) -> str:
         """SQL for a staged row's position: rowid + 1, plus the JSON Lines lines the
@@ -377,15 +459,19 @@ class _Loader:
             f"WHERE r.kept <= rowid)"
         )
 
-    def _insert(self, st: _Staged, file_id: int, result: FileResult) -> None:
+    def _insert(
+        self, st: _Staged, file_id: int, result: FileResult, rows_id: int | None = None
+    ) -> None:
         table = st.table
         line_col, row_col = ("pos", "NULL") if st.src.format == "jsonl" else ("NULL", "pos")
-        pos = self._position(st)
+        # $shift: the lines (CSV: data rows) before the staged part of the file.
+        pos = f"({self._position(st)}) + $shift"
+        shift = {"shift": st.shift}
         base = {"f": file_id, "p": st.shown}
         self._exec(
             f"""INSERT INTO quarantine SELECT $f, $p, {line_col}, {row_col}, NULL, bad
                 FROM (SELECT {pos} AS pos, bad FROM {table}) WHERE bad IS NOT NULL""",
-            base,
+            {**base, **shift},
         )
         if st.rejects:
             what = (
@@ -396,9 +482,9 @@ class _Loader:
                 "ELSE 'unreadable line: ' || lower(CAST(error_type AS VARCHAR)) END"
             )
             self._exec(
-                f"""INSERT INTO quarantine SELECT $f, $p, line, NULL, NULL, {what}
+                f"""INSERT INTO quarantine SELECT $f, $p, line + $lines, NULL, NULL, {what}
                    FROM {st.rejects}""",
-                base,
+                {**base, "lines": st.line_shift},
             )
         if st.typed is not None:
             present = [st.typed]
@@ -419,20 +505,42 @@ class _Loader:
                 f"""INSERT INTO quarantine
                     SELECT $f, $p, {line_col}, {row_col}, $schema, reason
                     FROM {checked} WHERE reason IS NOT NULL""",
-                {**base, "schema": rt.schema, "t": rt.table},
+                {**base, **shift, "schema": rt.schema, "t": rt.table},
             )
             cols, exprs = validate.target_columns(rt)
             n = self._exec(
                 f"""INSERT INTO {rt.table} ({", ".join(cols)})
                     SELECT {", ".join(exprs)} FROM {checked} WHERE reason IS NULL""",
-                {"file_id": file_id, "t": rt.table},
+                {"file_id": file_id if rows_id is None else rows_id, "t": rt.table, **shift},
             ).fetchone()[0]
             if n:
                 result.rows[rt.table] = n
             if rt.table == "proxy" and not self.key_available:
                 self.raw_without_key += self._exec(
-                    f"SELECT count(*) FROM {checked} WHERE t_raw_session_id", {"t": rt.table}
+                    f"SELECT count(*) FROM {checked} WHERE t_raw_session_id",
+                    {"t": rt.table, **shift},
                 ).fetchone()[0]
+
+
+def _knowns(con) -> list[identity.Known]:
+    return [
+        identity.Known(*r)
+        for r in con.execute(
+            """SELECT file_id, path, abspath, replace(format, '.gz', ''), consumed, digest,
+                      coalesce(lines, 0), coalesce(rows_read, 0), raw_digest
+               FROM files WHERE status = 'loaded' AND consumed IS NOT NULL
+               ORDER BY file_id"""
+        ).fetchall()
+    ]
+
+
+def _rows_by_type(con, file_id: int) -> dict[str, int]:
+    import json
+
+    row = con.execute(
+        "SELECT rows_by_type FROM files WHERE file_id = $f", {"f": file_id}
+    ).fetchone()
+    return json.loads(row[0]) if row and row[0] else {}
 
 
 def _unreadable(exc: Exception) -> str:
@@ -476,12 +584,13 @@ def ingest(
     progress.start(sum(sizes), len(sources))
     loader = _Loader(con, config, report, source)
     try:
+        # Which loaded file each one continues, by content (identity.py).
+        decisions = identity.plan(sources, [_display(s.path) for s in sources], _knowns(con))
         plan: list = []
-        seen: dict[str, str] = {}
-        for n, (src, size) in enumerate(zip(sources, sizes, strict=True)):
+        for n, (src, size, d) in enumerate(zip(sources, sizes, decisions, strict=True)):
             # query_progress() may be called from another thread while a query runs.
             progress.file_started(src.name, size, poll=con.query_progress)
-            plan.append(loader.stage(src, n, seen))
+            plan.append(loader.stage(src, n, d))
             progress.file_done(size)
         # Staging needed the reader's order (rowid = position); the copy does not, and is
         # faster without it.
@@ -490,8 +599,14 @@ def ingest(
         try:
             changed = False
             for item in plan:
-                result = item if isinstance(item, FileResult) else loader.load(item)
-                changed |= result.status in ("loaded", "replaced", "unreadable")
+                if isinstance(item, FileResult):
+                    result = item
+                elif isinstance(item, _Moved):
+                    result = loader.move(item)
+                    changed = True  # findings name files
+                else:
+                    result = loader.load(item)
+                changed |= result.status in ("loaded", "appended", "replaced", "unreadable")
                 report.files.append(result)
             if changed:
                 version = int(get_meta(con, "data_version", "0")) + 1

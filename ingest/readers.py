@@ -12,6 +12,7 @@ from __future__ import annotations
 import csv
 import gzip
 import io
+import re
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -43,11 +44,19 @@ class Source:
         return self.path.name
 
 
+# What logrotate appends to a rotated file's name: `.1`, `.2` (then `.gz`), or a date
+# (`-20261130`, with dateext; `-2026113014` with an hourly dateformat).
+_ROTATED = re.compile(r"(\.\d{1,4}|-\d{8}(\d{2})?)$")
+
+
 def detect(path: Path, force_proxy: bool = False) -> Source | None:
-    """The format of a file from its name, or None if it is not an input file."""
+    """The format of a file from its name, or None if it is not an input file.
+    Rotated names (`access.log.1`, `access.log.2.gz`, `events.jsonl-20261130`,
+    `access.log-20261130.gz`) are read as the file they were rotated from."""
     name = path.name.lower()
     gz = name.endswith(".gz")
     stem = name[:-3] if gz else name
+    stem = _ROTATED.sub("", stem)
     if force_proxy:
         return Source(path, "jsonl", gz, BY_TABLE["proxy"])
     for ext, fmt in FORMATS.items():

@@ -290,10 +290,21 @@ def test_reingest_same_content_adds_nothing(con, tmp_path):
 def test_changed_file_replaces_its_rows(con, tmp_path):
     path = _write(tmp_path / "proxy.jsonl", "jsonl", [SAMPLES["proxy"]] * 3)
     ingest(con, [path], Config())
-    _write(path, "jsonl", [SAMPLES["proxy"]] * 5)
+    # The first line changed: not the same file grown, a rewritten one.
+    _write(path, "jsonl", [{**SAMPLES["proxy"], "status": 201}] + [SAMPLES["proxy"]] * 4)
     report = ingest(con, [path], Config())
     assert report.files[0].status == "replaced"
     assert con.execute("SELECT count(*) FROM proxy").fetchone()[0] == 5
+
+
+def test_grown_file_is_read_from_where_it_stopped(con, tmp_path):
+    path = _write(tmp_path / "proxy.jsonl", "jsonl", [SAMPLES["proxy"]] * 3)
+    ingest(con, [path], Config())
+    _write(path, "jsonl", [SAMPLES["proxy"]] * 5)
+    report = ingest(con, [path], Config())
+    assert report.files[0].status == "appended"
+    assert report.rows_by_type() == {"proxy": 2}
+    assert con.execute("SELECT list(pos ORDER BY pos) FROM proxy").fetchone()[0] == [1, 2, 3, 4, 5]
 
 
 def test_failure_mid_ingest_leaves_db_unchanged(con, tmp_path, monkeypatch):

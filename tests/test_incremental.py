@@ -1,0 +1,217 @@
+"""Incremental ingest: the sample fleet written in steps, cut mid-line and rotated in every
+form, ends up exactly as one ingest of the final files (rows, quarantine, findings)."""
+
+from __future__ import annotations
+
+import gzip
+import json
+import os
+import shutil
+from pathlib import Path
+
+import pytest
+
+from replaygate.ingest import config as cfg
+from replaygate.ingest import db as dbm
+from replaygate.ingest.contract import RECORD_TYPES
+from replaygate.ingest.load import ingest
+from replaygate.queries import runner
+
+SAMPLE = Path(__file__).resolve().parent.parent / "sample_data"
+CONF = cfg.load(str(SAMPLE / "replaygate.toml"))
+
+
+def _content(name: str) -> bytes:
+    p = SAMPLE / name
+    return gzip.decompress(p.read_bytes()) if name.endswith(".gz") else p.read_bytes()
+
+
+def _cut(data: bytes, frac: float) -> bytes:
+    """A prefix ending mid-line, as a writer leaves it."""
+    n = int(len(data) * frac)
+    while data[n - 1 : n] == b"\n" or data[n : n + 1] == b"\n":
+        n += 1
+    return data[:n]
+
+
+def _line_end(data: bytes, frac: float) -> int:
+    """The end of the line at `frac` of the data (where a rotation splits the file)."""
+    return data.index(b"\n", int(len(data) * frac)) + 1
+
+
+def _write(path: Path, data: bytes, gz: bool = False) -> None:
+    path.write_bytes(gzip.compress(data) if gz else data)
+
+
+def _snapshot(con) -> dict:
+    out = {}
+    for rt in RECORD_TYPES:
+        out[rt.table] = con.execute(
+            f"""SELECT f.path, t.* EXCLUDE (file_id) FROM {rt.table} t
+                JOIN files f USING (file_id) ORDER BY ALL"""
+        ).fetchall()
+    out["quarantine"] = con.execute(
+        "SELECT * EXCLUDE (file_id) FROM quarantine ORDER BY ALL"
+    ).fetchall()
+    out["files"] = con.execute(
+        """SELECT path, rows_loaded, rows_quarantined, rows_by_type::VARCHAR FROM files
+           WHERE status = 'loaded' ORDER BY path"""
+    ).fetchall()
+    runner.analyse(con, CONF)
+    rows = con.execute("SELECT * EXCLUDE (detail), detail FROM findings").fetchall()
+    out["findings"] = sorted((r[:-1] + (_canonical(r[-1]),) for r in rows), key=repr)
+    return out
+
+
+def _canonical(detail: str | None) -> str:
+    # Some detectors list ids in no particular order (list(DISTINCT ...)); compare as sets.
+    d = json.loads(detail) if detail else {}
+    return json.dumps(
+        {k: sorted(map(str, v)) if isinstance(v, list) else v for k, v in d.items()},
+        sort_keys=True,
+    )
+
+
+def test_growth_in_steps_with_every_rotation_equals_one_ingest(tmp_path, monkeypatch):
+    S, E, P = (
+        _content("sessions.jsonl"),
+        _content("events.jsonl.gz"),
+        _content("proxy-access.jsonl.gz"),
+    )
+    ST, D, R = _content("streams.csv.gz"), _content("dispatches.csv"), _content("rollout.csv")
+    live = tmp_path / "live"
+    live.mkdir()
+    db = str(tmp_path / "inc.duckdb")
+    statuses = []
+
+    def run(paths, cwd):
+        monkeypatch.chdir(cwd)
+        con = dbm.connect(db)
+        try:
+            rep = ingest(con, paths, CONF)
+        finally:
+            con.close()
+        statuses.append({Path(f.path).name: f.status for f in rep.files})
+        return rep
+
+    # Step 1: every text file cut at 40 %, mid-line.
+    _write(live / "sessions.jsonl", _cut(S, 0.4))
+    _write(live / "events.jsonl", _cut(E, 0.4))
+    _write(live / "proxy-access.jsonl", _cut(P, 0.4))
+    _write(live / "streams.csv", _cut(ST, 0.4))
+    _write(live / "dispatches.csv", _cut(D, 0.4))
+    _write(live / "rollout.csv", _cut(R, 0.4))
+    shutil.copy(SAMPLE / "inbox.parquet", live / "inbox.parquet")
+    first = run([live], tmp_path)
+    # The line still being written is neither loaded nor quarantined.
+    assert first.quarantined == 0 or all("unparseable" not in r for r in first.quarantine_reasons)
+
+    # Step 2, from inside the folder (relative paths): sessions, streams, dispatches and
+    # rollout grow to 75 %; the event log is copied and truncated (copytruncate) and
+    # goes on; the proxy log is renamed and a new one starts at its name in the same run.
+    e1 = _line_end(E, 0.6)
+    p1 = _line_end(P, 0.55)
+    _write(live / "sessions.jsonl", _cut(S, 0.75))
+    _write(live / "events.jsonl.1", E[:e1])
+    _write(live / "events.jsonl", _cut(E, 0.75)[e1:])
+    os.rename(live / "proxy-access.jsonl", live / "proxy-access.jsonl.1")
+    _write(live / "proxy-access.jsonl.1", P[:p1])
+    _write(live / "proxy-access.jsonl", _cut(P, 0.75)[p1:])
+    _write(live / "streams.csv", _cut(ST, 0.75))
+    _write(live / "dispatches.csv", _cut(D, 0.75))
+    _write(live / "rollout.csv", _cut(R, 0.75))
+    second = run(["."], live)
+    assert second.files and statuses[-1]["events.jsonl.1"] == "appended"
+    assert statuses[-1]["proxy-access.jsonl.1"] == "appended"
+    assert statuses[-1]["proxy-access.jsonl"] == "loaded"
+    assert statuses[-1]["inbox.parquet"] == "unchanged"
+
+    # Step 3, by absolute path: everything is whole. The sessions ledger grows and is
+    # renamed with a date; the rotated event log is compressed; the proxy logs shift
+    # (.1 -> .2.gz, the partly read current one -> .1.gz, a new current one); the stream
+    # ledger is rotated with a date and a new one (with its header) starts; a dated,
+    # compressed proxy log appears.
+    p2 = _line_end(P, 0.75)
+    s2 = _line_end(ST, 0.75)
+    header = ST[: ST.index(b"\n") + 1]
+    os.remove(live / "sessions.jsonl")
+    _write(live / "sessions.jsonl-20261130", S)
+    os.remove(live / "events.jsonl.1")
+    _write(live / "events.jsonl.1.gz", E[:e1], gz=True)
+    _write(live / "events.jsonl", E[e1:])
+    os.remove(live / "proxy-access.jsonl.1")
+    _write(live / "proxy-access.jsonl.2.gz", P[:p1], gz=True)
+    os.remove(live / "proxy-access.jsonl")
+    _write(live / "proxy-access.jsonl.1.gz", P[p1:p2], gz=True)
+    _write(live / "proxy-access.jsonl", P[p2:])
+    os.remove(live / "streams.csv")
+    _write(live / "streams.csv-20261130", ST[:s2])
+    _write(live / "streams.csv", header + ST[s2:])
+    _write(live / "dispatches.csv", D)
+    _write(live / "rollout.csv", R)
+    _write(live / "proxy-edge.log-20261130.gz", (SAMPLE / "proxy-edge.jsonl").read_bytes(), True)
+    run([str(live.resolve())], tmp_path)
+    st = statuses[-1]
+    assert st["sessions.jsonl-20261130"] == "appended"
+    assert st["events.jsonl.1.gz"] == "unchanged"
+    assert st["proxy-access.jsonl.2.gz"] == "unchanged"
+    assert st["proxy-access.jsonl.1.gz"] == "appended"
+    assert st["proxy-edge.log-20261130.gz"] == "loaded"
+
+    # Step 4: nothing new.
+    run([live], tmp_path)
+    assert set(statuses[-1].values()) == {"unchanged"}
+
+    con = dbm.connect(db)
+    incremental = _snapshot(con)
+    con.close()
+    one = dbm.connect(str(tmp_path / "one.duckdb"))
+    monkeypatch.chdir(tmp_path)
+    ingest(one, [live], CONF)
+    once = _snapshot(one)
+    one.close()
+    assert sum(len(v) for k, v in once.items() if k in ("sessions", "events", "proxy")) > 30000
+    for key in once:
+        assert incremental[key] == once[key], key
+
+
+@pytest.mark.parametrize("gz", [False, True])
+def test_trailing_partial_line_waits(tmp_path, gz):
+    con = dbm.connect(str(tmp_path / "t.duckdb"))
+    line = b'{"ts": "2026-11-29T07:00:00Z", "stage": "s1", "action": "start", "scope": "read"}\n'
+    path = tmp_path / "rollout.jsonl"
+    path.write_bytes(line + line[:30])
+    rep = ingest(con, [path], CONF)
+    assert rep.rows_by_type() == {"rollout": 1} and rep.quarantined == 0
+    assert "no newline yet" in rep.files[0].note
+    path.write_bytes(line * 3)
+    rep = ingest(con, [path], CONF)
+    assert rep.rows_by_type() == {"rollout": 2} and rep.quarantined == 0
+    assert con.execute("SELECT list(pos ORDER BY pos) FROM rollout").fetchone()[0] == [1, 2, 3]
+    if gz:
+        # The rotated, compressed file holds nothing new.
+        gzp = tmp_path / "rollout.jsonl.1.gz"
+        gzp.write_bytes(gzip.compress(path.read_bytes()))
+        path.unlink()
+        rep = ingest(con, [tmp_path], CONF)
+        assert [f.status for f in rep.files] == ["unchanged"]
+        assert con.execute("SELECT count(*) FROM rollout").fetchone()[0] == 3
+    con.close()
+
+
+def test_copy_of_a_loaded_file_is_a_duplicate_not_a_move(tmp_path):
+    con = dbm.connect(str(tmp_path / "t.duckdb"))
+    line = b'{"ts": "2026-11-29T07:00:00Z", "stage": "s1", "action": "start", "scope": "read"}\n'
+    (tmp_path / "a").mkdir()
+    (tmp_path / "b").mkdir()
+    (tmp_path / "a" / "rollout.jsonl").write_bytes(line * 2)
+    ingest(con, [tmp_path / "a"], CONF)
+    (tmp_path / "b" / "rollout.jsonl").write_bytes(line * 3)
+    rep = ingest(con, [tmp_path / "b"], CONF)
+    assert [f.status for f in rep.files] == ["duplicate"]
+    # Renamed away (the old path is gone): the same file, grown.
+    (tmp_path / "a" / "rollout.jsonl").unlink()
+    rep = ingest(con, [tmp_path / "b"], CONF)
+    assert [f.status for f in rep.files] == ["appended"]
+    assert con.execute("SELECT count(*) FROM rollout").fetchone()[0] == 3
+    con.close()
