@@ -18,8 +18,8 @@ import streamlit as st
 
 from replaygate.ingest import db as dbm
 from replaygate.ingest.config import Config
-from replaygate.ingest.config import load as load_config
 from replaygate.queries import api, runner
+from replaygate.queries.api import load_config
 from replaygate.queries.params import from_config
 
 from .state import Filters, findings_where

@@ -7,6 +7,7 @@ import json
 
 import duckdb
 
+from replaygate.ingest import config as cfg
 from replaygate.ingest import db as dbm
 from replaygate.ingest.config import Config
 from replaygate.ingest.errors import ReplaygateError
@@ -14,6 +15,13 @@ from replaygate.ingest.errors import ReplaygateError
 from . import gates, runner
 
 SEVERITIES = ("critical", "high", "medium", "low")
+
+
+def load_config(path=None) -> Config:
+    """The configuration, with its gate names checked against the gates' SQL headers."""
+    conf = cfg.load(path)
+    gates.min_samples(conf)
+    return conf
 
 
 def open_analysed(path: str, config: Config):

@@ -26,15 +26,15 @@ class Query:
 
     @property
     def needs(self) -> tuple[str, ...]:
-        return _split(self.header.get("needs", ""))
+        return split(self.header.get("needs", ""))
 
     @property
     def params(self) -> tuple[str, ...]:
-        return _split(self.header.get("params", ""))
+        return split(self.header.get("params", ""))
 
     @property
     def severities(self) -> tuple[str, ...]:
-        return _split(self.header.get("severity", ""))
+        return split(self.header.get("severity", ""))
 
     @property
     def invariant(self) -> str:
@@ -54,7 +54,7 @@ def _only_comments(stmt: str) -> bool:
     return all(not line.strip() or line.strip().startswith("--") for line in stmt.splitlines())
 
 
-def _split(value: str) -> tuple[str, ...]:
+def split(value: str) -> tuple[str, ...]:
     return tuple(x.strip() for x in value.split(",") if x.strip())
 
 

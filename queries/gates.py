@@ -7,104 +7,73 @@ reasons the way an engineer reads them, each tied to the findings behind it.
 
 from __future__ import annotations
 
+import hashlib
+import json
 from dataclasses import dataclass
 
 from replaygate.ingest.config import Config
+from replaygate.ingest.errors import ReplaygateError
 
 from . import catalog, params, runner
-
-NOT_RESUMABLE = "2026-07-28"
 
 
 @dataclass(frozen=True)
 class GateDef:
+    """A gate as its SQL header declares it (queries/sql/gates/NN_<id>.sql)."""
+
     id: str
+    title: str
     kind: str  # count | share | p99 | peak
     detectors: tuple[str, ...]
     sample_noun: str  # what the sample counts
     failure_noun: str  # what a unit of the measure is
-    scopes: tuple[str, ...] = ("shadow", "read", "write")
-    replay: bool = False  # meaningless for sessionless revisions (no resumption)
-    meter: str | None = None  # a_stage_samples sample behind the evidence meter
+    failure_noun_one: str  # the same, for a count of one
+    scopes: tuple[str, ...]
+    replay: bool  # meaningless for sessionless revisions (no resumption)
+    meter: str | None  # a_stage_samples sample behind the evidence meter
+    min_sample: int  # default minimum sample ([min_samples] overrides it)
 
 
-GATES = (
-    GateDef(
-        "cross_stream_acceptances",
-        "count",
-        ("cross_stream_acceptance",),
-        "accepted receipts",
-        "accepted events from another stream",
-        replay=True,
-        meter="accepted_receipts",
-    ),
-    GateDef(
-        "duplicate_dispatches",
-        "count",
-        ("duplicate_dispatch",),
-        "write dispatches",
-        "duplicate business dispatches",
-        meter="write_dispatches",
-    ),
-    GateDef(
-        "silent_truncations",
-        "count",
-        ("silent_truncation", "dropped_terminal"),
-        "completed streams",
-        "answers closed incomplete or without their result",
-        replay=True,
-        meter="completed_streams",
-    ),
-    GateDef(
-        "reinit_after_404",
-        "share",
-        ("reinit_missing",),
-        "404s on a session",
-        "404s not followed by a re-initialize",
-    ),
-    GateDef(
-        "invalid_origin_rejection",
-        "share",
-        ("invalid_origin_accepted",),
-        "invalid-Origin requests",
-        "invalid-Origin requests served",
-    ),
-    GateDef(
-        "recovery_p99",
-        "p99",
-        ("slow_recovery",),
-        "recoveries",
-        "seconds",
-        scopes=("read", "write"),
-        replay=True,
-        meter="recoveries",
-    ),
-    GateDef("reconnect_qps", "peak", ("reconnect_storm",), "reconnects", "reconnects/s"),
-    GateDef(
-        "raw_session_ids",
-        "count",
-        ("raw_session_id_logged",),
-        "proxy records",
-        "raw session ids in logs",
-    ),
-    GateDef(
-        "auth_binding",
-        "count",
-        ("auth_subject_mismatch", "session_after_terminal"),
-        "requests on a session",
-        "auth-binding violations",
-    ),
-    GateDef(
-        "write_idempotency",
-        "count",
-        ("missing_idempotency_key",),
-        "write dispatches",
-        "writes executed without an idempotency key",
-        scopes=("write",),
-        meter="write_dispatches",
-    ),
-)
+ALL_SCOPES = ("shadow", "read", "write")
+
+
+def _gate(q: catalog.Query) -> GateDef:
+    h = q.header
+    unit = h["unit"]
+    return GateDef(
+        id=q.name,
+        title=h["title"],
+        kind=h["kind"],
+        detectors=catalog.split(h["detectors"]),
+        sample_noun=h["sample"],
+        failure_noun=unit,
+        failure_noun_one=h.get("unit_one", unit),
+        scopes=catalog.split(h.get("scopes", "")) or ALL_SCOPES,
+        replay=h.get("replay") == "true",
+        meter=h.get("meter") or None,
+        min_sample=int(h.get("min_sample", "0")),
+    )
+
+
+GATES = tuple(_gate(q) for q in catalog.load("gates"))
 BY_ID = {g.id: g for g in GATES}
+
+
+def min_samples(config: Config) -> dict[str, int]:
+    """Minimum sample per gate: the header's default unless the configuration overrides it."""
+    unknown = sorted(set(config.min_samples) - set(BY_ID))
+    if unknown:
+        raise ReplaygateError(
+            f"config: unknown gate {unknown[0]!r} in [min_samples] (gates: {', '.join(BY_ID)})"
+        )
+    return {g.id: int(config.min_samples.get(g.id, g.min_sample)) for g in GATES}
+
+
+def effective_settings(config: Config) -> dict:
+    """Every setting in force, defaults included, and its SHA-256 (for audit reports)."""
+    settings = {**config.as_dict(), "min_samples": min_samples(config)}
+    blob = json.dumps(settings, sort_keys=True).encode()
+    return {"settings": settings, "sha256": hashlib.sha256(blob).hexdigest()}
 
 
 def _threshold(g: GateDef, config: Config):
@@ -166,23 +135,8 @@ def _duration(hours: float) -> str:
     return f"{h} h {m} min" if h < 48 else f"{h / 24:.1f} days"
 
 
-# Singular forms of the measure's nouns, for a count of one.
-_SINGULAR = {
-    "accepted events from another stream": "accepted event from another stream",
-    "duplicate business dispatches": "duplicate business dispatch",
-    "answers closed incomplete or without their result": (
-        "answer closed incomplete or without its result"
-    ),
-    "404s not followed by a re-initialize": "404 not followed by a re-initialize",
-    "invalid-Origin requests served": "invalid-Origin request served",
-    "raw session ids in logs": "raw session id in logs",
-    "auth-binding violations": "auth-binding violation",
-    "writes executed without an idempotency key": "write executed without an idempotency key",
-}
-
-
-def _noun(plural: str, n) -> str:
-    return _SINGULAR.get(plural, plural) if n == 1 else plural
+def _noun(g: GateDef, n) -> str:
+    return g.failure_noun_one if n == 1 else g.failure_noun
 
 
 def reason(gate: dict, config: Config) -> str:
@@ -201,12 +155,9 @@ def reason(gate: dict, config: Config) -> str:
             text += f", about {_duration(eta)} more at the last hour's rate"
         return text
     if g.kind == "count":
-        return f"{g.id}: {_fmt_n(v)} {_noun(g.failure_noun, v)} (threshold 0)"
+        return f"{g.id}: {_fmt_n(v)} {_noun(g, v)} (threshold 0)"
     if g.kind == "share":
-        return (
-            f"{g.id}: {_fmt_n(f)} of {_fmt_n(n)} {_noun(g.failure_noun, n)} "
-            "(threshold 100 % handled)"
-        )
+        return f"{g.id}: {_fmt_n(f)} of {_fmt_n(n)} {_noun(g, n)} (threshold 100 % handled)"
     if g.kind == "p99":
         return (
             f"{g.id}: p99 {v:.1f} s over {_fmt_n(n)} recoveries "
@@ -249,7 +200,9 @@ def _measures(con, config: Config) -> dict[str, dict[str, dict]]:
     values = params.from_config(config)
     out: dict[str, dict[str, dict]] = {}
     for q in catalog.load("gates"):
-        cur = con.execute(q.sql, params.bind(q, values))
+        g = BY_ID[q.name]
+        gate_values = {**values, "detectors": list(g.detectors), "meter": g.meter}
+        cur = con.execute(q.sql, params.bind(q, gate_values))
         cols = [d[0] for d in cur.description]
         for row in cur.fetchall():
             rec = dict(zip(cols, row, strict=True))
@@ -292,12 +245,11 @@ def evaluate(con, config: Config, stage: str | None = None, all_stages: bool = F
         return {"stages": [], "note": "no rollout log: no stages to gate"}
     names = [s[0] for s in stages]
     if stage is not None and stage not in names:
-        from replaygate.ingest.errors import ReplaygateError
-
         raise ReplaygateError(f"no stage named {stage!r} (stages: {', '.join(names)})")
     chosen = names if all_stages else [stage or names[-1]]
     measures = _measures(con, config)
     meters = _meters(con)
+    minimums = min_samples(config)
     data_end = con.execute("SELECT max(ts) FROM proxy").fetchone()[0]
     sources = _stage_sources(con)
     out = []
@@ -311,7 +263,7 @@ def evaluate(con, config: Config, stage: str | None = None, all_stages: bool = F
             failures = int(m.get("failures") or 0) if g.kind == "share" else 0
             if g.kind == "count":
                 failures = int(value or 0)
-            minimum = config.min_samples.get(g.id, 0)
+            minimum = minimums[g.id]
             st = status_of(g, value, sample, failures, minimum, scope, config)
             blind = no_evidence(g, sources.get(name, {}))
             if blind and st == "pass":
@@ -385,7 +337,7 @@ def by_revision(con, stage: str, scope: str | None, config: Config) -> list[dict
     found = con.execute(
         """SELECT coalesce(a.protocol_version,
                            CASE WHEN f.dispatch_id IS NOT NULL OR f.idempotency_key IS NOT NULL
-                                THEN '2026-07-28' END, 'unknown') AS revision,
+                                THEN sessionless_revision() END, 'unknown') AS revision,
                   f.detector, count(*)
            FROM findings f LEFT JOIN a_sessions a USING (session_hmac)
            WHERE f.stage = $stage GROUP BY ALL""",
@@ -397,20 +349,26 @@ def by_revision(con, stage: str, scope: str | None, config: Config) -> list[dict
         {"stage": stage},
     ).fetchall()
     revisions = sorted({r for r, *_ in found} | {r for r, *_ in samples})
+    resumable = dict(
+        con.execute(
+            "SELECT r, has_resumption(r) FROM unnest($revs::VARCHAR[]) t(r)", {"revs": revisions}
+        ).fetchall()
+    )
     sample_of = {(r, s): (n, p) for r, s, n, p in samples}
+    minimums = min_samples(config)
     out = []
     for rev in revisions:
         gates = {}
         for g in GATES:
             if g.kind not in ("count", "p99"):
                 continue
-            if g.replay and rev >= NOT_RESUMABLE:
+            if g.replay and not resumable[rev]:
                 gates[g.id] = {"status": "not_applicable", "value": None, "sample": None}
                 continue
             n_found = sum(c for r, d, c in found if r == rev and d in g.detectors)
             n, p99 = sample_of.get((rev, g.meter), (0, None)) if g.meter else (None, None)
             value = p99 if g.kind == "p99" else n_found
-            minimum = config.min_samples.get(g.id, 0)
+            minimum = minimums[g.id]
             st = status_of(
                 g, value, n or 0, n_found if g.kind == "count" else 0, minimum, scope, config
             )
@@ -424,11 +382,11 @@ def rollback_verification(con) -> list[dict]:
     disabled for new streams. `status` is verified, not verified (a check found
     something) or not verifiable (no stream activity in the hygiene window)."""
     rows = con.execute(
-        """SELECT stage, rollback_ts, hygiene_end FROM a_stages
-           WHERE rollback_ts IS NOT NULL ORDER BY rollback_ts"""
+        """SELECT s.stage, h.t0, h.t1, s.hygiene_end FROM a_stages s JOIN a_hygiene h USING (stage)
+           ORDER BY h.t0"""
     ).fetchall()
     out = []
-    for stage, t0, t1 in rows:
+    for stage, t0, t1, hygiene_end in rows:
         checks = {}
         for det in (
             "rollback_resumable_new_stream",
@@ -442,15 +400,13 @@ def rollback_verification(con) -> list[dict]:
             ).fetchone()[0]
             checks[det] = n
         new_streams = con.execute(
-            """SELECT count(*) FROM a_streams WHERE opened_ts >= $t0
-               AND ($t1 IS NULL OR opened_ts < $t1)""",
+            "SELECT count(*) FROM a_streams WHERE opened_ts >= $t0 AND opened_ts < $t1",
             {"t0": t0, "t1": t1},
         ).fetchone()[0]
         old_disconnects = con.execute(
             """SELECT count(*) FROM a_recoveries r JOIN a_streams s
                  USING (session_hmac, generation, stream_id)
-               WHERE s.opened_ts < $t0 AND r.disc_ts >= $t0
-                 AND ($t1 IS NULL OR r.disc_ts < $t1)""",
+               WHERE s.opened_ts < $t0 AND r.disc_ts >= $t0 AND r.disc_ts < $t1""",
             {"t0": t0, "t1": t1},
         ).fetchone()[0]
         # No stream record in the window: the checks looked at nothing ("no data is never
@@ -469,7 +425,7 @@ def rollback_verification(con) -> list[dict]:
                 "status": status,
                 "stream_records_in_window": activity,
                 "rollback_at": _iso(t0),
-                "window_end": _iso(t1),
+                "window_end": _iso(hygiene_end),
                 "checks": checks,
                 "new_streams_in_window": new_streams,
                 "new_streams_resumed": checks["rollback_resumable_new_stream"],

@@ -12,6 +12,9 @@ def glob_to_like(pattern: str) -> str:
 
 
 def from_config(config: Config) -> dict:
+    from .gates import min_samples
+
+    min_samples(config)  # unknown gate names fail here, before any query runs
     return {
         "recovery_threshold_s": config.recovery_threshold_s,
         "reinit_window_s": config.reinit_window_s,

@@ -154,11 +154,7 @@ def build(
         "findings": _findings(con, st["stage"], top),
         "coverage": api.runner.coverage(con),
         "inputs": {"files": _inputs(con), "quarantined_rows": quarantined},
-        "configuration": {
-            "settings": config.as_dict(),
-            "sha256": config.digest(),
-            "source": config.source,
-        },
+        "configuration": {**gates.effective_settings(config), "source": config.source},
         "methodology": methodology,
         "redaction": (
             "Session identifiers appear only as HMAC-SHA256 digests (key from the "

@@ -34,7 +34,6 @@ _MISSING_LABEL = {
     "proxy": "no proxy log",
     "rollout": "no rollout log",
 }
-SEVERITY_ORDER = {"critical": 0, "high": 1, "medium": 2, "low": 3}
 
 
 def table_counts(con) -> dict[str, int]:
@@ -112,16 +111,14 @@ def analyse(
 
 
 def _assign_stages(con) -> None:
-    # A cohort session's finding belongs to its stage inside that stage's window;
-    # a baseline session's to none; a finding without a known session, by window.
+    # The same attribution as every gate sample (stage_key in macros.sql).
     con.execute("""
         CREATE OR REPLACE TEMP TABLE rg_staged AS
         SELECT f.* EXCLUDE (stage), w.stage
         FROM findings f
-        LEFT JOIN a_sessions a USING (session_hmac)
-        LEFT JOIN a_stages w
-          ON (CASE WHEN a.session_hmac IS NOT NULL THEN w.stage = a.cohort ELSE true END)
-         AND f.ts >= w.start_ts AND (w.end_ts IS NULL OR f.ts < w.end_ts)
+        LEFT JOIN a_sessions a ON a.session_hmac = f.session_hmac
+        LEFT JOIN a_stage_windows w
+          ON attributed(w.key, w.start_ts, w.end_ts, a.session_hmac IS NOT NULL, a.cohort, f.ts)
     """)
     con.execute("DELETE FROM findings")
     con.execute("INSERT INTO findings BY NAME SELECT * FROM rg_staged")

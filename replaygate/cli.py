@@ -18,6 +18,12 @@ from . import __version__
 CONTEXT = {"help_option_names": ["-h", "--help"], "max_content_width": 100}
 
 
+def load_config(path):
+    from replaygate.queries.api import load_config as load
+
+    return load(path)
+
+
 def db_option(f):
     return click.option(
         "--db",
@@ -96,14 +102,13 @@ def ingest(paths, db, config_path, as_json, strict, no_analyse, source):
       replaygate ingest /var/log/mcp/*.jsonl.gz proxy.csv --db fleet.duckdb --strict
       replaygate ingest /var/log/caddy/access.log --source caddy
     """
-    from replaygate.ingest import config as cfg
     from replaygate.ingest import db as dbm
     from replaygate.ingest.load import ingest as run_ingest
 
     from .progress import RichProgress
     from .render import ingest_summary
 
-    conf = cfg.load(config_path)
+    conf = load_config(config_path)
     con = dbm.connect(db)
     report = run_ingest(con, list(paths), conf, progress=RichProgress(), source=source)
     analysed = None if no_analyse else _analyse(con, conf)
@@ -185,7 +190,6 @@ def simulate(out, seed, sessions, events, faults, fmt, list_faults, config_path,
       replaygate simulate --out fleet/ --seed 3
       replaygate simulate --out big/ --events 1000000 --faults none --format jsonl
     """
-    from replaygate.ingest import config as cfg
     from replaygate.sim import simulate as run
     from replaygate.sim.faults import CATALOGUE
 
@@ -202,7 +206,7 @@ def simulate(out, seed, sessions, events, faults, fmt, list_faults, config_path,
         events=events,
         faults=faults,
         fmt=fmt,
-        config=cfg.load(config_path),
+        config=load_config(config_path),
     )
     if as_json:
         emit_json(summary)
@@ -241,7 +245,6 @@ def findings(db, config_path, as_json, detectors, stage, severity, limit):
       replaygate findings --detector replay_gap --detector silent_truncation --json
       replaygate findings --stage resume-read-25pct
     """
-    from replaygate.ingest import config as cfg
     from replaygate.queries import api, catalog
 
     from .render import findings_table
@@ -249,7 +252,7 @@ def findings(db, config_path, as_json, detectors, stage, severity, limit):
     unknown = [d for d in detectors if d not in catalog.detectors()]
     if unknown:
         raise ReplaygateError(f"unknown detector {unknown[0]!r} (see docs/detectors.md)")
-    conf = cfg.load(config_path)
+    conf = load_config(config_path)
     con = api.open_analysed(db, conf)
     if as_json:
         emit_json(api.findings_doc(con, detectors=detectors, stage=stage, severity=severity))
@@ -276,7 +279,6 @@ def gates(db, config_path, as_json, stage, all_stages):
       replaygate gates --stage write-10pct --json
       replaygate gates --all-stages || echo "not safe to proceed"
     """
-    from replaygate.ingest import config as cfg
     from replaygate.queries import api
     from replaygate.queries.gates import EXIT_CODES, worst
 
@@ -284,7 +286,7 @@ def gates(db, config_path, as_json, stage, all_stages):
 
     if stage and all_stages:
         raise click.UsageError("give --stage or --all-stages, not both")
-    conf = cfg.load(config_path)
+    conf = load_config(config_path)
     con = api.open_analysed(db, conf)
     doc = api.gates_doc(con, conf, stage=stage, all_stages=all_stages)
     if as_json:
@@ -321,11 +323,10 @@ def dashboard(db, config_path, port, host):
     import os
     from pathlib import Path
 
-    from replaygate.ingest import config as cfg
     from replaygate.ingest import db as dbm
     from replaygate.queries import runner
 
-    conf = cfg.load(config_path)
+    conf = load_config(config_path)
     con = dbm.connect(db)
     runner.analyse(con, conf)
     con.close()
@@ -400,7 +401,6 @@ def report(db, config_path, stage, fmt, output, bundle, verify_dir):
     from pathlib import Path
 
     from replaygate.dashboard import report as render
-    from replaygate.ingest import config as cfg
     from replaygate.queries import api
     from replaygate.queries import report as rep
 
@@ -414,7 +414,7 @@ def report(db, config_path, stage, fmt, output, bundle, verify_dir):
         return
     if not output and not bundle:
         raise click.UsageError("give -o FILE, --bundle DIR, or both")
-    conf = cfg.load(config_path)
+    conf = load_config(config_path)
     con = api.open_analysed(db, conf)
     doc = rep.build(con, conf, stage, db_path=db, config_path=config_path)
     if output:

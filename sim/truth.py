@@ -10,6 +10,7 @@ import math
 from collections import Counter
 
 from replaygate.ingest.config import Config
+from replaygate.queries.gates import min_samples
 
 COUNT_GATES = {
     "cross_stream_acceptances": ("cross_stream_acceptance",),
@@ -35,6 +36,7 @@ def peak_qps(ts: list[int]) -> float:
 
 def expected_decisions(fleet, expectations: list[dict], config: Config) -> dict:
     out = {}
+    minimum = min_samples(config)
     for st in fleet.stages:
         stats = fleet.stats[st.name]
         found = Counter(e["detector"] for e in expectations if e["stage"] == st.name)
@@ -47,7 +49,7 @@ def expected_decisions(fleet, expectations: list[dict], config: Config) -> dict:
         }
         for gate, detectors in COUNT_GATES.items():
             value = sum(found[d] for d in detectors)
-            gates[gate] = _status(value > 0, samples.get(gate, 0), config.min_samples.get(gate, 0))
+            gates[gate] = _status(value > 0, samples.get(gate, 0), minimum[gate])
         gates["reinit_after_404"] = "fail" if found["reinit_missing"] else "pass"
         gates["invalid_origin_rejection"] = "fail" if found["invalid_origin_accepted"] else "pass"
         gates["raw_session_ids"] = "fail" if stats.raw_ids else "pass"
@@ -55,7 +57,7 @@ def expected_decisions(fleet, expectations: list[dict], config: Config) -> dict:
             "fail" if peak_qps(stats.reconnect_ts) > config.reconnect_budget_qps else "pass"
         )
         n = len(stats.recoveries)
-        if n < config.min_samples["recovery_p99"]:
+        if n < minimum["recovery_p99"]:
             gates["recovery_p99"] = "insufficient"
         else:
             p99 = quantile_cont(stats.recoveries, 0.99)

@@ -6,6 +6,8 @@ import pytest
 
 from replaygate.ingest import config as cfg
 from replaygate.ingest.errors import ReplaygateError
+from replaygate.queries.api import load_config
+from replaygate.queries.gates import min_samples
 from replaygate.queries.params import glob_to_like
 
 
@@ -15,8 +17,9 @@ def test_defaults_match_the_spec():
     assert c.recovery_threshold_s == 5.0
     assert c.reinit_window_s == 30
     assert c.retry_window_s == 600
-    assert c.min_samples["cross_stream_acceptances"] == 100_000
-    assert c.min_samples["recovery_p99"] == 20
+    assert min_samples(c)["cross_stream_acceptances"] == 100_000
+    assert min_samples(c)["recovery_p99"] == 20
+    assert min_samples(c)["write_idempotency"] == 1
 
 
 def test_load_overrides(tmp_path):
@@ -28,8 +31,8 @@ def test_load_overrides(tmp_path):
     c = cfg.load(p)
     assert c.reconnect_budget_qps == 2.0
     assert c.origin_allowlist == ("https://a.example",)
-    assert c.min_samples["recovery_p99"] == 5
-    assert c.min_samples["cross_stream_acceptances"] == 100_000
+    assert min_samples(c)["recovery_p99"] == 5
+    assert min_samples(c)["cross_stream_acceptances"] == 100_000
 
 
 @pytest.mark.parametrize(
@@ -39,6 +42,7 @@ def test_load_overrides(tmp_path):
         ('reconnect_budget_qps = "fast"\n', "reconnect_budget_qps must be"),
         ("origin_allowlist = [1]\n", "origin_allowlist[] must be str"),
         ("[min_samples]\nno_gate = 1\n", "unknown gate 'no_gate'"),
+        ("[min_samples]\nrecovery_p99 = 1.5\n", "min_samples.recovery_p99 must be int"),
         ("recovery_threshold_s = true\n", "recovery_threshold_s must be"),
         ("this is not toml", "not valid TOML"),
     ],
@@ -47,7 +51,7 @@ def test_errors_name_the_key(tmp_path, text, needle):
     p = tmp_path / "r.toml"
     p.write_text(text)
     with pytest.raises(ReplaygateError) as exc:
-        cfg.load(p)
+        load_config(p)
     assert needle in str(exc.value)
     assert "\n" not in str(exc.value)
 

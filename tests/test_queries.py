@@ -87,4 +87,4 @@ def test_contract_doc_is_current():
     from replaygate.ingest.docs import render
 
     doc = Path(__file__).resolve().parent.parent / "docs" / "contract.md"
-    assert doc.read_text() == render(), "run: python -m ingest.docs"
+    assert doc.read_text() == render(), "run: python -m replaygate.ingest.docs"

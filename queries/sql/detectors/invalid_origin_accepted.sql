@@ -9,4 +9,4 @@ SELECT DISTINCT session_hmac, 'critical' AS severity, ts,
                    'jsonrpc_method', jsonrpc_method) AS detail
 FROM proxy
 WHERE origin IS NOT NULL AND status <> 403
-  AND len(list_filter($origin_patterns, lambda p: like_escape(origin, p, '\'))) = 0
+  AND NOT origin_allowed(origin, $origin_patterns)

@@ -7,5 +7,5 @@ SELECT 'low' AS severity, min(ts) AS ts,
        json_object('client', coalesce(principal, client_addr), 'requests', count(*),
                    'protocol_versions', list(DISTINCT protocol_version)) AS detail
 FROM proxy
-WHERE protocol_version >= '2026-07-28' AND last_event_id IS NOT NULL
+WHERE NOT has_resumption(protocol_version) AND last_event_id IS NOT NULL
 GROUP BY coalesce(principal, client_addr)

@@ -10,7 +10,7 @@ SELECT 'high' AS severity, make_timestamptz(bucket * 10 * 1000000) AS ts,
                    'by_status', histogram(status)) AS detail
 FROM (
     SELECT *, epoch_ms(ts) // 10000 AS bucket FROM proxy
-    WHERE (method = 'GET' AND last_event_id IS NOT NULL) OR status IN (429, 503)
+    WHERE is_reconnect(method, last_event_id, status)
 )
 GROUP BY bucket
 HAVING count(*) > $reconnect_budget_qps * 10

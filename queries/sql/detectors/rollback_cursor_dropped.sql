@@ -3,17 +3,13 @@
 -- severity: high
 -- needs: rollout, streams, sessions
 -- unit: stream
-WITH hygiene AS (
-    SELECT stage, rollback_ts AS t0, coalesce(hygiene_end, 'infinity'::TIMESTAMPTZ) AS t1
-    FROM a_stages WHERE rollback_ts IS NOT NULL
-)
 SELECT s.session_hmac, s.generation, s.stream_id, 'high' AS severity, min(r.ts) AS ts,
        json_object('rolled_back_stage', any_value(h.stage)) AS detail
 FROM a_streams s
 JOIN streams r
   ON r.session_hmac = s.session_hmac AND r.generation = s.generation
  AND r.stream_id = s.stream_id AND r.state = 'CURSOR_REJECTED'
-JOIN hygiene h ON r.ts >= h.t0 AND r.ts < h.t1 AND s.opened_ts < h.t0
+JOIN a_hygiene h ON r.ts >= h.t0 AND r.ts < h.t1 AND s.opened_ts < h.t0
 LEFT JOIN a_sessions x ON x.session_hmac = s.session_hmac
 WHERE x.expired_ts IS NULL OR x.expired_ts > r.ts
 GROUP BY s.session_hmac, s.generation, s.stream_id

@@ -4,11 +4,7 @@
 -- needs: rollout, streams, sessions
 -- params: retry_window_s
 -- unit: stream
-WITH hygiene AS (
-    SELECT stage, rollback_ts AS t0, coalesce(hygiene_end, 'infinity'::TIMESTAMPTZ) AS t1
-    FROM a_stages WHERE rollback_ts IS NOT NULL
-),
-broken AS (
+WITH broken AS (
     SELECT s.session_hmac, s.generation, s.stream_id, s.payload_digest, d.ts AS disc_ts,
            h.stage
     FROM a_streams s
@@ -16,7 +12,7 @@ broken AS (
     JOIN streams d
       ON d.session_hmac = s.session_hmac AND d.generation = s.generation
      AND d.stream_id = s.stream_id AND d.state = 'DISCONNECTED'
-    JOIN hygiene h ON d.ts >= h.t0 AND d.ts < h.t1 AND s.opened_ts < h.t0
+    JOIN a_hygiene h ON d.ts >= h.t0 AND d.ts < h.t1 AND s.opened_ts < h.t0
     WHERE s.payload_digest IS NOT NULL
 )
 SELECT b.session_hmac, b.generation, b.stream_id, 'high' AS severity, min(b.disc_ts) AS ts,

@@ -3,16 +3,12 @@
 -- severity: critical
 -- needs: rollout, streams
 -- unit: stream
-WITH hygiene AS (
-    SELECT stage, rollback_ts AS t0, coalesce(hygiene_end, 'infinity'::TIMESTAMPTZ) AS t1
-    FROM a_stages WHERE rollback_ts IS NOT NULL
-)
 SELECT s.session_hmac, s.generation, s.stream_id, 'critical' AS severity,
        min(r.ts) AS ts,
        json_object('rolled_back_stage', any_value(h.stage), 'opened', any_value(s.opened_ts))
            AS detail
 FROM a_streams s
-JOIN hygiene h ON s.opened_ts >= h.t0 AND s.opened_ts < h.t1
+JOIN a_hygiene h ON s.opened_ts >= h.t0 AND s.opened_ts < h.t1
 JOIN streams r
   ON r.session_hmac = s.session_hmac AND r.generation = s.generation
  AND r.stream_id = s.stream_id AND r.state = 'RESUME_PENDING'

@@ -1,6 +1,8 @@
 -- name: a_stages
 -- purpose: one row per rollout stage: scope, window (start to the next start, or to this
---          stage's rollback/complete), and the rollback hygiene window if it was rolled back
+--          stage's rollback/complete), and the rollback hygiene window if it was rolled back;
+--          a_stage_windows (the attribution keys of macros.sql) and a_hygiene (the
+--          rollback hygiene windows: from the rollback until the next start)
 -- needs: rollout
 CREATE OR REPLACE TABLE a_stages AS
 WITH starts AS (
@@ -29,3 +31,13 @@ SELECT b.*,
        END AS hygiene_end
 FROM bounded b
 ORDER BY start_ts;
+
+CREATE OR REPLACE TABLE a_stage_windows AS
+SELECT stage_key(true, stage) AS key, stage, start_ts, end_ts FROM a_stages
+UNION ALL
+SELECT stage_key(false, NULL), stage, start_ts, end_ts FROM a_stages;
+
+CREATE OR REPLACE TABLE a_hygiene AS
+SELECT stage, rollback_ts AS t0, coalesce(hygiene_end, 'infinity'::TIMESTAMPTZ) AS t1
+FROM a_stages
+WHERE rollback_ts IS NOT NULL;

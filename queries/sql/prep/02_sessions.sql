@@ -21,7 +21,6 @@ FROM sessions
 GROUP BY session_hmac;
 
 -- A session is resumable when it says so, or says nothing and negotiated a revision
--- older than 2026-07-28 (detectors.md).
+-- that has resumption (detectors.md).
 ALTER TABLE a_sessions ADD COLUMN resumable BOOLEAN;
-UPDATE a_sessions SET resumable = coalesce(
-    resumable_field, coalesce(protocol_version, '0000') < '2026-07-28');
+UPDATE a_sessions SET resumable = coalesce(resumable_field, has_resumption(protocol_version));

@@ -1,4 +1,12 @@
 -- name: reinit_after_404
+-- title: Re-initialize after 404
+-- kind: share
+-- detectors: reinit_missing
+-- min_sample: 0
+-- sample: 404s on a session
+-- unit: 404s not followed by a re-initialize
+-- unit_one: 404 not followed by a re-initialize
+-- params: detectors
 -- measure: share of 404s on a session (not DELETE) followed by a re-initialize; sample: those 404s
 WITH gone AS (
     SELECT stage, count(*) AS n FROM a_proxy_staged
@@ -6,7 +14,7 @@ WITH gone AS (
     GROUP BY stage
 ),
 bad AS (
-    SELECT stage, count(*) AS n FROM findings WHERE detector = 'reinit_missing' GROUP BY stage
+    SELECT stage, count(*) AS n FROM findings WHERE list_contains($detectors, detector) GROUP BY stage
 )
 SELECT w.stage,
        CASE WHEN coalesce(g.n, 0) = 0 THEN NULL

@@ -1,9 +1,15 @@
 -- name: reconnect_qps
+-- title: Reconnect rate
+-- kind: peak
+-- detectors: reconnect_storm
+-- min_sample: 0
+-- sample: reconnects
+-- unit: reconnects/s
 -- measure: peak reconnects per second over 10-second windows (GET with Last-Event-ID, 429, 503); sample: reconnects
 WITH buckets AS (
     SELECT stage, epoch_ms(ts) // 10000 AS bucket, count(*) AS n
     FROM a_proxy_staged
-    WHERE (method = 'GET' AND last_event_id IS NOT NULL) OR status IN (429, 503)
+    WHERE is_reconnect(method, last_event_id, status)
     GROUP BY ALL
 )
 SELECT w.stage, coalesce(max(b.n) / 10.0, 0) AS value, coalesce(sum(b.n), 0) AS sample

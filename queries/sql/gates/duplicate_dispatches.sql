@@ -1,9 +1,0 @@
--- name: duplicate_dispatches
--- measure: count of duplicate_dispatch findings; sample: write dispatches
-SELECT w.stage,
-       (SELECT count(*) FROM findings f
-         WHERE f.stage = w.stage AND f.detector = 'duplicate_dispatch') AS value,
-       coalesce((SELECT n FROM a_stage_samples s
-                  WHERE s.stage = w.stage AND s.sample = 'write_dispatches' AND s.revision IS NULL), 0)
-           AS sample
-FROM a_stages w

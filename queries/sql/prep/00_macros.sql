@@ -1,0 +1,34 @@
+-- name: macros
+-- purpose: the constants and predicates that prepare, detector, gate and dashboard queries
+--          share; each rule is written here once and nowhere else
+-- needs:
+-- The revision that removed sessions and resumption (seed 000).
+CREATE OR REPLACE MACRO sessionless_revision() AS '2026-07-28';
+
+-- Resumption exists for a negotiated revision older than that; unknown counts as older.
+CREATE OR REPLACE MACRO has_resumption(protocol_version) AS
+    coalesce(protocol_version, '0000') < sessionless_revision();
+
+-- The revision a record belongs to: records without a session can only be sessionless.
+CREATE OR REPLACE MACRO record_revision(session_hmac, protocol_version) AS
+    CASE WHEN session_hmac IS NULL THEN sessionless_revision()
+         ELSE coalesce(protocol_version, 'unknown') END;
+
+-- A reconnect as the load budget counts it: a resuming GET, or a request turned away
+-- with 429 or 503 (the client will come back).
+CREATE OR REPLACE MACRO is_reconnect(method, last_event_id, status) AS
+    (method = 'GET' AND last_event_id IS NOT NULL) OR status IN (429, 503);
+
+-- An Origin on the allow-list; patterns are LIKE patterns with backslash escapes
+-- (queries/params.py turns the configured globs into them).
+CREATE OR REPLACE MACRO origin_allowed(origin, patterns) AS
+    len(list_filter(patterns, lambda p: like_escape(origin, p, '\'))) > 0;
+
+-- Stage attribution, joined against a_stage_windows: a cohort session's record belongs to
+-- its stage inside that stage's window, a baseline session's (no cohort) to none, and a
+-- record without a known session to the stage whose window it falls in.
+CREATE OR REPLACE MACRO stage_key(session_known, cohort) AS
+    CASE WHEN session_known THEN 'cohort:' || cohort ELSE 'window' END;
+CREATE OR REPLACE MACRO attributed(w_key, w_start, w_end, session_known, cohort, t) AS
+    w_key = stage_key(session_known, cohort)
+    AND t >= w_start AND (w_end IS NULL OR t < w_end);
