@@ -3,18 +3,10 @@
 -- severity: critical
 -- needs: streams, events
 -- unit: stream
-WITH ordered AS (
-    SELECT *, lead(state) OVER (PARTITION BY session_hmac, generation, stream_id
-                                ORDER BY ts, file_id, pos) AS next_state
-    FROM streams
-)
-SELECT o.session_hmac, o.generation, o.stream_id, 'critical' AS severity, min(o.ts) AS ts,
-       json_object('resume_from_event_id', min(o.resume_from_event_id),
-                   'cursor_stream_id', min(e.stream_id)) AS detail
-FROM ordered o
-JOIN a_event_index e
-  ON e.session_hmac = o.session_hmac AND e.generation = o.generation
- AND e.event_id = o.resume_from_event_id
-WHERE o.state = 'RESUME_PENDING' AND o.next_state = 'STREAM_OPEN'
-  AND e.stream_id <> o.stream_id
-GROUP BY o.session_hmac, o.generation, o.stream_id
+-- The cursor at a resume is read from a_resumes (prep), where every cursor rule reads it.
+SELECT session_hmac, generation, stream_id, 'critical' AS severity, min(ts) AS ts,
+       json_object('resume_from_event_id', min(resume_from_event_id),
+                   'cursor_stream_id', min(cursor_stream_id)) AS detail
+FROM a_resumes
+WHERE next_state = 'STREAM_OPEN' AND cursor_stream_id <> stream_id
+GROUP BY session_hmac, generation, stream_id

@@ -1,15 +1,12 @@
 -- name: replay_after_ack
--- invariant: a resume replays only events after the client's acknowledged cursor
+-- invariant: a resume replays only events after the client's acknowledged position (the later of the last acknowledged event the stream recorded and the resume cursor)
 -- severity: low
 -- needs: streams, events
 -- unit: stream
+-- The acknowledged position at a resume is defined once, in a_resumes (prep).
 WITH resumes AS (
-    SELECT r.session_hmac, r.generation, r.stream_id, r.ts, a.seq AS acked_seq
-    FROM streams r
-    JOIN a_event_index a
-      ON a.session_hmac = r.session_hmac AND a.generation = r.generation
-     AND a.event_id = r.last_acked_event_id
-    WHERE r.state = 'RESUME_PENDING'
+    SELECT session_hmac, generation, stream_id, ts, acked_seq
+    FROM a_resumes WHERE acked_seq IS NOT NULL
 ),
 replays AS (
     SELECT session_hmac, generation, stream_id, ts, seq, event_id
