@@ -69,13 +69,12 @@ class Decision:
         return self.known.consumed if self.known else 0
 
 
-def kind_of(fmt: str) -> str:
-    return fmt
-
-
-def content_chunks(path: Path, gz: bool, start: int = 0) -> Iterator[bytes]:
+def content_chunks(
+    path: Path, gz: bool, start: int = 0, state: dict | None = None
+) -> Iterator[bytes]:
     """The file's content in chunks (decompressed for gzip) from byte `start`; a broken
-    gzip stream ends the content where it breaks."""
+    gzip stream ends the content where it breaks (and sets state["truncated"])."""
+    state = {} if state is None else state
     with open(path, "rb") as fh:
         if not gz:
             fh.seek(start)
@@ -94,6 +93,7 @@ def content_chunks(path: Path, gz: bool, start: int = 0) -> Iterator[bytes]:
                     d = zlib.decompressobj(16 + zlib.MAX_WBITS)
                     data += d.decompress(rest)
             except zlib.error:
+                state["truncated"] = True
                 return
             if skip:
                 cut = min(skip, len(data))
@@ -101,6 +101,7 @@ def content_chunks(path: Path, gz: bool, start: int = 0) -> Iterator[bytes]:
             if data:
                 yield data
             if not raw:
+                state["truncated"] = not d.eof
                 return
 
 
@@ -139,8 +140,8 @@ def scan(path: Path, gz: bool, whole: bool, offsets: set[int]) -> Scan:
         lines += data.count(b"\n", i)
         pos += len(data) - i
 
-    got_end = False
-    for chunk in content_chunks(path, gz):
+    state: dict = {}
+    for chunk in content_chunks(path, gz, state=state):
         out.length += len(chunk)
         data = pending + chunk if pending else chunk
         if whole:
@@ -153,10 +154,9 @@ def scan(path: Path, gz: bool, whole: bool, offsets: set[int]) -> Scan:
         else:
             feed(data[: nl + 1])
             pending = data[nl + 1 :]
-    got_end = True
     if gz:
         out.raw_digest = _raw_digest(path)
-        out.truncated = not _gzip_complete(path)
+        out.truncated = bool(state.get("truncated"))
     out.complete = pos
     out.lines = lines
     out.digest = h.hexdigest()
@@ -173,23 +173,7 @@ def scan(path: Path, gz: bool, whole: bool, offsets: set[int]) -> Scan:
             out.raw_digest = t.hexdigest()
     elif not gz:
         out.raw_digest = out.digest
-    assert got_end
     return out
-
-
-def _gzip_complete(path: Path) -> bool:
-    d = zlib.decompressobj(16 + zlib.MAX_WBITS)
-    try:
-        with open(path, "rb") as fh:
-            while raw := fh.read(CHUNK):
-                d.decompress(raw)
-                while d.eof and d.unused_data:
-                    rest = d.unused_data
-                    d = zlib.decompressobj(16 + zlib.MAX_WBITS)
-                    d.decompress(rest)
-    except zlib.error:
-        return False
-    return d.eof
 
 
 def continues(known: Known, sc: Scan, kind: str) -> bool:

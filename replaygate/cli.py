@@ -14,6 +14,7 @@ import click
 from replaygate.ingest.errors import ReplaygateError
 
 from . import __version__
+from .duration import Duration
 
 CONTEXT = {"help_option_names": ["-h", "--help"], "max_content_width": 100}
 
@@ -129,6 +130,58 @@ def _analyse(con, conf):
     except ImportError:  # pragma: no cover - detectors not installed
         return None
     return runner.analyse(con, conf)
+
+
+@cli.command(context_settings=CONTEXT)
+@click.argument("paths", nargs=-1, required=True, type=click.Path())
+@db_option
+@config_option
+@click.option(
+    "--every",
+    type=Duration(),
+    default="15s",
+    show_default=True,
+    help="Time between cycles (15s, 1m, ...).",
+)
+@click.option(
+    "--notify",
+    "notify",
+    multiple=True,
+    metavar="URL",
+    help="POST decision changes here as JSON (Slack-compatible); repeatable.",
+)
+@click.option(
+    "--dashboard-url",
+    default="http://127.0.0.1:8501",
+    show_default=True,
+    help="Where the dashboard runs, for the links in notifications.",
+)
+@click.option(
+    "--source",
+    type=click.Choice(["auto", "contract", "caddy", "nginx", "envoy"]),
+    default="auto",
+    show_default=True,
+    help="How to read proxy access logs.",
+)
+@click.option("--cycles", type=click.IntRange(1), help="Stop after this many cycles.")
+def watch(paths, db, config_path, every, notify, dashboard_url, source, cycles):
+    """Ingest what is new, analyse and gate, again and again: one line per cycle.
+
+    \b
+    Grown files are read from where the last cycle stopped; rotated and compressed
+    logs are recognised by content. Each cycle prints new rows per type, findings
+    added and resolved, the decision of each open stage and the data lag; decision
+    changes are printed and, with --notify, POSTed. Readers (dashboard, gates) see a
+    copy published after every cycle that changed something. Stop with Ctrl-C.
+
+    \b
+    Examples:
+      replaygate watch /var/log/mcp/ /var/log/caddy/ --db fleet.duckdb
+      replaygate watch logs/ --every 1m --notify https://hooks.slack.com/services/...
+    """
+    from .watch import main
+
+    main(paths, db, config_path, every, notify, dashboard_url, source, cycles)
 
 
 @cli.command(context_settings=CONTEXT)

@@ -1,0 +1,367 @@
+"""`replaygate watch`: ingest -> analysis -> gates in a loop, one line per cycle.
+
+Storage: watch works on a private copy of the database (`.NAME.watch` next to it) and,
+after each cycle that changed something, publishes it: the copy is checkpointed and
+copied to a temporary file that replaces the database in one rename. Readers (the
+dashboard, `gates`, `findings`) open the published file read-only and never meet
+watch's write lock; one that has the previous version open keeps reading it (a rename
+does not touch an open file). While watch runs it is the database's only writer.
+
+A failed cycle (a file that cannot be read, a database error) is reported and tried
+again at the next tick; a cycle that runs past the next tick skips the ticks it missed
+and says so, so work never queues up behind itself. SIGINT and SIGTERM end the loop
+after the cycle in progress; every cycle's writes are one transaction.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import datetime as dt
+import json
+import os
+import shutil
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import duckdb
+
+from replaygate.ingest import db as dbm
+from replaygate.ingest.config import Config
+from replaygate.ingest.contract import RECORD_TYPES
+from replaygate.ingest.errors import ReplaygateError
+from replaygate.ingest.load import ingest
+
+from . import duration
+from .notify import Notifier, message
+
+# Finding identity across cycles (what "added" and "resolved" count).
+_FINDING_KEY = (
+    "hash(detector, ts, session_hmac, generation, stream_id, event_id, dispatch_id, "
+    "idempotency_key)"
+)
+
+
+def work_path(db: str) -> Path:
+    p = Path(db)
+    return p.with_name(f".{p.name}.watch")
+
+
+def heartbeat_path(db: str) -> Path:
+    p = Path(db)
+    return p.with_name(f"{p.name}.watch.json")
+
+
+@dataclass
+class Cycle:
+    n: int
+    at: dt.datetime
+    seconds: float = 0.0
+    rows: dict[str, int] = field(default_factory=dict)
+    quarantined: int = 0
+    added: int = 0
+    resolved: int = 0
+    decisions: dict[str, str] = field(default_factory=dict)
+    open_stages: list[str] = field(default_factory=list)
+    changes: list[dict] = field(default_factory=list)
+    lag: float | None = None
+    published: bool = False
+    error: str | None = None
+
+    def line(self) -> str:
+        head = f"{self.at:%H:%M:%S} #{self.n}"
+        if self.error:
+            return f"{head} failed: {self.error}; trying again next cycle"
+        rows = " ".join(f"+{n} {t}" for t, n in sorted(self.rows.items()) if n)
+        parts = [rows or "no new rows"]
+        if self.quarantined:
+            parts[0] += f" ({self.quarantined} quarantined)"
+        parts.append(f"findings +{self.added} -{self.resolved}")
+        shown = self.open_stages or list(self.decisions)[-1:]
+        if shown:
+            parts.append(", ".join(f"{s} {self.decisions[s]}" for s in shown))
+        else:
+            parts.append("no stages")
+        parts.append("lag " + (duration.show(self.lag) if self.lag is not None else "-"))
+        parts.append(duration.show(self.seconds))
+        return f"{head} " + " | ".join(parts)
+
+
+class Watcher:
+    def __init__(
+        self,
+        paths: list[str],
+        db: str,
+        config: Config,
+        every: float = 15.0,
+        notifier: Notifier | None = None,
+        dashboard_url: str = "http://127.0.0.1:8501",
+        source: str = "auto",
+        say=print,
+    ):
+        self.paths = paths
+        self.db = db
+        self.config = config
+        self.every = every
+        self.notifier = notifier or Notifier([])
+        self.dashboard_url = dashboard_url
+        self.source = source
+        self.say = say
+        self.work = work_path(db)
+        self.con: duckdb.DuckDBPyConnection | None = None
+        self.started = False
+        self.known: dict[str, dict] | None = None  # stage -> {decision, gates}
+
+    # -- storage ---------------------------------------------------------------------------
+    def _open(self) -> duckdb.DuckDBPyConnection:
+        if self.con is None:
+            if not self.started:
+                # Start from what readers see (a copy left by a watch that was killed may
+                # hold less, or more that was never published: the logs are read again).
+                self._discard_work()
+                if Path(self.db).exists():
+                    shutil.copyfile(self.db, self.work)
+                self.started = True
+            try:
+                self.con = dbm.connect(str(self.work))
+            except ReplaygateError as exc:
+                raise ReplaygateError(f"{exc} (is another watch running on {self.db}?)") from None
+        return self.con
+
+    def _discard_work(self) -> None:
+        for p in (self.work, _wal(self.work)):
+            with contextlib.suppress(FileNotFoundError):
+                p.unlink()
+
+    def publish(self) -> None:
+        """Replace the database readers open with the working copy, in one rename."""
+        con = self._open()
+        con.execute("CHECKPOINT")
+        target = Path(self.db)
+        target.parent.mkdir(parents=True, exist_ok=True)
+        tmp = target.with_name(f".{target.name}.publish")
+        shutil.copyfile(self.work, tmp)
+        # A write-ahead log left by another writer belongs to the file being replaced.
+        with contextlib.suppress(FileNotFoundError):
+            _wal(target).unlink()
+        os.replace(tmp, target)
+
+    def close(self) -> None:
+        if self.con is not None:
+            with contextlib.suppress(duckdb.Error):
+                self.con.close()
+            self.con = None
+        # The working copy is closed and checkpointed; the next watch starts from the
+        # published database.
+        self._discard_work()
+
+    # -- one cycle -------------------------------------------------------------------------
+    def cycle(self, n: int) -> Cycle:
+        from replaygate.queries import gates, runner
+
+        c = Cycle(n, dt.datetime.now(dt.UTC))
+        t0 = time.perf_counter()
+        try:
+            con = self._open()
+            if self.known is None:
+                self.known = self._decisions(con, gates, runner, baseline=True)
+            version = dbm.get_meta(con, "data_version", "0")
+            rep = ingest(con, list(self.paths), self.config, source=self.source)
+            c.rows, c.quarantined = rep.rows_by_type(), rep.quarantined
+            changed = dbm.get_meta(con, "data_version", "0") != version
+            if changed or not runner.is_current(con, self.config):
+                before = self._finding_keys(con)
+                runner.analyse(con, self.config)
+                after = self._finding_keys(con)
+                c.added, c.resolved = len(after - before), len(before - after)
+                changed = True
+            # Unchanged data and configuration: the same decisions as last cycle.
+            state = self._decisions(con, gates, runner) if changed else self.known
+            c.decisions = {s: v["decision"] for s, v in state.items()}
+            c.open_stages = [s for s, v in state.items() if v["open"]]
+            c.changes = self._changes(state, c.at)
+            self.known = state
+            c.lag = _lag(con, c.at)
+            if changed or n == 1 or not Path(self.db).exists():
+                self.publish()
+                c.published = True
+        except (ReplaygateError, duckdb.Error, OSError) as exc:
+            c.error = _one_line(exc)
+            if isinstance(exc, duckdb.Error) and self.con is not None:
+                # Start the next cycle on a fresh connection.
+                with contextlib.suppress(duckdb.Error):
+                    self.con.close()
+                self.con = None
+        c.seconds = time.perf_counter() - t0
+        return c
+
+    def _finding_keys(self, con) -> set[int]:
+        try:
+            return {r[0] for r in con.execute(f"SELECT {_FINDING_KEY} FROM findings").fetchall()}
+        except duckdb.CatalogException:
+            return set()
+
+    def _decisions(self, con, gates, runner, baseline: bool = False) -> dict[str, dict]:
+        try:
+            if baseline and not runner.is_current(con, self.config):
+                return {}
+            doc = gates.evaluate(con, self.config, all_stages=True)
+        except duckdb.CatalogException:
+            return {}  # nothing analysed yet
+        return {
+            s["stage"]: {
+                "decision": s["decision"],
+                "reasons": s["reasons"],
+                "open": s["window"]["open"],
+                "gates": {g["id"]: g["status"] for g in s["gates"]},
+            }
+            for s in doc.get("stages", [])
+        }
+
+    def _changes(self, state: dict[str, dict], at: dt.datetime) -> list[dict]:
+        """Stages whose decision changed, or a gate that started or stopped failing.
+        A stage seen for the first time is announced only when it is ROLLBACK."""
+        out = []
+        for stage, now in state.items():
+            was = (self.known or {}).get(stage)
+            if was is None:
+                if now["decision"] != "ROLLBACK":
+                    continue
+                gate_changes = []
+            else:
+                gate_changes = [
+                    {"id": g, "status": st, "previous": was["gates"].get(g)}
+                    for g, st in now["gates"].items()
+                    if st != was["gates"].get(g) and "fail" in (st, was["gates"].get(g))
+                ]
+                if now["decision"] == was["decision"] and not gate_changes:
+                    continue
+            out.append(
+                {
+                    "stage": stage,
+                    "decision": now["decision"],
+                    "previous": was["decision"] if was else None,
+                    "reasons": now["reasons"],
+                    "gates": gate_changes,
+                    "at": at.strftime("%Y-%m-%dT%H:%M:%SZ"),
+                }
+            )
+        return out
+
+    # -- the loop --------------------------------------------------------------------------
+    def run(self, stop: threading.Event, cycles: int | None = None) -> int:
+        """Run until `stop` is set (or `cycles` cycles ran); the number of cycles run."""
+        self.notifier.start()
+        n = 0
+        start = time.monotonic()
+        tick = 0
+        try:
+            while not stop.is_set():
+                n += 1
+                c = self.cycle(n)
+                self.say(c.line())
+                for ch in c.changes:
+                    self.say(_change_line(c, ch))
+                    self.notifier.send(message(ch, self.dashboard_url))
+                self._heartbeat(c)
+                if cycles is not None and n >= cycles:
+                    break
+                elapsed = time.monotonic() - start
+                due = int(elapsed // self.every) + 1  # the next tick still ahead
+                skipped = due - tick - 1
+                if skipped > 0:
+                    self.say(
+                        f"{dt.datetime.now(dt.UTC):%H:%M:%S} #{n} took "
+                        f"{duration.show(c.seconds)}, longer than the "
+                        f"{duration.show(self.every)} interval: skipped {skipped} "
+                        f"cycle{'s' if skipped > 1 else ''}"
+                    )
+                tick = due
+                stop.wait(max(0.0, start + due * self.every - time.monotonic()))
+        finally:
+            self.close()
+            self.notifier.close()
+        return n
+
+    def _heartbeat(self, c: Cycle) -> None:
+        """A small JSON file next to the database: when watch last looked, and how it went
+        (readers can tell "no new data" from "watch stopped")."""
+        doc = {
+            "pid": os.getpid(),
+            "cycle": c.n,
+            "at": c.at.strftime("%Y-%m-%dT%H:%M:%SZ"),
+            "every_seconds": self.every,
+            "seconds": round(c.seconds, 3),
+            "ok": c.error is None,
+            "error": c.error,
+            "lag_seconds": None if c.lag is None else round(c.lag, 1),
+            "rows": c.rows,
+            "decisions": c.decisions,
+        }
+        path = heartbeat_path(self.db)
+        tmp = path.with_name(f".{path.name}.tmp")
+        with contextlib.suppress(OSError):
+            tmp.write_text(json.dumps(doc, indent=1))
+            os.replace(tmp, path)
+
+
+def _wal(p: Path) -> Path:
+    return p.with_name(p.name + ".wal")
+
+
+def _lag(con, now: dt.datetime) -> float | None:
+    """Seconds between now and the newest record of any type."""
+    newest = None
+    for rt in RECORD_TYPES:
+        ts = con.execute(f"SELECT max(ts) FROM {rt.table}").fetchone()[0]
+        if ts is not None and (newest is None or ts > newest):
+            newest = ts
+    return None if newest is None else max(0.0, (now - newest).total_seconds())
+
+
+def _change_line(c: Cycle, ch: dict) -> str:
+    was = ch["previous"] or "new"
+    reasons = "; ".join(ch["reasons"][:3]) or "all gates pass"
+    gates = ", ".join(f"{g['id']} {g['previous']} -> {g['status']}" for g in ch["gates"])
+    tail = f" [{gates}]" if gates else ""
+    return (
+        f"{c.at:%H:%M:%S} #{c.n} stage {ch['stage']}: {was} -> {ch['decision']}{tail} ({reasons})"
+    )
+
+
+def _one_line(exc: Exception) -> str:
+    text = str(exc).strip().splitlines()
+    return (text[0] if text else type(exc).__name__)[:300]
+
+
+def main(paths, db, config_path, every, notify, dashboard_url, source, cycles) -> None:
+    """The `watch` command: run until SIGINT/SIGTERM (or `cycles` cycles)."""
+    import signal
+
+    import click
+
+    from replaygate.ingest import config as cfg
+
+    conf = cfg.load(config_path)
+    stop = threading.Event()
+
+    def on_signal(signum, frame):
+        stop.set()
+
+    previous = {s: signal.signal(s, on_signal) for s in (signal.SIGINT, signal.SIGTERM)}
+    say = lambda line: click.echo(line)  # noqa: E731
+    notifier = Notifier(list(notify), log=lambda line: click.echo(line, err=True))
+    w = Watcher(list(paths), db, conf, every, notifier, dashboard_url, source, say)
+    click.echo(
+        f"watching {len(paths)} path{'s' if len(paths) > 1 else ''} every "
+        f"{duration.show(every)}; publishing {db}"
+        + (f"; notifying {len(notify)} URL{'s' if len(notify) > 1 else ''}" if notify else ""),
+        err=True,
+    )
+    try:
+        n = w.run(stop, cycles)
+    finally:
+        for s, h in previous.items():
+            signal.signal(s, h)
+    click.echo(f"stopped after {n} cycle{'s' if n != 1 else ''}", err=True)

@@ -1,0 +1,139 @@
+"""The dashboard in a real browser while `replaygate watch` ingests growing logs: through
+ten cycles (the data changing in most of them) no page shows an error or a busy notice."""
+
+from __future__ import annotations
+
+import gzip
+import json
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from .test_browser import CHROMIUM, FLAGS, _free_port
+
+pytestmark = [
+    pytest.mark.browser,
+    pytest.mark.skipif(CHROMIUM is None, reason="Debian's chromium is not installed"),
+]
+SAMPLE = Path(__file__).resolve().parent.parent / "sample_data"
+CONF = str(SAMPLE / "replaygate.toml")
+STEPS = (0.3, 0.45, 0.6, 0.75, 0.9, 1.0)
+
+
+def _contents() -> dict[str, bytes]:
+    out = {}
+    for f in SAMPLE.iterdir():
+        if f.name.endswith(".gz"):
+            out[f.name[:-3]] = gzip.decompress(f.read_bytes())
+        elif f.suffix in (".jsonl", ".csv"):
+            out[f.name] = f.read_bytes()
+    return out
+
+
+def _grow(logs: Path, data: dict[str, bytes], frac: float) -> None:
+    for name, content in data.items():
+        n = int(len(content) * frac)
+        with open(logs / name, "ab") as fh:
+            fh.write(content[fh.tell() : n])
+
+
+def _cycle(db: Path) -> int:
+    try:
+        return json.loads(Path(f"{db}.watch.json").read_text())["cycle"]
+    except (OSError, ValueError, KeyError):
+        return 0
+
+
+def test_dashboard_through_ten_watch_cycles(tmp_path):
+    from playwright.sync_api import sync_playwright
+
+    env = dict(os.environ, REPLAYGATE_HMAC_KEY="replaygate-demo-key")
+    logs = tmp_path / "logs"
+    logs.mkdir()
+    shutil.copy(SAMPLE / "inbox.parquet", logs / "inbox.parquet")
+    data = _contents()
+    _grow(logs, data, STEPS[0])
+    db = tmp_path / "fleet.duckdb"
+    cli = [sys.executable, "-m", "replaygate"]
+    subprocess.run(
+        [*cli, "ingest", str(logs), "--db", str(db), "--config", CONF],
+        env=env,
+        check=True,
+        capture_output=True,
+    )
+    port = _free_port()
+    dash = subprocess.Popen(
+        [*cli, "dashboard", "--db", str(db), "--config", CONF, "--port", str(port)],
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    deadline = time.monotonic() + 90
+    while time.monotonic() < deadline:
+        try:
+            with socket.create_connection(("127.0.0.1", port), timeout=1):
+                break
+        except OSError:
+            time.sleep(0.5)
+    watch = subprocess.Popen(
+        [*cli, "watch", str(logs), "--db", str(db), "--config", CONF, "--every", "1s"],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    done = threading.Event()
+
+    def writer():
+        for frac in STEPS[1:]:
+            if done.wait(2.5):
+                return
+            _grow(logs, data, frac)
+
+    t = threading.Thread(target=writer, daemon=True)
+    t.start()
+    url = f"http://127.0.0.1:{port}"
+    seen_cycles: set[int] = set()
+    loads = 0
+    try:
+        with sync_playwright() as p:
+            browser = p.chromium.launch(executable_path=CHROMIUM, args=FLAGS, headless=True)
+            page = browser.new_page(viewport={"width": 1280, "height": 900})
+            deadline = time.monotonic() + 600
+            pages = ["", "findings", "data", "rollout"]
+            while (_cycle(db) < 10 or loads < 8) and time.monotonic() < deadline:
+                page.goto(f"{url}/{pages[loads % len(pages)]}", timeout=60_000)
+                page.wait_for_selector("[data-testid='stMainBlockContainer'] h1", timeout=60_000)
+                page.wait_for_function(
+                    "() => !document.querySelector('[data-testid=\"stStatusWidget\"]')",
+                    timeout=60_000,
+                )
+                page.wait_for_timeout(300)
+                errors = page.query_selector_all(
+                    "[data-testid='stException'], [data-testid='stAlertContentError']"
+                )
+                body = page.inner_text("body")
+                assert not errors, [e.inner_text()[:300] for e in errors]
+                assert "An ingest is writing the database" not in body
+                loads += 1
+                seen_cycles.add(_cycle(db))
+            browser.close()
+    finally:
+        done.set()
+        watch.terminate()
+        out, err = watch.communicate(timeout=120)
+        dash.terminate()
+        dash.wait(timeout=30)
+    assert watch.returncode == 0, err
+    cycles = [ln for ln in out.splitlines() if " | " in ln]
+    assert len(cycles) >= 10, out
+    assert sum("no new rows" not in ln for ln in cycles) >= 3, out
+    assert not [ln for ln in cycles if "failed:" in ln], out
+    assert len(seen_cycles) >= 4 and loads >= 8, (seen_cycles, loads)
