@@ -2,8 +2,13 @@
 
 from __future__ import annotations
 
+from datetime import timedelta
+
 import pandas as pd
 import plotly.graph_objects as go
+from plotly.colors import qualitative
+
+from replaygate.queries import catalog
 
 STATUS_COLORS = {
     "pass": "#2e7d32",
@@ -21,10 +26,54 @@ ACTION_COLORS = {
     "complete": "#6a1b9a",
 }
 LAYOUT = {
-    "margin": {"l": 10, "r": 10, "t": 40, "b": 10},
-    "height": 320,
-    "legend": {"orientation": "h", "y": -0.2},
+    "margin": {"l": 10, "r": 10, "t": 70, "b": 10},
+    "height": 340,
+    # Above the plot, so it never covers the x-axis title.
+    "legend": {"orientation": "h", "y": 1.0, "yanchor": "bottom", "x": 0, "font": {"size": 11}},
 }
+# Colours by meaning: good green, bad red, warning amber, neutral blue/grey.
+GOOD, BAD, WARN, NEUTRAL, INFO, MUTED = (
+    "#2e7d32",
+    "#c62828",
+    "#ef6c00",
+    "#1565c0",
+    "#6a1b9a",
+    "#90a4ae",
+)
+OUTCOME_COLORS = {
+    "executed": NEUTRAL,
+    "idempotency_hit": GOOD,
+    "idempotency_conflict": BAD,
+    "rejected": WARN,
+    "failed": BAD,
+}
+STATUS_CLASS_COLORS = {"2xx": GOOD, "3xx": NEUTRAL, "4xx": WARN, "5xx": BAD, "1xx": MUTED}
+STATE_COLORS = {"DISCONNECTED": BAD, "RESUME_PENDING": WARN, "CURSOR_REJECTED": INFO}
+
+
+def detector_color(detector: str) -> str:
+    """One colour per detector, fixed by its place in the catalogue (not by the filter)."""
+    names = sorted(catalog.detectors())
+    palette = qualitative.Dark24
+    i = names.index(detector) if detector in names else len(names)
+    return palette[i % len(palette)]
+
+
+def bucket_for(start, end) -> tuple[timedelta, str]:
+    """A bucket size that gives a readable number of bars over [start, end], and its name."""
+    span = (end - start).total_seconds() if start is not None and end is not None else 86400
+    for minutes, name in ((1, "1 min"), (5, "5 min"), (15, "15 min"), (30, "30 min"), (60, "1 h")):
+        if span / (minutes * 60) <= 120:
+            return timedelta(minutes=minutes), name
+    return timedelta(hours=6), "6 h"
+
+
+def _axes(fig: go.Figure, x: str | None = "time (UTC)", y: str | None = None) -> go.Figure:
+    if x:
+        fig.update_xaxes(title_text=x)
+    if y:
+        fig.update_yaxes(title_text=y)
+    return fig
 
 
 def _empty(title: str, message: str = "nothing to show for these filters") -> go.Figure:
@@ -35,24 +84,20 @@ def _empty(title: str, message: str = "nothing to show for these filters") -> go
 
 
 def annotate_rollout(fig: go.Figure, actions: pd.DataFrame) -> go.Figure:
-    """Rollout actions as vertical lines on a time chart."""
-    for row in actions.itertuples():
-        fig.add_vline(
-            x=row.ts,
-            line_width=1,
-            line_dash="dot",
-            line_color=ACTION_COLORS.get(row.action, "#555"),
-        )
+    """Rollout actions as vertical lines on a time chart, labelled on staggered rows."""
+    for i, row in enumerate(actions.itertuples()):
+        color = ACTION_COLORS.get(row.action, "#555")
+        fig.add_vline(x=row.ts, line_width=1, line_dash="dot", line_color=color)
         fig.add_annotation(
             x=row.ts,
-            y=1.0,
+            y=1.0 - 0.07 * (i % 3),
             yref="paper",
             text=f"{row.action} {row.stage}",
             showarrow=False,
-            textangle=-90,
-            xanchor="right",
+            xanchor="left",
             yanchor="top",
-            font={"size": 9, "color": ACTION_COLORS.get(row.action, "#555")},
+            bgcolor="rgba(255,255,255,0.8)",
+            font={"size": 10, "color": color},
         )
     return fig
 
@@ -92,15 +137,16 @@ def stage_timeline(stages: pd.DataFrame, actions: pd.DataFrame, data_end) -> go.
     return fig
 
 
-def gate_matrix(stages: list[dict]) -> go.Figure:
+def gate_matrix(stages: list[dict], titles: dict | None = None) -> go.Figure:
     if not stages:
         return _empty("Gates per stage", "no stages")
+    titles = titles or {}
     gate_ids = [g["id"] for g in stages[0]["gates"]]
     z, text = [], []
     for s in stages:
         by_id = {g["id"]: g for g in s["gates"]}
         z.append([STATUS_CODE[by_id[g]["status"]] for g in gate_ids])
-        text.append([by_id[g]["status"] for g in gate_ids])
+        text.append([by_id[g]["status"].replace("_", " ") for g in gate_ids])
     scale = [
         [0, STATUS_COLORS["not_applicable"]],
         [0.33, STATUS_COLORS["pass"]],
@@ -110,7 +156,7 @@ def gate_matrix(stages: list[dict]) -> go.Figure:
     fig = go.Figure(
         go.Heatmap(
             z=z,
-            x=gate_ids,
+            x=[titles.get(g, g) for g in gate_ids],
             y=[f"{s['stage']} → {s['decision']}" for s in stages],
             text=text,
             texttemplate="%{text}",
@@ -118,20 +164,29 @@ def gate_matrix(stages: list[dict]) -> go.Figure:
             zmin=0,
             zmax=3,
             showscale=False,
+            xgap=2,
+            ygap=2,
             hovertemplate="%{y}<br>%{x}: %{text}<extra></extra>",
         )
     )
-    fig.update_layout(title="Gates per stage", **{**LAYOUT, "height": 120 + 45 * len(stages)})
+    fig.update_yaxes(autorange="reversed")
+    fig.update_layout(title="Gates per stage", **{**LAYOUT, "height": 140 + 45 * len(stages)})
     return fig
 
 
-def findings_over_time(df: pd.DataFrame, actions: pd.DataFrame, title: str) -> go.Figure:
+def findings_over_time(
+    df: pd.DataFrame, actions: pd.DataFrame, title: str, bucket: str = "15 min"
+) -> go.Figure:
+    title = f"{title} (per {bucket})"
     if df.empty:
         return _empty(title, "no findings for these filters")
     fig = go.Figure()
     for det, part in df.groupby("detector"):
-        fig.add_trace(go.Bar(x=part["bucket"], y=part["n"], name=det))
+        fig.add_trace(
+            go.Bar(x=part["bucket"], y=part["n"], name=det, marker_color=detector_color(det))
+        )
     fig.update_layout(barmode="stack", title=title, **LAYOUT)
+    _axes(fig, y=f"findings per {bucket}")
     return annotate_rollout(fig, actions)
 
 
@@ -140,42 +195,73 @@ def recovery_histogram(df: pd.DataFrame, threshold_s: float) -> go.Figure:
     if df.empty:
         return _empty(title, "no recoveries")
     p99 = float(df["secs"].quantile(0.99))
-    fig = go.Figure(
-        go.Histogram(x=df["secs"], nbinsx=40, name="recoveries", marker_color="#64b5f6")
-    )
-    fig.add_vline(
+    fig = go.Figure(go.Histogram(x=df["secs"], nbinsx=40, name="recoveries", marker_color=NEUTRAL))
+    fig.add_vline(x=threshold_s, line_color=BAD, line_dash="dash")
+    fig.add_vline(x=p99, line_color="#1a237e")
+    # Labels above the plot area, so they never sit on a bar.
+    fig.add_annotation(
         x=threshold_s,
-        line_color="#c62828",
-        line_dash="dash",
-        annotation_text=f"threshold {threshold_s:g} s",
+        y=1.0,
+        yref="paper",
+        yanchor="bottom",
+        showarrow=False,
+        text=f"threshold {threshold_s:g} s",
+        font={"color": BAD, "size": 11},
+        xanchor="left" if threshold_s >= p99 else "right",
     )
-    fig.add_vline(
+    fig.add_annotation(
         x=p99,
-        line_color="#1a237e",
-        annotation_text=f"p99 {p99:.2f} s",
-        annotation_position="bottom right",
+        y=1.0,
+        yref="paper",
+        yanchor="bottom",
+        showarrow=False,
+        text=f"p99 {p99:.2f} s",
+        font={"color": "#1a237e", "size": 11},
+        xanchor="right" if threshold_s >= p99 else "left",
     )
-    fig.update_layout(title=title, xaxis_title="seconds", **LAYOUT)
-    return fig
+    fig.update_layout(title=title, showlegend=False, **LAYOUT)
+    return _axes(fig, x="seconds from disconnect to reopened stream", y="recoveries")
 
 
 def series_by(
-    df: pd.DataFrame, key: str, title: str, actions: pd.DataFrame | None = None, bar: bool = True
+    df: pd.DataFrame,
+    key: str,
+    title: str,
+    actions: pd.DataFrame | None = None,
+    bar: bool = True,
+    y: str = "count",
+    colors: dict | None = None,
+    bucket: str | None = None,
 ) -> go.Figure:
+    if bucket:
+        title = f"{title} (per {bucket})"
     if df.empty:
         return _empty(title)
     fig = go.Figure()
     for k, part in df.groupby(key):
         trace = go.Bar if bar else go.Scatter
-        fig.add_trace(trace(x=part["bucket"], y=part["n"], name=str(k)))
+        color = (colors or {}).get(str(k), MUTED if colors else None)
+        fig.add_trace(trace(x=part["bucket"], y=part["n"], name=str(k), marker_color=color))
     fig.update_layout(barmode="stack", title=title, **LAYOUT)
+    _axes(fig, y=f"{y} per {bucket}" if bucket else y)
     return annotate_rollout(fig, actions) if actions is not None else fig
 
 
-def share_pie(labels: list[str], values: list[int], title: str) -> go.Figure:
+def share_pie(
+    labels: list[str], values: list[int], title: str, colors: dict | None = None
+) -> go.Figure:
     if not sum(values):
         return _empty(title)
-    fig = go.Figure(go.Pie(labels=labels, values=values, hole=0.5))
+    marker = {"colors": [(colors or {}).get(str(x), MUTED) for x in labels]} if colors else {}
+    fig = go.Figure(
+        go.Pie(
+            labels=labels,
+            values=values,
+            hole=0.5,
+            marker=marker,
+            texttemplate="%{label}<br>%{value:,}",
+        )
+    )
     fig.update_layout(title=title, **LAYOUT)
     return fig
 
@@ -190,7 +276,7 @@ def reconnect_qps(df: pd.DataFrame, budget: float, actions: pd.DataFrame) -> go.
             x=df["win"],
             y=df["qps"],
             mode="markers",
-            marker={"size": 5, "color": "#1565c0"},
+            marker={"size": 5, "color": NEUTRAL},
             name="10 s window",
         )
     )
@@ -200,14 +286,19 @@ def reconnect_qps(df: pd.DataFrame, budget: float, actions: pd.DataFrame) -> go.
                 x=storms["win"],
                 y=storms["qps"],
                 mode="markers",
-                marker={"size": 12, "color": "#c62828", "symbol": "x"},
+                marker={"size": 12, "color": BAD, "symbol": "x"},
                 name="storm (over budget)",
             )
         )
     fig.add_hline(
-        y=budget, line_color="#c62828", line_dash="dash", annotation_text=f"budget {budget:g}/s"
+        y=budget,
+        line_color=BAD,
+        line_dash="dash",
+        annotation_text=f"budget {budget:g}/s",
+        annotation_position="bottom right",
     )
     fig.update_layout(title=title, **LAYOUT)
+    _axes(fig, y="reconnects per second")
     return annotate_rollout(fig, actions)
 
 
@@ -219,45 +310,149 @@ LANES = [
     "proxy requests",
     "dispatches",
 ]
-KIND_COLORS = {
-    "dropped": "#c62828",
-    "replayed": "#6a1b9a",
-    "sent": "#1565c0",
-    "coalesced": "#ef6c00",
-    "accepted": "#2e7d32",
-    "duplicate": "#f9a825",
-    "rejected": "#c62828",
-    "DISCONNECTED": "#c62828",
-    "RESUME_PENDING": "#ef6c00",
-    "CURSOR_REJECTED": "#c62828",
-    "STREAM_OPEN": "#1565c0",
-    "CLOSED": "#455a64",
-    "executed": "#2e7d32",
-    "idempotency_hit": "#0097a7",
-    "idempotency_conflict": "#ef6c00",
+# At most six colours, by meaning.
+MEANING_COLORS = {
+    "ok": GOOD,
+    "lost": BAD,
+    "warning": WARN,
+    "neutral": NEUTRAL,
+    "replay": INFO,
+    "other": MUTED,
+}
+KIND_MEANING = {
+    "sent": "neutral",
+    "accepted": "ok",
+    "executed": "neutral",
+    "idempotency_hit": "ok",
+    "STREAM_OPEN": "neutral",
+    "CLOSED": "other",
+    "replayed": "replay",
+    "RESUME_PENDING": "replay",
+    "coalesced": "warning",
+    "duplicate": "warning",
+    "idempotency_conflict": "lost",
+    "dropped": "lost",
+    "rejected": "lost",
+    "DISCONNECTED": "lost",
+    "CURSOR_REJECTED": "lost",
+    "http 4xx": "warning",
+    "http 5xx": "lost",
+    "http 2xx": "ok",
+}
+MEANING_LABELS = {
+    "ok": "accepted / delivered",
+    "lost": "lost, rejected or broken",
+    "warning": "duplicate, coalesced or 4xx",
+    "neutral": "sent / opened / executed",
+    "replay": "replayed / resuming",
+    "other": "other",
 }
 
 
-def inspector_timeline(df: pd.DataFrame, title: str) -> go.Figure:
+def meaning_of(kind) -> str:
+    return KIND_MEANING.get(str(kind), "other")
+
+
+def _lane_offsets(df: pd.DataFrame) -> pd.Series:
+    """Spread records that share a lane and a second across the lane, so none hides another."""
+    key = (
+        df["lane"].astype(str) + "|" + df["ts"].astype("int64").floordiv(1_000_000_000).astype(str)
+    )
+    rank = df.groupby(key).cumcount()
+    size = df.groupby(key)["lane"].transform("size")
+    return ((rank - (size - 1) / 2) * (0.6 / size.clip(lower=1))).astype(float)
+
+
+def evidence_marks(tl: pd.DataFrame, finding: dict | None) -> pd.Series:
+    """Per timeline row, the text marking it as the finding's evidence ('' if it is not):
+    the missing seqs, the crossed event, the misused cursor, the dispatch."""
+    marks = pd.Series("", index=tl.index, dtype=object)
+    if not finding or tl.empty:
+        return marks
+    import json
+
+    detail = finding.get("detail") or {}
+    if isinstance(detail, str):
+        try:
+            detail = json.loads(detail)
+        except ValueError:
+            detail = {}
+    stream = finding.get("stream_id")
+    event = finding.get("event_id")
+    same_stream = tl["stream_id"].isna() | (tl["stream_id"] == stream) if stream else True
+    missing = detail.get("missing_seqs") or []
+    if missing:
+        hit = (tl["lane"] == "server events") & tl["seq"].isin(missing) & same_stream
+        marks[hit] = "missing #" + tl.loc[hit, "seq"].astype("Int64").astype(str)
+    if isinstance(event, str) and event:
+        hit = tl["event_id"] == event
+        marks[hit & (marks == "")] = "event " + event
+        hit = tl["cursor"] == event
+        marks[hit & (marks == "")] = "cursor " + event
+    dispatch = finding.get("dispatch_id")
+    if isinstance(dispatch, str) and dispatch:
+        hit = (tl["lane"] == "dispatches") & tl["info"].fillna("").str.contains(
+            dispatch, regex=False
+        )
+        marks[hit & (marks == "")] = "dispatch " + dispatch
+    return marks
+
+
+def inspector_timeline(df: pd.DataFrame, title: str, marks: pd.Series | None = None) -> go.Figure:
+    """One session's records on lanes; the finding's evidence ringed and labelled."""
     if df.empty:
-        return _empty(title, "nothing recorded for this session")
+        return _empty(title, "nothing recorded for this subject")
+    df = df.reset_index(drop=True).copy()
+    lanes = [x for x in LANES if x in set(df["lane"])]
+    pos = {lane: i for i, lane in enumerate(reversed(lanes))}
+    df["y"] = df["lane"].map(pos) + _lane_offsets(df)
+    df["meaning"] = df["kind"].map(meaning_of)
+    df["text"] = df["label"].astype(str)
     fig = go.Figure()
-    for kind, part in df.groupby("kind"):
+    for meaning, part in df.groupby("meaning"):
         fig.add_trace(
             go.Scatter(
                 x=part["ts"],
-                y=part["lane"],
+                y=part["y"],
                 mode="markers",
-                name=str(kind),
+                name=MEANING_LABELS[meaning],
                 marker={
-                    "size": 10,
-                    "color": KIND_COLORS.get(kind, "#78909c"),
-                    "symbol": "x" if kind in ("dropped", "rejected", "DISCONNECTED") else "circle",
+                    "size": 9,
+                    "color": MEANING_COLORS[meaning],
+                    "symbol": "x" if meaning == "lost" else "circle",
+                    "line": {"width": 0},
                 },
-                text=part["label"] + "<br>" + part["info"].fillna(""),
-                hovertemplate="%{x}<br>%{text}<extra></extra>",
+                customdata=part[["label", "info"]].fillna(""),
+                hovertemplate="%{x}<br>%{customdata[0]}<br>%{customdata[1]}<extra></extra>",
             )
         )
-    fig.update_yaxes(categoryorder="array", categoryarray=list(reversed(LANES)))
-    fig.update_layout(title=title, **{**LAYOUT, "height": 420})
-    return fig
+    if marks is not None:
+        df["mark"] = marks.reindex(df.index).fillna("").to_numpy()
+        ev = df[df["mark"] != ""]
+        if not ev.empty:
+            fig.add_trace(
+                go.Scatter(
+                    x=ev["ts"],
+                    y=ev["y"],
+                    mode="markers+text",
+                    name="evidence of the finding",
+                    marker={
+                        "size": 20,
+                        "color": "rgba(0,0,0,0)",
+                        "line": {"width": 2.5, "color": BAD},
+                    },
+                    text=ev["mark"],
+                    textposition="top center",
+                    textfont={"color": BAD, "size": 11},
+                    hoverinfo="skip",
+                )
+            )
+    fig.update_yaxes(
+        tickvals=list(pos.values()),
+        ticktext=list(pos.keys()),
+        range=[-0.6, len(lanes) - 0.4],
+        showgrid=True,
+        zeroline=False,
+    )
+    fig.update_layout(title=title, **{**LAYOUT, "height": 120 + 70 * max(len(lanes), 3)})
+    return _axes(fig)

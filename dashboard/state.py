@@ -1,55 +1,128 @@
 """Global filters and their round trip through the URL, as plain functions.
 
 A link pasted in an incident channel must open the same view, so every filter
-lives in the query string: stage, rev, server, client, from, to.
+lives in the query string: stage, rev, server, client, range, from, to. Values
+from the URL are validated against the data; what had to be corrected is said.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field, replace
-from datetime import datetime
+from datetime import UTC, datetime, timedelta
 
+from replaygate.queries.filters import Filters
 
-@dataclass(frozen=True)
-class Filters:
-    stage: str | None = None
-    revisions: tuple[str, ...] = ()
-    servers: tuple[str, ...] = ()
-    clients: tuple[str, ...] = ()
-    start: datetime | None = None
-    end: datetime | None = None
-    extra: dict = field(default_factory=dict, compare=False)
+KEYS = ("stage", "rev", "server", "client", "range", "from", "to")
+# Time presets: URL value -> (label, length; None = special).
+PRESETS = {
+    "all": ("All data", None),
+    "stage": ("Stage window", None),
+    "6h": ("Last 6 h", timedelta(hours=6)),
+    "1h": ("Last 1 h", timedelta(hours=1)),
+    "15m": ("Last 15 min", timedelta(minutes=15)),
+    "custom": ("Custom", None),
+}
 
-    def with_(self, **kw) -> Filters:
-        return replace(self, **kw)
+__all__ = ["Filters", "from_query", "to_query", "short", "PRESETS", "parse_ts"]
 
 
 def _split(value: str | None) -> tuple[str, ...]:
     return tuple(v for v in (value or "").split(",") if v)
 
 
-def _parse_ts(value: str | None) -> datetime | None:
+def parse_ts(value: str | None) -> datetime | None:
     if not value:
         return None
     try:
-        return datetime.fromisoformat(value.replace("Z", "+00:00"))
+        ts = datetime.fromisoformat(value.replace("Z", "+00:00"))
     except ValueError:
         return None
+    return ts if ts.tzinfo else ts.replace(tzinfo=UTC)
 
 
-def from_query(params: dict) -> Filters:
-    """Filters from st.query_params (unknown or malformed values are ignored)."""
-    return Filters(
-        stage=params.get("stage") or None,
-        revisions=_split(params.get("rev")),
-        servers=_split(params.get("server")),
-        clients=_split(params.get("client")),
-        start=_parse_ts(params.get("from")),
-        end=_parse_ts(params.get("to")),
+def _iso(ts: datetime) -> str:
+    return ts.astimezone(UTC).isoformat().replace("+00:00", "Z")
+
+
+def from_query(
+    params: dict,
+    stages: dict | None = None,
+    options: dict | None = None,
+) -> tuple[Filters, str, list[str]]:
+    """(filters, time preset, notes) from st.query_params.
+
+    `stages` maps stage -> (start, end or None); `options` holds the known revisions,
+    servers, clients and the data span. Unknown values are dropped, an inverted time range
+    is swapped, a range outside the data is clamped, and each correction gets a note.
+    """
+    notes: list[str] = []
+    stages = stages or {}
+    options = options or {}
+    stage = params.get("stage") or None
+    if stage is not None and stages and stage not in stages:
+        notes.append(f"No stage named “{stage}”: showing all stages.")
+        stage = None
+
+    def known(key: str, opt: str, label: str) -> tuple[str, ...]:
+        wanted = _split(params.get(key))
+        allowed = options.get(opt)
+        if allowed is None:
+            return wanted
+        bad = [v for v in wanted if v not in allowed]
+        if bad:
+            notes.append(f"Unknown {label} ignored: {', '.join(bad)}.")
+        return tuple(v for v in wanted if v in allowed)
+
+    revisions = known("rev", "revisions", "protocol revision")
+    servers = known("server", "servers", "server instance")
+    clients = known("client", "clients", "client")
+    lo, hi = options.get("span", (None, None))
+    preset = params.get("range") or ("custom" if params.get("from") or params.get("to") else "all")
+    if preset not in PRESETS:
+        notes.append(f"Unknown time range “{preset}”: showing all data.")
+        preset = "all"
+    start = end = None
+    if preset == "custom":
+        start, end = parse_ts(params.get("from")), parse_ts(params.get("to"))
+        for key, val in (("from", start), ("to", end)):
+            if params.get(key) and val is None:
+                notes.append(f"“{key}” is not a timestamp: ignored.")
+        if start and end and start > end:
+            start, end = end, start
+            notes.append("The time range was inverted: from and to swapped.")
+        if lo is not None and hi is not None:
+            if start and not (lo <= start <= hi):
+                notes.append("“from” lies outside the data: moved to its edge.")
+                start = min(max(start, lo), hi)
+            if end and not (lo <= end <= hi):
+                notes.append("“to” lies outside the data: moved to its edge.")
+                end = min(max(end, lo), hi)
+            if start == lo:
+                start = None
+            if end == hi:
+                end = None
+    elif preset == "stage":
+        if stage is None:
+            notes.append("“Stage window” needs a stage: showing all data.")
+            preset = "all"
+        else:
+            start, end = stages[stage]
+            end = end or None
+    elif PRESETS[preset][1] is not None and hi is not None:
+        # “Now” is the newest record: the data may lag the clock (see Data freshness).
+        end = None
+        start = hi - PRESETS[preset][1]
+    f = Filters(
+        stage=stage,
+        revisions=revisions,
+        servers=servers,
+        clients=clients,
+        start=start,
+        end=end,
     )
+    return f, preset, notes
 
 
-def to_query(f: Filters) -> dict[str, str]:
+def to_query(f: Filters, preset: str = "custom") -> dict[str, str]:
     out = {}
     if f.stage:
         out["stage"] = f.stage
@@ -59,39 +132,14 @@ def to_query(f: Filters) -> dict[str, str]:
         out["server"] = ",".join(f.servers)
     if f.clients:
         out["client"] = ",".join(f.clients)
-    if f.start:
-        out["from"] = f.start.isoformat().replace("+00:00", "Z")
-    if f.end:
-        out["to"] = f.end.isoformat().replace("+00:00", "Z")
+    if preset not in ("custom", "all"):
+        out["range"] = preset
+    elif preset == "custom":
+        if f.start:
+            out["from"] = _iso(f.start)
+        if f.end:
+            out["to"] = _iso(f.end)
     return out
-
-
-def findings_where(f: Filters, alias: str = "f", sess: str = "a") -> tuple[str, dict]:
-    """SQL condition and bound values for findings joined to a_sessions."""
-    where, args = ["true"], {}
-    if f.stage:
-        where.append(f"{alias}.stage = $stage")
-        args["stage"] = f.stage
-    if f.revisions:
-        where.append(
-            f"list_contains($revs, coalesce({sess}.protocol_version, "
-            f"CASE WHEN {alias}.session_hmac IS NULL THEN '2026-07-28' END, "
-            "'unknown'))"
-        )
-        args["revs"] = list(f.revisions)
-    if f.servers:
-        where.append(f"list_contains($servers, {sess}.server_instance)")
-        args["servers"] = list(f.servers)
-    if f.clients:
-        where.append(f"list_contains($clients, {sess}.client_name)")
-        args["clients"] = list(f.clients)
-    if f.start:
-        where.append(f"{alias}.ts >= $start")
-        args["start"] = f.start
-    if f.end:
-        where.append(f"{alias}.ts <= $end")
-        args["end"] = f.end
-    return " AND ".join(where), args
 
 
 def short(h: str | None, n: int = 12) -> str:

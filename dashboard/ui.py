@@ -1,16 +1,47 @@
-"""Shared page furniture: bootstrap (store, stamp, filters), badges, tiles, links."""
+"""Shared page furniture: bootstrap (store, stamp, filters, freshness, refresh), the
+decision banner, gate tiles, evidence links and the findings table.
+
+Everything from the data is shown as text (Streamlit elements or escaped Markdown),
+never as HTML.
+"""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import os
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
 from urllib.parse import urlencode
 
+import pandas as pd
 import streamlit as st
 
+from replaygate.queries import named
 from replaygate.queries.gates import display_threshold, display_value
 
-from . import data, figures, state
+from . import data, fmt, state
 from .state import Filters
+
+# How often an open page checks whether the data changed (then it reruns, filters kept).
+REFRESH_SECONDS = float(os.environ.get("REPLAYGATE_REFRESH_SECONDS", "15"))
+# Data whose newest record is older than this is called stale.
+STALE_AFTER = timedelta(minutes=float(os.environ.get("REPLAYGATE_STALE_MINUTES", "15")))
+DECISION_ELEMENT = {"PROCEED": st.success, "HOLD": st.warning, "ROLLBACK": st.error}
+DECISION_ICON = {
+    "PROCEED": ":material/check_circle:",
+    "HOLD": ":material/pause_circle:",
+    "ROLLBACK": ":material/undo:",
+}
+STATUS_BADGE = {
+    "pass": ("green", ":material/check:"),
+    "fail": ("red", ":material/close:"),
+    "insufficient": ("orange", ":material/hourglass_empty:"),
+    "not_applicable": ("gray", ":material/remove:"),
+}
+PAGE_FILES = {
+    "overview": "views/overview.py",
+    "findings": "views/findings.py",
+    "inspector": "views/inspector.py",
+}
 
 
 @dataclass
@@ -19,6 +50,14 @@ class Ctx:
     current: bool
     filters: Filters
     options: dict
+    preset: str = "all"
+    windows: dict = field(default_factory=dict)
+
+    def query(self, **extra) -> dict[str, str]:
+        """The URL query of the current filters plus page-specific values."""
+        q = state.to_query(self.filters, self.preset)
+        q.update({k: v for k, v in extra.items() if v})
+        return q
 
 
 def bootstrap() -> Ctx:
@@ -27,12 +66,14 @@ def bootstrap() -> Ctx:
     try:
         stamp, current = s.stamp()
         options = data.filter_options(stamp)
+        stages = data.stages(stamp)
     except data.DatabaseBusy:
         st.info(
             "An ingest is writing the database right now. The dashboard will show the "
             "new data as soon as it finishes."
         )
         st.button("Try again", key="busy_retry")
+        auto_refresh("busy")
         st.stop()
     except Exception as exc:  # noqa: BLE001 - a missing or foreign DB gets one clear line
         st.error(
@@ -44,155 +85,357 @@ def bootstrap() -> Ctx:
             "Findings are older than the data or the configuration. Run "
             "`replaygate findings` (or restart `replaygate dashboard`) to refresh them."
         )
-    filters = sidebar_filters(stamp, options)
-    return Ctx(stamp, current, filters, options)
-
-
-def sidebar_filters(stamp: str, options: dict) -> Filters:
-    f = state.from_query(st.query_params.to_dict())
-    sb = st.sidebar
-    sb.header("Filters")
-    stage_names = ["(all)"] + list(data.stages(stamp)["stage"])
-    stage = sb.selectbox(
-        "Stage",
-        stage_names,
-        index=stage_names.index(f.stage) if f.stage in stage_names else 0,
-        key="flt_stage",
-    )
-    revs = sb.multiselect(
-        "Protocol revision",
-        options["revisions"],
-        default=[r for r in f.revisions if r in options["revisions"]],
-        key="flt_rev",
-    )
-    servers = sb.multiselect(
-        "Server instance",
-        options["servers"],
-        default=[r for r in f.servers if r in options["servers"]],
-        key="flt_server",
-    )
-    clients = sb.multiselect(
-        "Client",
-        options["clients"],
-        default=[r for r in f.clients if r in options["clients"]],
-        key="flt_client",
-    )
-    lo, hi = options["span"]
-    start, end = f.start, f.end
-    if lo is not None and hi is not None and hi > lo:
-        picked = sb.slider(
-            "Time range (UTC)",
-            min_value=lo,
-            max_value=hi,
-            value=(max(lo, start or lo), min(hi, end or hi)),
-            format="MM-DD HH:mm",
-            key="flt_time",
+    windows = {
+        r.stage: (
+            r.start_ts.to_pydatetime(),
+            None if pd.isna(r.end_ts) else r.end_ts.to_pydatetime(),
         )
-        start = picked[0] if picked[0] > lo else None
-        end = picked[1] if picked[1] < hi else None
-    new = Filters(
-        stage=None if stage == "(all)" else stage,
-        revisions=tuple(revs),
-        servers=tuple(servers),
-        clients=tuple(clients),
+        for r in stages.itertuples()
+    }
+    filters, preset = sidebar_filters(options, windows)
+    sidebar_freshness(stamp)
+    auto_refresh(stamp)
+    return Ctx(stamp, current, filters, options, preset, windows)
+
+
+def auto_refresh(stamp: str) -> None:
+    """Rerun the page when the data version changes; the filters live in the URL and the
+    widgets' state, so they survive."""
+
+    @st.fragment(run_every=REFRESH_SECONDS)
+    def _check() -> None:
+        try:
+            new, _ = data.store().stamp()
+        except Exception:  # noqa: BLE001 - busy or gone: check again next time
+            return
+        if new != stamp:
+            st.rerun()
+
+    _check()
+
+
+def _widgets_to_url(lo, hi, windows: dict) -> None:
+    """on_change of a filter widget: the widgets' values become the URL (the source of truth
+    for the next run)."""
+    ss = st.session_state
+    stage = ss.get("flt_stage")
+    stage = None if stage in (None, "(all)") else stage
+    preset = ss.get("flt_range") or "all"
+    start = end = None
+    if preset == "custom" and "flt_time" in ss:
+        start, end = ss["flt_time"]
+        start = start if lo is None or start > lo else None
+        end = end if hi is None or end < hi else None
+    f = Filters(
+        stage=stage,
+        revisions=tuple(ss.get("flt_rev") or ()),
+        servers=tuple(ss.get("flt_server") or ()),
+        clients=tuple(ss.get("flt_client") or ()),
         start=start,
         end=end,
     )
-    wanted = state.to_query(new)
-    keep = {
-        k: v
-        for k, v in st.query_params.to_dict().items()
-        if k not in ("stage", "rev", "server", "client", "from", "to")
-    }
-    if {**keep, **wanted} != st.query_params.to_dict():
-        st.query_params.from_dict({**keep, **wanted})
-    sb.caption("Filters live in the URL: share the link to share this view.")
-    return new
+    if preset == "stage" and stage is None:
+        preset = "all"
+    params = st.query_params.to_dict()
+    keep = {k: v for k, v in params.items() if k not in state.KEYS}
+    st.query_params.from_dict({**keep, **state.to_query(f, preset)})
 
 
-def decision_badge(decision: str, stage: str) -> None:
-    color = figures.DECISION_COLORS[decision]
-    st.markdown(
-        f"<div style='background:{color};color:white;padding:14px 20px;border-radius:8px;"
-        f"font-size:1.6em;font-weight:700' data-testid='decision'>{decision} "
-        f"<span style='font-weight:400;font-size:0.6em'>stage {stage}</span></div>",
-        unsafe_allow_html=True,
+def sidebar_filters(options: dict, windows: dict) -> tuple[Filters, str]:
+    """The URL decides the filters on every run; a widget change rewrites the URL first."""
+    params = st.query_params.to_dict()
+    f, preset, notes = state.from_query(params, windows, options)
+    for note in notes:
+        st.info(note, icon=":material/info:")
+    lo, hi = options["span"]
+    ss = st.session_state
+    ss["flt_stage"] = f.stage or "(all)"
+    ss["flt_rev"] = list(f.revisions)
+    ss["flt_server"] = list(f.servers)
+    ss["flt_client"] = list(f.clients)
+    ss["flt_range"] = preset
+    sync = {"on_change": _widgets_to_url, "args": (lo, hi, windows)}
+    sb = st.sidebar
+    sb.header("Filters")
+    sb.selectbox("Stage", ["(all)", *windows], key="flt_stage", **sync)
+    sb.multiselect("Protocol revision", options["revisions"], key="flt_rev", **sync)
+    sb.multiselect("Server instance", options["servers"], key="flt_server", **sync)
+    sb.multiselect("Client", options["clients"], key="flt_client", **sync)
+    sb.segmented_control(
+        "Time (UTC; “last” counts back from the newest record)",
+        list(state.PRESETS),
+        format_func=lambda p: state.PRESETS[p][0],
+        key="flt_range",
+        **sync,
     )
+    if preset == "custom" and lo is not None and hi is not None and hi > lo:
+        ss["flt_time"] = (f.start or lo, f.end or hi)
+        sb.slider(
+            "From – to",
+            min_value=lo,
+            max_value=hi,
+            step=timedelta(minutes=1),
+            format="MM-DD HH:mm",
+            key="flt_time",
+            **sync,
+        )
+    wanted = state.to_query(f, preset)
+    keep = {k: v for k, v in params.items() if k not in state.KEYS}
+    if {**keep, **wanted} != params:
+        st.query_params.from_dict({**keep, **wanted})
+    if f.start or f.end:
+        sb.caption(
+            f"Showing {fmt.when(f.start) or 'the start'} → "
+            f"{fmt.when(f.end) or 'the newest record'}"
+        )
+    sb.caption("Filters live in the URL: share the link to share this view.")
+    return f, preset
+
+
+def freshness_summary(stamp: str, now: datetime | None = None) -> dict:
+    df = data.freshness(stamp)
+    records = df[(df["source"] != "last ingest") & (df["records"] > 0)]
+    newest = records["newest"].max() if not records.empty else None
+    newest = None if newest is None or pd.isna(newest) else newest.to_pydatetime()
+    ingest = df.loc[df["source"] == "last ingest", "newest"]
+    last_ingest = None if ingest.empty or pd.isna(ingest.iloc[0]) else ingest.iloc[0]
+    now = now or datetime.now(UTC)
+    return {
+        "newest": newest,
+        "last_ingest": None if last_ingest is None else last_ingest.to_pydatetime(),
+        "stale": newest is None or now - newest > STALE_AFTER,
+        "by_source": df,
+    }
+
+
+def sidebar_freshness(stamp: str) -> None:
+    fr = freshness_summary(stamp)
+    sb = st.sidebar
+    sb.subheader("Data")
+    if fr["newest"] is None:
+        sb.warning("No records yet.")
+        return
+    text = f"Newest record {fmt.when(fr['newest'])} ({fmt.ago(fr['newest'])})"
+    if fr["stale"]:
+        sb.warning(f"Stale: {text}.", icon=":material/schedule:")
+    else:
+        sb.caption(text)
+    if fr["last_ingest"] is not None:
+        sb.caption(f"Last ingest {fmt.when(fr['last_ingest'])} ({fmt.ago(fr['last_ingest'])})")
+
+
+DECISION_COLOR = {"PROCEED": "green", "HOLD": "orange", "ROLLBACK": "red"}
+
+
+def decision_banner(decision: str, stage: str, note: str = "") -> None:
+    """The decision as a coloured heading (not an alert: it is a verdict about the data)."""
+    color = DECISION_COLOR[decision]
+    text = (
+        f"### :{color}-background[{DECISION_ICON[decision]} {decision}] stage {fmt.md_text(stage)}"
+    )
+    st.markdown(text)
+    if note:
+        st.caption(fmt.md_text(note))
 
 
 def status_box(ok: bool, text: str) -> None:
     """A verdict about the data (not an error of the app)."""
-    color = figures.STATUS_COLORS["pass" if ok else "fail"]
-    st.markdown(
-        f"<div style='border-left:6px solid {color};padding:8px 12px;"
-        f"background:#fafafa'><b>{text}</b></div>",
-        unsafe_allow_html=True,
+    color, icon = ("green", ":material/check_circle:") if ok else ("red", ":material/error:")
+    with st.container(border=True):
+        st.markdown(f":{color}[{icon} **{fmt.md_text(text)}**]")
+
+
+def findings_query(ctx: Ctx, detectors, stage: str | None) -> dict[str, str]:
+    """The Findings page's URL for these detectors in this stage, other filters kept."""
+    q = state.to_query(ctx.filters.with_(stage=stage), ctx.preset)
+    q["det"] = ",".join(detectors)
+    return q
+
+
+def evidence_link(ctx: Ctx, label: str, detectors, stage: str | None, icon=None, key=None):
+    st.page_link(
+        PAGE_FILES["findings"],
+        label=fmt.md_text(label),
+        icon=icon,
+        query_params=findings_query(ctx, detectors, stage),
+        help="the findings behind this, on the Findings page",
     )
 
 
-def gate_tile(col, gate: dict) -> None:
-    color = figures.STATUS_COLORS[gate["status"]]
-    value = display_value(gate)
+def gate_tile(col, gate: dict, ctx: Ctx, stage: str | None) -> None:
+    color, icon = STATUS_BADGE[gate["status"]]
     with col.container(border=True):
-        st.markdown(
-            f"<span style='color:{color};font-weight:700'>● {gate['status']}</span> "
-            f"&nbsp;<b>{gate['id']}</b>",
-            unsafe_allow_html=True,
+        st.badge(fmt.STATUS_WORDS[gate["status"]], color=color, icon=icon)
+        st.metric(
+            fmt.gate_title(gate["id"]),
+            display_value(gate),
+            help=f"{gate['id']}: {gate['reason']}",
         )
-        st.metric(gate["id"], value, help=gate["reason"], label_visibility="collapsed")
+        bound = gate.get("upper_bound_95")
         st.caption(
-            f"threshold {display_threshold(gate)} · sample {gate['sample']:,}"
-            + (f" / {gate['min_sample']:,}" if gate["min_sample"] else "")
-            + (f" · 95% bound < {gate['upper_bound_95']:.1e}" if gate["upper_bound_95"] else "")
+            f"threshold {display_threshold(gate)} · {fmt.sample(gate)}"
+            + (f" · 95 % bound {fmt.percent_bound(bound)}" if bound else "")
         )
         meter = gate.get("meter")
         if meter and gate["min_sample"]:
             st.progress(min(1.0, gate["sample"] / gate["min_sample"]))
+        detectors = gate.get("detectors") or gate.get("evidence", {}).get("detectors", [])
+        n = gate.get("evidence", {}).get("count", gate.get("findings"))
+        if detectors:
+            st.page_link(
+                PAGE_FILES["findings"],
+                label=f"{fmt.count(n or 0)} finding{'s' if n != 1 else ''} ›",
+                query_params=findings_query(ctx, detectors, stage),
+                help="evidence: " + ", ".join(detectors),
+            )
 
 
-def inspector_link(session_hmac: str | None, stream_id: str | None = None) -> str | None:
-    if not isinstance(session_hmac, str) or not session_hmac:
+def inspector_query(ctx: Ctx, row) -> dict[str, str]:
+    """The inspector's URL for one finding, the filters kept."""
+    q = ctx.query()
+    session = row.get("session_hmac")
+    if isinstance(session, str) and session:
+        q["session"] = session
+        if isinstance(row.get("stream_id"), str):
+            q["stream"] = row["stream_id"]
+    else:
+        for key in ("idempotency_key", "dispatch_id", "principal"):
+            if isinstance(row.get(key), str) and row.get(key):
+                q["subject"] = row[key]
+                break
+    for key in ("detector", "event_id", "dispatch_id"):
+        if isinstance(row.get(key), str) and row.get(key):
+            q["f_" + key] = row[key]
+    if row.get("ts") is not None and not pd.isna(row.get("ts")):
+        q["f_ts"] = pd.Timestamp(row["ts"]).isoformat()
+    return q
+
+
+def inspector_url(ctx: Ctx, row) -> str | None:
+    q = inspector_query(ctx, row)
+    if "session" not in q and "subject" not in q:
         return None
-    q = {"session": session_hmac}
-    if isinstance(stream_id, str):
-        q["stream"] = stream_id
     return "inspector?" + urlencode(q)
 
 
-def findings_table(df, key: str, height: int = 360) -> None:
+def filter_note(query_name: str, f: Filters) -> None:
+    """Say on a widget which active filters its data cannot follow."""
+    ignored = named.get(query_name).ignored(f)
+    if ignored:
+        st.caption(f"Not filtered by {', '.join(ignored)}: this shows all of the data.")
+
+
+def findings_table(df: pd.DataFrame, key: str, ctx: Ctx, height: int = 360) -> None:
     if df.empty:
         st.success("No findings for these filters.")
         return
-    view = df.copy()
-    view["session"] = view["session_hmac"].map(state.short)
-    view["inspect"] = [
-        inspector_link(h, s) for h, s in zip(view["session_hmac"], view["stream_id"], strict=True)
-    ]
-    cols = [
-        "severity",
-        "detector",
-        "ts",
-        "stage",
-        "session",
-        "stream_id",
-        "event_id",
-        "dispatch_id",
-        "idempotency_key",
-        "revision",
-        "detail",
-        "inspect",
-    ]
+    view = pd.DataFrame(
+        {
+            "open": [inspector_url(ctx, r) for r in df.to_dict("records")],
+            "severity": df["severity"],
+            "detector": df["detector"],
+            "time (UTC)": df["ts"],
+            "stage": [
+                fmt.stage_label(s, b) for s, b in zip(df["stage"], df["baseline"], strict=True)
+            ],
+            "session": df["session_hmac"].map(state.short),
+            "stream": df["stream_id"].map(fmt.blank),
+            "event": df["event_id"].map(fmt.blank),
+            "dispatch / key": [
+                fmt.blank(d) + (" · " if fmt.blank(d) and fmt.blank(k) else "") + fmt.blank(k)
+                for d, k in zip(df["dispatch_id"], df["idempotency_key"], strict=True)
+            ],
+            "detail": df["detail"].map(fmt.detail),
+            "revision": df["revision"].map(fmt.blank),
+        }
+    )
     st.dataframe(
-        view[cols],
+        view,
         key=key,
         height=height,
         hide_index=True,
         width="stretch",
         column_config={
-            "inspect": st.column_config.LinkColumn("inspect", display_text="open ›"),
-            "ts": st.column_config.DatetimeColumn("ts", format="MM-DD HH:mm:ss"),
+            "open": st.column_config.LinkColumn(
+                "inspect",
+                display_text="open ›",
+                help="open this finding in the inspector",
+                width="small",
+            ),
+            "time (UTC)": st.column_config.DatetimeColumn("time (UTC)", format="MM-DD HH:mm:ss"),
             "session": st.column_config.TextColumn(
                 "session", help="HMAC of the session id (shortened)"
             ),
+            "detail": st.column_config.TextColumn("detail", width="large"),
         },
     )
+
+
+def summary_table(df: pd.DataFrame, key: str) -> None:
+    """The per-detector summary that comes before the rows."""
+    if df.empty:
+        return
+    view = pd.DataFrame(
+        {
+            "detector": df["detector"],
+            "findings": df["findings"].map(fmt.count),
+            "worst": df["worst"],
+            "newest (UTC)": df["newest"].map(fmt.when),
+        }
+    )
+    st.dataframe(view, key=key, hide_index=True, width="stretch")
+
+
+def stage_scope(ctx: Ctx) -> str | None:
+    """The selected stage's scope (a gate outside its scopes is not applicable)."""
+    if ctx.filters.stage is None:
+        return None
+    stages = data.stages(ctx.stamp)
+    hit = stages.loc[stages["stage"] == ctx.filters.stage, "scope"]
+    return None if hit.empty else hit.iloc[0]
+
+
+def bucket(ctx: Ctx):
+    """The chart bucket for the filtered time span, and its name."""
+    from . import figures
+
+    lo, hi = ctx.options["span"]
+    start = ctx.filters.start or (ctx.windows.get(ctx.filters.stage, (None, None))[0]) or lo
+    end = ctx.filters.end or (ctx.windows.get(ctx.filters.stage, (None, None))[1]) or hi
+    return figures.bucket_for(start, end)
+
+
+def gate_metric(col, gate: dict, ctx: Ctx) -> None:
+    """A gate's measure under the page's filters, with its status and evidence link."""
+    color, icon = STATUS_BADGE[gate["status"]]
+    with col.container(border=True):
+        st.metric(
+            fmt.gate_title(gate["id"]),
+            display_value(gate),
+            help=f"{gate['id']}: {gate['reason']}",
+        )
+        line = f":{color}-badge[{fmt.md_text(fmt.STATUS_WORDS[gate['status']])}]"
+        if gate["id"] in ("reinit_after_404", "invalid_origin_rejection"):
+            handled = gate["sample"] - gate["failures"]
+            line += f" {fmt.count(handled)} of {fmt.count(gate['sample'])} handled"
+        else:
+            line += f" {fmt.md_text(fmt.sample(gate))}"
+        st.markdown(line)
+        n = gate.get("findings", 0)
+        st.page_link(
+            PAGE_FILES["findings"],
+            label=f"{fmt.count(n)} finding{'s' if n != 1 else ''} ›",
+            query_params=findings_query(ctx, gate["detectors"], ctx.filters.stage),
+            help="evidence: " + ", ".join(gate["detectors"]),
+        )
+
+
+def count_metric(col, label: str, counts: dict, detectors, ctx: Ctx) -> None:
+    n = sum(counts.get(d, 0) for d in detectors)
+    with col.container(border=True):
+        st.metric(label, fmt.count(n), help="findings of " + ", ".join(detectors))
+        st.page_link(
+            PAGE_FILES["findings"],
+            label="evidence ›",
+            query_params=findings_query(ctx, detectors, ctx.filters.stage),
+        )

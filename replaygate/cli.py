@@ -407,6 +407,9 @@ def dashboard(db, config_path, port, host):
         "true",
         "--browser.gatherUsageStats",
         "false",
+        # An operator's dashboard: no Deploy button or developer menu.
+        "--client.toolbarMode",
+        "viewer",
     ]
     # Become the Streamlit process, so stopping this command stops the server.
     os.execve(sys.executable, cmd, env)

@@ -57,7 +57,10 @@ def test_inspector_lanes_and_rollout_annotations():
         }
     )
     fig = figures.inspector_timeline(df, "t")
-    assert {t.name for t in fig.data} == {"dropped", "accepted"}
+    assert {t.name for t in fig.data} == {
+        figures.MEANING_LABELS["lost"],
+        figures.MEANING_LABELS["ok"],
+    }
     ann = figures.annotate_rollout(figures.series_by(pd.DataFrame(), "k", "t"), ACTIONS)
     assert any("start s1" in a.text for a in ann.layout.annotations)
 
@@ -70,15 +73,84 @@ def test_filters_round_trip_through_the_url():
         start=T,
         end=T + timedelta(hours=1),
     )
-    assert state.from_query(state.to_query(f)) == f
-    assert state.from_query({"from": "garbage"}).start is None
+    assert state.from_query(state.to_query(f))[0] == f
+    assert state.from_query({"from": "garbage"})[0].start is None
 
 
-def test_findings_where_binds_values():
-    sql, args = state.findings_where(state.Filters(stage="x'; DROP TABLE findings; --"))
-    assert "DROP" not in sql and args["stage"].startswith("x'")
+def test_filters_are_one_bound_parameter():
+    f = state.Filters(stage="x'; DROP TABLE findings; --")
+    assert f.param()["stage"].startswith("x'")
 
 
 def test_short_never_fails():
     assert state.short(None) == "" and state.short(float("nan")) == ""
     assert state.short("a" * 64) == "a" * 12 + "…"
+
+
+def test_detector_colours_do_not_change_with_the_filter():
+    from replaygate.dashboard import figures
+
+    a = pd.DataFrame(
+        {"bucket": [1, 1], "detector": ["replay_gap", "silent_truncation"], "n": [1, 2]}
+    )
+    b = a[a["detector"] == "silent_truncation"]
+    empty = pd.DataFrame(columns=["ts", "action", "stage"])
+    fa = figures.findings_over_time(a, empty, "t")
+    fb = figures.findings_over_time(b, empty, "t")
+    color = {t.name: t.marker.color for t in fa.data}
+    assert {t.name: t.marker.color for t in fb.data}["silent_truncation"] == color[
+        "silent_truncation"
+    ]
+    assert color["replay_gap"] != color["silent_truncation"]
+    assert fa.layout.yaxis.title.text and fa.layout.xaxis.title.text
+    assert "per 15 min" in fa.layout.title.text
+
+
+def test_good_and_bad_outcomes_have_their_colours():
+    from replaygate.dashboard import figures
+
+    assert figures.OUTCOME_COLORS["idempotency_hit"] == figures.GOOD
+    assert figures.OUTCOME_COLORS["idempotency_conflict"] == figures.BAD
+
+
+def test_bucket_size_follows_the_span():
+    from datetime import datetime, timedelta
+
+    from replaygate.dashboard.figures import bucket_for
+
+    t = datetime(2026, 1, 1)
+    assert bucket_for(t, t + timedelta(minutes=30))[1] == "1 min"
+    assert bucket_for(t, t + timedelta(hours=8))[1] == "5 min"
+    assert bucket_for(t, t + timedelta(days=1))[1] == "15 min"
+
+
+def test_inspector_marks_the_missing_seqs_and_the_crossed_event():
+    from replaygate.dashboard import figures
+
+    tl = pd.DataFrame(
+        {
+            "ts": pd.to_datetime(["2026-01-01T00:00:00Z"] * 4),
+            "lane": ["server events", "server events", "client receipts", "stream ledger"],
+            "label": ["message #1", "message #2", "message #2", "RESUME_PENDING"],
+            "kind": ["sent", "dropped", "accepted", "RESUME_PENDING"],
+            "stream_id": ["s1", "s1", "s2", "s1"],
+            "seq": [1, 2, 2, None],
+            "event_id": ["e1", "e2", "e2", None],
+            "cursor": [None, None, None, "e9"],
+            "info": ["", "", "", ""],
+        }
+    )
+    gap = {"detector": "replay_gap", "stream_id": "s1", "detail": '{"missing_seqs": [2]}'}
+    marks = figures.evidence_marks(tl, gap)
+    assert list(marks) == ["", "missing #2", "", ""]
+    crossed = {"detector": "cross_stream_acceptance", "stream_id": "s2", "event_id": "e2"}
+    assert list(figures.evidence_marks(tl, crossed)) == ["", "event e2", "event e2", ""]
+    cursor = {"detector": "cursor_misrouted", "stream_id": "s1", "event_id": "e9"}
+    assert list(figures.evidence_marks(tl, cursor)) == ["", "", "", "cursor e9"]
+    fig = figures.inspector_timeline(tl, "t", figures.evidence_marks(tl, gap))
+    assert any(t.name == "evidence of the finding" for t in fig.data)
+    # Records sharing a lane and a second are spread apart, not stacked.
+    ys = [y for t in fig.data if t.name != "evidence of the finding" for y in t.y]
+    assert len(set(ys)) == len(ys)
+    # Colours by meaning: at most six.
+    assert len(figures.MEANING_COLORS) <= 6

@@ -1,16 +1,44 @@
-"""Data: ingested files, row counts, time spans, quarantine, detector coverage."""
+"""Data: freshness, ingested files, row counts, quarantine, detector coverage."""
 
 import streamlit as st
 
-from replaygate.dashboard import data, ui
+from replaygate.dashboard import data, fmt, ui
 
 ctx = ui.bootstrap()
 st.title("Data")
+if ctx.filters.active():
+    st.caption("This page describes the whole database: the filters do not apply here.")
 d = data.data_overview(ctx.stamp)
+st.subheader("Freshness")
+fresh = ui.freshness_summary(ctx.stamp)
+fr = fresh["by_source"].copy()
+st.dataframe(
+    {
+        "source": fr["source"],
+        "newest record": fr["newest"].map(fmt.when),
+        "age": fr["newest"].map(
+            lambda t: fmt.ago(None if fmt.blank(t) == "" else t.to_pydatetime())
+        ),
+        "records": fr["records"].map(fmt.count),
+    },
+    hide_index=True,
+    key="data_freshness",
+    width="stretch",
+)
+if fresh["stale"]:
+    st.warning(
+        f"Stale: nothing newer than {fmt.when(fresh['newest'])} "
+        f"(older than {fmt.duration(ui.STALE_AFTER.total_seconds())})."
+    )
 st.subheader("Record types")
 st.dataframe(d["status"]["tables"], hide_index=True, key="data_tables", width="stretch")
 st.subheader("Files")
-st.dataframe(d["files"], hide_index=True, key="data_files", width="stretch")
+files = d["files"].copy()
+files["size"] = files["size"].map(fmt.nbytes)
+files["rows_loaded"] = files["rows_loaded"].map(fmt.count)
+files["rows_quarantined"] = files["rows_quarantined"].map(fmt.count)
+files["ingested_at"] = files["ingested_at"].map(fmt.when)
+st.dataframe(files, hide_index=True, key="data_files", width="stretch")
 q = d["status"]["quarantine"]
 st.subheader(f"Quarantine: {q['rows']:,} rows")
 if q["rows"]:
@@ -19,4 +47,7 @@ if q["rows"]:
 else:
     st.success("Every row met the contract.")
 st.subheader("Detector coverage")
-st.dataframe(d["coverage"], hide_index=True, key="data_coverage", width="stretch")
+cov = d["coverage"].copy()
+cov["rows"] = cov["rows"].map(fmt.count)
+cov["seconds"] = cov["seconds"].map(lambda s: fmt.duration(s) if s else "")
+st.dataframe(cov, hide_index=True, key="data_coverage", width="stretch")

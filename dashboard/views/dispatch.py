@@ -5,46 +5,39 @@ from collections import Counter
 
 import streamlit as st
 
-from replaygate.dashboard import data, figures, ui
+from replaygate.dashboard import data, figures, fmt, ui
+from replaygate.queries.views import detectors_for
 
-DETECTORS = (
-    "duplicate_dispatch",
-    "idempotency_conflict",
-    "conflict_executed",
-    "missing_idempotency_key",
-)
+DETECTORS = detectors_for("dispatch")
 
 ctx = ui.bootstrap()
 st.title("Dispatch & idempotency")
-found = data.findings(ctx.stamp, ctx.filters, DETECTORS)
-mix = data.dispatch_mix(ctx.stamp, ctx.filters)
+f = ctx.filters
+scope = ui.stage_scope(ctx)
+gates = {g["id"]: g for g in data.gate_measures(ctx.stamp, f, scope)}
+found = data.findings(ctx.stamp, f, DETECTORS)
+counts = found.groupby("detector").size().to_dict() if not found.empty else {}
+bucket, bucket_name = ui.bucket(ctx)
+mix = data.dispatch_mix(ctx.stamp, f, bucket)
 dups = found[found["detector"] == "duplicate_dispatch"] if not found.empty else found
 bases = (
     Counter(json.loads(d).get("basis", "?") for d in dups["detail"])
     if not dups.empty
     else Counter()
 )
-cols = st.columns(4)
-cols[0].metric(
-    "duplicate dispatches",
-    sum(bases.values()),
-    help="by basis: " + (", ".join(f"{k} {v}" for k, v in bases.items()) or "none"),
-)
-cols[1].metric(
-    "key conflicts (409)",
-    int((found["detector"] == "idempotency_conflict").sum()) if not found.empty else 0,
-)
-cols[2].metric(
-    "conflicts executed",
-    int((found["detector"] == "conflict_executed").sum()) if not found.empty else 0,
-)
+cols = st.columns(5)
+ui.gate_metric(cols[0], gates["duplicate_dispatches"], ctx)
+ui.gate_metric(cols[1], gates["write_idempotency"], ctx)
+ui.count_metric(cols[2], "Key conflicts (409)", counts, ("idempotency_conflict",), ctx)
+ui.count_metric(cols[3], "Conflicts executed", counts, ("conflict_executed",), ctx)
 hits = int(mix.loc[mix["outcome"] == "idempotency_hit", "n"].sum()) if not mix.empty else 0
 keyed = int(mix.loc[mix["keyed"], "n"].sum()) if not mix.empty else 0
-cols[3].metric(
-    "idempotency hit rate",
+cols[4].metric(
+    "Idempotency hit rate",
     f"{hits / keyed:.1%}" if keyed else "—",
     help="share of keyed attempts answered with the original receipt",
 )
+cols[4].caption(f"{fmt.count(hits)} of {fmt.count(keyed)} keyed dispatches")
 left, right = st.columns(2)
 with left:
     st.plotly_chart(
@@ -67,6 +60,9 @@ st.plotly_chart(
         "outcome",
         "Dispatch outcomes over time",
         data.rollout_actions(ctx.stamp),
+        y="dispatches",
+        colors=figures.OUTCOME_COLORS,
+        bucket=bucket_name,
     ),
     key="dispatch_outcomes",
 )
@@ -75,4 +71,5 @@ st.caption(
     "re-send is only safe with the same idempotency key."
 )
 st.subheader("Findings")
-ui.findings_table(found, key="dispatch_findings")
+ui.summary_table(data.finding_summary(ctx.stamp, f, DETECTORS), key="dispatch_summary")
+ui.findings_table(found, key="dispatch_findings", ctx=ctx)

@@ -4,20 +4,31 @@ import io
 
 import streamlit as st
 
-from replaygate.dashboard import data, ui
+from replaygate.dashboard import data, fmt, ui
 from replaygate.queries import catalog
 
 ctx = ui.bootstrap()
 st.title("Findings")
-detectors = st.multiselect("Detectors", sorted(catalog.detectors()), key="findings_detectors")
+known = sorted(catalog.detectors())
+wanted = [d for d in st.query_params.get("det", "").split(",") if d in known]
+detectors = st.multiselect("Detectors", known, default=wanted, key="findings_detectors")
+if ",".join(detectors) != st.query_params.get("det", ""):
+    if detectors:
+        st.query_params["det"] = ",".join(detectors)
+    else:
+        st.query_params.pop("det", None)
 severities = st.multiselect(
     "Severity", ["critical", "high", "medium", "low"], key="findings_severity"
 )
 df = data.findings(ctx.stamp, ctx.filters, tuple(detectors))
 if severities:
     df = df[df["severity"].isin(severities)]
-st.caption(f"{len(df):,} findings")
-ui.findings_table(df, key="findings_table", height=520)
+where = ctx.filters.stage or "all stages"
+st.caption(f"{fmt.count(len(df))} findings · {where}")
+ui.summary_table(
+    data.finding_summary(ctx.stamp, ctx.filters, tuple(detectors)), key="findings_summary"
+)
+ui.findings_table(df, key="findings_table", ctx=ctx, height=520)
 left, right = st.columns(2)
 left.download_button(
     "Download CSV", df.to_csv(index=False).encode(), "findings.csv", "text/csv", key="findings_csv"

@@ -1,53 +1,132 @@
-"""Stream inspector: one session or stream as a single timeline."""
+"""Stream inspector: one session or stream (or a sessionless key, principal or request) as
+a single timeline, with the finding's evidence marked."""
 
+import pandas as pd
 import streamlit as st
 
-from replaygate.dashboard import data, figures, ui
+from replaygate.dashboard import data, figures, fmt, ui
 from replaygate.dashboard.state import short
 
 ctx = ui.bootstrap()
 st.title("Stream inspector")
 params = st.query_params
-candidates = data.sessions_for_inspector(ctx.stamp, ctx.filters)
-options = list(candidates["session_hmac"]) if not candidates.empty else []
-wanted = params.get("session")
-if wanted and wanted not in options:
-    options = [wanted, *options]
-if not options:
-    st.info("No session to inspect for these filters.")
-    st.stop()
-session = st.selectbox(
-    "Session (HMAC)",
-    options,
-    index=options.index(wanted) if wanted else 0,
-    format_func=lambda h: short(h, 16),
-    key="inspector_session",
-)
-streams = data.streams_of(ctx.stamp, session)
-stream_opts = ["(whole session)", *streams]
-want_stream = params.get("stream")
-stream = st.selectbox(
-    "Stream",
-    stream_opts,
-    index=stream_opts.index(want_stream) if want_stream in stream_opts else 0,
-    key="inspector_stream",
-)
-stream_id = None if stream == "(whole session)" else stream
-if params.get("session") != session or params.get("stream") != stream_id:
-    params["session"] = session
-    if stream_id is None:
-        params.pop("stream", None)
+subjects = data.inspector_subjects(ctx.stamp, ctx.filters)
+labels: dict[tuple[str, str], str] = {}
+for r in subjects.itertuples():
+    n = f"{r.findings:,} finding{'s' if r.findings != 1 else ''}"
+    if r.kind == "session":
+        labels[("session", r.subject)] = (
+            f"{fmt.blank(r.client) or 'unknown client'} · started {fmt.when(r.started)} · "
+            f"{fmt.blank(r.stage)} · {n} · {short(r.subject, 8)}"
+        )
     else:
-        params["stream"] = stream_id
-st.code(session, language=None)
-tl = data.timeline(ctx.stamp, session, stream_id)
-title = f"session {short(session)}" + (f" · stream {stream_id}" if stream_id else "")
-st.plotly_chart(figures.inspector_timeline(tl, title), key="inspector_timeline")
-found = data.findings(ctx.stamp, ctx.filters.with_(stage=None))
-found = found[found["session_hmac"] == session]
-if stream_id is not None:
-    found = found[(found["stream_id"] == stream_id) | found["stream_id"].isna()]
+        labels[(r.kind, r.subject)] = f"{r.kind} {r.subject} · {fmt.blank(r.stage)} · {n}"
+wanted = (
+    ("session", params["session"])
+    if params.get("session")
+    else (("subject", params["subject"]) if params.get("subject") else None)
+)
+options = list(labels)
+if wanted is not None:
+    match = [o for o in options if o[1] == wanted[1]]
+    if match:
+        wanted = match[0]
+    else:
+        options = [wanted, *options]
+        labels[wanted] = f"{wanted[0]} {short(wanted[1], 16)}"
+if not options:
+    st.info("Nothing to inspect for these filters.")
+    st.stop()
+picked = st.selectbox(
+    "Subject (client · start · stage · findings)",
+    options,
+    index=options.index(wanted) if wanted in options else 0,
+    format_func=lambda o: labels[o],
+    key="inspector_subject",
+)
+kind, subject = picked
+stream_id = None
+if kind == "session":
+    streams = data.streams_of(ctx.stamp, subject)
+    stream_opts = ["(whole session)", *streams]
+    want_stream = params.get("stream")
+    stream = st.selectbox(
+        "Stream",
+        stream_opts,
+        index=stream_opts.index(want_stream) if want_stream in stream_opts else 0,
+        key="inspector_stream",
+    )
+    stream_id = None if stream == "(whole session)" else stream
+    if params.get("session") != subject or params.get("stream") != stream_id:
+        params.pop("subject", None)
+        params["session"] = subject
+        if stream_id is None:
+            params.pop("stream", None)
+        else:
+            params["stream"] = stream_id
+    st.caption(f"Session HMAC: {subject}")
+    tl = data.timeline(ctx.stamp, subject, stream_id)
+    found = data.findings(ctx.stamp, ctx.filters.with_(stage=None))
+    found = found[found["session_hmac"] == subject]
+    if stream_id is not None:
+        found = found[(found["stream_id"] == stream_id) | found["stream_id"].isna()]
+    title = f"session {short(subject)}" + (f" · stream {stream_id}" if stream_id else "")
+else:
+    if params.get("subject") != subject:
+        params.pop("session", None)
+        params.pop("stream", None)
+        params["subject"] = subject
+    tl = data.sessionless_timeline(ctx.stamp, subject)
+    found = data.findings(ctx.stamp, ctx.filters.with_(stage=None))
+    found = found[
+        found["session_hmac"].isna()
+        & (
+            (found["idempotency_key"] == subject)
+            | (found["dispatch_id"] == subject)
+            | (found["principal"] == subject)
+        )
+    ]
+    title = f"{kind} {subject} (no session)"
+
+# The finding to mark: the one the link named, else the worst here.
+finding = None
+if not found.empty:
+    pick = found
+    for key in ("detector", "event_id", "dispatch_id"):
+        want = params.get("f_" + key)
+        if want and (pick[key] == want).any():
+            pick = pick[pick[key] == want]
+    finding = pick.iloc[0].to_dict()
+marks = figures.evidence_marks(tl, finding)
+if finding is not None:
+    what = fmt.detail(finding["detail"])
+    st.markdown(
+        f"**Marked:** {fmt.md_text(finding['detector'])} ({fmt.md_text(finding['severity'])}) "
+        f"at {fmt.md_text(fmt.when(finding['ts']))}" + (f" — {fmt.md_text(what)}" if what else "")
+    )
+st.plotly_chart(figures.inspector_timeline(tl, title, marks), key="inspector_timeline")
 st.subheader("Findings here")
-ui.findings_table(found, key="inspector_findings", height=220)
-with st.expander("All records", expanded=False):
-    st.dataframe(tl, hide_index=True, key="inspector_rows", width="stretch")
+ui.findings_table(found, key="inspector_findings", ctx=ctx, height=220)
+st.subheader("Records")
+rows = pd.DataFrame(
+    {
+        "time (UTC)": tl["ts"],
+        "evidence": marks.reindex(tl.index).fillna(""),
+        "lane": tl["lane"],
+        "what": tl["label"].map(fmt.blank),
+        "stream": tl["stream_id"].map(fmt.blank),
+        "seq": tl["seq"].map(fmt.count),
+        "event id": tl["event_id"].map(fmt.blank),
+        "cursor (Last-Event-ID)": tl["cursor"].map(fmt.blank),
+        "more": tl["info"].map(fmt.blank),
+    }
+)
+st.dataframe(
+    rows,
+    hide_index=True,
+    key="inspector_rows",
+    width="stretch",
+    column_config={
+        "time (UTC)": st.column_config.DatetimeColumn("time (UTC)", format="MM-DD HH:mm:ss.SSS")
+    },
+)

@@ -1,39 +1,136 @@
-"""Overview: the current stage's decision at a glance, why, and the worst findings."""
+"""Overview: the decision of the stage that needs attention, why (each reason linked to its
+evidence), the gates, canary against baseline, and the worst findings."""
 
 import streamlit as st
 
-from replaygate.dashboard import data, ui
+from replaygate.dashboard import data, fmt, ui
+from replaygate.queries.gates import display_value
 
 ctx = ui.bootstrap()
-doc = data.gates_doc(ctx.stamp, ctx.filters.stage)
 st.title("Rollout decision")
-if not doc["stages"]:
+all_doc = data.gates_doc(ctx.stamp, None, True)
+if not all_doc["stages"]:
     st.info(
         "No rollout log ingested: there are no stages to gate. Findings are still listed "
         "on the Findings page."
     )
     st.stop()
-stage = doc["stages"][0]
-ui.decision_badge(stage["decision"], stage["stage"])
-st.caption(
-    f"scope {stage['scope']} · window {stage['window']['start']} → "
-    f"{stage['window']['end'] or 'open'} · the same evaluation as "
-    f"`replaygate gates --stage {stage['stage']}`"
+by_name = {s["stage"]: s for s in all_doc["stages"]}
+names = list(by_name)
+
+
+def needs_attention() -> str:
+    """The open stage, else the latest stage whose decision is not PROCEED, else the latest."""
+    open_ = [s["stage"] for s in all_doc["stages"] if s["window"]["open"]]
+    if open_:
+        return open_[-1]
+    not_proceed = [s["stage"] for s in all_doc["stages"] if s["decision"] != "PROCEED"]
+    return (not_proceed or names)[-1]
+
+
+name = ctx.filters.stage or needs_attention()
+stage = by_name[name]
+window = stage["window"]
+ui.decision_banner(
+    stage["decision"],
+    name,
+    f"{stage['scope']} · {fmt.when(window['start'])} → "
+    + (fmt.when(window["end"]) if window["end"] else "open"),
 )
-if stage["reasons"]:
+st.caption(
+    f"The same evaluation as `replaygate gates --stage {fmt.code(name)}`"
+    + ("" if ctx.filters.stage else " · no stage selected: showing the stage that needs attention")
+)
+ignored = [d for d in ctx.filters.active() if d != "stage"]
+if ignored:
+    st.caption(
+        f"The decision and its gates are for the whole stage; the {', '.join(ignored)} "
+        "filter applies to the canary comparison and the findings below."
+    )
+
+# The stage before: was it rolled back, and was the rollback verified?
+i = names.index(name)
+previous = all_doc["stages"][i - 1] if i > 0 else None
+for rb in all_doc.get("rollback_verification", []):
+    if previous is not None and rb["stage"] == previous["stage"]:
+        verdict = "hygiene verified" if rb["verified"] else f"hygiene {rb['status']}"
+        ui.status_box(
+            rb["verified"],
+            f"Previous stage {rb['stage']} was rolled back at {fmt.when(rb['rollback_at'])}: "
+            f"{verdict}.",
+        )
+        st.page_link(
+            "views/rollout.py",
+            label="Rollback verification on the Rollout page ›",
+            query_params=ctx.query(),
+        )
+
+fresh = ui.freshness_summary(ctx.stamp)
+if fresh["stale"] and fresh["newest"] is not None:
+    st.warning(
+        f"Stale data: the newest record is from {fmt.when(fresh['newest'])} "
+        f"({fmt.ago(fresh['newest'])}).",
+        icon=":material/schedule:",
+    )
+
+failing = [g for g in stage["gates"] if g["status"] == "fail"]
+short = [g for g in stage["gates"] if g["status"] == "insufficient"]
+if failing or short:
     st.subheader("Why")
-    for reason in stage["reasons"]:
-        st.markdown(f"- {reason}")
+for g in failing:
+    ui.evidence_link(ctx, g["reason"], g["evidence"]["detectors"], name, icon=":material/cancel:")
+if short:
+    st.markdown("**Not enough data yet** (no failure, the sample is short):")
+for g in short:
+    ui.evidence_link(
+        ctx, g["reason"], g["evidence"]["detectors"], name, icon=":material/hourglass_empty:"
+    )
+
 st.subheader("Gates")
 cols = st.columns(5)
-for i, gate in enumerate(stage["gates"]):
-    ui.gate_tile(cols[i % 5], gate)
-st.subheader("Most severe findings in this stage")
-worst = data.findings(ctx.stamp, ctx.filters.with_(stage=stage["stage"]))
-ui.findings_table(worst.head(15), key="overview_findings", height=300)
+for j, gate in enumerate(stage["gates"]):
+    ui.gate_tile(cols[j % 5], gate, ctx, name)
+
+st.subheader("Canary against baseline")
+start, end = ctx.windows[name]
+flt = ctx.filters.with_(stage=name)
+canary = data.gate_measures(ctx.stamp, flt, stage["scope"])
+base = data.gate_measures(ctx.stamp, flt.with_(stage=None, baseline=True, start=start, end=end))
+st.dataframe(
+    [
+        {
+            "gate": fmt.gate_title(c["id"]),
+            "canary (stage cohort)": display_value(c),
+            "canary sample": fmt.count(c["sample"]),
+            "baseline (no cohort, same window)": display_value(b),
+            "baseline sample": fmt.count(b["sample"]),
+        }
+        for c, b in zip(canary, base, strict=True)
+    ],
+    hide_index=True,
+    key="overview_canary",
+    width="stretch",
+)
+st.caption(
+    "Is it the new version or the time of day? Baseline: sessions outside every cohort in the "
+    "stage's window, measured the same way."
+)
+
+st.subheader("Findings in this stage")
+summary = data.finding_summary(ctx.stamp, flt)
+ui.summary_table(summary, key="overview_summary")
+worst = data.findings(ctx.stamp, flt)
+ui.findings_table(worst.head(15), key="overview_findings", ctx=ctx, height=300)
+if len(worst) > 15:
+    st.page_link(
+        "views/findings.py",
+        label=f"All {fmt.count(len(worst))} findings of this stage ›",
+        query_params=ctx.query(stage=name),
+    )
+
 st.subheader("Audit report")
 cols = st.columns(3)
-for col, (fmt, label, mime) in zip(
+for col, (f, label, mime) in zip(
     cols,
     [
         ("html", "HTML", "text/html"),
@@ -44,8 +141,8 @@ for col, (fmt, label, mime) in zip(
 ):
     col.download_button(
         f"Download {label}",
-        data.report(ctx.stamp, stage["stage"], fmt),
-        f"replaygate-{stage['stage']}.{fmt}",
+        data.report(ctx.stamp, name, f),
+        f"replaygate-{name}.{f}",
         mime,
-        key=f"report_{fmt}",
+        key=f"report_{f}",
     )

@@ -3,56 +3,49 @@
 import streamlit as st
 
 from replaygate.dashboard import data, figures, ui
+from replaygate.queries.views import detectors_for
 
-DETECTORS = (
-    "reinit_missing",
-    "invalid_origin_accepted",
-    "session_after_terminal",
-    "auth_subject_mismatch",
-    "delete_fabricated",
-    "state_violation",
-    "missing_protocol_version",
-    "raw_session_id_logged",
-    "obsolete_resume",
-    "reconnect_storm",
-)
+DETECTORS = detectors_for("sessions")
 
 ctx = ui.bootstrap()
 st.title("Sessions & proxy")
-found = data.findings(ctx.stamp, ctx.filters, DETECTORS)
-checks = data.http_checks(ctx.stamp)
-n = found.groupby("detector").size().to_dict() if not found.empty else {}
-cols = st.columns(4)
-cols[0].metric(
-    "404 → re-initialize",
-    f"{checks['n404'] - n.get('reinit_missing', 0)} of {checks['n404']}",
-    help="404s on a session followed by a new initialize",
-)
-cols[1].metric(
-    "invalid Origins refused",
-    f"{checks['invalid_origin'] - checks['invalid_origin_served']} of {checks['invalid_origin']}",
-)
-cols[2].metric(
-    "auth-binding violations",
-    n.get("auth_subject_mismatch", 0) + n.get("session_after_terminal", 0),
-)
-cols[3].metric(
-    "raw session ids in logs",
-    n.get("raw_session_id_logged", 0),
-    help="files that carried a raw Mcp-Session-Id (hashed on ingest)",
-)
+f = ctx.filters
+scope = ui.stage_scope(ctx)
+gates = {g["id"]: g for g in data.gate_measures(ctx.stamp, f, scope)}
+found = data.findings(ctx.stamp, f, DETECTORS)
+cols = st.columns(5)
+for col, gate_id in zip(
+    cols,
+    [
+        "reinit_after_404",
+        "invalid_origin_rejection",
+        "auth_binding",
+        "raw_session_ids",
+        "reconnect_qps",
+    ],
+    strict=True,
+):
+    ui.gate_metric(col, gates[gate_id], ctx)
 actions = data.rollout_actions(ctx.stamp)
+bucket, bucket_name = ui.bucket(ctx)
 st.plotly_chart(
     figures.reconnect_qps(
-        data.reconnects(ctx.stamp, ctx.filters), data.store().config.reconnect_budget_qps, actions
+        data.reconnects(ctx.stamp, f), data.store().config.reconnect_budget_qps, actions
     ),
     key="sessions_reconnects",
 )
 st.plotly_chart(
     figures.series_by(
-        data.proxy_status(ctx.stamp, ctx.filters), "class", "HTTP status classes over time", actions
+        data.proxy_status(ctx.stamp, f, bucket),
+        "class",
+        "HTTP status classes over time",
+        actions,
+        y="proxy requests",
+        colors=figures.STATUS_CLASS_COLORS,
+        bucket=bucket_name,
     ),
     key="sessions_status",
 )
 st.subheader("Findings")
-ui.findings_table(found, key="sessions_findings")
+ui.summary_table(data.finding_summary(ctx.stamp, f, DETECTORS), key="sessions_summary")
+ui.findings_table(found, key="sessions_findings", ctx=ctx)

@@ -3,21 +3,9 @@
 import streamlit as st
 
 from replaygate.dashboard import data, figures, ui
+from replaygate.queries.views import detectors_for
 
-DETECTORS = (
-    "replay_gap",
-    "silent_truncation",
-    "dropped_terminal",
-    "cross_stream_acceptance",
-    "duplicate_delivery_accepted",
-    "cursor_misrouted",
-    "cursor_rejected",
-    "replay_after_ack",
-    "priming_lost",
-    "slow_recovery",
-    "unrecovered_stream",
-    "retry_not_honored",
-)
+DETECTORS = detectors_for("streams")
 
 ctx = ui.bootstrap()
 st.title("Streams & replay")
@@ -25,26 +13,31 @@ st.caption(
     "Replay measures apply to resumable sessions; 2026-07-28 traffic has no "
     "resumption and is judged on the Dispatch page."
 )
+f = ctx.filters
 actions = data.rollout_actions(ctx.stamp)
-found = data.findings(ctx.stamp, ctx.filters, DETECTORS)
+scope = ui.stage_scope(ctx)
+gates = {g["id"]: g for g in data.gate_measures(ctx.stamp, f, scope)}
+found = data.findings(ctx.stamp, f, DETECTORS)
 counts = found.groupby("detector").size().to_dict() if not found.empty else {}
-cols = st.columns(4)
-for col, (label, dets) in zip(
-    cols,
-    [
-        ("silent truncations", ("silent_truncation", "dropped_terminal")),
-        ("replay gaps", ("replay_gap",)),
-        ("cross-stream acceptances", ("cross_stream_acceptance",)),
-        ("cursor problems", ("cursor_misrouted", "cursor_rejected", "replay_after_ack")),
-    ],
-    strict=True,
-):
-    col.metric(label, sum(counts.get(d, 0) for d in dets))
+cols = st.columns(5)
+ui.gate_metric(cols[0], gates["silent_truncations"], ctx)
+ui.gate_metric(cols[1], gates["cross_stream_acceptances"], ctx)
+ui.gate_metric(cols[2], gates["recovery_p99"], ctx)
+ui.count_metric(cols[3], "Replay gaps", counts, ("replay_gap",), ctx)
+ui.count_metric(
+    cols[4],
+    "Cursor problems",
+    counts,
+    ("cursor_misrouted", "cursor_rejected", "replay_after_ack"),
+    ctx,
+)
+bucket, bucket_name = ui.bucket(ctx)
 st.plotly_chart(
     figures.findings_over_time(
-        data.findings_over_time(ctx.stamp, ctx.filters, DETECTORS),
+        data.findings_over_time(ctx.stamp, f, DETECTORS, bucket),
         actions,
         "Stream findings over time",
+        bucket_name,
     ),
     key="streams_over_time",
 )
@@ -52,19 +45,23 @@ left, right = st.columns(2)
 with left:
     st.plotly_chart(
         figures.recovery_histogram(
-            data.recoveries(ctx.stamp, ctx.filters), data.store().config.recovery_threshold_s
+            data.recoveries(ctx.stamp, f), data.store().config.recovery_threshold_s
         ),
         key="streams_recovery",
     )
 with right:
     st.plotly_chart(
         figures.series_by(
-            data.resumes_over_time(ctx.stamp, ctx.filters),
+            data.resumes_over_time(ctx.stamp, f, bucket),
             "state",
             "Disconnects and resumes",
             actions,
+            y="stream ledger rows",
+            colors=figures.STATE_COLORS,
+            bucket=bucket_name,
         ),
         key="streams_resumes",
     )
 st.subheader("Findings")
-ui.findings_table(found, key="streams_findings")
+ui.summary_table(data.finding_summary(ctx.stamp, f, DETECTORS), key="streams_summary")
+ui.findings_table(found, key="streams_findings", ctx=ctx)

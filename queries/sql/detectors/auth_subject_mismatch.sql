@@ -3,6 +3,7 @@
 -- severity: critical
 -- needs: sessions, proxy
 -- unit: (session_hmac, auth_subject)
+-- page: sessions
 SELECT p.session_hmac, 'critical' AS severity, min(p.ts) AS ts,
        json_object('auth_subject', p.auth_subject, 'session_subject', any_value(s.auth_subject),
                    'requests', count(*)) AS detail

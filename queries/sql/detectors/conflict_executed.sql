@@ -3,6 +3,7 @@
 -- severity: critical
 -- needs: dispatches
 -- unit: idempotency_key
+-- page: dispatch
 SELECT idempotency_key, 'critical' AS severity, min(ts) AS ts,
        min(session_hmac) AS session_hmac,
        arg_min(dispatch_id, ts) FILTER (WHERE outcome = 'executed') AS dispatch_id,

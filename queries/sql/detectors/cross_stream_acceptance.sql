@@ -3,6 +3,7 @@
 -- severity: critical
 -- needs: inbox, events
 -- unit: receipt (session_hmac, generation, stream_id, event_id)
+-- page: streams
 SELECT session_hmac, generation, stream_id, event_id, 'critical' AS severity, min(ts) AS ts,
        json_object('origin_stream_id', any_value(origin_stream_id),
                    'origin_seq', any_value(seq)) AS detail

@@ -3,6 +3,7 @@
 -- severity: critical
 -- needs: streams, events
 -- unit: stream
+-- page: streams
 -- The cursor at a resume is read from a_resumes (prep), where every cursor rule reads it.
 SELECT session_hmac, generation, stream_id, 'critical' AS severity, min(ts) AS ts,
        json_object('resume_from_event_id', min(resume_from_event_id),

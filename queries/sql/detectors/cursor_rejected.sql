@@ -3,6 +3,7 @@
 -- severity: low
 -- needs: streams
 -- unit: stream
+-- page: streams
 SELECT session_hmac, generation, stream_id, 'low' AS severity, min(ts) AS ts,
        json_object('rejections', count(*)) AS detail
 FROM streams

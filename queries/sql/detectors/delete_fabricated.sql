@@ -3,6 +3,7 @@
 -- severity: medium
 -- needs: sessions, proxy
 -- unit: session_hmac
+-- page: sessions
 SELECT s.session_hmac, 'medium' AS severity,
        min(s.ts) AS ts,
        json_object('delete_statuses',

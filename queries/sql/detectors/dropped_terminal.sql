@@ -3,6 +3,7 @@
 -- severity: critical
 -- needs: events
 -- unit: stream
+-- page: streams
 SELECT session_hmac, generation, stream_id, 'critical' AS severity, min(ts) AS ts,
        min(event_id) AS event_id,
        json_object('kinds', list(DISTINCT kind), 'dropped', count(*)) AS detail

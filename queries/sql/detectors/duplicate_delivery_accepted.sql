@@ -3,6 +3,7 @@
 -- severity: high
 -- needs: inbox
 -- unit: dedup key
+-- page: streams
 -- Keys are first counted by a 64-bit hash (cheap); only colliding hashes are grouped by
 -- the full key, so a hash collision can never make a finding.
 WITH keyed AS (

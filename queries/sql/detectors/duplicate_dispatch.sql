@@ -4,6 +4,7 @@
 -- needs: dispatches
 -- params: retry_window_s
 -- unit: logical operation (per basis: key and payload / inbox dedup key / principal, tool and payload)
+-- page: dispatch
 -- Basis `retry`: a write re-sent after its first attempt's stream broke (or its request
 -- failed) executed again under a different or no idempotency key.
 WITH executed AS (

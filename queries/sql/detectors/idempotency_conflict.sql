@@ -3,6 +3,7 @@
 -- severity: medium
 -- needs: dispatches
 -- unit: idempotency_key
+-- page: dispatch
 SELECT idempotency_key, 'medium' AS severity, min(ts) AS ts,
        min(session_hmac) AS session_hmac,
        json_object('differing_attempts', count(*), 'dispatches', list(dispatch_id ORDER BY ts))

@@ -4,6 +4,7 @@
 -- needs: proxy
 -- params: origin_patterns
 -- unit: proxy request (ts, session_hmac, origin)
+-- page: sessions
 SELECT DISTINCT session_hmac, 'critical' AS severity, ts,
        json_object('origin', origin, 'status', status, 'method', method,
                    'jsonrpc_method', jsonrpc_method) AS detail

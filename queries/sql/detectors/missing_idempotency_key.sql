@@ -3,6 +3,7 @@
 -- severity: high
 -- needs: dispatches
 -- unit: dispatch_id
+-- page: dispatch
 SELECT dispatch_id, session_hmac, generation, 'high' AS severity, ts,
        json_object('tool_name', tool_name, 'tool_class', tool_class, 'principal', principal)
            AS detail

@@ -3,6 +3,7 @@
 -- severity: low
 -- needs: proxy
 -- unit: session_hmac
+-- page: sessions
 SELECT session_hmac, 'low' AS severity, min(ts) AS ts,
        json_object('requests_without_version', count(*)) AS detail
 FROM proxy

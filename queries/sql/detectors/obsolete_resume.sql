@@ -3,6 +3,7 @@
 -- severity: low
 -- needs: proxy
 -- unit: principal (else client_addr)
+-- page: sessions
 SELECT 'low' AS severity, min(ts) AS ts,
        json_object('client', coalesce(principal, client_addr), 'requests', count(*),
                    'protocol_versions', list(DISTINCT protocol_version)) AS detail

@@ -3,6 +3,7 @@
 -- severity: medium
 -- needs: streams, inbox, sessions
 -- unit: stream
+-- page: streams
 WITH first_disc AS (
     SELECT session_hmac, generation, stream_id, min(ts) AS ts
     FROM streams WHERE state = 'DISCONNECTED' GROUP BY ALL

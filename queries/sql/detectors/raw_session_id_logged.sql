@@ -3,6 +3,7 @@
 -- severity: critical
 -- needs: proxy
 -- unit: source file
+-- page: sessions
 SELECT 'critical' AS severity, min(p.ts) AS ts,
        json_object('file', any_value(f.name), 'path', any_value(f.path), 'count', count(*))
            AS detail

@@ -4,6 +4,7 @@
 -- needs: proxy
 -- params: reconnect_budget_qps
 -- unit: 10-second window
+-- page: sessions
 SELECT 'high' AS severity, make_timestamptz(bucket * 10 * 1000000) AS ts,
        json_object('reconnects', count(*), 'budget_per_window', $reconnect_budget_qps * 10,
                    'qps', count(*) / 10.0,

@@ -4,6 +4,7 @@
 -- needs: proxy
 -- params: reinit_window_s
 -- unit: (session_hmac, ts of the 404)
+-- page: sessions
 WITH p AS (
     SELECT *, coalesce(principal, client_addr || '|' || coalesce(user_agent, '')) AS client
     FROM proxy

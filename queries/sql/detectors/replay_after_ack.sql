@@ -3,6 +3,7 @@
 -- severity: low
 -- needs: streams, events
 -- unit: stream
+-- page: streams
 -- The acknowledged position at a resume is defined once, in a_resumes (prep).
 WITH resumes AS (
     SELECT session_hmac, generation, stream_id, ts, acked_seq

@@ -3,6 +3,7 @@
 -- severity: high, low
 -- needs: inbox, events, streams
 -- unit: stream (origin)
+-- page: streams
 -- Severity is high when a missing event changes the answer (cumulative, message, result,
 -- error) or its kind is unknown to the event log.
 SELECT session_hmac, generation, stream_id,

@@ -3,6 +3,7 @@
 -- severity: low
 -- needs: streams
 -- unit: stream
+-- page: streams
 SELECT session_hmac, generation, stream_id, 'low' AS severity, min(disc_ts) AS ts,
        json_object('waited_ms', min(epoch_ms(reconnect_ts) - epoch_ms(disc_ts)),
                    'retry_ms', any_value(retry_ms)) AS detail

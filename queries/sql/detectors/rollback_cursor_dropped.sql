@@ -3,6 +3,7 @@
 -- severity: high
 -- needs: rollout, streams, sessions
 -- unit: stream
+-- page: rollout
 SELECT s.session_hmac, s.generation, s.stream_id, 'high' AS severity, min(r.ts) AS ts,
        json_object('rolled_back_stage', any_value(h.stage)) AS detail
 FROM a_streams s

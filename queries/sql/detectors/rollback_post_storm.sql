@@ -4,6 +4,7 @@
 -- needs: rollout, streams, sessions
 -- params: retry_window_s
 -- unit: stream
+-- page: rollout
 WITH broken AS (
     SELECT s.session_hmac, s.generation, s.stream_id, s.payload_digest, d.ts AS disc_ts,
            h.stage

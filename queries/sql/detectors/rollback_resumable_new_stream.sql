@@ -3,6 +3,7 @@
 -- severity: critical
 -- needs: rollout, streams
 -- unit: stream
+-- page: rollout
 SELECT s.session_hmac, s.generation, s.stream_id, 'critical' AS severity,
        min(r.ts) AS ts,
        json_object('rolled_back_stage', any_value(h.stage), 'opened', any_value(s.opened_ts))

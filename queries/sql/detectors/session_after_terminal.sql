@@ -3,6 +3,7 @@
 -- severity: critical
 -- needs: sessions, inbox|proxy
 -- unit: session_hmac
+-- page: sessions
 WITH late AS (
     SELECT i.session_hmac, i.ts, 'receipt' AS what
     FROM inbox i JOIN a_sessions s USING (session_hmac)

@@ -3,6 +3,7 @@
 -- severity: critical
 -- needs: inbox, events, streams
 -- unit: stream
+-- page: streams
 WITH high_gaps AS (
     SELECT session_hmac, generation, stream_id, list(seq ORDER BY seq) AS missing_seqs
     FROM a_missing

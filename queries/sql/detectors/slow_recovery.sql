@@ -4,6 +4,7 @@
 -- needs: streams
 -- params: recovery_threshold_s
 -- unit: stream
+-- page: streams
 SELECT session_hmac, generation, stream_id, 'medium' AS severity, min(disc_ts) AS ts,
        json_object('seconds', max(secs), 'threshold_s', $recovery_threshold_s) AS detail
 FROM a_recoveries

@@ -3,6 +3,7 @@
 -- severity: medium
 -- needs: sessions|streams
 -- unit: (entity, ts)
+-- page: sessions
 WITH session_rows AS (
     SELECT session_hmac, generation, NULL AS stream_id, ts, state,
            lag(state) OVER (PARTITION BY session_hmac ORDER BY ts, file_id, pos) AS prev

@@ -3,6 +3,7 @@
 -- severity: medium
 -- needs: streams
 -- unit: stream
+-- page: streams
 WITH marks AS (
     SELECT session_hmac, generation, stream_id,
            min(ts) FILTER (WHERE state = 'DISCONNECTED') AS first_disc,

@@ -1,0 +1,189 @@
+"""Human formatting for the dashboard, as plain functions (tested without Streamlit).
+
+Separators, human units for bytes and durations, bounds as percentages, gate titles,
+a finding's detail as `key: value`, blanks for nulls, and text made inert for Markdown.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+from datetime import UTC, datetime, timedelta
+
+GATE_TITLES = {
+    "cross_stream_acceptances": "Cross-stream acceptances",
+    "duplicate_dispatches": "Duplicate dispatches",
+    "silent_truncations": "Silent truncations",
+    "reinit_after_404": "Re-initialize after 404",
+    "invalid_origin_rejection": "Invalid Origins refused",
+    "recovery_p99": "Recovery time p99",
+    "reconnect_qps": "Reconnect peak",
+    "raw_session_ids": "Raw session ids in logs",
+    "auth_binding": "Auth binding",
+    "write_idempotency": "Writes with idempotency key",
+}
+STATUS_WORDS = {
+    "pass": "pass",
+    "fail": "FAIL",
+    "insufficient": "not enough data",
+    "not_applicable": "not applicable",
+}
+BASELINE = "baseline (no cohort)"
+OUTSIDE = "outside every stage"
+
+_MD_SPECIAL = re.compile(r"([\\`*_{}\[\]()<>#+\-.!|~$:])")
+
+
+def md_text(value) -> str:
+    """Any text as inert Markdown: every markup character escaped."""
+    return _MD_SPECIAL.sub(r"\\\1", str(value)).replace("\n", " ")
+
+
+def code(value) -> str:
+    """Text for inside a Markdown code span (where escapes are literal): no backticks."""
+    return str(value).replace("`", "'").replace("\n", " ")
+
+
+def gate_title(gate_id: str) -> str:
+    return GATE_TITLES.get(gate_id, gate_id.replace("_", " ").capitalize())
+
+
+def blank(value) -> str:
+    if value is None:
+        return ""
+    if isinstance(value, float) and math.isnan(value):
+        return ""
+    try:
+        import pandas as pd
+
+        if value is pd.NaT or (not isinstance(value, (list, dict, str)) and pd.isna(value)):
+            return ""
+    except (TypeError, ValueError):
+        pass
+    return str(value)
+
+
+def _null(x) -> bool:
+    if x is None:
+        return True
+    try:
+        import pandas as pd
+
+        return bool(pd.isna(x))
+    except (TypeError, ValueError):
+        return False
+
+
+def count(n) -> str:
+    """An integer with thousands separators; blank for null."""
+    if _null(n):
+        return ""
+    return f"{int(n):,}"
+
+
+def number(x, digits: int = 2) -> str:
+    if _null(x):
+        return ""
+    if float(x).is_integer():
+        return f"{int(x):,}"
+    return f"{x:,.{digits}f}"
+
+
+def nbytes(n) -> str:
+    if _null(n):
+        return ""
+    n = float(n)
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if abs(n) < 1024 or unit == "GiB":
+            return f"{n:,.0f} {unit}" if unit == "B" else f"{n:,.1f} {unit}"
+        n /= 1024
+    return f"{n:,.1f} TiB"
+
+
+def duration(seconds) -> str:
+    """Seconds as people say them: 850 ms, 3.6 s, 4 min 10 s, 2 h 5 min, 3.2 days."""
+    if _null(seconds):
+        return ""
+    s = float(seconds)
+    if s < 1:
+        return f"{s * 1000:.0f} ms"
+    if s < 60:
+        return f"{s:.1f} s"
+    if s < 3600:
+        m, sec = divmod(round(s), 60)
+        return f"{m} min {sec} s" if sec else f"{m} min"
+    if s < 48 * 3600:
+        h, rest = divmod(round(s / 60), 60)
+        return f"{h} h {rest} min" if rest else f"{h} h"
+    return f"{s / 86400:.1f} days"
+
+
+def percent_bound(p) -> str:
+    """An upper bound on a rate as a percentage: 'below 0.46 %'."""
+    if p is None:
+        return ""
+    pct = p * 100
+    if pct >= 10:
+        return f"below {pct:.0f} %"
+    if pct >= 1:
+        return f"below {pct:.1f} %"
+    return f"below {pct:.2g} %"
+
+
+def sample(gate: dict) -> str:
+    n, need = gate.get("sample") or 0, gate.get("min_sample") or 0
+    if need and n < need:
+        return f"sample {n:,} of {need:,} needed"
+    if need:
+        return f"sample {n:,} (enough: {need:,} needed)"
+    return f"sample {n:,}"
+
+
+def detail(value) -> str:
+    """A finding's JSON detail as `key: value; key: value`."""
+    if value is None or value == "":
+        return ""
+    if isinstance(value, str):
+        try:
+            value = json.loads(value)
+        except ValueError:
+            return value
+    if not isinstance(value, dict):
+        return blank(value)
+    parts = []
+    for k, v in value.items():
+        if v is None:
+            continue
+        if isinstance(v, list):
+            v = ", ".join(blank(x) for x in v)
+        elif isinstance(v, float):
+            v = number(v)
+        parts.append(f"{k.replace('_', ' ')}: {v}")
+    return "; ".join(parts)
+
+
+def stage_label(stage, baseline) -> str:
+    """A finding's stage; a row outside every stage says which kind it is."""
+    if isinstance(stage, str) and stage:
+        return stage
+    return BASELINE if baseline is True else OUTSIDE
+
+
+def ago(ts: datetime | None, now: datetime | None = None) -> str:
+    if ts is None:
+        return ""
+    now = now or datetime.now(UTC)
+    delta = now - ts
+    if delta < timedelta(0):
+        return "in the future"
+    return duration(delta.total_seconds()) + " ago"
+
+
+def when(ts) -> str:
+    """A timestamp as UTC text, to the second."""
+    if ts is None or blank(ts) == "":
+        return ""
+    if isinstance(ts, str):
+        return ts.replace("T", " ").replace(".000Z", "Z").replace("Z", " UTC")
+    return ts.astimezone(UTC).strftime("%Y-%m-%d %H:%M:%S UTC")

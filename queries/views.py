@@ -1,0 +1,87 @@
+"""What the dashboard shows, computed through the named queries under one filter model.
+
+`gate_measures` recomputes every gate's measure from the filtered records with the gates'
+own thresholds, minimum samples and statuses, so under a stage filter alone it equals
+`replaygate gates --stage S`, and under revision, server, client or time filters it shows
+the same measure for that slice.
+"""
+
+from __future__ import annotations
+
+from replaygate.ingest.config import Config
+
+from . import catalog, gates, named
+from .filters import Filters
+from .params import from_config
+
+# Per gate: the column of the `measures` query that is its sample, and for gates not
+# counted from findings, the column that is its value (share gates: failures).
+_SAMPLE = {
+    "cross_stream_acceptances": "accepted_receipts",
+    "duplicate_dispatches": "write_dispatches",
+    "silent_truncations": "completed_streams",
+    "reinit_after_404": "session_404s",
+    "invalid_origin_rejection": "invalid_origin_requests",
+    "recovery_p99": "recoveries",
+    "reconnect_qps": "reconnects",
+    "raw_session_ids": "proxy_records",
+    "auth_binding": "session_requests",
+    "write_idempotency": "write_dispatches",
+}
+_VALUE = {
+    "invalid_origin_rejection": "invalid_origin_served",
+    "recovery_p99": "recovery_p99",
+    "reconnect_qps": "reconnect_peak",
+    "raw_session_ids": "raw_session_records",
+}
+
+
+def detectors_for(page: str) -> tuple[str, ...]:
+    """The detectors a dashboard page shows: their SQL header says `-- page: NAME`."""
+    return tuple(sorted(n for n, q in catalog.detectors().items() if q.header.get("page") == page))
+
+
+def measures(con, config: Config, f: Filters) -> dict:
+    cur = named.execute(
+        con, "measures", flt=f, origin_patterns=from_config(config)["origin_patterns"]
+    )
+    cols = [d[0] for d in cur.description]
+    return dict(zip(cols, cur.fetchone(), strict=True))
+
+
+def finding_counts(con, f: Filters) -> dict[str, int]:
+    rows = named.execute(con, "finding_summary", flt=f, dets=[]).fetchall()
+    return {r[0]: int(r[1]) for r in rows}
+
+
+def gate_measures(con, config: Config, f: Filters, scope: str | None = None) -> list[dict]:
+    """Every gate under the filter, in the shape of a gate of `gates.evaluate`."""
+    m = measures(con, config, f)
+    found = finding_counts(con, f)
+    out = []
+    for g in gates.GATES:
+        sample = int(m[_SAMPLE[g.id]] or 0)
+        n_found = sum(found.get(d, 0) for d in g.detectors)
+        failures = 0
+        value = m[_VALUE[g.id]] if g.id in _VALUE else n_found
+        if g.kind == "share":
+            failures = n_found if g.id not in _VALUE else int(value or 0)
+            value = None if not sample else (sample - failures) / sample
+        elif g.kind == "count":
+            failures = int(value or 0)
+        minimum = config.min_samples.get(g.id, 0)
+        status = gates.status_of(g, value, sample, failures, minimum, scope, config)
+        gate = {
+            "id": g.id,
+            "status": status,
+            "value": value,
+            "threshold": gates._threshold(g, config),
+            "sample": sample,
+            "min_sample": minimum,
+            "failures": failures,
+            "detectors": list(g.detectors),
+            "findings": n_found,
+        }
+        gate["reason"] = gates.reason(gate, config)
+        out.append(gate)
+    return out
