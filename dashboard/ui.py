@@ -185,8 +185,7 @@ def sidebar_filters(options: dict, windows: dict) -> tuple[Filters, str]:
         st.query_params.from_dict({**keep, **wanted})
     if f.start or f.end:
         sb.caption(
-            f"Showing {fmt.when(f.start) or 'the start'} → "
-            f"{fmt.when(f.end) or 'the newest record'}"
+            f"Showing {fmt.when(f.start) or 'the start'} → {fmt.when(f.end) or 'the newest record'}"
         )
     sb.caption("Filters live in the URL: share the link to share this view.")
     return f, preset

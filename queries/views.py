@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from replaygate.ingest.config import Config
 
-from . import catalog, gates, named
+from . import catalog, gates, named, runner
 from .filters import Filters
 from .params import from_config
 
@@ -58,6 +58,10 @@ def gate_measures(con, config: Config, f: Filters, scope: str | None = None) -> 
     """Every gate under the filter, in the shape of a gate of `gates.evaluate`."""
     m = measures(con, config, f)
     found = finding_counts(con, f)
+    # Which sources could be judged: the stage's window, else the whole database.
+    sources = (
+        gates._stage_sources(con).get(f.stage, {}) if f.stage else runner.table_counts(con)
+    )
     out = []
     for g in gates.GATES:
         sample = int(m[_SAMPLE[g.id]] or 0)
@@ -71,6 +75,9 @@ def gate_measures(con, config: Config, f: Filters, scope: str | None = None) -> 
             failures = int(value or 0)
         minimum = config.min_samples.get(g.id, 0)
         status = gates.status_of(g, value, sample, failures, minimum, scope, config)
+        blind = gates.no_evidence(g, sources)
+        if blind and status == "pass":
+            status = "insufficient"
         gate = {
             "id": g.id,
             "status": status,
@@ -81,6 +88,7 @@ def gate_measures(con, config: Config, f: Filters, scope: str | None = None) -> 
             "failures": failures,
             "detectors": list(g.detectors),
             "findings": n_found,
+            "no_evidence": blind if status == "insufficient" else None,
         }
         gate["reason"] = gates.reason(gate, config)
         out.append(gate)
