@@ -22,8 +22,8 @@ import streamlit as st
 
 from replaygate.ingest import db as dbm
 from replaygate.ingest.config import Config
-from replaygate.queries.api import load_config
 from replaygate.queries import api, named, runner, views
+from replaygate.queries.api import load_config
 from replaygate.queries.filters import Filters
 
 

@@ -59,9 +59,7 @@ def gate_measures(con, config: Config, f: Filters, scope: str | None = None) -> 
     m = measures(con, config, f)
     found = finding_counts(con, f)
     # Which sources could be judged: the stage's window, else the whole database.
-    sources = (
-        gates._stage_sources(con).get(f.stage, {}) if f.stage else runner.table_counts(con)
-    )
+    sources = gates._stage_sources(con).get(f.stage, {}) if f.stage else runner.table_counts(con)
     out = []
     for g in gates.GATES:
         sample = int(m[_SAMPLE[g.id]] or 0)
