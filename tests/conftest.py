@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 import os
+import sys
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
@@ -93,21 +95,40 @@ def match_truth(findings: list[dict], truth: dict):
 SAMPLE_CONF = "sample_data/replaygate.toml"
 
 
-def run_cli(*args, cwd=ROOT, env=None):
-    """The real command, in a subprocess, with the sample fleet's HMAC key."""
-    import subprocess
-    import sys
+@dataclass
+class CliResult:
+    returncode: int
+    stdout: str
+    stderr: str
 
-    e = dict(os.environ, REPLAYGATE_HMAC_KEY="replaygate-demo-key")
-    e.update(env or {})
-    return subprocess.run(
-        [sys.executable, "-m", "replaygate", *args],
-        cwd=cwd,
-        env=e,
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
+
+def run_cli(*args, cwd=ROOT, env=None) -> CliResult:
+    """The real command line (`replaygate.cli.main`, its error handling included), run in
+    this process with the sample fleet's HMAC key: what a subprocess would show, without
+    starting Python again for every call."""
+    import contextlib
+    import traceback
+
+    from click.testing import CliRunner
+
+    from replaygate.cli import main
+
+    e = {"REPLAYGATE_HMAC_KEY": "replaygate-demo-key", **(env or {})}
+    runner = CliRunner()
+    with runner.isolation(env=e) as (out, err, _), contextlib.chdir(cwd):
+        try:
+            main([str(a) for a in args])
+            code = 0
+        except SystemExit as exc:
+            code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
+        except Exception:  # --debug lets errors through, as Python would print them
+            traceback.print_exc()
+            code = 1
+        finally:
+            for stream in (sys.stdout, sys.stderr):
+                stream.flush()
+        stdout, stderr = out.getvalue(), err.getvalue()
+    return CliResult(code, stdout.decode(), stderr.decode())
 
 
 @pytest.fixture(scope="session")
