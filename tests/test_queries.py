@@ -88,3 +88,20 @@ def test_contract_doc_is_current():
 
     doc = Path(__file__).resolve().parent.parent / "docs" / "contract.md"
     assert doc.read_text() == render(), "run: python -m replaygate.ingest.docs"
+
+
+def test_catalogue_doc_is_current():
+    from pathlib import Path
+
+    from replaygate.queries.docs import render
+
+    doc = Path(__file__).resolve().parent.parent / "docs" / "catalogue.md"
+    assert doc.read_text() == render(), "run: python -m replaygate.queries.docs"
+
+
+def test_every_gate_header_is_complete():
+    for q in catalog.load("gates"):
+        for key in ("title", "kind", "detectors", "min_sample", "sample", "unit"):
+            assert q.header.get(key), f"{q.name}: no -- {key}:"
+        assert q.header["kind"] in ("count", "share", "p99", "peak")
+        assert set(catalog.split(q.header["detectors"])) <= set(catalog.detectors())
