@@ -49,6 +49,8 @@ ALTER TABLE files ADD COLUMN IF NOT EXISTS digest VARCHAR;
 ALTER TABLE files ADD COLUMN IF NOT EXISTS lines BIGINT;
 ALTER TABLE files ADD COLUMN IF NOT EXISTS rows_read BIGINT;
 ALTER TABLE files ADD COLUMN IF NOT EXISTS raw_digest VARCHAR;
+-- Sessions whose rows arrived since the last analysis (queries/incremental.py).
+CREATE TABLE IF NOT EXISTS analysis_pending (session_hmac VARCHAR);
 CREATE TABLE IF NOT EXISTS meta (key VARCHAR PRIMARY KEY, value VARCHAR);
 """
 

@@ -326,7 +326,22 @@ class _Loader:
         return None if adapters.sniff(first) == "contract" else "auto"
 
     # -- phase 2: inside the transaction --------------------------------------------------
+    def _note_changes(self, rt: RecordType, file_id: int, shift: int) -> None:
+        """What the next analysis must look at again (queries/incremental.py): the
+        sessions of the new rows; anything else (the rollout log, rows replaced) asks
+        for a full analysis."""
+        if "session_hmac" not in {f.name for f in rt.stored_fields}:
+            set_meta(self.con, "analysis_pending_full", "1")
+            return
+        self._exec(
+            f"""INSERT INTO analysis_pending SELECT DISTINCT session_hmac FROM {rt.table}
+                WHERE file_id = $f AND pos > $shift AND session_hmac IS NOT NULL""",
+            {"f": file_id, "shift": shift},
+        )
+
     def _retire(self, old_ids: list[int]) -> None:
+        if old_ids:
+            set_meta(self.con, "analysis_pending_full", "1")
         for old_id in old_ids:
             for rt in RECORD_TYPES:
                 self._exec(f"DELETE FROM {rt.table} WHERE file_id = $f", {"f": old_id})
@@ -515,6 +530,7 @@ class _Loader:
             ).fetchone()[0]
             if n:
                 result.rows[rt.table] = n
+                self._note_changes(rt, file_id if rows_id is None else rows_id, st.shift)
             if rt.table == "proxy" and not self.key_available:
                 self.raw_without_key += self._exec(
                     f"SELECT count(*) FROM {checked} WHERE t_raw_session_id",
@@ -610,6 +626,9 @@ def ingest(
                 report.files.append(result)
             if changed:
                 version = int(get_meta(con, "data_version", "0")) + 1
+                if get_meta(con, "analysis_pending_through") == str(version - 1):
+                    # Every change since the last analysis is noted (queries/incremental.py).
+                    set_meta(con, "analysis_pending_through", str(version))
                 set_meta(con, "data_version", str(version))
             con.execute("COMMIT")
         except BaseException:

@@ -14,7 +14,7 @@ from replaygate.ingest.config import Config
 from replaygate.ingest.contract import RECORD_TYPES
 from replaygate.ingest.db import get_meta, set_meta
 
-from . import catalog, params
+from . import catalog, incremental, params
 
 FINDINGS_DDL = """
 CREATE TABLE IF NOT EXISTS findings (
@@ -73,6 +73,8 @@ def analyse(
         return summary(con)
     values = params.from_config(config)
     counts = table_counts(con)
+    if not force and only is None and _incrementally(con, config, counts):
+        return summary(con)
     con.execute("BEGIN TRANSACTION")
     try:
         for stmt in FINDINGS_DDL.split(";"):
@@ -103,11 +105,34 @@ def analyse(
         _assign_stages(con)
         if only is None:
             set_meta(con, "analysis_stamp", stamp(con, config))
+            set_meta(con, "analysis_mode", "full")
+            incremental.clear_pending(con)
         con.execute("COMMIT")
     except BaseException:
         con.execute("ROLLBACK")
         raise
     return summary(con)
+
+
+def _incrementally(con, config: Config, counts: dict[str, int]) -> bool:
+    """Bring the last analysis up to date for what changed (incremental.py), if it can."""
+    if not incremental.possible(con, config, counts):
+        return False
+    con.execute("BEGIN TRANSACTION")
+    try:
+        incremental.analyse(con, config, counts)
+        _assign_stages(con)
+        set_meta(con, "analysis_stamp", stamp(con, config))
+        set_meta(con, "analysis_mode", "incremental")
+        incremental.clear_pending(con)
+        con.execute("COMMIT")
+    except incremental.Fallback:
+        con.execute("ROLLBACK")
+        return False
+    except BaseException:
+        con.execute("ROLLBACK")
+        raise
+    return True
 
 
 def _assign_stages(con) -> None:

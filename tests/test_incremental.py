@@ -14,8 +14,9 @@ import pytest
 from replaygate.ingest import config as cfg
 from replaygate.ingest import db as dbm
 from replaygate.ingest.contract import RECORD_TYPES
+from replaygate.ingest.db import get_meta
 from replaygate.ingest.load import ingest
-from replaygate.queries import runner
+from replaygate.queries import incremental, runner
 
 SAMPLE = Path(__file__).resolve().parent.parent / "sample_data"
 CONF = cfg.load(str(SAMPLE / "replaygate.toml"))
@@ -84,30 +85,36 @@ def test_growth_in_steps_with_every_rotation_equals_one_ingest(tmp_path, monkeyp
     db = str(tmp_path / "inc.duckdb")
     statuses = []
 
+    # Every analysis after the first is incremental, however much arrived.
+    monkeypatch.setattr(incremental, "MAX_SHARE", 1.0)
+    modes = []
+
     def run(paths, cwd):
         monkeypatch.chdir(cwd)
         con = dbm.connect(db)
         try:
             rep = ingest(con, paths, CONF)
+            runner.analyse(con, CONF)
+            modes.append(get_meta(con, "analysis_mode"))
         finally:
             con.close()
         statuses.append({Path(f.path).name: f.status for f in rep.files})
         return rep
 
-    # Step 1: every text file cut at 40 %, mid-line.
+    # Step 1: every text file cut at 40 % (the rollout log at 75 %), mid-line.
     _write(live / "sessions.jsonl", _cut(S, 0.4))
     _write(live / "events.jsonl", _cut(E, 0.4))
     _write(live / "proxy-access.jsonl", _cut(P, 0.4))
     _write(live / "streams.csv", _cut(ST, 0.4))
     _write(live / "dispatches.csv", _cut(D, 0.4))
-    _write(live / "rollout.csv", _cut(R, 0.4))
+    _write(live / "rollout.csv", _cut(R, 0.75))
     shutil.copy(SAMPLE / "inbox.parquet", live / "inbox.parquet")
     first = run([live], tmp_path)
     # The line still being written is neither loaded nor quarantined.
     assert first.quarantined == 0 or all("unparseable" not in r for r in first.quarantine_reasons)
 
-    # Step 2, from inside the folder (relative paths): sessions, streams, dispatches and
-    # rollout grow to 75 %; the event log is copied and truncated (copytruncate) and
+    # Step 2, from inside the folder (relative paths): sessions, streams and dispatches
+    # grow to 75 %; the event log is copied and truncated (copytruncate) and
     # goes on; the proxy log is renamed and a new one starts at its name in the same run.
     e1 = _line_end(E, 0.6)
     p1 = _line_end(P, 0.55)
@@ -119,12 +126,12 @@ def test_growth_in_steps_with_every_rotation_equals_one_ingest(tmp_path, monkeyp
     _write(live / "proxy-access.jsonl", _cut(P, 0.75)[p1:])
     _write(live / "streams.csv", _cut(ST, 0.75))
     _write(live / "dispatches.csv", _cut(D, 0.75))
-    _write(live / "rollout.csv", _cut(R, 0.75))
     second = run(["."], live)
     assert second.files and statuses[-1]["events.jsonl.1"] == "appended"
     assert statuses[-1]["proxy-access.jsonl.1"] == "appended"
     assert statuses[-1]["proxy-access.jsonl"] == "loaded"
     assert statuses[-1]["inbox.parquet"] == "unchanged"
+    assert statuses[-1]["rollout.csv"] == "unchanged"
 
     # Step 3, by absolute path: everything is whole. The sessions ledger grows and is
     # renamed with a date; the rotated event log is compressed; the proxy logs shift
@@ -162,8 +169,10 @@ def test_growth_in_steps_with_every_rotation_equals_one_ingest(tmp_path, monkeyp
     run([live], tmp_path)
     assert set(statuses[-1].values()) == {"unchanged"}
 
+    # A grown rollout log (step 3) moves stage windows: a full analysis.
+    assert modes == ["full", "incremental", "full", "full"]
     con = dbm.connect(db)
-    incremental = _snapshot(con)
+    grown = _snapshot(con)
     con.close()
     one = dbm.connect(str(tmp_path / "one.duckdb"))
     monkeypatch.chdir(tmp_path)
@@ -172,7 +181,7 @@ def test_growth_in_steps_with_every_rotation_equals_one_ingest(tmp_path, monkeyp
     one.close()
     assert sum(len(v) for k, v in once.items() if k in ("sessions", "events", "proxy")) > 30000
     for key in once:
-        assert incremental[key] == once[key], key
+        assert grown[key] == once[key], key
 
 
 @pytest.mark.parametrize("gz", [False, True])
@@ -214,4 +223,64 @@ def test_copy_of_a_loaded_file_is_a_duplicate_not_a_move(tmp_path):
     rep = ingest(con, [tmp_path / "b"], CONF)
     assert [f.status for f in rep.files] == ["appended"]
     assert con.execute("SELECT count(*) FROM rollout").fetchone()[0] == 3
+    con.close()
+
+
+def _analysis_state(con) -> dict:
+    from replaygate.queries import gates
+
+    out = {}
+    rows = con.execute("SELECT * EXCLUDE (detail), detail FROM findings").fetchall()
+    out["findings"] = sorted((r[:-1] + (_canonical(r[-1]),) for r in rows), key=repr)
+    out["coverage"] = con.execute(
+        "SELECT detector, status, rows FROM coverage ORDER BY 1"
+    ).fetchall()
+    for (t,) in con.execute(
+        "SELECT table_name FROM information_schema.tables WHERE table_name LIKE 'a\\_%' ESCAPE '\\'"
+    ).fetchall():
+        out[t] = sorted(con.execute(f"SELECT * FROM {t}").fetchall(), key=repr)
+    doc = gates.evaluate(con, CONF, all_stages=True)
+    for s in doc["stages"]:
+        for g in s["gates"]:
+            g["evidence"] = sorted(map(repr, g.get("evidence") or []))
+    out["gates"] = json.dumps(doc, sort_keys=True, default=str)
+    return out
+
+
+def test_analysis_after_appends_follows_what_changed_and_equals_a_full_one(tmp_path):
+    data = {
+        "sessions.jsonl": _content("sessions.jsonl"),
+        "events.jsonl": _content("events.jsonl.gz"),
+        "proxy-access.jsonl": _content("proxy-access.jsonl.gz"),
+        "streams.csv": _content("streams.csv.gz"),
+        "dispatches.csv": _content("dispatches.csv"),
+    }
+    live = tmp_path / "live"
+    live.mkdir()
+    shutil.copy(SAMPLE / "inbox.parquet", live / "inbox.parquet")
+    shutil.copy(SAMPLE / "rollout.csv", live / "rollout.csv")
+    con = dbm.connect(str(tmp_path / "t.duckdb"))
+    for step, frac in enumerate((0.96, 0.975, 0.99, 1.0)):
+        for name, content in data.items():
+            _write(live / name, _cut(content, frac) if frac < 1 else content)
+        ingest(con, [live], CONF)
+        runner.analyse(con, CONF)
+        if step == 0:
+            assert get_meta(con, "analysis_mode") == "full"
+            continue
+        assert get_meta(con, "analysis_mode") == "incremental"
+        assert con.execute("SELECT count(*) FROM analysis_pending").fetchone()[0] == 0
+        after_append = _analysis_state(con)
+        runner.analyse(con, CONF, force=True)
+        assert get_meta(con, "analysis_mode") == "full"
+        scratch = _analysis_state(con)
+        for key in scratch:
+            assert after_append[key] == scratch[key], (step, key)
+    assert len(scratch["findings"]) > 20
+    # A change nobody noted (a database last written by an older version): a full one.
+    from replaygate.ingest.db import set_meta
+
+    set_meta(con, "data_version", str(int(get_meta(con, "data_version")) + 1))
+    runner.analyse(con, CONF)
+    assert get_meta(con, "analysis_mode") == "full"
     con.close()

@@ -1,0 +1,104 @@
+"""Benchmark: a 1 % append to a live fleet against a full load, and re-analysis after it
+against a from-scratch analysis.
+
+    python bench/append.py --events 1000000 --out bench/out
+
+The fleet (simulator, JSON Lines) is cut at 99 % of every file (at a line end), loaded
+whole into a fresh database; then the last 1 % is appended to each file and ingested
+again. Every step runs in its own process (wall seconds, peak RSS); the steps:
+
+- full load: `replaygate ingest --no-analyse` of the 99 % files into a fresh database
+- append load: the same command after the append (reads only what is new)
+- analysis from scratch: `runner.analyse(force=True)` on the grown database
+- re-analysis: `runner.analyse()` of the database analysed at 99 %, after the append
+  was ingested into it (what `watch` pays per cycle)
+
+Results go to <out>/append-<events>.json and a markdown table on standard output.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shutil
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from run import PY, timed  # noqa: E402
+
+ANALYSE = """
+import json, sys, time
+from replaygate.ingest import db, config
+from replaygate.queries import runner
+con = db.connect(sys.argv[1])
+t0 = time.perf_counter(); runner.analyse(con, config.Config(), force=sys.argv[2] == "force")
+print(json.dumps({"seconds": time.perf_counter() - t0}))
+"""
+
+
+def cut(src: Path, dst: Path, frac: float) -> bytes:
+    """Write the first `frac` of src (up to a line end) to dst; return the rest."""
+    data = src.read_bytes()
+    n = data.index(b"\n", int(len(data) * frac)) + 1 if frac < 1 else len(data)
+    dst.write_bytes(data[:n])
+    return data[n:]
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--events", type=int, default=1_000_000)
+    ap.add_argument("--share", type=float, default=0.01, help="appended share (0.01 = 1 %)")
+    ap.add_argument("--out", default="bench/out")
+    args = ap.parse_args()
+    work = Path(args.out)
+    work.mkdir(parents=True, exist_ok=True)
+    fleet = work / f"fleet-{args.events}"
+    if not (fleet / "truth.json").exists():
+        shutil.rmtree(fleet, ignore_errors=True)
+        timed(
+            [PY, "-m", "replaygate", "simulate", "--out", str(fleet), "--events"]
+            + [str(args.events), "--format", "jsonl", "--seed", "1", "--json"]
+        )
+    live = work / f"live-{args.events}"
+    shutil.rmtree(live, ignore_errors=True)
+    live.mkdir()
+    rest = {f.name: cut(f, live / f.name, 1 - args.share) for f in sorted(fleet.glob("*.jsonl"))}
+    db = work / f"append-{args.events}.duckdb"
+    db.unlink(missing_ok=True)
+    ingest = [PY, "-m", "replaygate", "ingest", str(live), "--no-analyse", "--json"]
+    res: dict = {"events": json.loads((fleet / "truth.json").read_text())["events"]}
+    res["input_mb"] = round(sum(f.stat().st_size for f in live.glob("*.jsonl")) / 1e6)
+    r = timed([*ingest, "--db", str(db)])
+    res["full_load"] = {k: r[k] for k in ("seconds", "peak_mb")}
+    timed([PY, "-c", ANALYSE, str(db), "once"])  # analysed at 99 %
+    for name, tail in rest.items():
+        with open(live / name, "ab") as fh:
+            fh.write(tail)
+    res["appended_mb"] = round(sum(len(t) for t in rest.values()) / 1e6, 1)
+    r = timed([*ingest, "--db", str(db)])
+    res["append_load"] = {k: r[k] for k in ("seconds", "peak_mb")}
+    res["append_files"] = [f["status"] for f in json.loads(r["out"])["files"]]
+    r = timed([PY, "-c", ANALYSE, str(db), "incremental"])
+    res["reanalysis"] = {"seconds": json.loads(r["out"])["seconds"], "peak_mb": r["peak_mb"]}
+    r = timed([PY, "-c", ANALYSE, str(db), "force"])
+    res["scratch_analysis"] = {"seconds": json.loads(r["out"])["seconds"], "peak_mb": r["peak_mb"]}
+    res["load_ratio"] = round(res["append_load"]["seconds"] / res["full_load"]["seconds"], 3)
+    res["analysis_ratio"] = round(
+        res["reanalysis"]["seconds"] / res["scratch_analysis"]["seconds"], 3
+    )
+    (work / f"append-{args.events}.json").write_text(json.dumps(res, indent=1))
+    db.unlink(missing_ok=True)
+    print(f"| measure | {res['events']:,} events ({res['input_mb']:,} MB) |\n|---|---|")
+    print(f"| full load (99 %): s / peak MB | {res['full_load']['seconds']} / "
+          f"{res['full_load']['peak_mb']} |")  # fmt: skip
+    print(f"| append load ({res['appended_mb']} MB): s / peak MB | "
+          f"{res['append_load']['seconds']} / {res['append_load']['peak_mb']} |")  # fmt: skip
+    print(f"| append ÷ full load | {res['load_ratio']:.1%} |")
+    print(f"| analysis from scratch: s | {res['scratch_analysis']['seconds']:.2f} |")
+    print(f"| re-analysis after the append: s | {res['reanalysis']['seconds']:.2f} |")
+    print(f"| re-analysis ÷ from scratch | {res['analysis_ratio']:.1%} |")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,210 @@
+"""Incremental analysis: after an append, recompute only what the new rows can change.
+
+Ingest notes the sessions of the rows it adds (`analysis_pending`). Most prepared tables
+and detectors are *session-local*: a session's rows out depend only on that session's
+rows in. Those are recomputed for the noted sessions alone, by running their unchanged
+SQL against views of the tables that hold only those sessions (schema `rg_scope`, first
+on the search path), and their old rows for those sessions are replaced. Everything else
+(stage windows, per-stage samples, source counts, idempotency keys, fleet-wide rates,
+proxy-log checks) is recomputed whole, as in a full analysis. Stages are then assigned
+to all findings as always.
+
+A full analysis runs instead when there is no earlier analysis to build on, an ingest
+since then did not note what it changed, the configuration changed, the rollout log
+changed or rows were replaced, a detector's coverage would change, or the noted sessions
+are a large share of the fleet. Anything unexpected during an incremental run (a
+session-local table without `session_hmac`, a session-local finding without a session)
+rolls it back and falls back to a full one.
+The result equals a from-scratch analysis (tests/test_incremental.py checks it).
+"""
+
+from __future__ import annotations
+
+import re
+import time
+
+import duckdb
+
+from replaygate.ingest.config import Config
+from replaygate.ingest.db import get_meta, set_meta
+
+from . import catalog, params
+
+# Prepared tables and detectors whose output for a session depends only on that
+# session's rows (and on the stage windows, which a rollout change recomputes in full).
+SESSION_PREP = {
+    "a_sessions",
+    "a_event_index",
+    "a_inbox",
+    "a_missing",
+    "a_streams",
+    "a_recoveries",
+    "a_resumes",
+}
+SESSION_DETECTORS = {
+    "auth_subject_mismatch",
+    "cross_stream_acceptance",
+    "cursor_misrouted",
+    "cursor_rejected",
+    "delete_fabricated",
+    "dropped_terminal",
+    "duplicate_delivery_accepted",
+    "priming_lost",
+    "replay_after_ack",
+    "replay_gap",
+    "retry_not_honored",
+    "rollback_cursor_dropped",
+    "rollback_post_storm",
+    "rollback_resumable_new_stream",
+    "session_after_terminal",
+    "silent_truncation",
+    "slow_recovery",
+    "state_violation",
+    "unrecovered_stream",
+}
+# Above this share of the fleet's sessions a full analysis is as cheap.
+MAX_SHARE = 0.25
+SCOPE = "rg_scope"
+_CREATES = re.compile(r"CREATE\s+OR\s+REPLACE\s+TABLE\s+(\w+)", re.IGNORECASE)
+
+
+class Fallback(Exception):
+    """The incremental run cannot vouch for its result: run a full analysis."""
+
+
+def clear_pending(con) -> None:
+    con.execute("DELETE FROM analysis_pending")
+    set_meta(con, "analysis_pending_full", "0")
+    set_meta(con, "analysis_pending_through", get_meta(con, "data_version", "0"))
+
+
+def possible(con, config: Config, counts: dict[str, int]) -> bool:
+    """Can the last analysis be brought up to date incrementally?"""
+    from . import runner
+
+    last = get_meta(con, "analysis_stamp")
+    if not last or last.split(":", 1)[-1] != config.digest():
+        return False
+    if get_meta(con, "analysis_pending_full", "0") != "0":
+        return False
+    if get_meta(con, "analysis_pending_through") != get_meta(con, "data_version", "0"):
+        return False  # an ingest that did not note its changes (an older version) ran since
+    try:
+        pending = con.execute(
+            "SELECT count(DISTINCT session_hmac) FROM analysis_pending"
+        ).fetchone()[0]
+        fleet = con.execute("SELECT count(*) FROM a_sessions").fetchone()[0]
+        ran = dict(con.execute("SELECT detector, status FROM coverage").fetchall())
+    except duckdb.CatalogException:
+        return False
+    if not fleet or pending > MAX_SHARE * fleet:
+        return False
+    for name, q in catalog.detectors().items():
+        missing = runner.missing_needs(q, counts)
+        now = runner.missing_label(missing[0]) if missing else "ok"
+        if ran.get(name) != now:
+            return False
+    return True
+
+
+def analyse(con, config: Config, counts: dict[str, int]) -> None:
+    """Recompute for the pending sessions (inside the caller's transaction)."""
+    from . import runner
+
+    values = params.from_config(config)
+    con.execute(
+        "CREATE OR REPLACE TEMP TABLE rg_affected AS "
+        "SELECT DISTINCT session_hmac FROM analysis_pending"
+    )
+    con.execute(f"DROP SCHEMA IF EXISTS {SCOPE} CASCADE")
+    con.execute(f"CREATE SCHEMA {SCOPE}")
+    try:
+        for table in ("sessions", "streams", "events", "inbox", "dispatches", "proxy"):
+            _scoped_view(con, table)
+        for q in catalog.load("prep"):
+            if q.name in SESSION_PREP:
+                _scoped_prep(con, q)
+            else:
+                for stmt in q.statements():
+                    con.execute(stmt)
+        for name, q in catalog.detectors().items():
+            if runner.missing_needs(q, counts):
+                continue
+            t0 = time.perf_counter()
+            bound = {"detector": name, **params.bind(q, values)}
+            if name in SESSION_DETECTORS:
+                con.execute(
+                    """DELETE FROM main.findings WHERE detector = $d
+                       AND session_hmac IN (SELECT session_hmac FROM rg_affected)""",
+                    {"d": name},
+                )
+                _search(con, scoped=True)
+                con.execute(
+                    f"""CREATE OR REPLACE TEMP TABLE rg_new AS
+                        SELECT $detector AS detector, * FROM ({q.sql})""",
+                    bound,
+                )
+                _search(con, scoped=False)
+                if con.execute("SELECT count(*) FROM rg_new WHERE session_hmac IS NULL").fetchone()[
+                    0
+                ]:
+                    raise Fallback(f"{name}: a finding without a session")
+                con.execute("INSERT INTO main.findings BY NAME SELECT * FROM rg_new")
+            else:
+                con.execute("DELETE FROM main.findings WHERE detector = $d", {"d": name})
+                con.execute(
+                    f"INSERT INTO main.findings BY NAME SELECT $detector AS detector, * "
+                    f"FROM ({q.sql})",
+                    bound,
+                )
+            n = con.execute(
+                "SELECT count(*) FROM main.findings WHERE detector = $d", {"d": name}
+            ).fetchone()[0]
+            con.execute(
+                "UPDATE coverage SET rows = $n, seconds = $s WHERE detector = $d",
+                {"d": name, "n": n, "s": time.perf_counter() - t0},
+            )
+    finally:
+        _search(con, scoped=False)
+        con.execute(f"DROP SCHEMA IF EXISTS {SCOPE} CASCADE")
+        con.execute("DROP TABLE IF EXISTS rg_new")
+
+
+def _search(con, scoped: bool) -> None:
+    con.execute(f"SET search_path = '{SCOPE},main'" if scoped else "SET search_path = 'main'")
+
+
+def _scoped_view(con, table: str, source: str | None = None) -> None:
+    con.execute(
+        f"""CREATE OR REPLACE VIEW {SCOPE}.{table} AS SELECT * FROM main.{source or table}
+            WHERE session_hmac IN (SELECT session_hmac FROM rg_affected)"""
+    )
+
+
+def _scoped_prep(con, q) -> None:
+    """Run a session-local prepare query for the affected sessions, then replace their
+    rows in the full table and let later queries see them through a scoped view."""
+    tables = list(dict.fromkeys(_CREATES.findall(q.sql)))
+    _search(con, scoped=True)
+    try:
+        for stmt in q.statements():
+            con.execute(stmt)
+    finally:
+        _search(con, scoped=False)
+    for t in tables:
+        cols = {
+            r[0]
+            for r in con.execute(
+                "SELECT column_name FROM information_schema.columns "
+                "WHERE table_schema = $s AND table_name = $t",
+                {"s": SCOPE, "t": t},
+            ).fetchall()
+        }
+        if "session_hmac" not in cols:
+            raise Fallback(f"{t}: no session_hmac column")
+        con.execute(
+            f"DELETE FROM main.{t} WHERE session_hmac IN (SELECT session_hmac FROM rg_affected)"
+        )
+        con.execute(f"INSERT INTO main.{t} BY NAME SELECT * FROM {SCOPE}.{t}")
+        con.execute(f"DROP TABLE {SCOPE}.{t}")
+        _scoped_view(con, t)
