@@ -24,6 +24,7 @@ from pathlib import Path
 import blake3
 
 CHUNK = 1 << 20
+SCAN_CHUNK = 4 << 20
 
 
 @dataclass(frozen=True)
@@ -113,66 +114,70 @@ def _raw_digest(path: Path) -> str:
     return h.hexdigest()
 
 
+def _buffers(path: Path, gz: bool, state: dict) -> Iterator[tuple[bytes | bytearray, int]]:
+    """(buffer, length) pairs of the content; plain files are read into one reused
+    buffer, so a large file costs no allocation or copy beyond the read."""
+    if gz:
+        for chunk in content_chunks(path, gz, state=state):
+            yield chunk, len(chunk)
+        return
+    buf = bytearray(SCAN_CHUNK)
+    with open(path, "rb", buffering=0) as fh:
+        while n := fh.readinto(buf):
+            yield buf, n
+
+
+def _hasher():
+    # Both cores for a large prefix; BLAKE3's tree mode gives the same digest either way.
+    return blake3.blake3(max_threads=blake3.blake3.AUTO)
+
+
 def scan(path: Path, gz: bool, whole: bool, offsets: set[int]) -> Scan:
     """Digest the content once, noting the digest at each of `offsets` (the consumed
-    lengths of known files). `whole`: read to the end even without a final newline."""
+    lengths of known files), the digest at the end of the last complete line, and the
+    lines up to there. `whole`: the content is complete even without a final newline."""
     out = Scan()
-    h = blake3.blake3()
+    h = _hasher()
     marks = sorted(o for o in offsets if o > 0)
     mi = 0
-    pos = 0  # bytes fed to h
+    pos = 0  # bytes hashed
     lines = 0
-    pending = b""
-
-    def feed(data: bytes) -> None:
-        nonlocal pos, mi, lines
-        i = 0
-        while mi < len(marks) and marks[mi] <= pos + len(data) - i:
-            cut = i + marks[mi] - pos
-            h.update(data[i:cut])
-            lines_seg = data.count(b"\n", i, cut)
-            lines += lines_seg
-            pos += cut - i
-            i = cut
-            out.prefixes[marks[mi]] = h.hexdigest()
-            mi += 1
-        h.update(data[i:])
-        lines += data.count(b"\n", i)
-        pos += len(data) - i
-
+    at_nl = (None, 0, 0)  # (hash state, position, lines) at the end of the last newline
     state: dict = {}
-    for chunk in content_chunks(path, gz, state=state):
-        out.length += len(chunk)
-        data = pending + chunk if pending else chunk
-        if whole:
-            feed(data)
-            pending = b""
-            continue
-        nl = data.rfind(b"\n")
-        if nl < 0:
-            pending = data
-        else:
-            feed(data[: nl + 1])
-            pending = data[nl + 1 :]
+    for buf, n in _buffers(path, gz, state):
+        view = memoryview(buf)[:n]
+        i = 0
+        while i < n:
+            # A segment: up to the next mark, or the end of the buffer.
+            end = min(n, marks[mi] - pos + i) if mi < len(marks) else n
+            nl = buf.rfind(b"\n", i, end)
+            if nl >= 0:
+                h.update(view[i : nl + 1])
+                lines += buf.count(b"\n", i, nl + 1)
+                at_nl = (h.copy(), pos + nl + 1 - i, lines)
+                h.update(view[nl + 1 : end])
+            else:
+                h.update(view[i:end])
+            pos += end - i
+            i = end
+            while mi < len(marks) and marks[mi] == pos:
+                out.prefixes[marks[mi]] = h.hexdigest()
+                mi += 1
+        view.release()
+    out.length = pos
+    full = h.hexdigest()
+    if whole or at_nl[1] == pos:
+        out.complete, out.digest = pos, full
+        out.lines = lines
+    elif at_nl[0] is not None:
+        out.complete, out.digest, out.lines = at_nl[1], at_nl[0].hexdigest(), at_nl[2]
+    else:
+        out.complete, out.digest, out.lines = 0, _hasher().hexdigest(), 0
     if gz:
         out.raw_digest = _raw_digest(path)
         out.truncated = bool(state.get("truncated"))
-    out.complete = pos
-    out.lines = lines
-    out.digest = h.hexdigest()
-    if pending:
-        # Offsets inside the partial last line (a file read whole before) still compare.
-        for m in marks[mi:]:
-            if m <= pos + len(pending):
-                t = h.copy()
-                t.update(pending[: m - pos])
-                out.prefixes[m] = t.hexdigest()
-        if not gz:
-            t = h.copy()
-            t.update(pending)
-            out.raw_digest = t.hexdigest()
-    elif not gz:
-        out.raw_digest = out.digest
+    else:
+        out.raw_digest = full
     return out
 
 
