@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from .contract import RECORD_TYPES
+from .timefmt import iso_ms as _iso
 
 
 def status(con) -> dict:
@@ -43,9 +44,3 @@ def status(con) -> dict:
         "files": {"count": files[0], "bytes": files[1]},
         "quarantine": {"rows": q_total, "top_reasons": reasons},
     }
-
-
-def _iso(ts) -> str | None:
-    if ts is None:
-        return None
-    return ts.strftime("%Y-%m-%dT%H:%M:%S.") + f"{ts.microsecond // 1000:03d}Z"

@@ -11,6 +11,7 @@ from replaygate.ingest import config as cfg
 from replaygate.ingest import db as dbm
 from replaygate.ingest.config import Config
 from replaygate.ingest.errors import ReplaygateError
+from replaygate.ingest.timefmt import iso_ms as _iso
 
 from . import gates, runner
 
@@ -43,12 +44,6 @@ def open_analysed(path: str, config: Config):
         ) from None
     runner.analyse(con, config)
     return con
-
-
-def _iso(ts):
-    if ts is None:
-        return None
-    return ts.strftime("%Y-%m-%dT%H:%M:%S.") + f"{ts.microsecond // 1000:03d}Z"
 
 
 def list_findings(con, detectors=None, stage=None, severity=None, limit=None) -> list[dict]:

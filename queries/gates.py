@@ -13,6 +13,7 @@ from dataclasses import dataclass
 
 from replaygate.ingest.config import Config
 from replaygate.ingest.errors import ReplaygateError
+from replaygate.ingest.timefmt import iso_ms as _iso
 
 from . import catalog, params, runner
 
@@ -188,12 +189,6 @@ def display_threshold(gate: dict) -> str:
     kind = BY_ID[gate["id"]].kind
     t = gate["threshold"]
     return {"share": "100%", "p99": f"< {t:g} s", "peak": f"≤ {t:g}/s"}.get(kind, f"{t:g}")
-
-
-def _iso(ts):
-    if ts is None:
-        return None
-    return ts.strftime("%Y-%m-%dT%H:%M:%S.") + f"{ts.microsecond // 1000:03d}Z"
 
 
 def _measures(con, config: Config) -> dict[str, dict[str, dict]]:

@@ -10,16 +10,11 @@ import json
 
 from replaygate.ingest.config import Config
 from replaygate.ingest.errors import ReplaygateError
+from replaygate.ingest.timefmt import iso_ms as _iso
 
 from . import api, catalog, gates
 
 REPORT_VERSION = "1"
-
-
-def _iso(ts):
-    if ts is None:
-        return None
-    return ts.strftime("%Y-%m-%dT%H:%M:%S.") + f"{ts.microsecond // 1000:03d}Z"
 
 
 def _inputs(con) -> list[dict]:

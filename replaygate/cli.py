@@ -56,9 +56,10 @@ def emit_json(doc) -> None:
 
 
 @click.group(context_settings=CONTEXT)
-@click.option("--debug", is_flag=True, help="Show tracebacks on errors.")
+# Read from argv by main() (errors raised before click parses must honour it too).
+@click.option("--debug", is_flag=True, expose_value=False, help="Show tracebacks on errors.")
 @click.version_option(__version__, prog_name="replaygate")
-def cli(debug: bool) -> None:
+def cli() -> None:
     """Audit MCP Streamable HTTP replay, resumption and idempotency; gate rollouts.
 
     \b
@@ -124,11 +125,9 @@ def ingest(paths, db, config_path, as_json, strict, no_analyse, source):
 
 
 def _analyse(con, conf):
-    """Refresh findings after an ingest, if the detector layer is present."""
-    try:
-        from replaygate.queries import runner
-    except ImportError:  # pragma: no cover - detectors not installed
-        return None
+    """Refresh findings after an ingest."""
+    from replaygate.queries import runner
+
     return runner.analyse(con, conf)
 
 
