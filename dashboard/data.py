@@ -191,8 +191,8 @@ def timeline(stamp: str, session_hmac: str, stream_id: str | None) -> pd.DataFra
 
 
 @st.cache_data(show_spinner=False)
-def sessionless_timeline(stamp: str, subject: str) -> pd.DataFrame:
-    return _df("sessionless_timeline", subject=subject)
+def sessionless_timeline(stamp: str, subject: str | None, at=None) -> pd.DataFrame:
+    return _df("sessionless_timeline", subject=subject, at=at)
 
 
 @st.cache_data(show_spinner=False)

@@ -26,10 +26,12 @@ ACTION_COLORS = {
     "complete": "#6a1b9a",
 }
 LAYOUT = {
-    "margin": {"l": 10, "r": 10, "t": 70, "b": 10},
+    "margin": {"l": 10, "r": 10, "t": 95, "b": 10},
     "height": 340,
     # Above the plot, so it never covers the x-axis title.
-    "legend": {"orientation": "h", "y": 1.0, "yanchor": "bottom", "x": 0, "font": {"size": 11}},
+    "legend": {"orientation": "h", "y": 1.02, "yanchor": "bottom", "x": 0, "font": {"size": 11}},
+    "title_y": 0.97,
+    "title_yanchor": "top",
 }
 # Colours by meaning: good green, bad red, warning amber, neutral blue/grey.
 GOOD, BAD, WARN, NEUTRAL, INFO, MUTED = (
@@ -84,7 +86,16 @@ def _empty(title: str, message: str = "nothing to show for these filters") -> go
 
 
 def annotate_rollout(fig: go.Figure, actions: pd.DataFrame) -> go.Figure:
-    """Rollout actions as vertical lines on a time chart, labelled on staggered rows."""
+    """Rollout actions as vertical lines on a time chart, labelled on staggered rows; only
+    those inside the plotted time range, so a filtered chart keeps its own range."""
+    xs = [x for t in fig.data for x in (t.x if t.x is not None else ())]
+    if xs and not actions.empty:
+        lo, hi = pd.Timestamp(min(xs)), pd.Timestamp(max(xs))
+        pad = max((hi - lo) * 0.05, pd.Timedelta(minutes=1))
+        ts = pd.to_datetime(actions["ts"], utc=True)
+        lo = lo.tz_localize("UTC") if lo.tzinfo is None else lo
+        hi = hi.tz_localize("UTC") if hi.tzinfo is None else hi
+        actions = actions[(ts >= lo - pad) & (ts <= hi + pad)]
     for i, row in enumerate(actions.itertuples()):
         color = ACTION_COLORS.get(row.action, "#555")
         fig.add_vline(x=row.ts, line_width=1, line_dash="dot", line_color=color)
@@ -349,6 +360,14 @@ MEANING_LABELS = {
 }
 
 
+def _point_text(r) -> str:
+    if pd.notna(r.seq):
+        return f"#{int(r.seq)}"
+    if isinstance(r.cursor, str) and r.cursor:
+        return f"from {r.cursor}"
+    return ""
+
+
 def meaning_of(kind) -> str:
     return KIND_MEANING.get(str(kind), "other")
 
@@ -395,6 +414,14 @@ def evidence_marks(tl: pd.DataFrame, finding: dict | None) -> pd.Series:
             dispatch, regex=False
         )
         marks[hit & (marks == "")] = "dispatch " + dispatch
+    if (marks == "").all() and finding.get("ts") is not None:
+        # Nothing names the evidence: mark the records at the finding's moment.
+        t = pd.Timestamp(finding["ts"])
+        t = t.tz_localize("UTC") if t.tzinfo is None else t
+        when = pd.to_datetime(tl["ts"], utc=True)
+        gap = (when - t).abs()
+        nearest = gap == gap.min()
+        marks[nearest] = str(finding.get("detector") or "finding")
     return marks
 
 
@@ -407,14 +434,23 @@ def inspector_timeline(df: pd.DataFrame, title: str, marks: pd.Series | None = N
     pos = {lane: i for i, lane in enumerate(reversed(lanes))}
     df["y"] = df["lane"].map(pos) + _lane_offsets(df)
     df["meaning"] = df["kind"].map(meaning_of)
-    df["text"] = df["label"].astype(str)
+    # Seq, event id and cursor as visible text when there is room for it.
+    few = len(df) <= 80
+    df["text"] = (
+        [_point_text(r) if few else "" for r in df[["seq", "event_id", "cursor"]].itertuples()]
+        if {"seq", "event_id", "cursor"} <= set(df.columns)
+        else ""
+    )
     fig = go.Figure()
     for meaning, part in df.groupby("meaning"):
         fig.add_trace(
             go.Scatter(
                 x=part["ts"],
                 y=part["y"],
-                mode="markers",
+                mode="markers+text" if few else "markers",
+                text=part["text"],
+                textposition="bottom center",
+                textfont={"size": 9, "color": "#37474f"},
                 name=MEANING_LABELS[meaning],
                 marker={
                     "size": 9,

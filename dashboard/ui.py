@@ -251,10 +251,13 @@ def findings_query(ctx: Ctx, detectors, stage: str | None) -> dict[str, str]:
     return q
 
 
-def evidence_link(ctx: Ctx, label: str, detectors, stage: str | None, icon=None, key=None):
+def evidence_link(
+    ctx: Ctx, label: str, detectors, stage: str | None, icon=None, color: str | None = None
+):
+    text = fmt.md_text(label)
     st.page_link(
         PAGE_FILES["findings"],
-        label=fmt.md_text(label),
+        label=f":{color}[{text}]" if color else text,
         icon=icon,
         query_params=findings_query(ctx, detectors, stage),
         help="the findings behind this, on the Findings page",
@@ -302,6 +305,10 @@ def inspector_query(ctx: Ctx, row) -> dict[str, str]:
             if isinstance(row.get(key), str) and row.get(key):
                 q["subject"] = row[key]
                 break
+        else:
+            # Nothing names it: the inspector shows the sessionless records of its moment.
+            if row.get("ts") is not None and not pd.isna(row.get("ts")):
+                q["at"] = pd.Timestamp(row["ts"]).isoformat()
     for key in ("detector", "event_id", "dispatch_id"):
         if isinstance(row.get(key), str) and row.get(key):
             q["f_" + key] = row[key]
@@ -312,7 +319,7 @@ def inspector_query(ctx: Ctx, row) -> dict[str, str]:
 
 def inspector_url(ctx: Ctx, row) -> str | None:
     q = inspector_query(ctx, row)
-    if "session" not in q and "subject" not in q:
+    if not {"session", "subject", "at"} & set(q):
         return None
     return "inspector?" + urlencode(q)
 

@@ -97,3 +97,35 @@ def test_every_page_in_a_real_browser(server, tmp_path):
             page.screenshot(path=str(shots / f"{name}.png"), full_page=True)
         browser.close()
     assert (shots / "overview.png").stat().st_size > 10_000
+
+
+def test_a_reason_leads_to_its_evidence(server, sample_db):
+    """On the rolled-back stage, click a failing reason: the Findings page opens on that
+    gate's detectors in that stage, and lists exactly the findings behind the reason."""
+    import json
+
+    from playwright.sync_api import sync_playwright
+
+    stage = "write-10pct"
+    conf = str(SAMPLE / "replaygate.toml")
+    out = subprocess.run(
+        [sys.executable, "-m", "replaygate", "gates", "--db", str(sample_db), "--config", conf]
+        + ["--stage", stage, "--json"],
+        capture_output=True,
+        text=True,
+    ).stdout
+    gate = next(g for g in json.loads(out)["stages"][0]["gates"] if g["status"] == "fail")
+    with sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=CHROMIUM, args=FLAGS, headless=True)
+        page = browser.new_page(viewport={"width": 1440, "height": 1000})
+        page.goto(f"{server}/?stage={stage}")
+        link = page.locator("[data-testid='stPageLink'] a", has_text=gate["id"]).first
+        link.wait_for(timeout=60_000)
+        link.click()
+        page.wait_for_url("**/findings?**", timeout=60_000)
+        page.wait_for_selector("[data-testid='stMainBlockContainer'] h1:has-text('Findings')")
+        want = f"{gate['evidence']['count']:,} findings · {stage}"
+        page.wait_for_selector(f"text={want}", timeout=60_000)
+        assert f"stage={stage}" in page.url
+        assert "det=" + "%2C".join(gate["evidence"]["detectors"]) in page.url.replace(",", "%2C")
+        browser.close()

@@ -152,7 +152,11 @@ def test_reasons_and_tiles_link_to_their_evidence(app, sample_db):
         if g["status"] != "fail":
             continue
         dets = g["evidence"]["detectors"]
-        hits = [q for label, q in links if label.replace("\\", "").startswith(g["id"])]
+        hits = [
+            q
+            for label, q in links
+            if label.replace("\\", "").removeprefix(":red[").startswith(g["id"])
+        ]
         assert hits, g["id"]
         q = parse_qs(hits[0])
         assert q["stage"] == [stage] and q["det"] == [",".join(dets)]

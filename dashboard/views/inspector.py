@@ -21,11 +21,13 @@ for r in subjects.itertuples():
         )
     else:
         labels[(r.kind, r.subject)] = f"{r.kind} {r.subject} · {fmt.blank(r.stage)} · {n}"
-wanted = (
-    ("session", params["session"])
-    if params.get("session")
-    else (("subject", params["subject"]) if params.get("subject") else None)
-)
+wanted = None
+if params.get("session"):
+    wanted = ("session", params["session"])
+elif params.get("subject"):
+    wanted = ("subject", params["subject"])
+elif params.get("at"):
+    wanted = ("moment", params["at"])
 options = list(labels)
 if wanted is not None:
     match = [o for o in options if o[1] == wanted[1]]
@@ -33,16 +35,39 @@ if wanted is not None:
         wanted = match[0]
     else:
         options = [wanted, *options]
-        labels[wanted] = f"{wanted[0]} {short(wanted[1], 16)}"
+        labels[wanted] = (
+            f"records without a session around {fmt.when(wanted[1])}"
+            if wanted[0] == "moment"
+            else f"{wanted[0]} {short(wanted[1], 16)}"
+        )
 if not options:
     st.info("Nothing to inspect for these filters.")
     st.stop()
+
+
+def _subject_to_url() -> None:
+    # The URL decides what is shown; a pick rewrites it before the rerun.
+    kind_, value = st.session_state["inspector_subject"]
+    for key in ("session", "stream", "subject", "at", "f_detector", "f_event_id", "f_dispatch_id"):
+        params.pop(key, None)
+    params[{"session": "session", "moment": "at"}.get(kind_, "subject")] = value
+
+
+def _stream_to_url() -> None:
+    value = st.session_state["inspector_stream"]
+    if value == "(whole session)":
+        params.pop("stream", None)
+    else:
+        params["stream"] = value
+
+
+st.session_state["inspector_subject"] = wanted if wanted in options else options[0]
 picked = st.selectbox(
     "Subject (client · start · stage · findings)",
     options,
-    index=options.index(wanted) if wanted in options else 0,
     format_func=lambda o: labels[o],
     key="inspector_subject",
+    on_change=_subject_to_url,
 )
 kind, subject = picked
 stream_id = None
@@ -50,12 +75,10 @@ if kind == "session":
     streams = data.streams_of(ctx.stamp, subject)
     stream_opts = ["(whole session)", *streams]
     want_stream = params.get("stream")
-    stream = st.selectbox(
-        "Stream",
-        stream_opts,
-        index=stream_opts.index(want_stream) if want_stream in stream_opts else 0,
-        key="inspector_stream",
+    st.session_state["inspector_stream"] = (
+        want_stream if want_stream in stream_opts else "(whole session)"
     )
+    stream = st.selectbox("Stream", stream_opts, key="inspector_stream", on_change=_stream_to_url)
     stream_id = None if stream == "(whole session)" else stream
     if params.get("session") != subject or params.get("stream") != stream_id:
         params.pop("subject", None)
@@ -71,6 +94,14 @@ if kind == "session":
     if stream_id is not None:
         found = found[(found["stream_id"] == stream_id) | found["stream_id"].isna()]
     title = f"session {short(subject)}" + (f" · stream {stream_id}" if stream_id else "")
+elif kind == "moment":
+    at = pd.Timestamp(subject)
+    at = at.tz_localize("UTC") if at.tzinfo is None else at
+    tl = data.sessionless_timeline(ctx.stamp, None, at.to_pydatetime())
+    found = data.findings(ctx.stamp, ctx.filters.with_(stage=None))
+    near = (pd.to_datetime(found["ts"], utc=True) - at).abs() <= pd.Timedelta(seconds=5)
+    found = found[found["session_hmac"].isna() & near]
+    title = f"records without a session around {fmt.when(at.to_pydatetime())}"
 else:
     if params.get("subject") != subject:
         params.pop("session", None)

@@ -78,12 +78,19 @@ short = [g for g in stage["gates"] if g["status"] == "insufficient"]
 if failing or short:
     st.subheader("Why")
 for g in failing:
-    ui.evidence_link(ctx, g["reason"], g["evidence"]["detectors"], name, icon=":material/cancel:")
+    ui.evidence_link(
+        ctx, g["reason"], g["evidence"]["detectors"], name, icon=":material/cancel:", color="red"
+    )
 if short:
     st.markdown("**Not enough data yet** (no failure, the sample is short):")
 for g in short:
     ui.evidence_link(
-        ctx, g["reason"], g["evidence"]["detectors"], name, icon=":material/hourglass_empty:"
+        ctx,
+        g["reason"],
+        g["evidence"]["detectors"],
+        name,
+        icon=":material/hourglass_empty:",
+        color="orange",
     )
 
 st.subheader("Gates")

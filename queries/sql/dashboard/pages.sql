@@ -218,20 +218,27 @@ FROM dispatches WHERE session_hmac = $s
 ORDER BY ts;
 
 -- name: sessionless_timeline
--- purpose: records without a session, tied by principal, request id or idempotency key
--- params: subject
+-- purpose: records without a known session, tied by principal, request id or idempotency
+--          key, or (with $at) every such record within 5 seconds of a moment
+-- params: subject, at
 -- filters: none
+WITH near AS (
+    SELECT $at::TIMESTAMPTZ - INTERVAL 5 SECOND AS t0, $at::TIMESTAMPTZ + INTERVAL 5 SECOND AS t1
+)
 SELECT ts, 'proxy requests' AS lane, method || ' ' || status AS label,
        'http ' || (status // 100) || 'xx' AS kind, NULL AS stream_id, NULL::BIGINT AS seq,
        NULL AS event_id, last_event_id AS cursor,
-       concat_ws(' ', jsonrpc_method, 'request ' || request_id, origin) AS info
-FROM proxy WHERE session_hmac IS NULL AND (principal = $subject OR request_id = $subject)
+       concat_ws(' ', jsonrpc_method, 'request ' || request_id, 'Origin ' || origin) AS info
+FROM proxy, near
+WHERE (session_hmac IS NULL OR session_hmac NOT IN (SELECT session_hmac FROM a_sessions))
+  AND (principal = $subject OR request_id = $subject OR ts BETWEEN near.t0 AND near.t1)
 UNION ALL
 SELECT ts, 'dispatches', tool_name || ' ' || outcome, outcome, NULL, NULL, NULL, NULL,
        concat_ws(' ', dispatch_id, 'key ' || idempotency_key, 'request ' || request_id)
-FROM dispatches
+FROM dispatches, near
 WHERE idempotency_key = $subject OR dispatch_id = $subject OR principal = $subject
    OR request_id = $subject
+   OR (session_hmac IS NULL AND ts BETWEEN near.t0 AND near.t1)
 ORDER BY ts;
 
 -- name: streams_of
