@@ -9,6 +9,7 @@ import plotly.graph_objects as go
 from plotly.colors import qualitative
 
 from replaygate.queries import catalog
+from replaygate.queries.escape import plot_text
 
 STATUS_COLORS = {
     "pass": "#2e7d32",
@@ -103,7 +104,7 @@ def annotate_rollout(fig: go.Figure, actions: pd.DataFrame) -> go.Figure:
             x=row.ts,
             y=1.0 - 0.07 * (i % 3),
             yref="paper",
-            text=f"{row.action} {row.stage}",
+            text=plot_text(f"{row.action} {row.stage}"),
             showarrow=False,
             xanchor="left",
             yanchor="top",
@@ -122,11 +123,11 @@ def stage_timeline(stages: pd.DataFrame, actions: pd.DataFrame, data_end) -> go.
         fig.add_trace(
             go.Scatter(
                 x=[row.start_ts, end],
-                y=[row.stage, row.stage],
+                y=[plot_text(row.stage)] * 2,
                 mode="lines",
                 line={"width": 18, "color": "#90caf9" if pd.isna(row.rollback_ts) else "#ef9a9a"},
-                name=row.stage,
-                hovertemplate=f"{row.stage} ({row.scope})<extra></extra>",
+                name=plot_text(row.stage),
+                hovertemplate=plot_text(f"{row.stage} ({row.scope})") + "<extra></extra>",
                 showlegend=False,
             )
         )
@@ -135,7 +136,7 @@ def stage_timeline(stages: pd.DataFrame, actions: pd.DataFrame, data_end) -> go.
             fig.add_trace(
                 go.Scatter(
                     x=[row.rollback_ts, hy_end],
-                    y=[row.stage, row.stage],
+                    y=[plot_text(row.stage)] * 2,
                     mode="lines",
                     line={"width": 6, "color": "#c62828", "dash": "dot"},
                     name="rollback hygiene window",
@@ -168,7 +169,7 @@ def gate_matrix(stages: list[dict], titles: dict | None = None) -> go.Figure:
         go.Heatmap(
             z=z,
             x=[titles.get(g, g) for g in gate_ids],
-            y=[f"{s['stage']} → {s['decision']}" for s in stages],
+            y=[plot_text(f"{s['stage']} → {s['decision']}") for s in stages],
             text=text,
             texttemplate="%{text}",
             colorscale=scale,
@@ -252,7 +253,7 @@ def series_by(
     for k, part in df.groupby(key):
         trace = go.Bar if bar else go.Scatter
         color = (colors or {}).get(str(k), MUTED if colors else None)
-        fig.add_trace(trace(x=part["bucket"], y=part["n"], name=str(k), marker_color=color))
+        fig.add_trace(trace(x=part["bucket"], y=part["n"], name=plot_text(k), marker_color=color))
     fig.update_layout(barmode="stack", title=title, **LAYOUT)
     _axes(fig, y=f"{y} per {bucket}" if bucket else y)
     return annotate_rollout(fig, actions) if actions is not None else fig

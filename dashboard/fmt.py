@@ -8,8 +8,9 @@ from __future__ import annotations
 
 import json
 import math
-import re
 from datetime import UTC, datetime, timedelta
+
+from replaygate.queries import escape
 
 # Short enough for a tile; the gate id is in each tile's tooltip.
 GATE_TITLES = {
@@ -33,17 +34,15 @@ STATUS_WORDS = {
 BASELINE = "baseline (no cohort)"
 OUTSIDE = "outside every stage"
 
-_MD_SPECIAL = re.compile(r"([\\`*_{}\[\]()<>#+\-.!|~$:])")
-
 
 def md_text(value) -> str:
-    """Any text as inert Markdown: every markup character escaped."""
-    return _MD_SPECIAL.sub(r"\\\1", str(value)).replace("\n", " ")
+    """Any text as inert Markdown for Streamlit (queries/escape.py: one rule for all)."""
+    return escape.md_text(value, streamlit=True)
 
 
 def code(value) -> str:
     """Text for inside a Markdown code span (where escapes are literal): no backticks."""
-    return str(value).replace("`", "'").replace("\n", " ")
+    return escape.one_line(value).replace("`", "'")
 
 
 def gate_title(gate_id: str) -> str:

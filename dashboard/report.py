@@ -6,22 +6,36 @@ Imports plotly, never streamlit, so `replaygate report` works without the UI.
 
 from __future__ import annotations
 
+import base64
 import hashlib
-import html
 import json
+import re
 import shutil
 import subprocess
 import tempfile
 from pathlib import Path
 
+import jinja2
 import pandas as pd
 import plotly.graph_objects as go
 import pyarrow.parquet as pq
+from markupsafe import Markup
 from plotly.offline import get_plotlyjs
 
 from replaygate.ingest.errors import ReplaygateError
+from replaygate.queries.escape import md_code, md_code_block, md_text
 
 from . import figures
+
+# The fields that name a finding's unit, in the order they are shown.
+UNIT_KEYS = (
+    "session_hmac",
+    "generation",
+    "stream_id",
+    "event_id",
+    "dispatch_id",
+    "idempotency_key",
+)
 
 STATUS_WORD = {
     "pass": "PASSED",
@@ -31,37 +45,34 @@ STATUS_WORD = {
 }
 
 
-def _md_cell(v) -> str:
-    return str(v).replace("|", "\\|").replace("\n", " ")
-
-
-def _value(v) -> str:
-    if v is None:
-        return "—"
-    return f"{v:.3g}" if isinstance(v, float) else str(v)
+def _unit_md(item: dict) -> str:
+    return ", ".join(f"{k} {md_code(item[k])}" for k in UNIT_KEYS if item[k] is not None)
 
 
 def to_markdown(doc: dict) -> str:
+    """The report as Markdown. Every value from the data goes through md_text or
+    md_code (queries/escape.py), so no logged field can add or close a construct."""
     s = doc["scope"]
     out = [
-        f"# Rollout audit: {s['stage']} — {doc['decision']}",
+        f"# Rollout audit: {md_text(s['stage'])} — {doc['decision']}",
         "",
-        f"replaygate {doc['tool']['version']} · data as of {doc['as_of']} · "
+        f"replaygate {doc['tool']['version']} · data as of {md_text(doc['as_of'])} · "
         f"report format {doc['report_version']}",
         "",
         "## Scope",
         "",
-        f"- stage `{s['stage']}`, scope `{s['scope']}`, window {s['window']['start']} → "
-        f"{s['window']['end'] or 'open'}" + (" (rolled back)" if s["rolled_back"] else ""),
+        f"- stage {md_code(s['stage'])}, scope {md_code(s['scope'])}, window "
+        f"{md_text(s['window']['start'])} → {md_text(s['window']['end'] or 'open')}"
+        + (" (rolled back)" if s["rolled_back"] else ""),
         f"- cohort: {s['cohort_sessions']:,} sessions; protocol revisions: "
-        + (", ".join(f"`{k}` {v:,}" for k, v in s["protocol_revisions"].items()) or "none"),
+        + (", ".join(f"{md_code(k)} {v:,}" for k, v in s["protocol_revisions"].items()) or "none"),
         "",
         "## Decision",
         "",
         f"**{doc['decision']}**",
         "",
     ]
-    out += [f"- {r}" for r in doc["reasons"]] or ["- every gate passed"]
+    out += [f"- {md_text(r)}" for r in doc["reasons"]] or ["- every gate passed"]
     out += [
         "",
         "## Gates",
@@ -72,47 +83,36 @@ def to_markdown(doc: dict) -> str:
     for g in doc["gates"]:
         ub = f"< {g['upper_bound_95']:.2e}" if g["upper_bound_95"] is not None else "—"
         out.append(
-            f"| `{g['id']}` | {g['status']} | {_md_cell(g['display_value'])} | "
-            f"{_md_cell(g['display_threshold'])} | {g['sample']:,} | {g['min_sample']:,} | {ub} | "
-            f"{g['evidence_count']} |"
+            f"| {md_code(g['id'])} | {md_text(g['status'])} | {md_text(g['display_value'])} | "
+            f"{md_text(g['display_threshold'])} | {g['sample']:,} | {g['min_sample']:,} | "
+            f"{md_text(ub)} | {g['evidence_count']} |"
         )
     out += ["", "## Rollback verification", ""]
     if not doc["rollback_verification"]:
         out.append("No rollback in the rollout log.")
     for rb in doc["rollback_verification"]:
         out.append(
-            f"- `{rb['stage']}` rolled back at {rb['rollback_at']}: "
-            + ("verified" if rb["verified"] else f"**{rb['status']}**")
+            f"- {md_code(rb['stage'])} rolled back at {md_text(rb['rollback_at'])}: "
+            + ("verified" if rb["verified"] else f"**{md_text(rb['status'])}**")
             + "; "
-            + ", ".join(f"{k}: {v}" for k, v in rb["checks"].items())
-            + f"; new streams in the window: {rb['new_streams_in_window']}, resumed: "
-            f"{rb['new_streams_resumed']}"
+            + ", ".join(f"{md_text(k)}: {md_text(v)}" for k, v in rb["checks"].items())
+            + f"; new streams in the window: {md_text(rb['new_streams_in_window'])}, resumed: "
+            f"{md_text(rb['new_streams_resumed'])}"
         )
     f = doc["findings"]
     out += ["", f"## Findings in this stage: {f['total']:,}", ""]
     if f["by_detector"]:
         out += ["| detector | findings | by severity |", "|---|---|---|"]
         for det, d in f["by_detector"].items():
-            sev = ", ".join(f"{k} {v}" for k, v in sorted(d["by_severity"].items()))
-            out.append(f"| `{det}` | {d['count']} | {sev} |")
+            sev = ", ".join(f"{md_text(k)} {v}" for k, v in sorted(d["by_severity"].items()))
+            out.append(f"| {md_code(det)} | {d['count']} | {sev} |")
         for det, d in f["by_detector"].items():
-            out += ["", f"### `{det}`", ""]
+            out += ["", f"### {md_code(det)}", ""]
             for item in d.get("top", []):
-                unit = ", ".join(
-                    f"{k} `{item[k]}`"
-                    for k in (
-                        "session_hmac",
-                        "generation",
-                        "stream_id",
-                        "event_id",
-                        "dispatch_id",
-                        "idempotency_key",
-                    )
-                    if item[k] is not None
-                )
                 out.append(
-                    f"- {item['ts']} {item['severity']}: {unit or '—'}; "
-                    f"evidence `{json.dumps(item['detail'], sort_keys=True)}`"
+                    f"- {md_text(item['ts'])} {md_text(item['severity'])}: "
+                    f"{_unit_md(item) or '—'}; "
+                    f"evidence {md_code(json.dumps(item['detail'], sort_keys=True))}"
                 )
     out += [
         "",
@@ -126,19 +126,17 @@ def to_markdown(doc: dict) -> str:
     ]
     for fi in doc["inputs"]["files"]:
         out.append(
-            f"| `{_md_cell(fi['path'])}` | {fi['format']} | {fi['rows']:,} | "
-            f"{fi['quarantined']:,} | `{fi['sha256']}` |"
+            f"| {md_code(fi['path'])} | {md_text(fi['format'])} | {fi['rows']:,} | "
+            f"{fi['quarantined']:,} | {md_code(fi['sha256'])} |"
         )
     c = doc["configuration"]
     out += [
         "",
         "## Configuration",
         "",
-        f"SHA-256 `{c['sha256']}`",
+        f"SHA-256 {md_code(c['sha256'])}",
         "",
-        "```json",
-        json.dumps(c["settings"], indent=2, sort_keys=True),
-        "```",
+        md_code_block(json.dumps(c["settings"], indent=2, sort_keys=True), "json"),
         "",
         "## Methodology",
         "",
@@ -148,18 +146,18 @@ def to_markdown(doc: dict) -> str:
         "|---|---|---|",
     ]
     for m in doc["methodology"]:
-        out.append(f"| `{m['detector']}` | {m['severity']} | {_md_cell(m['invariant'])} |")
+        out.append(
+            f"| {md_code(m['detector'])} | {md_text(m['severity'])} | {md_text(m['invariant'])} |"
+        )
     out += [
         "",
         "## Redaction",
         "",
-        doc["redaction"],
+        md_text(doc["redaction"]),
         "",
         "## Reproduce",
         "",
-        "```",
-        doc["reproduce"],
-        "```",
+        md_code_block(doc["reproduce"]),
         "",
     ]
     return "\n".join(out)
@@ -199,26 +197,57 @@ def _charts(doc: dict) -> list[go.Figure]:
     return [fig1, fig2]
 
 
-def to_html(doc: dict) -> str:
-    import markdown_it  # shipped with rich
+_TEMPLATES = Path(__file__).parent / "templates"
+_SCRIPT = re.compile(r"<script[^>]*>(.*?)</script>", re.DOTALL)
 
-    body = markdown_it.MarkdownIt("commonmark").enable("table").render(to_markdown(doc))
-    body = body.replace(
-        f"<strong>{doc['decision']}</strong>",
-        f"<span class='decision {doc['decision']}'>{doc['decision']}</span>",
-        1,
+
+def _environment() -> jinja2.Environment:
+    env = jinja2.Environment(
+        loader=jinja2.FileSystemLoader(_TEMPLATES),
+        autoescape=True,  # every value from the data is HTML-escaped
+        undefined=jinja2.StrictUndefined,
+        keep_trailing_newline=True,
     )
-    charts = "".join(
-        f"<div class='chart'>{fig.to_html(full_html=False, include_plotlyjs=False, div_id=f'chart{i}', config={'staticPlot': True})}</div>"  # noqa: E501
+    env.filters["thousands"] = lambda n: f"{n:,}"
+    env.filters["tojson_sorted"] = lambda v, indent=None: json.dumps(
+        v, indent=indent, sort_keys=True, default=str
+    )
+    return env
+
+
+def _script_hashes(*html_parts: str) -> str:
+    """CSP sources for exactly the scripts we wrote: an injected script or event handler
+    would not run even if something slipped past escaping."""
+    hashes = []
+    for part in html_parts:
+        for body in _SCRIPT.findall(part):
+            digest = base64.b64encode(hashlib.sha256(body.encode("utf-8")).digest()).decode()
+            hashes.append(f"'sha256-{digest}'")
+    return " ".join(hashes)
+
+
+def to_html(doc: dict) -> str:
+    """One self-contained HTML file from the autoescaping template (no network)."""
+    charts = [
+        fig.to_html(
+            full_html=False,
+            include_plotlyjs=False,
+            div_id=f"chart{i}",
+            config={"staticPlot": True},
+        )
         for i, fig in enumerate(_charts(doc))
-    )
-    marker = "<h2>Rollback verification</h2>"
-    body = body.replace(marker, charts + marker, 1)
-    return (
-        "<!doctype html><html><head><meta charset='utf-8'>"
-        f"<title>{html.escape('replaygate audit: ' + doc['scope']['stage'])}</title>"
-        f"<style>{_CSS}</style><script>{get_plotlyjs()}</script></head>"
-        f"<body>{body}</body></html>"
+    ]
+    plotly_js = get_plotlyjs()
+    template = _environment().get_template("report.html.j2")
+    return template.render(
+        doc=doc,
+        s=doc["scope"],
+        unit_keys=UNIT_KEYS,
+        css=Markup(_CSS),
+        # plotly's own output: its JSON escapes '<', so data cannot close the script.
+        plotly_js=Markup(plotly_js),
+        charts=[Markup(c) for c in charts],
+        script_hashes=Markup(_script_hashes(f"<script>{plotly_js}</script>", *charts)),
     )
 
 
@@ -263,6 +292,28 @@ def to_pdf(doc: dict, out: Path) -> None:
         )
     if r.returncode != 0 or not out.exists():
         raise ReplaygateError("chromium could not print the PDF")
+
+
+def _same(a: Path, b: Path) -> bool:
+    try:
+        return a.resolve() == b.resolve() or (a.exists() and b.exists() and a.samefile(b))
+    except OSError:
+        return False
+
+
+def refuse_overwrite(out: Path, doc: dict, db_path: str | None) -> None:
+    """Refuse an output path that is the database (or its WAL), the configuration or
+    an ingested input: a report must never destroy what it reports on."""
+    protected: list[tuple[Path, str]] = []
+    if db_path:
+        protected += [(Path(db_path), "the database"), (Path(db_path + ".wal"), "the database")]
+    source = doc.get("configuration", {}).get("source")
+    if source and source != "built-in defaults":
+        protected.append((Path(source), "the configuration"))
+    protected += [(Path(f["path"]), "an input file") for f in doc["inputs"]["files"]]
+    for path, what in protected:
+        if _same(out, path):
+            raise ReplaygateError(f"{out}: is {what}; refusing to overwrite it")
 
 
 def write(doc: dict, fmt: str, out: Path) -> None:

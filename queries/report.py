@@ -12,7 +12,7 @@ from replaygate.ingest.config import Config
 from replaygate.ingest.errors import ReplaygateError
 from replaygate.ingest.timefmt import iso_ms as _iso
 
-from . import api, catalog, gates
+from . import api, catalog, escape, gates
 
 REPORT_VERSION = "1"
 
@@ -157,5 +157,6 @@ def build(
             "values found in proxy logs were replaced by their HMAC during ingest and were "
             "not stored, logged or reported; quarantined rows keep no content."
         ),
-        "reproduce": " ".join(reproduce),
+        # Quoted for a POSIX shell: a stage name or path cannot add a command.
+        "reproduce": escape.shell_command(reproduce),
     }

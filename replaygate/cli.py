@@ -473,6 +473,7 @@ def report(db, config_path, stage, fmt, output, bundle, verify_dir):
     con = api.open_analysed(db, conf)
     doc = rep.build(con, conf, stage, db_path=db, config_path=config_path)
     if output:
+        render.refuse_overwrite(Path(output), doc, db)
         render.write(doc, fmt, Path(output))
         click.echo(f"wrote {output} ({doc['scope']['stage']}: {doc['decision']})", err=True)
     if bundle:

@@ -3,12 +3,19 @@
 from __future__ import annotations
 
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 from replaygate.ingest.contract import RECORD_TYPES
+from replaygate.queries.escape import one_line
 from replaygate.queries.gates import display_value
 
 console = Console()
+
+
+def _t(value) -> str:
+    """Data as terminal text: one line, no escape sequences, no rich markup."""
+    return escape(one_line(value))
 
 
 def ingest_summary(report, analysed=None, as_dict: bool = False):
@@ -57,11 +64,11 @@ def ingest_summary(report, analysed=None, as_dict: bool = False):
         q.add_column("reason")
         q.add_column("rows", justify="right")
         for reason, n in report.quarantine_reasons.most_common(8):
-            q.add_row(reason, f"{n:,}")
+            q.add_row(_t(reason), f"{n:,}")
         console.print(q)
     for f in report.files:
         if f.note:
-            console.print(f"{f.path}: {f.note}")
+            console.print(f"{_t(f.path)}: {_t(f.note)}")
     if report.skipped:
         console.print(f"skipped {len(report.skipped)} files that are not input files")
     if analysed:
@@ -77,8 +84,8 @@ def status_table(doc: dict) -> None:
             row["table"],
             row["record_type"],
             f"{row['rows']:,}",
-            row["first"] or "-",
-            row["last"] or "-",
+            _t(row["first"] or "-"),
+            _t(row["last"] or "-"),
         )
     console.print(t)
     if doc["rollout"]:
@@ -86,7 +93,7 @@ def status_table(doc: dict) -> None:
         for col in ("ts", "stage", "action", "scope"):
             r.add_column(col)
         for s in doc["rollout"]:
-            r.add_row(s["ts"], s["stage"], s["action"], s["scope"] or "-")
+            r.add_row(_t(s["ts"]), _t(s["stage"]), _t(s["action"]), _t(s["scope"] or "-"))
         console.print(r)
     q = doc["quarantine"]
     console.print(
@@ -94,7 +101,7 @@ def status_table(doc: dict) -> None:
         f"quarantined rows: {q['rows']:,}"
     )
     for item in q["top_reasons"]:
-        console.print(f"  {item['rows']:>8,}  {item['reason']}")
+        console.print(f"  {item['rows']:>8,}  {_t(item['reason'])}")
 
 
 SEVERITY_STYLE = {"critical": "bold red", "high": "red", "medium": "yellow", "low": "dim"}
@@ -119,7 +126,8 @@ def _unit(f: dict) -> str:
         parts.append(f"dispatch {f['dispatch_id']}")
     if f["idempotency_key"]:
         parts.append(f"key {f['idempotency_key'][:24]}")
-    return ", ".join(parts) or ", ".join(f"{k}={v}" for k, v in list(f["detail"].items())[:2])
+    unit = ", ".join(parts) or ", ".join(f"{k}={v}" for k, v in list(f["detail"].items())[:2])
+    return _t(unit)
 
 
 def findings_table(rows: list[dict], limit: int, coverage: dict) -> None:
@@ -129,9 +137,9 @@ def findings_table(rows: list[dict], limit: int, coverage: dict) -> None:
     for f in rows[:limit]:
         t.add_row(
             f"[{SEVERITY_STYLE[f['severity']]}]{f['severity']}[/]",
-            f["detector"],
-            f["ts"],
-            f["stage"] or "-",
+            _t(f["detector"]),
+            _t(f["ts"]),
+            _t(f["stage"] or "-"),
             _unit(f),
         )
     console.print(t)
@@ -144,17 +152,17 @@ def findings_table(rows: list[dict], limit: int, coverage: dict) -> None:
 
 def gates_report(doc: dict) -> None:
     if not doc["stages"]:
-        console.print(doc.get("note", "no stages"))
+        console.print(_t(doc.get("note", "no stages")))
         return
     for st in doc["stages"]:
         decision = st["decision"]
         console.print(
-            f"\n[bold]{st['stage']}[/] ({st['scope'] or 'no scope'}) "
-            f"{st['window']['start']} .. {st['window']['end'] or 'open'}: "
+            f"\n[bold]{_t(st['stage'])}[/] ({_t(st['scope'] or 'no scope')}) "
+            f"{_t(st['window']['start'])} .. {_t(st['window']['end'] or 'open')}: "
             f"[{DECISION_STYLE[decision]}]{decision}[/]"
         )
         for r in st["reasons"]:
-            console.print(f"  - {r}")
+            console.print(f"  - {_t(r)}")
         t = Table(show_header=True)
         for col in ("gate", "status", "value", "threshold", "sample", "min", "95% bound"):
             t.add_column(col)
@@ -164,7 +172,7 @@ def gates_report(doc: dict) -> None:
             t.add_row(
                 g["id"],
                 f"[{STATUS_STYLE[g['status']]}]{g['status']}[/]",
-                value,
+                _t(value),
                 f"{g['threshold']:g}",
                 f"{g['sample']:,}",
                 f"{g['min_sample']:,}",
@@ -174,6 +182,6 @@ def gates_report(doc: dict) -> None:
     for rb in doc.get("rollback_verification", []):
         ok = "[green]verified[/]" if rb["verified"] else f"[bold red]{rb['status']}[/]"
         console.print(
-            f"\nrollback of {rb['stage']} at {rb['rollback_at']}: {ok}; "
+            f"\nrollback of {_t(rb['stage'])} at {_t(rb['rollback_at'])}: {ok}; "
             + ", ".join(f"{k} {v}" for k, v in rb["checks"].items())
         )

@@ -5,7 +5,7 @@ import io
 import streamlit as st
 
 from replaygate.dashboard import data, fmt, ui
-from replaygate.queries import catalog
+from replaygate.queries import catalog, escape
 
 ctx = ui.bootstrap()
 st.title("Findings")
@@ -31,7 +31,7 @@ ui.summary_table(
 ui.findings_table(df, key="findings_table", ctx=ctx, height=520)
 left, right = st.columns(2)
 left.download_button(
-    "Download CSV", df.to_csv(index=False).encode(), "findings.csv", "text/csv", key="findings_csv"
+    "Download CSV", escape.csv_bytes(df), "findings.csv", "text/csv", key="findings_csv"
 )
 buf = io.BytesIO()
 df.to_parquet(buf, index=False)

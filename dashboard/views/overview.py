@@ -4,6 +4,7 @@ evidence), the gates, canary against baseline, and the worst findings."""
 import streamlit as st
 
 from replaygate.dashboard import data, fmt, ui
+from replaygate.queries import escape
 from replaygate.queries.gates import display_value
 
 ctx = ui.bootstrap()
@@ -149,7 +150,7 @@ for col, (f, label, mime) in zip(
     col.download_button(
         f"Download {label}",
         data.report(ctx.stamp, name, f),
-        f"replaygate-{name}.{f}",
+        escape.safe_file_name(f"replaygate-{name}", f),
         mime,
         key=f"report_{f}",
     )

@@ -1,0 +1,126 @@
+"""Escaping for every output context: Markdown, CSV, shell commands, terminal text.
+
+Logged fields (origins, user agents, tool names, idempotency keys, stage names, file
+names) are attacker-controlled. Whatever leaves replaygate as a document goes through
+one of these functions for the context it lands in; HTML is rendered from templates
+with autoescaping (dashboard/templates), never assembled from strings.
+"""
+
+from __future__ import annotations
+
+import html
+import math
+import re
+import shlex
+
+# Control characters (C0, DEL, C1) and the Unicode line/paragraph separators: in a
+# Markdown line they could start a new block; on a terminal they are escape sequences.
+_CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f\u2028\u2029]")
+# The characters with a meaning inside a Markdown line (CommonMark + GFM tables and
+# strikethrough); the rest only matter at the start of a line, see md_text.
+_MD_INLINE = re.compile(r"([\\`*_\[\]<>&|~!#])")
+_MD_STREAMLIT = re.compile(r"([\\`*_\[\]<>&|~!#$:])")
+_MD_LINE_START = re.compile(r"^(\s*>|\s*[-+]|\s*\d{1,9}[.)])(?=\s|$)")
+
+
+def one_line(value) -> str:
+    """The value as text on one line: every control character becomes a space."""
+    return _CONTROL.sub(" ", "" if value is None else str(value))
+
+
+def md_text(value, streamlit: bool = False) -> str:
+    """Data as literal Markdown inline text: nothing in it can start, close or nest a
+    construct (code span, emphasis, link, HTML, heading, table cell, list).
+
+    Line breaks are removed (the value cannot start a block), every character with an
+    inline meaning is backslash-escaped (CommonMark allows it before any ASCII
+    punctuation), and so is a list or quote marker at the start. Streamlit's Markdown
+    also reads `:name:` (icons, emoji, `:red[...]`) and `$...$` (math): `streamlit=True`
+    escapes those too.
+    """
+    text = (_MD_STREAMLIT if streamlit else _MD_INLINE).sub(r"\\\1", one_line(value))
+    return _MD_LINE_START.sub(lambda m: m[1][:-1] + "\\" + m[1][-1], text)
+
+
+def md_code(value) -> str:
+    """Data as a Markdown code span that the data cannot close.
+
+    A code span ends only at a backtick run as long as the one that opened it, so the
+    fence is one longer than the longest run inside. `|` is escaped so a table row
+    keeps its cells (GFM tables split before inline parsing, also in code spans).
+    """
+    text = one_line(value).replace("|", "\\|")
+    longest = max((len(m) for m in re.findall(r"`+", text)), default=0)
+    fence = "`" * (longest + 1)
+    pad = " " if text.startswith(("`", " ")) or text.endswith(("`", " ")) or not text else ""
+    return f"{fence}{pad}{text}{pad}{fence}"
+
+
+# OWASP: a cell starting with one of these is read as a formula by spreadsheets.
+_FORMULA_START = ("=", "+", "-", "@", "\t", "\r", "\n")
+
+
+def csv_cell(value):
+    """A CSV cell that no spreadsheet evaluates: text starting with = + - @ tab or CR
+    gets a leading apostrophe. Numbers (and numeric text such as -5) stay as they are."""
+    if not isinstance(value, str) or not value.startswith(_FORMULA_START):
+        return value
+    try:
+        if math.isfinite(float(value)):
+            return value
+    except ValueError:
+        pass
+    return "'" + value
+
+
+def csv_frame(df):
+    """A copy of a pandas DataFrame with every text cell (and column name) made safe."""
+    out = df.copy()
+    for col in out.columns:
+        if out[col].dtype == object or str(out[col].dtype).startswith(("string", "str")):
+            out[col] = out[col].map(csv_cell)
+    out.columns = [csv_cell(str(c)) for c in out.columns]
+    return out
+
+
+def csv_bytes(df) -> bytes:
+    """A DataFrame as UTF-8 CSV with formula cells neutralised (for downloads)."""
+    return csv_frame(df).to_csv(index=False).encode("utf-8")
+
+
+def _ansi_c(arg: str) -> str:
+    def one(ch: str) -> str:
+        if ch in "\\'":
+            return "\\" + ch
+        if _CONTROL.match(ch):
+            return f"\\x{ord(ch):02x}" if ord(ch) < 0x100 else f"\\u{ord(ch):04x}"
+        return ch
+
+    return "$'" + "".join(one(c) for c in arg) + "'"
+
+
+def shell_command(argv: list[str]) -> str:
+    """One line that a shell (bash, zsh, ksh, POSIX 2024 sh) runs as exactly these
+    arguments: shlex quoting, and $'...' for an argument with control characters, so
+    the command never spans lines or carries a raw escape sequence."""
+    return " ".join(_ansi_c(a) if _CONTROL.search(a) else shlex.quote(a) for a in map(str, argv))
+
+
+def md_code_block(text: str, info: str = "") -> str:
+    """A fenced Markdown code block that no line of `text` can close: the fence is
+    longer than any backtick run inside."""
+    longest = max((len(m) for m in re.findall(r"`+", text)), default=0)
+    fence = "`" * max(3, longest + 1)
+    return f"{fence}{info}\n{text}\n{fence}"
+
+
+def safe_file_name(stem: str, ext: str) -> str:
+    """A download's file name from data: letters, digits, '.', '_' and '-' only."""
+    clean = re.sub(r"[^A-Za-z0-9._-]+", "_", one_line(stem)).strip("._") or "report"
+    return f"{clean[:100]}.{ext}"
+
+
+def plot_text(value) -> str:
+    """Data as a plotly label: plotly reads a subset of HTML (<a href>, <b>, <br>) in
+    titles, names and annotations, and shows entities as their characters."""
+    return html.escape(one_line(value), quote=False)
