@@ -188,6 +188,10 @@ def test_dashboard_renders_hostile_data_as_text(hostile_db, monkeypatch):
     monkeypatch.setenv("REPLAYGATE_DB", str(hostile_db))
     monkeypatch.setenv("REPLAYGATE_CONFIG", SAMPLE_CONF)
     data.store.clear()
+    # Cached results are keyed by data version, not by database: drop other tests' ones.
+    import streamlit as st
+
+    st.cache_data.clear()
     app_py = Path(importlib.util.find_spec("replaygate.dashboard").origin).parent / "app.py"
     at = AppTest.from_file(str(app_py), default_timeout=120)
     at.query_params["stage"] = hostile.FORGED_STAGE
