@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from replaygate.dashboard.fmt import GATE_TITLES
+from replaygate.dashboard.fmt import GATE_TITLES, md_text
 from replaygate.queries.gates import display_value
 
 from .conftest import SAMPLE
@@ -81,7 +81,7 @@ def test_overview_headline_equals_cli(app, sample_db):
     doc = _cli(sample_db, "gates")
     stage = doc["stages"][0]
     text = " ".join(m.value for m in app.markdown)
-    assert f"{stage['decision']}]" in text and stage["stage"].replace("-", "\\-") in text
+    assert f"{stage['decision']}]" in text and md_text(stage["stage"]) in text
     assert _gate_metrics(app) == {g["id"]: display_value(g) for g in stage["gates"]}
 
 
