@@ -68,9 +68,13 @@ def test_human_formatting():
 
 
 def test_data_is_inert_markdown():
-    hostile = "[click](javascript:alert(1)) <b>x</b> **y**"
+    import markdown_it
+
+    hostile = "[click](javascript:alert(1)) <b>x</b> **y** :red[z] $x$"
     out = fmt.md_text(hostile)
-    for ch in "[]()<>*":
+    rendered = markdown_it.MarkdownIt("commonmark").render(out)
+    assert rendered == f"<p>{hostile.replace('<', '&lt;').replace('>', '&gt;')}</p>\n"
+    for ch in "[]<>*:$":  # also Streamlit's :directive[...] and $math$
         assert f"\\{ch}" in out
 
 
