@@ -12,6 +12,10 @@ import html
 import math
 import re
 import shlex
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 # Control characters (C0, DEL, C1) and the Unicode line/paragraph separators: in a
 # Markdown line they could start a new block; on a terminal they are escape sequences.
@@ -23,12 +27,12 @@ _MD_STREAMLIT = re.compile(r"([\\`*_\[\]<>&|~!#$:])")
 _MD_LINE_START = re.compile(r"^(\s*>|\s*[-+]|\s*\d{1,9}[.)])(?=\s|$)")
 
 
-def one_line(value) -> str:
+def one_line(value: object) -> str:
     """The value as text on one line: every control character becomes a space."""
     return _CONTROL.sub(" ", "" if value is None else str(value))
 
 
-def md_text(value, streamlit: bool = False) -> str:
+def md_text(value: object, streamlit: bool = False) -> str:
     """Data as literal Markdown inline text: nothing in it can start, close or nest a
     construct (code span, emphasis, link, HTML, heading, table cell, list).
 
@@ -42,7 +46,7 @@ def md_text(value, streamlit: bool = False) -> str:
     return _MD_LINE_START.sub(lambda m: m[1][:-1] + "\\" + m[1][-1], text)
 
 
-def md_code(value) -> str:
+def md_code(value: object) -> str:
     """Data as a Markdown code span that the data cannot close.
 
     A code span ends only at a backtick run as long as the one that opened it, so the
@@ -60,7 +64,7 @@ def md_code(value) -> str:
 _FORMULA_START = ("=", "+", "-", "@", "\t", "\r", "\n")
 
 
-def csv_cell(value):
+def csv_cell(value: object) -> object:
     """A CSV cell that no spreadsheet evaluates: text starting with = + - @ tab or CR
     gets a leading apostrophe. Numbers (and numeric text such as -5) stay as they are."""
     if not isinstance(value, str) or not value.startswith(_FORMULA_START):
@@ -73,7 +77,7 @@ def csv_cell(value):
     return "'" + value
 
 
-def csv_frame(df):
+def csv_frame(df: pd.DataFrame) -> pd.DataFrame:
     """A copy of a pandas DataFrame with every text cell (and column name) made safe."""
     out = df.copy()
     for col in out.columns:
@@ -83,9 +87,10 @@ def csv_frame(df):
     return out
 
 
-def csv_bytes(df) -> bytes:
+def csv_bytes(df: pd.DataFrame) -> bytes:
     """A DataFrame as UTF-8 CSV with formula cells neutralised (for downloads)."""
-    return csv_frame(df).to_csv(index=False).encode("utf-8")
+    text: str = csv_frame(df).to_csv(index=False)
+    return text.encode("utf-8")
 
 
 def _ansi_c(arg: str) -> str:
@@ -120,7 +125,7 @@ def safe_file_name(stem: str, ext: str) -> str:
     return f"{clean[:100]}.{ext}"
 
 
-def plot_text(value) -> str:
+def plot_text(value: object) -> str:
     """Data as a plotly label: plotly reads a subset of HTML (<a href>, <b>, <br>) in
     titles, names and annotations, and shows entities as their characters."""
     return html.escape(one_line(value), quote=False)
