@@ -194,19 +194,24 @@ def test_dashboard_renders_hostile_data_as_text(hostile_db, monkeypatch):
 
     st.cache_data.clear()
     app_py = Path(importlib.util.find_spec("replaygate.dashboard").origin).parent / "app.py"
-    at = AppTest.from_file(str(app_py), default_timeout=120)
-    at.query_params["stage"] = hostile.FORGED_STAGE
-    at.run()
-    assert not at.exception, [e.message for e in at.exception]
-    shown = [m.value for m in at.markdown]
-    assert any(escape.md_text(hostile.FORGED_STAGE, streamlit=True) in v for v in shown)
-    for page in ("rollout", "findings", "datafiles"):
-        at.switch_page(f"views/{page}.py").run()
-        assert not at.exception, (page, [e.message for e in at.exception])
-        for m in at.markdown:
-            assert not m.allow_html, (page, m.value)
-            # Only as an escaped \\< (literal text), never as a tag.
-            assert not re.search(r"(?<!\\)<img", m.value), (page, m.value)
+    try:
+        at = AppTest.from_file(str(app_py), default_timeout=120)
+        at.query_params["stage"] = hostile.FORGED_STAGE
+        at.run()
+        assert not at.exception, [e.message for e in at.exception]
+        shown = [m.value for m in at.markdown]
+        assert any(escape.md_text(hostile.FORGED_STAGE, streamlit=True) in v for v in shown)
+        for page in ("rollout", "findings", "datafiles"):
+            at.switch_page(f"views/{page}.py").run()
+            assert not at.exception, (page, [e.message for e in at.exception])
+            for m in at.markdown:
+                assert not m.allow_html, (page, m.value)
+                # Only as an escaped \\< (literal text), never as a tag.
+                assert not re.search(r"(?<!\\)<img", m.value), (page, m.value)
+    finally:
+        # Leave no cached result of this database for other tests' databases.
+        st.cache_data.clear()
+        data.store.clear()
 
 
 def test_no_dashboard_code_allows_html():
