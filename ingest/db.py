@@ -51,6 +51,8 @@ ALTER TABLE files ADD COLUMN IF NOT EXISTS rows_read BIGINT;
 ALTER TABLE files ADD COLUMN IF NOT EXISTS raw_digest VARCHAR;
 -- Sessions whose rows arrived since the last analysis (queries/incremental.py).
 CREATE TABLE IF NOT EXISTS analysis_pending (session_hmac VARCHAR);
+-- Where the new rows of each file start (rows after from_pos are new).
+CREATE TABLE IF NOT EXISTS analysis_pending_rows (tbl VARCHAR, file_id BIGINT, from_pos BIGINT);
 CREATE TABLE IF NOT EXISTS meta (key VARCHAR PRIMARY KEY, value VARCHAR);
 """
 

@@ -334,6 +334,10 @@ class _Loader:
             set_meta(self.con, "analysis_pending_full", "1")
             return
         self._exec(
+            "INSERT INTO analysis_pending_rows VALUES ($t, $f, $shift)",
+            {"t": rt.table, "f": file_id, "shift": shift},
+        )
+        self._exec(
             f"""INSERT INTO analysis_pending SELECT DISTINCT session_hmac FROM {rt.table}
                 WHERE file_id = $f AND pos > $shift AND session_hmac IS NOT NULL""",
             {"f": file_id, "shift": shift},
@@ -626,9 +630,9 @@ def ingest(
                 report.files.append(result)
             if changed:
                 version = int(get_meta(con, "data_version", "0")) + 1
-                if get_meta(con, "analysis_pending_through") == str(version - 1):
+                if get_meta(con, "analysis_noted_through") == str(version - 1):
                     # Every change since the last analysis is noted (queries/incremental.py).
-                    set_meta(con, "analysis_pending_through", str(version))
+                    set_meta(con, "analysis_noted_through", str(version))
                 set_meta(con, "data_version", str(version))
             con.execute("COMMIT")
         except BaseException:

@@ -4,10 +4,12 @@ Ingest notes the sessions of the rows it adds (`analysis_pending`). Most prepare
 and detectors are *session-local*: a session's rows out depend only on that session's
 rows in. Those are recomputed for the noted sessions alone, by running their unchanged
 SQL against views of the tables that hold only those sessions (schema `rg_scope`, first
-on the search path), and their old rows for those sessions are replaced. Everything else
-(stage windows, per-stage samples, source counts, idempotency keys, fleet-wide rates,
-proxy-log checks) is recomputed whole, as in a full analysis. Stages are then assigned
-to all findings as always.
+on the search path), and their old rows for those sessions are replaced. Prepared
+tables with one row out per row in (ROW_PREP) are recomputed for those sessions' rows
+and for the new rows without a session (ingest notes where each file's new rows start,
+in `analysis_pending_rows`). Everything else (stage windows, per-stage samples, source
+counts, idempotency keys, fleet-wide rates, proxy-log checks) is recomputed whole, as
+in a full analysis. Stages are then assigned to all findings as always.
 
 A full analysis runs instead when there is no earlier analysis to build on, an ingest
 since then did not note what it changed, the configuration changed, the rollout log
@@ -20,6 +22,7 @@ The result equals a from-scratch analysis (tests/test_incremental.py checks it).
 
 from __future__ import annotations
 
+import contextlib
 import re
 import time
 
@@ -41,6 +44,9 @@ SESSION_PREP = {
     "a_recoveries",
     "a_resumes",
 }
+# Prepared tables with one output row per input row (of `proxy`): recomputed for the
+# affected sessions' rows and for the new rows without a session.
+ROW_PREP = {"a_proxy_staged": "proxy"}
 SESSION_DETECTORS = {
     "auth_subject_mismatch",
     "cross_stream_acceptance",
@@ -74,8 +80,9 @@ class Fallback(Exception):
 
 def clear_pending(con) -> None:
     con.execute("DELETE FROM analysis_pending")
+    con.execute("DELETE FROM analysis_pending_rows")
     set_meta(con, "analysis_pending_full", "0")
-    set_meta(con, "analysis_pending_through", get_meta(con, "data_version", "0"))
+    set_meta(con, "analysis_noted_through", get_meta(con, "data_version", "0"))
 
 
 def possible(con, config: Config, counts: dict[str, int]) -> bool:
@@ -87,7 +94,7 @@ def possible(con, config: Config, counts: dict[str, int]) -> bool:
         return False
     if get_meta(con, "analysis_pending_full", "0") != "0":
         return False
-    if get_meta(con, "analysis_pending_through") != get_meta(con, "data_version", "0"):
+    if get_meta(con, "analysis_noted_through") != get_meta(con, "data_version", "0"):
         return False  # an ingest that did not note its changes (an older version) ran since
     try:
         pending = con.execute(
@@ -124,6 +131,25 @@ def analyse(con, config: Config, counts: dict[str, int]) -> None:
         for q in catalog.load("prep"):
             if q.name in SESSION_PREP:
                 _scoped_prep(con, q)
+            elif q.name in ROW_PREP:
+                base = ROW_PREP[q.name]
+                con.execute(
+                    """CREATE OR REPLACE TEMP TABLE rg_new_rows AS
+                       SELECT file_id, min(from_pos) AS from_pos FROM analysis_pending_rows
+                       WHERE tbl = $t GROUP BY file_id""",
+                    {"t": base},
+                )
+                con.execute(
+                    f"""CREATE OR REPLACE VIEW {SCOPE}.{base} AS
+                        SELECT * FROM main.{base}
+                        WHERE session_hmac IN (SELECT session_hmac FROM rg_affected)
+                        UNION ALL
+                        SELECT t.* FROM main.{base} t
+                        JOIN rg_new_rows r ON t.file_id = r.file_id AND t.pos > r.from_pos
+                        WHERE t.session_hmac IS NULL"""
+                )
+                _scoped_prep(con, q)
+                _scoped_view(con, base)
             else:
                 for stmt in q.statements():
                     con.execute(stmt)
@@ -165,9 +191,12 @@ def analyse(con, config: Config, counts: dict[str, int]) -> None:
                 {"d": name, "n": n, "s": time.perf_counter() - t0},
             )
     finally:
-        _search(con, scoped=False)
-        con.execute(f"DROP SCHEMA IF EXISTS {SCOPE} CASCADE")
-        con.execute("DROP TABLE IF EXISTS rg_new")
+        # After a failed statement the transaction is aborted and the caller rolls back.
+        with contextlib.suppress(duckdb.Error):
+            _search(con, scoped=False)
+            con.execute(f"DROP SCHEMA IF EXISTS {SCOPE} CASCADE")
+            con.execute("DROP TABLE IF EXISTS rg_new")
+            con.execute("DROP TABLE IF EXISTS rg_new_rows")
 
 
 def _search(con, scoped: bool) -> None:

@@ -126,7 +126,8 @@ def _incrementally(con, config: Config, counts: dict[str, int]) -> bool:
         set_meta(con, "analysis_mode", "incremental")
         incremental.clear_pending(con)
         con.execute("COMMIT")
-    except incremental.Fallback:
+    except (incremental.Fallback, duckdb.Error):
+        # Whatever went wrong, a full analysis gives the right answer.
         con.execute("ROLLBACK")
         return False
     except BaseException:

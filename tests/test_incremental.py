@@ -247,6 +247,11 @@ def _analysis_state(con) -> dict:
     return out
 
 
+def _line_one(data: dict) -> bytes:
+    s = data["sessions.jsonl"]
+    return s[: s.index(b"\n") + 1]
+
+
 def test_analysis_after_appends_follows_what_changed_and_equals_a_full_one(tmp_path):
     data = {
         "sessions.jsonl": _content("sessions.jsonl"),
@@ -277,6 +282,18 @@ def test_analysis_after_appends_follows_what_changed_and_equals_a_full_one(tmp_p
         for key in scratch:
             assert after_append[key] == scratch[key], (step, key)
     assert len(scratch["findings"]) > 20
+    # Anything unexpected in an incremental run: rolled back, then a full one.
+    import duckdb
+
+    def broken(con, q):
+        raise duckdb.BinderException("simulated")
+
+    (live / "sessions.jsonl").write_bytes(data["sessions.jsonl"] + _line_one(data))
+    ingest(con, [live], CONF)
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(incremental, "_scoped_prep", broken)
+        runner.analyse(con, CONF)
+    assert get_meta(con, "analysis_mode") == "full" and runner.is_current(con, CONF)
     # A change nobody noted (a database last written by an older version): a full one.
     from replaygate.ingest.db import set_meta
 
@@ -284,3 +301,21 @@ def test_analysis_after_appends_follows_what_changed_and_equals_a_full_one(tmp_p
     runner.analyse(con, CONF)
     assert get_meta(con, "analysis_mode") == "full"
     con.close()
+
+
+@pytest.mark.parametrize(
+    ("name", "table", "gz"),
+    [
+        ("access.log.1", "proxy", False),
+        ("access.log.2.gz", "proxy", True),
+        ("events.jsonl-20261130", "events", False),
+        ("access.log-20261130.gz", "proxy", True),
+        ("streams.csv.3", "streams", False),
+        ("sessions.jsonl-2026113014.gz", "sessions", True),
+    ],
+)
+def test_logrotate_names_are_input_files(tmp_path, name, table, gz):
+    from replaygate.ingest.readers import detect
+
+    src = detect(tmp_path / name)
+    assert src is not None and src.default_type.table == table and src.gzip == gz
