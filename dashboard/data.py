@@ -210,6 +210,7 @@ def data_overview(stamp: str) -> dict:
             "files": named.df(con, "files"),
             "quarantine": named.df(con, "quarantine"),
             "coverage": named.df(con, "coverage"),
+            "cannot_tell": named.df(con, "cannot_tell"),
         }
 
 

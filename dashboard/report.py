@@ -114,6 +114,27 @@ def to_markdown(doc: dict) -> str:
                     f"{_unit_md(item) or '—'}; "
                     f"evidence {md_code(json.dumps(item['detail'], sort_keys=True))}"
                 )
+    blind = [
+        (det, e)
+        for det, c in sorted(doc.get("coverage", {}).items())
+        if isinstance(c, dict)
+        for e in c.get("cannot_tell", [])
+    ]
+    if blind:
+        out += [
+            "",
+            "## Cannot tell",
+            "",
+            "Units whose verdict needs a fact the file cannot show: neither findings nor passes.",
+            "",
+            "| detector | file | cannot show | units |",
+            "|---|---|---|---|",
+        ]
+        for det, e in blind:
+            out.append(
+                f"| {md_code(det)} | {md_code(e['file'])} | {md_code(e['missing'])} | "
+                f"{e['units']:,} |"
+            )
     out += [
         "",
         "## Inputs",

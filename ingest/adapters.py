@@ -71,71 +71,212 @@ CADDY = Adapter(
     response_session=f"j->>'$.resp_headers.{_h('Mcp-Session-Id')}[0]'",
 )
 
-# nginx writes "" for an unset variable and "-" for some; both mean absent.
-_NG = ("", "-")
-NGINX = Adapter(
-    "nginx",
-    detect="json_exists(j, '$.msec') AND json_exists(j, '$.request_time')",
-    fields={
-        "ts": _start_ms("j->>'$.msec'", "j->>'$.request_time'"),
-        "method": "j->>'$.method'",
-        "status": "j->>'$.status'",
-        "path": _nz("j->>'$.uri'", _NG),
-        "duration_ms": "(TRY_CAST(j->>'$.request_time' AS DOUBLE) * 1000)::VARCHAR",
-        "session_id": _nz("j->>'$.mcp_session_id'", _NG),
-        "origin": _nz("j->>'$.origin'", _NG),
-        "protocol_version": _nz("j->>'$.mcp_protocol_version'", _NG),
-        "last_event_id": _nz("j->>'$.last_event_id'", _NG),
-        "jsonrpc_method": _nz("j->>'$.mcp_method'", _NG),
-        "principal": _nz("j->>'$.remote_user'", _NG),
-        "client_addr": _nz("j->>'$.remote_addr'", _NG),
-        "user_agent": _nz("j->>'$.user_agent'", _NG),
-        "upstream": _nz("j->>'$.upstream'", _NG),
-        "retry_after_s": _nz("j->>'$.retry_after'", _NG),
-    },
-    response_session=_nz("j->>'$.new_session_id'", _NG),
-)
+# nginx writes "" for an unset variable and "-" for some; Envoy "-" for a missing header.
+_BLANK = ("", "-")
 
-# Envoy writes "-" for a missing header; START_TIME is already the request start.
-_EN = ("", "-")
-ENVOY = Adapter(
-    "envoy",
-    detect="json_exists(j, '$.start_time') AND json_exists(j, '$.response_code')",
-    fields={
-        "ts": "CAST(round(TRY_CAST(j->>'$.start_time' AS DOUBLE) * 1000) AS BIGINT)::VARCHAR",
-        "method": "j->>'$.method'",
-        "status": "j->>'$.response_code'",
-        "path": _nz("j->>'$.path'", _EN),
-        "duration_ms": _nz("j->>'$.duration'", _EN),
-        "session_id": _nz("j->>'$.mcp_session_id'", _EN),
-        "origin": _nz("j->>'$.origin'", _EN),
-        "protocol_version": _nz("j->>'$.mcp_protocol_version'", _EN),
-        "last_event_id": _nz("j->>'$.last_event_id'", _EN),
-        "jsonrpc_method": _nz("j->>'$.mcp_method'", _EN),
-        "client_addr": _nz("j->>'$.downstream_remote_address'", _EN),
-        "user_agent": _nz("j->>'$.user_agent'", _EN),
-        "upstream": _nz("j->>'$.upstream_host'", _EN),
-        "retry_after_s": _nz("j->>'$.retry_after'", _EN),
-    },
-    response_session=_nz("j->>'$.new_session_id'", _EN),
+
+@dataclass(frozen=True)
+class Key:
+    """One way a proxy can log a value: a top-level key, or a header inside a Go-style
+    header map (`{"resp_headers": {"Mcp-Session-Id": ["..."]}}`, value an array or not)."""
+
+    path: str  # JSON path
+
+    def expr(self) -> str:
+        if self.path.count('"') > 2:  # a header map: the value may be a one-element array
+            return f"coalesce(j->>'{self.path}[0]', j->>'{self.path}')"
+        return f"j->>'{self.path}'"
+
+    def exists(self) -> str:
+        return f"json_exists(j, '{self.path}')"
+
+
+def _flat(key: str) -> Key:
+    return Key(f'$."{key}"')
+
+
+def _camel(snake: str) -> str:
+    head, *rest = snake.split("_")
+    return head + "".join(w.capitalize() for w in rest)
+
+
+_REQ_PREFIXES = ("", "http_", "req_", "request_")
+_RESP_PREFIXES = ("sent_http_", "upstream_http_", "resp_", "response_", "upstream_")
+_REQ_MAPS = ("request_headers", "req_headers", "headers")
+_RESP_MAPS = ("resp_headers", "response_headers", "sent_headers")
+
+
+def header_spellings(header: str, response: bool) -> tuple[str, ...]:
+    """The keys nginx/Envoy users commonly give a header in a JSON log_format:
+    `$http_x` / `$sent_http_x` / `$upstream_http_x` names, `req_`/`resp_` prefixes,
+    and their camelCase forms."""
+    snake = header.lower().replace("-", "_")
+    flat = [p + snake for p in (_RESP_PREFIXES if response else _REQ_PREFIXES)]
+    return tuple(dict.fromkeys(flat + [_camel(k) for k in flat]))
+
+
+def _header_keys(header: str, response: bool) -> tuple[Key, ...]:
+    maps = _RESP_MAPS if response else _REQ_MAPS
+    spelled = [_flat(k) for k in header_spellings(header, response)]
+    mapped = [Key(f'$."{m}"."{h}"') for m in maps for h in (header, header.lower())]
+    return tuple(spelled + mapped)
+
+
+@dataclass(frozen=True)
+class Spec:
+    """A value an nginx or Envoy JSON log can carry, under the adapter's own key (the
+    formats of docs/sources.md); `[sources.<proxy>.fields]` maps a user's key onto it."""
+
+    key: str  # the adapter's key
+    field: str  # the proxy record field it fills; "" for the new-session facts
+    header: str | None = None  # HTTP header it comes from
+    response: bool = False
+    aliases: tuple[str, ...] = ()
+
+    def keys(self, user_key: str | None = None) -> tuple[Key, ...]:
+        names = [self.key, *self.aliases, *[_camel(a) for a in (self.key, *self.aliases)]]
+        keys = [_flat(n) for n in dict.fromkeys(names)]
+        if self.header:
+            keys += [k for k in _header_keys(self.header, self.response) if k not in keys]
+        if user_key:
+            keys = [_flat(user_key), *[k for k in keys if k != _flat(user_key)]]
+        return tuple(keys)
+
+
+# Keys both nginx and Envoy formats use (the request-line keys differ, below).
+_COMMON = (
+    Spec("mcp_session_id", "session_id", "Mcp-Session-Id"),
+    Spec("mcp_session_hmac", "session_hmac", aliases=("session_hmac",)),
+    Spec("origin", "origin", "Origin"),
+    Spec("mcp_protocol_version", "protocol_version", "Mcp-Protocol-Version"),
+    Spec("last_event_id", "last_event_id", "Last-Event-Id"),
+    Spec("mcp_method", "jsonrpc_method", "Mcp-Method"),
+    Spec("user_agent", "user_agent", "User-Agent"),
+    Spec("retry_after", "retry_after_s", "Retry-After", response=True),
+    Spec("auth_subject", "auth_subject", aliases=("jwt_sub", "token_subject")),
+    # The new session's id in the initialize answer: a raw id in the log.
+    Spec("new_session_id", "", "Mcp-Session-Id", response=True),
+    # A flag logged instead of that id ("1" when a new session was issued): no raw id.
+    Spec("new_session", "", aliases=("mcp_new_session", "session_issued")),
 )
+NGINX_SPECS = (
+    Spec("method", "method", aliases=("request_method",)),
+    Spec("status", "status"),
+    Spec("uri", "path", aliases=("request_uri",)),
+    Spec("remote_user", "principal", aliases=("principal", "user")),
+    Spec("remote_addr", "client_addr", aliases=("client_addr", "client_ip")),
+    Spec("upstream", "upstream", aliases=("upstream_addr",)),
+    *_COMMON,
+)
+ENVOY_SPECS = (
+    Spec("method", "method", aliases=("request_method",)),
+    Spec("response_code", "status"),
+    Spec("path", "path"),
+    Spec("duration", "duration_ms"),
+    Spec("principal", "principal", aliases=("remote_user", "user")),
+    Spec("downstream_remote_address", "client_addr", aliases=("client_addr", "remote_addr")),
+    Spec("upstream_host", "upstream", aliases=("upstream",)),
+    *_COMMON,
+)
+SPECS = {"nginx": NGINX_SPECS, "envoy": ENVOY_SPECS}
+FIELD_KEYS = {name: tuple(s.key for s in specs) for name, specs in SPECS.items()}
+
+
+def _pick(keys: tuple[Key, ...], present: set[str] | None) -> str | None:
+    """SQL for the first of `keys` a line has (only those present in the file, when known)."""
+    use = [k for k in keys if present is None or k.path in present]
+    if not use:
+        return None
+    parts = [_nz(k.expr(), _BLANK) for k in use]
+    return parts[0] if len(parts) == 1 else f"coalesce({', '.join(parts)})"
+
+
+def _keyed(
+    name: str, detect: str, fixed: dict[str, str], present: set[str] | None, user: dict
+) -> Adapter:
+    fields = dict(fixed)
+    values = {}
+    for spec in SPECS[name]:
+        expr = _pick(spec.keys(user.get(spec.key)), present)
+        values[spec.key] = expr
+        if spec.field and expr is not None:
+            fields[spec.field] = expr
+    issued = values["new_session"]
+    flag = f"(({issued}) IS NOT NULL AND ({issued}) NOT IN ('0', 'false'))" if issued else None
+    raw = values["new_session_id"]
+    fields["new_session"] = (
+        " OR ".join(x for x in (flag, f"({raw}) IS NOT NULL" if raw else None) if x) or "false"
+    )
+    fields.setdefault("jsonrpc_method", "NULL")
+    fields.setdefault("session_id", "NULL")
+    return Adapter(name, detect, fields, raw)
+
+
+def nginx(present: set[str] | None = None, user: dict | None = None) -> Adapter:
+    return _keyed(
+        "nginx",
+        "json_exists(j, '$.msec') AND json_exists(j, '$.request_time')",
+        {
+            "ts": _start_ms("j->>'$.msec'", "j->>'$.request_time'"),
+            "duration_ms": "(TRY_CAST(j->>'$.request_time' AS DOUBLE) * 1000)::VARCHAR",
+        },
+        present,
+        user or {},
+    )
+
+
+def envoy(present: set[str] | None = None, user: dict | None = None) -> Adapter:
+    # START_TIME is already the request start.
+    return _keyed(
+        "envoy",
+        "json_exists(j, '$.start_time') AND json_exists(j, '$.response_code')",
+        {"ts": "CAST(round(TRY_CAST(j->>'$.start_time' AS DOUBLE) * 1000) AS BIGINT)::VARCHAR"},
+        present,
+        user or {},
+    )
+
+
+def candidate_keys(user_fields: dict | None = None) -> tuple[Key, ...]:
+    """Every key the nginx and Envoy adapters could read (for the per-file key scan)."""
+    user_fields = user_fields or {}
+    out: dict[str, Key] = {}
+    for name, specs in SPECS.items():
+        for spec in specs:
+            for k in spec.keys(user_fields.get(name, {}).get(spec.key)):
+                out.setdefault(k.path, k)
+    return tuple(out.values())
 
 
 def _infer_initialize(adapter: Adapter) -> Adapter:
     """A proxy does not see the JSON-RPC method in the body. A request without a
-    session whose answer carries a new Mcp-Session-Id is an initialize; otherwise the
-    Mcp-Method header (2026-07-28 clients) names the method."""
+    session whose answer carries a new Mcp-Session-Id (or the flag logged in its
+    place) is an initialize; otherwise the Mcp-Method header (2026-07-28 clients) names
+    the method."""
     fields = dict(adapter.fields)
+    issued = fields.pop("new_session", None) or f"({adapter.response_session}) IS NOT NULL"
+    without = f"({fields['session_id']}) IS NULL"
+    if "session_hmac" in fields:
+        without += f" AND ({fields['session_hmac']}) IS NULL"
     fields["jsonrpc_method"] = (
-        f"coalesce({adapter.fields['jsonrpc_method']}, CASE WHEN "
-        f"({adapter.fields['session_id']}) IS NULL AND ({adapter.response_session}) IS NOT NULL "
+        f"coalesce({fields['jsonrpc_method']}, CASE WHEN {without} AND ({issued}) "
         "THEN 'initialize' END)"
     )
     return Adapter(adapter.name, adapter.detect, fields, adapter.response_session)
 
 
-CADDY, NGINX, ENVOY = (_infer_initialize(a) for a in (CADDY, NGINX, ENVOY))
-ADAPTERS = {a.name: a for a in (CADDY, NGINX, ENVOY)}
+def build(present: set[str] | None = None, user_fields: dict | None = None) -> dict:
+    """The adapters for one file: nginx and Envoy read only the keys `present` in it
+    (all known spellings when None), with the user's own keys first."""
+    user_fields = user_fields or {}
+    made = (
+        CADDY,
+        nginx(present, user_fields.get("nginx")),
+        envoy(present, user_fields.get("envoy")),
+    )
+    return {a.name: _infer_initialize(a) for a in made}
+
+
+ADAPTERS = build()
 SOURCES = ("auto", "contract", *ADAPTERS)
 
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import re
 import tomllib
 from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
@@ -27,7 +28,13 @@ class Config:
     # Overrides only: each gate's default minimum sample is declared in its SQL header
     # (queries/sql/gates), which also checks the gate names.
     min_samples: dict = field(default_factory=dict)
+    # [sources.nginx.fields] / [sources.envoy.fields]: the user's log keys -> the adapter's.
+    sources: dict = field(default_factory=dict)
     source: str = "built-in defaults"
+
+    def field_maps(self) -> dict[str, dict[str, str]]:
+        """{proxy: {adapter key: the user's key}} for the nginx and Envoy adapters."""
+        return {name: dict(s.get("fields", {})) for name, s in self.sources.items()}
 
     def hmac_key(self) -> bytes | None:
         value = os.environ.get(self.hmac_key_env)
@@ -54,7 +61,10 @@ _TYPES = {
     "reinit_window_s": _NUMBER,
     "retry_window_s": _NUMBER,
     "min_samples": (dict,),
+    "sources": (dict,),
 }
+# A key of the user's log becomes a JSON path: letters, digits and a few separators only.
+_LOG_KEY = re.compile(r"^[A-Za-z0-9_@:.-]{1,100}$")
 assert set(_TYPES) == {f.name for f in fields(Config)} - {"source"}
 
 
@@ -79,12 +89,45 @@ def from_mapping(data: dict, source: str = "mapping") -> Config:
         for gate, n in kwargs["min_samples"].items():
             _check(f"min_samples.{gate}", n, (int,))
         kwargs["min_samples"] = dict(kwargs["min_samples"])
+    if "sources" in kwargs:
+        kwargs["sources"] = _sources(kwargs["sources"])
     for key in ("reconnect_budget_qps", "recovery_threshold_s", "reinit_window_s"):
         if key in kwargs:
             kwargs[key] = float(kwargs[key])
     if "retry_window_s" in kwargs:
         kwargs["retry_window_s"] = float(kwargs["retry_window_s"])
     return Config(**kwargs, source=source)
+
+
+def _sources(data: dict) -> dict:
+    from .adapters import FIELD_KEYS
+
+    out = {}
+    for proxy, table in data.items():
+        if proxy not in FIELD_KEYS:
+            raise ReplaygateError(
+                f"config: unknown source {proxy!r} in [sources] ({', '.join(FIELD_KEYS)})"
+            )
+        _check(f"sources.{proxy}", table, (dict,))
+        for key in table:
+            if key != "fields":
+                raise ReplaygateError(f"config: unknown key {key!r} in [sources.{proxy}]")
+        fields_ = table.get("fields", {})
+        _check(f"sources.{proxy}.fields", fields_, (dict,))
+        for ours, theirs in fields_.items():
+            if ours not in FIELD_KEYS[proxy]:
+                raise ReplaygateError(
+                    f"config: unknown {proxy} field {ours!r} in [sources.{proxy}.fields] "
+                    f"({', '.join(FIELD_KEYS[proxy])})"
+                )
+            _check(f"sources.{proxy}.fields.{ours}", theirs, (str,))
+            if not _LOG_KEY.match(theirs):
+                raise ReplaygateError(
+                    f"config: sources.{proxy}.fields.{ours} must be a log key of letters, "
+                    "digits, '_', '-', '.', ':' or '@'"
+                )
+        out[proxy] = {"fields": dict(fields_)}
+    return out
 
 
 def load(path: str | os.PathLike | None = None) -> Config:

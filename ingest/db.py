@@ -54,6 +54,8 @@ CREATE TABLE IF NOT EXISTS analysis_pending (session_hmac VARCHAR);
 -- Where the new rows of each file start (rows after from_pos are new).
 CREATE TABLE IF NOT EXISTS analysis_pending_rows (tbl VARCHAR, file_id BIGINT, from_pos BIGINT);
 CREATE TABLE IF NOT EXISTS meta (key VARCHAR PRIMARY KEY, value VARCHAR);
+-- Facts each file can show (capabilities.py): how = keys (its log format) | values.
+CREATE TABLE IF NOT EXISTS file_facts (file_id BIGINT, fact VARCHAR, how VARCHAR);
 """
 
 

@@ -22,7 +22,7 @@ from pathlib import Path
 
 import duckdb
 
-from . import adapters, identity, readers, validate
+from . import adapters, capabilities, identity, readers, validate
 from .config import Config
 from .contract import RECORD_TYPES, RecordType, all_field_names
 from .db import get_meta, set_meta
@@ -39,6 +39,7 @@ class FileResult:
     rows: dict[str, int] = field(default_factory=dict)
     quarantined: int = 0
     note: str = ""
+    facts: dict | None = None  # a proxy log: the facts it can show and those it cannot
 
 
 @dataclass
@@ -144,6 +145,7 @@ class _Staged:
     row_shift: int = 0
     rows_staged: int = 0
     info: str = ""  # a note for the report that is not a quarantine row
+    key_facts: set[str] = field(default_factory=set)  # shown by a proxy log's keys
 
     @property
     def shift(self) -> int:
@@ -180,6 +182,7 @@ class _Loader:
         self.tmp = Path(tempfile.mkdtemp(prefix="replaygate-"))
         self.raw_without_key = 0
         self.temp_tables: list[str] = []
+        self.field_maps = config.field_maps()
 
     def close(self) -> None:
         for t in self.temp_tables:
@@ -245,7 +248,7 @@ class _Loader:
         read_path = read_path or src.path
         typed = src.default_type
         try:
-            self._stage(src, read_path, compression, table, typed)
+            staged.key_facts = self._stage(src, read_path, compression, table, typed)
         except duckdb.Error as exc:
             if compression != "gzip":
                 staged.notes.append((None, _unreadable(exc)))
@@ -257,7 +260,7 @@ class _Loader:
             staged.notes.append((lines + 1, reason))
             compression = "none"
             try:
-                self._stage(src, read_path, compression, table, typed)
+                staged.key_facts = self._stage(src, read_path, compression, table, typed)
             except duckdb.Error as exc2:
                 staged.notes.append((None, _unreadable(exc2)))
                 return staged
@@ -284,14 +287,19 @@ class _Loader:
 
     def _stage(
         self, src, read_path: Path, compression: str, table: str, typed: RecordType | None
-    ) -> None:
+    ) -> set[str]:
+        """Stage the file; return the facts a proxy log shows by its keys."""
         names = [f.name for f in typed.fields] if typed else all_field_names()
         self._exec("DROP TABLE IF EXISTS rg_rejects")
         self._exec("DROP TABLE IF EXISTS rg_scans")
         shape = self._proxy_shape(src, read_path, compression)
+        key_facts: set[str] = set()
         if shape is not None:
             forced = None if shape == "auto" else shape
-            sql = readers.proxylog_sql(src, names, self.key_available, forced)
+            by_name, key_facts = self._proxy_keys(src, read_path, compression, forced)
+            self._exec("DROP TABLE IF EXISTS rg_rejects")
+            self._exec("DROP TABLE IF EXISTS rg_scans")
+            sql = readers.proxylog_sql(src, names, self.key_available, forced, by_name)
         elif src.format == "jsonl":
             sql = readers.jsonl_sql(src, names, self.key_available)
         elif src.format == "csv":
@@ -313,6 +321,20 @@ class _Loader:
         if "$compression" in sql:
             params["compression"] = compression
         self._exec(f"CREATE OR REPLACE TEMP TABLE {table} AS {sql}", params)
+        return key_facts
+
+    def _proxy_keys(self, src, read_path: Path, compression: str, forced: str | None):
+        """Which keys the log's lines carry (its log_format): the adapters read only
+        those, and they tell which facts the log can show."""
+        keys = adapters.candidate_keys(self.field_maps)
+        row = self._exec(
+            readers.proxy_keys_sql(keys), {"path": str(read_path), "compression": compression}
+        ).fetchone()
+        present = {k.path for k, yes in zip(keys, row or (), strict=False) if yes}
+        first = readers.first_line(read_path, compression == "gzip")
+        shapes = {forced} if forced else {adapters.sniff(first)}
+        by_name = adapters.build(present, self.field_maps)
+        return by_name, capabilities.from_keys(present, shapes, self.field_maps)
 
     def _proxy_shape(self, src, read_path: Path, compression: str) -> str | None:
         """None for the contract reader; else the adapter to use ("auto": by line)."""
@@ -350,6 +372,7 @@ class _Loader:
             for rt in RECORD_TYPES:
                 self._exec(f"DELETE FROM {rt.table} WHERE file_id = $f", {"f": old_id})
             self._exec("DELETE FROM quarantine WHERE file_id = $f", {"f": old_id})
+            self._exec("DELETE FROM file_facts WHERE file_id = $f", {"f": old_id})
             self._exec("UPDATE files SET status = 'superseded' WHERE file_id = $f", {"f": old_id})
 
     def _manifest(self, file_id: int, src, shown: str, sha: str, result: FileResult) -> None:
@@ -442,6 +465,11 @@ class _Loader:
             self._manifest(file_id, st.src, st.shown, st.sha, result)
         if st.decision is not None and st.table is not None:
             self._identity(rows_id, st.src, st.shown, st.decision, st.row_shift + st.rows_staged)
+        if st.table is not None:
+            tables = list(_rows_by_type(self.con, rows_id)) or list(result.rows)
+            capabilities.record(self.con, rows_id, tables, st.key_facts)
+            if "proxy" in tables:
+                result.facts = capabilities.proxy_summary(capabilities.shown(self.con, rows_id))
         return result
 
     def _extend(self, file_id: int, st: _Staged, result: FileResult) -> None:

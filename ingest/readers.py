@@ -16,7 +16,7 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
-from .adapters import ADAPTERS
+from .adapters import ADAPTERS, Key
 from .contract import BY_SCHEMA, BY_TABLE, RECORD_TYPES, RecordType, type_for_filename
 from .redact import hmac_sql
 
@@ -185,12 +185,30 @@ def first_line(path: Path, gz: bool) -> str:
     return ""
 
 
+# Lines looked at to learn which keys a proxy log carries (its log_format is one per file).
+KEY_SCAN_LINES = 10_000
+
+
+def proxy_keys_sql(keys: tuple[Key, ...]) -> str:
+    """One row: for each key, whether any of the first lines of a proxy log has it."""
+    cols = ", ".join(f"bool_or({k.exists()})" for k in keys)
+    return f"""SELECT {cols} FROM (
+        SELECT try(json(raw)) AS j FROM {_raw_lines()} WHERE raw IS NOT NULL
+        LIMIT {KEY_SCAN_LINES}) WHERE j IS NOT NULL"""
+
+
 def proxylog_sql(
-    source: Source, names: list[str], key_available: bool, forced: str | None = None
+    source: Source,
+    names: list[str],
+    key_available: bool,
+    forced: str | None = None,
+    by_name: dict | None = None,
 ) -> str:
     """A proxy access log whose lines may be Caddy, nginx, Envoy or contract records,
-    each mapped by its own shape (or all by `forced`)."""
-    adapters = [ADAPTERS[forced]] if forced else list(ADAPTERS.values())
+    each mapped by its own shape (or all by `forced`); `by_name`: the adapters built for
+    this file (adapters.build)."""
+    by_name = by_name or ADAPTERS
+    adapters = [by_name[forced]] if forced else list(by_name.values())
     contract = "json_exists(j, '$.ts') AND json_exists(j, '$.method')"
     shape = "CASE WHEN j IS NULL THEN NULL " + " ".join(
         f"WHEN {a.detect} THEN '{a.name}'" for a in adapters

@@ -79,7 +79,7 @@ def list_findings(con, detectors=None, stage=None, severity=None, limit=None) ->
 
 
 def findings_doc(con, **filters) -> dict:
-    return {"findings": list_findings(con, **filters), "coverage": runner.coverage(con)}
+    return {"findings": list_findings(con, **filters), "coverage": runner.coverage_doc(con)}
 
 
 def gates_doc(con, config: Config, stage=None, all_stages=False) -> dict:

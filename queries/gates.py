@@ -109,19 +109,27 @@ def _stage_sources(con) -> dict[str, dict[str, int]]:
     return out
 
 
-def no_evidence(g: GateDef, counts: dict[str, int]) -> str | None:
+def no_evidence(
+    g: GateDef, counts: dict[str, int], blind: dict[str, str] | None = None
+) -> str | None:
     """Why none of a gate's detectors could judge anything in a stage's window (its
-    sources are absent there), or None when one of them could. A gate that judged
-    nothing never passes ("no data is never a pass")."""
+    sources are absent there, or no file can show a fact its verdict needs), or None
+    when one of them could. A gate that judged nothing never passes ("no data is never
+    a pass"). `blind`: detector -> what its files cannot show (runner.blind_detectors)."""
     detectors = catalog.detectors()
+    blind = blind or {}
     gaps = []
     for name in g.detectors:
         missing = runner.missing_needs(detectors[name], counts)
-        if not missing:
+        if missing:
+            gaps.append(
+                " and ".join(runner.missing_label(n) for n in missing) + " in the stage window"
+            )
+        elif name in blind:
+            gaps.append(blind[name])
+        else:
             return None
-        gaps.append(missing)
-    fewest = min(gaps, key=len)
-    return " and ".join(runner.missing_label(n) for n in fewest) + " in the stage window"
+    return min(gaps, key=len)
 
 
 def _fmt_n(x) -> str:
@@ -247,6 +255,7 @@ def evaluate(con, config: Config, stage: str | None = None, all_stages: bool = F
     minimums = min_samples(config)
     data_end = con.execute("SELECT max(ts) FROM proxy").fetchone()[0]
     sources = _stage_sources(con)
+    blind = runner.blind_detectors(con)
     out = []
     for name, scope, start, end, rollback_ts in stages:
         if name not in chosen:
@@ -260,8 +269,8 @@ def evaluate(con, config: Config, stage: str | None = None, all_stages: bool = F
                 failures = int(value or 0)
             minimum = minimums[g.id]
             st = status_of(g, value, sample, failures, minimum, scope, config)
-            blind = no_evidence(g, sources.get(name, {}))
-            if blind and st == "pass":
+            blind_why = no_evidence(g, sources.get(name, {}), blind)
+            if blind_why and st == "pass":
                 st = "insufficient"
             gate = {
                 "id": g.id,
@@ -277,7 +286,7 @@ def evaluate(con, config: Config, stage: str | None = None, all_stages: bool = F
                     else None
                 ),
                 "exercised": sample > 0,
-                "no_evidence": blind if st == "insufficient" else None,
+                "no_evidence": blind_why if st == "insufficient" else None,
             }
             if g.meter and minimum:
                 meter = dict(meters.get((g.meter, name), {"observed": 0, "last_hour": 0}))

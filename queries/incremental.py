@@ -13,7 +13,8 @@ in a full analysis. Stages are then assigned to all findings as always.
 
 A full analysis runs instead when there is no earlier analysis to build on, an ingest
 since then did not note what it changed, the configuration changed, the rollout log
-changed or rows were replaced, a detector's coverage would change, or the noted sessions
+changed or rows were replaced, a detector's coverage would change, a file cannot show a
+fact a detector needs ("cannot tell", capability.py), or the noted sessions
 are a large share of the fleet. Anything unexpected during an incremental run (a
 session-local table without `session_hmac`, a session-local finding without a session)
 rolls it back and falls back to a full one.
@@ -31,7 +32,7 @@ import duckdb
 from replaygate.ingest.config import Config
 from replaygate.ingest.db import get_meta, set_meta
 
-from . import catalog, params
+from . import capability, catalog, params
 
 # Prepared tables and detectors whose output for a session depends only on that
 # session's rows (and on the stage windows, which a rollout change recomputes in full).
@@ -111,7 +112,9 @@ def possible(con, config: Config, counts: dict[str, int]) -> bool:
         now = runner.missing_label(missing[0]) if missing else "ok"
         if ran.get(name) != now:
             return False
-    return True
+    # Files that cannot show a fact a detector needs change what it may look at: the
+    # full analysis applies that (capability.py).
+    return not capability.any_blind(con)
 
 
 def analyse(con, config: Config, counts: dict[str, int]) -> None:

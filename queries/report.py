@@ -147,7 +147,7 @@ def build(
         "by_revision": st["by_revision"],
         "rollback_verification": doc["rollback_verification"],
         "findings": _findings(con, st["stage"], top),
-        "coverage": api.runner.coverage(con),
+        "coverage": api.runner.coverage_doc(con),
         "inputs": {"files": _inputs(con), "quarantined_rows": quarantined},
         "configuration": {**gates.effective_settings(config), "source": config.source},
         "methodology": methodology,

@@ -14,7 +14,7 @@ from replaygate.ingest.config import Config
 from replaygate.ingest.contract import RECORD_TYPES
 from replaygate.ingest.db import get_meta, set_meta
 
-from . import catalog, incremental, params
+from . import capability, catalog, incremental, params
 
 FINDINGS_DDL = """
 CREATE TABLE IF NOT EXISTS findings (
@@ -24,6 +24,12 @@ CREATE TABLE IF NOT EXISTS findings (
 );
 CREATE TABLE IF NOT EXISTS coverage (detector VARCHAR, status VARCHAR, rows BIGINT,
                                      seconds DOUBLE);
+-- Units a detector could not judge: the file and the fact it cannot show (capability.py).
+CREATE TABLE IF NOT EXISTS cannot_tell (detector VARCHAR, file VARCHAR, missing VARCHAR,
+                                        units BIGINT);
+-- Files left out of a detector's input because they cannot show a fact it needs (the
+-- gates count only the units its detectors could judge).
+CREATE TABLE IF NOT EXISTS blind_files (detector VARCHAR, source VARCHAR, file_id BIGINT);
 """
 _MISSING_LABEL = {
     "sessions": "no session ledger",
@@ -85,6 +91,8 @@ def analyse(
                 con.execute(stmt)
         con.execute("DELETE FROM findings")
         con.execute("DELETE FROM coverage")
+        con.execute("DELETE FROM cannot_tell")
+        con.execute("DELETE FROM blind_files")
         for name, q in catalog.detectors().items():
             if only and name not in only:
                 continue
@@ -94,13 +102,37 @@ def analyse(
                 con.execute("INSERT INTO coverage VALUES ($d, $s, 0, 0)", {"d": name, "s": label})
                 continue
             t0 = time.perf_counter()
-            n = con.execute(
-                f"INSERT INTO findings BY NAME SELECT $detector AS detector, * FROM ({q.sql})",
-                {"detector": name, **params.bind(q, values)},
-            ).fetchone()[0]
+            plan = capability.plan(con, q)
+            for entry in plan.cannot_tell:
+                con.execute(
+                    "INSERT INTO cannot_tell VALUES ($d, $f, $m, $u)",
+                    {"d": name, "f": entry["file"], "m": entry["missing"], "u": entry["units"]},
+                )
+            n = 0
+            if not plan.skip:
+                made = capability.shadow(con, plan)
+                try:
+                    n = con.execute(
+                        f"INSERT INTO findings BY NAME SELECT $detector AS detector, * "
+                        f"FROM ({q.sql})",
+                        {"detector": name, **params.bind(q, values)},
+                    ).fetchone()[0]
+                finally:
+                    capability.unshadow(con, made)
+            for table, ids in plan.exclude.items():
+                for fid in ids:
+                    con.execute(
+                        "INSERT INTO blind_files VALUES ($d, $t, $f)",
+                        {"d": name, "t": table, "f": fid},
+                    )
             con.execute(
-                "INSERT INTO coverage VALUES ($d, 'ok', $n, $s)",
-                {"d": name, "n": n, "s": time.perf_counter() - t0},
+                "INSERT INTO coverage VALUES ($d, $st, $n, $s)",
+                {
+                    "d": name,
+                    "st": "cannot tell" if plan.skip else "ok",
+                    "n": n,
+                    "s": time.perf_counter() - t0,
+                },
             )
         _assign_stages(con)
         if only is None:
@@ -157,6 +189,40 @@ def summary(con) -> dict:
     )
     total = sum(by_sev.values())
     return {"total": total, "by_severity": by_sev}
+
+
+def cannot_tell(con) -> dict[str, list[dict]]:
+    """Per detector, the units it could not judge: [{"file", "missing", "units"}]."""
+    out: dict[str, list[dict]] = {}
+    try:
+        rows = con.execute(
+            "SELECT detector, file, missing, units FROM cannot_tell ORDER BY detector, file"
+        ).fetchall()
+    except duckdb.CatalogException:  # a database analysed before this table existed
+        return out
+    for det, file, missing, n in rows:
+        out.setdefault(det, []).append({"file": file, "missing": missing, "units": n})
+    return out
+
+
+def blind_detectors(con) -> dict[str, str]:
+    """Detectors that could judge nothing because no file can show a fact they need,
+    with what is missing ("proxy.log cannot show proxy.initialize")."""
+    rows = con.execute(
+        """SELECT c.detector, arg_min(t.file || ' cannot show ' || t.missing, t.file)
+           FROM coverage c JOIN cannot_tell t USING (detector)
+           WHERE c.status = 'cannot tell' GROUP BY c.detector"""
+    ).fetchall()
+    return dict(rows)
+
+
+def coverage_doc(con) -> dict:
+    """`coverage` as `findings --json` prints it: a detector's status, or, when some of
+    its units could not be judged, {"status": ..., "cannot_tell": [...]}."""
+    out: dict = dict(coverage(con))
+    for det, entries in cannot_tell(con).items():
+        out[det] = {"status": out.get(det, "not run"), "cannot_tell": entries}
+    return out
 
 
 def coverage(con) -> dict[str, str]:

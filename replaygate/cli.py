@@ -310,7 +310,7 @@ def findings(db, config_path, as_json, detectors, stage, severity, limit):
         emit_json(api.findings_doc(con, detectors=detectors, stage=stage, severity=severity))
     else:
         rows = api.list_findings(con, detectors=detectors, stage=stage, severity=severity)
-        findings_table(rows, limit or 50, api.runner.coverage(con))
+        findings_table(rows, limit or 50, api.runner.coverage_doc(con))
 
 
 @cli.command(context_settings=CONTEXT)

@@ -6,6 +6,7 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
+from replaygate.ingest.capabilities import LABELS
 from replaygate.ingest.contract import RECORD_TYPES
 from replaygate.queries.escape import one_line
 from replaygate.queries.gates import display_value
@@ -29,6 +30,7 @@ def ingest_summary(report, analysed=None, as_dict: bool = False):
                     "rows": f.rows,
                     "quarantined": f.quarantined,
                     "note": f.note or None,
+                    **({"facts": f.facts} if f.facts is not None else {}),
                 }
                 for f in report.files
             ],
@@ -69,6 +71,13 @@ def ingest_summary(report, analysed=None, as_dict: bool = False):
     for f in report.files:
         if f.note:
             console.print(f"{_t(f.path)}: {_t(f.note)}")
+    for f in report.files:
+        if f.facts is not None:
+            found = ", ".join(LABELS.get(x, x) for x in f.facts["found"]) or "nothing"
+            text = f"{one_line(f.path)}: proxy log shows {found}"
+            if f.facts["missing"]:
+                text += "; cannot show " + ", ".join(LABELS.get(x, x) for x in f.facts["missing"])
+            console.print(escape(text))
     if report.skipped:
         console.print(f"skipped {len(report.skipped)} files that are not input files")
     if analysed:
@@ -145,9 +154,18 @@ def findings_table(rows: list[dict], limit: int, coverage: dict) -> None:
     console.print(t)
     if len(rows) > limit:
         console.print(f"... {len(rows) - limit:,} more (--limit, or --json for all)")
-    gaps = {d: s for d, s in coverage.items() if s != "ok"}
+    status = {d: (s["status"] if isinstance(s, dict) else s) for d, s in coverage.items()}
+    gaps = {d: s for d, s in status.items() if s != "ok"}
     if gaps:
         console.print("not run: " + "; ".join(f"{d} ({s})" for d, s in sorted(gaps.items())))
+    for d, s in sorted(coverage.items()):
+        for e in s.get("cannot_tell", []) if isinstance(s, dict) else []:
+            console.print(
+                escape(
+                    f"cannot tell: {d}, {e['units']:,} units: {one_line(e['file'])} "
+                    f"cannot show {e['missing']}"
+                )
+            )
 
 
 def gates_report(doc: dict) -> None:

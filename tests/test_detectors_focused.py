@@ -443,7 +443,15 @@ def test_missing_idempotency_key(tmp_path):
 
 # -- sessions and HTTP --------------------------------------------------------------------
 def test_reinit_missing(tmp_path):
-    gone = px(1000, status=404, session_hmac=S, principal="p1", protocol_version="2025-11-25")
+    # The log names JSON-RPC methods, so an initialize would show in it.
+    gone = px(
+        1000,
+        status=404,
+        session_hmac=S,
+        principal="p1",
+        protocol_version="2025-11-25",
+        jsonrpc_method="tools/call",
+    )
     init = px(3000, session_hmac=None, principal="p1", jsonrpc_method="initialize")
     assert len(findings(tmp_path / "a", proxy=[gone])["reinit_missing"]) == 1
     assert findings(tmp_path / "b", proxy=[gone, init]) == {}

@@ -51,3 +51,9 @@ cov = d["coverage"].copy()
 cov["rows"] = cov["rows"].map(fmt.count)
 cov["seconds"] = cov["seconds"].map(lambda s: fmt.duration(s) if s else "")
 st.dataframe(cov, hide_index=True, key="data_coverage", width="stretch")
+if len(d["cannot_tell"]):
+    st.subheader("Cannot tell")
+    st.caption(
+        "Units whose verdict needs a fact the file cannot show: neither findings nor passes."
+    )
+    st.dataframe(d["cannot_tell"], hide_index=True, key="data_cannot_tell", width="stretch")

@@ -263,3 +263,8 @@ ORDER BY path, line, "row" LIMIT 5000;
 -- purpose: what each detector could judge
 -- filters: none
 SELECT detector, status, rows, seconds FROM coverage ORDER BY detector;
+
+-- name: cannot_tell
+-- purpose: units a detector could not judge: the file and the fact it cannot show
+-- filters: none
+SELECT detector, file, missing AS cannot_show, units FROM cannot_tell ORDER BY detector, file;

@@ -2,6 +2,8 @@
 -- invariant: a session is served only to the token subject that opened it
 -- severity: critical
 -- needs: sessions, proxy
+-- facts: proxy.auth_subject, sessions.auth_subject
+-- units: proxy WHERE session_hmac IS NOT NULL AND status BETWEEN 200 AND 299 BY session_hmac
 -- unit: (session_hmac, auth_subject)
 -- page: sessions
 SELECT p.session_hmac, 'critical' AS severity, min(p.ts) AS ts,

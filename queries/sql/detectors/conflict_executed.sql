@@ -2,6 +2,8 @@
 -- invariant: a reused idempotency key with another payload is never executed
 -- severity: critical
 -- needs: dispatches
+-- facts: dispatches.payload_digest
+-- units: dispatches WHERE idempotency_key IS NOT NULL BY idempotency_key
 -- unit: idempotency_key
 -- page: dispatch
 SELECT idempotency_key, 'critical' AS severity, min(ts) AS ts,

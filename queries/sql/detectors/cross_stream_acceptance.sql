@@ -2,6 +2,7 @@
 -- invariant: a client accepts an event only on the stream the event belongs to
 -- severity: critical
 -- needs: inbox, events
+-- facts: none
 -- unit: receipt (session_hmac, generation, stream_id, event_id)
 -- page: streams
 SELECT session_hmac, generation, stream_id, event_id, 'critical' AS severity, min(ts) AS ts,

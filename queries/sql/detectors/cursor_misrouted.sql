@@ -2,6 +2,8 @@
 -- invariant: a stream resumes only from a Last-Event-ID of its own
 -- severity: critical
 -- needs: streams, events
+-- facts: streams.resume_from_event_id
+-- units: streams WHERE state = 'RESUME_PENDING' BY session_hmac, generation, stream_id
 -- unit: stream
 -- page: streams
 -- The cursor at a resume is read from a_resumes (prep), where every cursor rule reads it.

@@ -2,6 +2,7 @@
 -- invariant: resumes present cursors the server still holds (informational: a rejection is safe, but costs a re-request)
 -- severity: low
 -- needs: streams
+-- facts: none
 -- unit: stream
 -- page: streams
 SELECT session_hmac, generation, stream_id, 'low' AS severity, min(ts) AS ts,

@@ -2,6 +2,8 @@
 -- invariant: a session is TERMINATED only after a DELETE on it succeeded (2xx)
 -- severity: medium
 -- needs: sessions, proxy
+-- facts: proxy.session_hmac
+-- units: sessions WHERE state = 'TERMINATED' BY session_hmac
 -- unit: session_hmac
 -- page: sessions
 SELECT s.session_hmac, 'medium' AS severity,

@@ -2,6 +2,7 @@
 -- invariant: a result or error event is never dropped under backpressure
 -- severity: critical
 -- needs: events
+-- facts: none
 -- unit: stream
 -- page: streams
 SELECT session_hmac, generation, stream_id, 'critical' AS severity, min(ts) AS ts,

@@ -2,6 +2,7 @@
 -- invariant: a dedup key (generation, stream_id, event_id, message_digest) is accepted at most once
 -- severity: high
 -- needs: inbox
+-- facts: none
 -- unit: dedup key
 -- page: streams
 -- Keys are first counted by a 64-bit hash (cheap); only colliding hashes are grouped by

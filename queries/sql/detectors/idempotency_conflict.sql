@@ -2,6 +2,8 @@
 -- invariant: an idempotency key is reused only for the same payload (informational when the server refuses it with 409)
 -- severity: medium
 -- needs: dispatches
+-- facts: dispatches.payload_digest
+-- units: dispatches WHERE idempotency_key IS NOT NULL BY idempotency_key
 -- unit: idempotency_key
 -- page: dispatch
 SELECT idempotency_key, 'medium' AS severity, min(ts) AS ts,

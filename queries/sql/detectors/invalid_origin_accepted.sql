@@ -2,6 +2,8 @@
 -- invariant: a request with an Origin outside the allow-list is answered 403
 -- severity: critical
 -- needs: proxy
+-- facts: proxy.origin
+-- units: proxy
 -- params: origin_patterns
 -- unit: proxy request (ts, session_hmac, origin)
 -- page: sessions

@@ -2,6 +2,8 @@
 -- invariant: every executed write or paid tool call carries an idempotency key
 -- severity: high
 -- needs: dispatches
+-- facts: dispatches.tool_class
+-- units: dispatches WHERE outcome = 'executed' BY dispatch_id
 -- unit: dispatch_id
 -- page: dispatch
 SELECT dispatch_id, session_hmac, generation, 'high' AS severity, ts,

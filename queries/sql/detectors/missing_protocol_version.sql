@@ -2,6 +2,8 @@
 -- invariant: every request on a session carries MCP-Protocol-Version
 -- severity: low
 -- needs: proxy
+-- facts: proxy.protocol_version, proxy.session_hmac
+-- units: proxy WHERE session_hmac IS NOT NULL BY session_hmac
 -- unit: session_hmac
 -- page: sessions
 SELECT session_hmac, 'low' AS severity, min(ts) AS ts,

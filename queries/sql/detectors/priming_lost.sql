@@ -2,6 +2,8 @@
 -- invariant: on a resumable session, a stream's client holds a cursor (an accepted event) before the stream can break
 -- severity: medium
 -- needs: streams, inbox, sessions
+-- facts: sessions.resumable|sessions.protocol_version
+-- units: streams WHERE state = 'DISCONNECTED' BY session_hmac, generation, stream_id
 -- unit: stream
 -- page: streams
 WITH first_disc AS (
@@ -19,4 +21,11 @@ JOIN a_sessions s ON s.session_hmac = d.session_hmac AND s.resumable
 LEFT JOIN first_acc a
   ON a.session_hmac = d.session_hmac AND a.generation = d.generation
  AND a.stream_id = d.stream_id
-WHERE a.ts IS NULL OR a.ts > d.ts
+WHERE (a.ts IS NULL OR a.ts > d.ts)
+  -- A receipt accepted before the break whose origin stream is unknown (no
+  -- origin_stream_id and no event log to resolve it) may have been this stream's: the
+  -- client may have held a cursor, so absence cannot be claimed.
+  AND NOT EXISTS (
+        SELECT 1 FROM a_inbox u
+         WHERE u.session_hmac = d.session_hmac AND u.generation = d.generation
+           AND u.verdict = 'accepted' AND u.origin_stream_id IS NULL AND u.ts <= d.ts)

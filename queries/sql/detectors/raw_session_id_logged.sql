@@ -2,6 +2,7 @@
 -- invariant: no log carries a raw Mcp-Session-Id (they were hashed on ingest; the value is not kept)
 -- severity: critical
 -- needs: proxy
+-- facts: none
 -- unit: source file
 -- page: sessions
 SELECT 'critical' AS severity, min(p.ts) AS ts,

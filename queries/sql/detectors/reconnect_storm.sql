@@ -2,6 +2,8 @@
 -- invariant: reconnects (GET with Last-Event-ID, requests answered 429 or 503) stay within the budget in every 10-second window
 -- severity: high
 -- needs: proxy
+-- facts: proxy.last_event_id
+-- units: proxy WHERE method = 'GET' OR status IN (429, 503) BY epoch_ms(ts) // 10000
 -- params: reconnect_budget_qps
 -- unit: 10-second window
 -- page: sessions

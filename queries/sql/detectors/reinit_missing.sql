@@ -2,6 +2,8 @@
 -- invariant: after a 404 on a session, the client stops using it and sends a new initialize within the re-init window
 -- severity: high
 -- needs: proxy
+-- facts: proxy.initialize, proxy.principal|proxy.client_addr
+-- units: proxy WHERE status = 404 AND session_hmac IS NOT NULL AND method <> 'DELETE'
 -- params: reinit_window_s
 -- unit: (session_hmac, ts of the 404)
 -- page: sessions

@@ -2,6 +2,8 @@
 -- invariant: a resume replays only events after the client's acknowledged position (the later of the last acknowledged event the stream recorded and the resume cursor)
 -- severity: low
 -- needs: streams, events
+-- facts: streams.last_acked_event_id|streams.resume_from_event_id
+-- units: streams WHERE state = 'RESUME_PENDING' BY session_hmac, generation, stream_id
 -- unit: stream
 -- page: streams
 -- The acknowledged position at a resume is defined once, in a_resumes (prep).

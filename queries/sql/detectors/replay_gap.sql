@@ -2,6 +2,7 @@
 -- invariant: a client accepts every event of a stream up to its last accepted one, and on a completed stream every event the server produced; priming and heartbeats aside
 -- severity: high, low
 -- needs: inbox, events, streams
+-- facts: none
 -- unit: stream (origin)
 -- page: streams
 -- Severity is high when a missing event changes the answer (cumulative, message, result,

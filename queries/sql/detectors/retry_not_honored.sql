@@ -2,6 +2,8 @@
 -- invariant: a client waits the server's SSE retry before reconnecting a stream
 -- severity: low
 -- needs: streams
+-- facts: streams.retry_ms
+-- units: streams WHERE state = 'DISCONNECTED' BY session_hmac, generation, stream_id
 -- unit: stream
 -- page: streams
 SELECT session_hmac, generation, stream_id, 'low' AS severity, min(disc_ts) AS ts,

@@ -2,6 +2,7 @@
 -- invariant: a rollback keeps the cursor index of live sessions: their streams opened before it still resume
 -- severity: high
 -- needs: rollout, streams, sessions
+-- facts: none
 -- unit: stream
 -- page: rollout
 SELECT s.session_hmac, s.generation, s.stream_id, 'high' AS severity, min(r.ts) AS ts,

@@ -2,6 +2,8 @@
 -- invariant: after a rollback, a broken stream opened before it is resumed, not re-POSTed
 -- severity: high
 -- needs: rollout, streams, sessions
+-- facts: streams.payload_digest, streams.method
+-- units: streams WHERE state = 'DISCONNECTED' BY session_hmac, generation, stream_id
 -- params: retry_window_s
 -- unit: stream
 -- page: rollout

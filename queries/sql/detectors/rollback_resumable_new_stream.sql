@@ -2,6 +2,7 @@
 -- invariant: after a rollback, streams opened in the hygiene window are never resumed
 -- severity: critical
 -- needs: rollout, streams
+-- facts: none
 -- unit: stream
 -- page: rollout
 SELECT s.session_hmac, s.generation, s.stream_id, 'critical' AS severity,

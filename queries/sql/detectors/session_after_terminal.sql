@@ -2,6 +2,7 @@
 -- invariant: nothing is accepted or served on a session after it was terminated or expired
 -- severity: critical
 -- needs: sessions, inbox|proxy
+-- facts: none
 -- unit: session_hmac
 -- page: sessions
 WITH late AS (

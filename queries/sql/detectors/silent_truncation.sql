@@ -2,6 +2,7 @@
 -- invariant: no operation closes with an accepted result while an answer-changing event of its stream is missing
 -- severity: critical
 -- needs: inbox, events, streams
+-- facts: none
 -- unit: stream
 -- page: streams
 WITH high_gaps AS (

@@ -2,6 +2,7 @@
 -- invariant: a disconnected stream is open again within the recovery threshold
 -- severity: medium
 -- needs: streams
+-- facts: none
 -- params: recovery_threshold_s
 -- unit: stream
 -- page: streams

@@ -2,6 +2,7 @@
 -- invariant: session and stream ledgers follow the state machines of seed 004 (a repeated state is fine)
 -- severity: medium
 -- needs: sessions|streams
+-- facts: none
 -- unit: (entity, ts)
 -- page: sessions
 WITH session_rows AS (

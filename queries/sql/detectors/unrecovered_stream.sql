@@ -2,6 +2,7 @@
 -- invariant: a stream that asked to resume is open again or closed by the end of the data
 -- severity: medium
 -- needs: streams
+-- facts: none
 -- unit: stream
 -- page: streams
 WITH marks AS (

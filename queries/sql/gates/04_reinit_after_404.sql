@@ -11,6 +11,10 @@
 WITH gone AS (
     SELECT stage, count(*) AS n FROM a_proxy_staged
     WHERE status = 404 AND session_hmac IS NOT NULL AND method <> 'DELETE'
+      -- only the 404s its detector could judge (not those of a log that cannot show an
+      -- initialize: they are `cannot_tell`)
+      AND file_id NOT IN (SELECT file_id FROM blind_files
+                           WHERE list_contains($detectors, detector))
     GROUP BY stage
 ),
 bad AS (

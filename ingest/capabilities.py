@@ -1,0 +1,143 @@
+"""Source capabilities: which facts each ingested file can show.
+
+A detector may claim that something did not happen only when its sources could have
+shown it (shared rule "cannot tell"). A *fact* is an optional field of a record type,
+named `<table>.<field>` (`proxy.principal`, `streams.last_acked_event_id`), plus
+`proxy.initialize`: the log lets an initialize be seen (the new session's
+`Mcp-Session-Id` in the answer, the flag logged in its place, or the JSON-RPC method).
+
+A file shows a fact when one of its rows has a value for it, or — for nginx and Envoy
+logs, whose keys every user names differently — when its lines carry a key the adapter
+reads for it (an unset nginx variable is logged as "", so the key tells what the
+log_format can show even where no value happened). Caddy logs every request header.
+The facts are stored per file in `file_facts`; queries/runner.py reads them against
+each detector's `-- facts:` header.
+"""
+
+from __future__ import annotations
+
+from .contract import BY_TABLE, RECORD_TYPES
+
+INITIALIZE = "proxy.initialize"
+
+# Facts a Caddy access log shows by its format (every request header is logged).
+_CADDY_FACTS = (
+    "proxy.session_hmac",
+    "proxy.origin",
+    "proxy.protocol_version",
+    "proxy.last_event_id",
+    "proxy.jsonrpc_method",
+    "proxy.user_agent",
+    "proxy.client_addr",
+    "proxy.path",
+    "proxy.duration_ms",
+    INITIALIZE,
+)
+
+
+def optional_facts(table: str) -> list[str]:
+    rt = BY_TABLE[table]
+    return [f"{table}.{f.name}" for f in rt.stored_fields if not f.required]
+
+
+def all_facts() -> list[str]:
+    out = [f for rt in RECORD_TYPES for f in optional_facts(rt.table)]
+    return out + [INITIALIZE]
+
+
+def proxy_facts() -> list[str]:
+    return optional_facts("proxy") + [INITIALIZE]
+
+
+def fact_of_spec(field: str, key: str) -> str | None:
+    """The fact an nginx/Envoy adapter key shows."""
+    if key in ("new_session_id", "new_session"):
+        return INITIALIZE
+    if field == "session_id":
+        return "proxy.session_hmac"
+    if field in ("ts", "method", "status") or not field:
+        return None
+    return f"proxy.{field}"
+
+
+def from_keys(present: set[str], shapes: set[str], user_fields: dict) -> set[str]:
+    """Facts an nginx, Envoy or Caddy log shows by the keys its lines carry."""
+    from .adapters import SPECS
+
+    out: set[str] = set()
+    if "caddy" in shapes:
+        out.update(_CADDY_FACTS)
+    for name, specs in SPECS.items():
+        if name not in shapes:
+            continue
+        for spec in specs:
+            fact = fact_of_spec(spec.field, spec.key)
+            keys = spec.keys(user_fields.get(name, {}).get(spec.key))
+            if fact and any(k.path in present for k in keys):
+                out.add(fact)
+    return out
+
+
+def record(con, file_id: int, tables: list[str], key_facts: set[str]) -> None:
+    """Store the facts a file shows: by its keys (kept from earlier reads of a grown file)
+    and by the values of all its rows."""
+    con.execute("DELETE FROM file_facts WHERE file_id = $f AND how = 'values'", {"f": file_id})
+    for fact in sorted(key_facts):
+        con.execute(
+            """INSERT INTO file_facts SELECT $f, $fact, 'keys' WHERE NOT EXISTS (
+                   SELECT 1 FROM file_facts WHERE file_id = $f AND fact = $fact)""",
+            {"f": file_id, "fact": fact},
+        )
+    for table in tables:
+        facts = optional_facts(table)
+        if not facts:
+            continue
+        fields = [f.split(".", 1)[1] for f in facts]
+        counts = ", ".join(f"count({c}) > 0" for c in fields)
+        shown = con.execute(
+            f"SELECT {counts} FROM {table} WHERE file_id = $f", {"f": file_id}
+        ).fetchone()
+        found = [fact for fact, yes in zip(facts, shown, strict=True) if yes]
+        if table == "proxy" and "proxy.jsonrpc_method" in found and not key_facts:
+            # A contract-format log names methods: an initialize would show. (An nginx
+            # or Envoy log's methods come from Mcp-Method, which only 2026-07-28
+            # clients send: there the keys decide.)
+            found.append(INITIALIZE)
+        for fact in found:
+            con.execute(
+                """INSERT INTO file_facts SELECT $f, $fact, 'values' WHERE NOT EXISTS (
+                       SELECT 1 FROM file_facts WHERE file_id = $f AND fact = $fact)""",
+                {"f": file_id, "fact": fact},
+            )
+
+
+def shown(con, file_id: int) -> set[str]:
+    return {
+        r[0]
+        for r in con.execute(
+            "SELECT fact FROM file_facts WHERE file_id = $f", {"f": file_id}
+        ).fetchall()
+    }
+
+
+LABELS = {
+    INITIALIZE: "initialize (the answer's new Mcp-Session-Id, or a flag in its place)",
+    "proxy.session_hmac": "session id (Mcp-Session-Id, raw or HMAC)",
+    "proxy.principal": "principal",
+    "proxy.auth_subject": "token subject",
+    "proxy.origin": "Origin",
+    "proxy.protocol_version": "MCP-Protocol-Version",
+    "proxy.last_event_id": "Last-Event-ID",
+    "proxy.jsonrpc_method": "JSON-RPC method (Mcp-Method)",
+    "proxy.client_addr": "client address",
+    "proxy.user_agent": "User-Agent",
+}
+
+
+def proxy_summary(found: set[str]) -> dict:
+    """What `replaygate ingest` reports for a proxy log: facts found and not found."""
+    wanted = [f for f in proxy_facts() if f in LABELS]
+    return {
+        "found": [f for f in wanted if f in found],
+        "missing": [f for f in wanted if f not in found],
+    }

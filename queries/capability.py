@@ -1,0 +1,183 @@
+""" "Cannot tell": units whose verdict needs a fact the loaded files cannot show.
+
+A detector declares in its SQL header the facts its verdict depends on
+(`-- facts: proxy.initialize, proxy.principal|proxy.client_addr`; `a|b`: either one)
+and the units it judges (`-- units: <table> [WHERE <predicate>] [BY <unit key>]`).
+Files are matched against ingest/capabilities.py's `file_facts`:
+
+- a fact of the units' own table: the files of that table that cannot show it are
+  left out of the detector's input (so their units can never be findings), and their
+  units are counted as `cannot_tell` for that file;
+- a fact of another table: when no file of that table can show it, the detector is
+  not run and all its units are `cannot_tell`, naming each of those files.
+
+Detectors whose rule is about a field's absence (`missing_idempotency_key`,
+`missing_protocol_version`, ...) declare the facts that make the absence visible.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+from replaygate.ingest.capabilities import all_facts
+
+_UNITS = re.compile(r"^(?P<table>[a-z_]+)(?: WHERE (?P<where>.+?))?(?: BY (?P<by>.+))?$")
+
+
+@dataclass(frozen=True)
+class Units:
+    table: str
+    where: str
+    by: str | None
+
+
+def facts(q) -> tuple[tuple[str, ...], ...]:
+    """The declared facts of a detector: groups of alternatives."""
+    raw = q.header.get("facts", "").strip()
+    if not raw or raw in ("none", "-"):
+        return ()
+    groups = tuple(tuple(a.strip() for a in g.split("|")) for g in raw.split(","))
+    known = set(all_facts())
+    for g in groups:
+        for f in g:
+            if f not in known:
+                raise ValueError(f"{q.name}: unknown fact {f!r} in its facts header")
+    return groups
+
+
+def units(q) -> Units | None:
+    raw = q.header.get("units", "").strip()
+    if not raw:
+        return None
+    m = _UNITS.match(raw)
+    if not m:
+        raise ValueError(f"{q.name}: cannot read its units header {raw!r}")
+    return Units(m["table"], m["where"] or "true", m["by"])
+
+
+@dataclass
+class Plan:
+    """How to run one detector on what the files can show."""
+
+    exclude: dict[str, list[int]]  # table -> files left out of its input
+    cannot_tell: list[dict]  # {"file", "missing", "units"}
+    skip: bool = False  # no file could show a fact: nothing can be judged
+
+
+def _files_of(con, table: str) -> list[tuple[int, str]]:
+    return con.execute(
+        f"""SELECT f.file_id, f.path FROM files f
+            WHERE f.status = 'loaded' AND EXISTS (
+                SELECT 1 FROM {table} t WHERE t.file_id = f.file_id)
+            ORDER BY f.path"""
+    ).fetchall()
+
+
+def _shown(con) -> dict[int, set[str]]:
+    out: dict[int, set[str]] = {}
+    for fid, fact in con.execute("SELECT file_id, fact FROM file_facts").fetchall():
+        out.setdefault(fid, set()).add(fact)
+    return out
+
+
+def _count(con, u: Units, file_ids: list[int] | None) -> int:
+    key = f"DISTINCT ({u.by})" if u.by else "*"
+    scope = "true" if file_ids is None else "list_contains($ids, file_id)"
+    args = {} if file_ids is None else {"ids": file_ids}
+    return con.execute(
+        f"SELECT count({key}) FROM {u.table} WHERE ({u.where}) AND {scope}", args
+    ).fetchone()[0]
+
+
+def plan(con, q) -> Plan:
+    groups = facts(q)
+    p = Plan({}, [])
+    if not groups:
+        return p
+    u = units(q)
+    shown = _shown(con)
+    for group in groups:
+        table = group[0].split(".", 1)[0]
+        files = _files_of(con, table)
+        blind = [(fid, path) for fid, path in files if not shown.get(fid, set()) & set(group)]
+        if not blind:
+            continue
+        missing = "|".join(group)
+        if u is not None and u.table == table:
+            # Every file blind: nothing left to judge (the detector is not run).
+            p.skip = p.skip or len(blind) == len(files)
+            p.exclude.setdefault(table, [])
+            for fid, path in blind:
+                if fid in p.exclude[table]:
+                    continue
+                p.exclude[table].append(fid)
+                n = _count(con, u, [fid])
+                if n:
+                    p.cannot_tell.append({"file": path, "missing": missing, "units": n})
+        elif len(blind) == len(files):
+            p.skip = True
+            n = _count(con, u, None) if u is not None else 0
+            for _, path in blind:
+                p.cannot_tell.append({"file": path, "missing": missing, "units": n})
+    return p
+
+
+def any_blind(con) -> bool:
+    """Does any file lack a fact some detector declares?"""
+    from . import catalog
+
+    return any(
+        plan(con, q).cannot_tell or plan(con, q).exclude
+        for q in catalog.detectors().values()
+        if facts(q)
+    )
+
+
+def shadow(con, p: Plan) -> list[str]:
+    """Temporary views that hide the excluded files' rows from a detector."""
+    if not p.exclude:
+        return []
+    db = con.execute("SELECT current_database()").fetchone()[0]
+    made = []
+    for table, ids in p.exclude.items():
+        listed = ", ".join(str(int(i)) for i in ids)
+        con.execute(
+            f'CREATE OR REPLACE TEMP VIEW {table} AS SELECT * FROM "{db}".main.{table} '
+            f"WHERE file_id NOT IN ({listed})"
+        )
+        made.append(table)
+    return made
+
+
+def unshadow(con, made: list[str]) -> None:
+    for table in made:
+        con.execute(f"DROP VIEW IF EXISTS temp.{table}")
+
+
+def markdown_table() -> list[str]:
+    """The capability table of docs/detectors.md, from the detectors' headers."""
+    from . import catalog
+
+    def cell(text: str) -> str:
+        return text.replace("|", " or ")
+
+    out = [
+        "| detector | reads (`needs`) | facts its verdict depends on (`facts`) "
+        "| units that become `cannot_tell` (`units`) |",
+        "|---|---|---|---|",
+    ]
+    for name, q in sorted(catalog.detectors().items()):
+        groups = facts(q)
+        if groups:
+            shown = ", ".join(" or ".join(f"`{a}`" for a in g) for g in groups)
+        elif "facts" in q.header:
+            shown = "— (required fields only)"
+        else:
+            shown = "not declared"
+        u = q.header.get("units", "")
+        out.append(
+            f"| `{name}` | {cell(', '.join(q.needs))} | {shown} | "
+            f"{('`' + cell(u) + '`') if u else '—'} |"
+        )
+    return out

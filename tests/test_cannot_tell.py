@@ -1,0 +1,254 @@
+"""Cannot tell: a unit whose verdict needs a fact its file cannot show is neither a
+finding nor silently dropped, for every detector that declares facts."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from replaygate.ingest import db as dbm
+from replaygate.ingest.capabilities import all_facts
+from replaygate.ingest.config import Config
+from replaygate.ingest.load import ingest
+from replaygate.queries import capability, catalog, runner
+
+from .test_detectors_focused import (
+    ROLLOUT,
+    S2,
+    S,
+    _resume,
+    active,
+    dp,
+    ev,
+    px,
+    rc,
+    ses,
+    stm,
+)
+
+V = "2025-11-25"
+
+
+def run(tmp_path, **tables):
+    tmp_path.mkdir(parents=True, exist_ok=True)
+    for name, rows in tables.items():
+        (tmp_path / f"{name}.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    con = dbm.connect(str(tmp_path / "t.duckdb"))
+    report = ingest(con, [tmp_path], Config())
+    assert report.quarantined == 0, report.quarantine_reasons
+    runner.analyse(con, Config())
+    found: dict[str, int] = dict(
+        con.execute("SELECT detector, count(*) FROM findings GROUP BY ALL").fetchall()
+    )
+    blind = runner.cannot_tell(con)
+    con.close()
+    return found, blind
+
+
+def _without(tables: dict, drop: list[str]) -> dict:
+    """The same records without the fields named `table.field`."""
+    out = {}
+    for name, rows in tables.items():
+        gone = {d.split(".", 1)[1] for d in drop if d.split(".", 1)[0] == name}
+        out[name] = [{k: v for k, v in r.items() if k not in gone} for r in rows]
+    return out
+
+
+_A = [
+    dp(0, "d1", idempotency_key="k", payload_digest="p1", principal="u"),
+]
+_STREAMS_ACK = [
+    stm(0, "1", "STREAM_OPEN", method="POST"),
+    stm(100, "1", "DISCONNECTED", close_reason="network", last_acked_event_id="1:2"),
+    stm(1600, "1", "RESUME_PENDING", resume_from_event_id="1:1"),
+    stm(1650, "1", "STREAM_OPEN", method="GET"),
+]
+_EVENTS_ACK = [ev(10 * s, "1", s, "message") for s in (1, 2, 3)] + [
+    ev(1700 + s, "1", s, "message", "replayed") for s in (2, 3)
+]
+_OLD = [
+    stm(9_000, "1", "STREAM_OPEN", method="POST", payload_digest="p"),
+    stm(12_000, "1", "DISCONNECTED"),
+    stm(12_001, "1", "CLOSED"),
+    stm(13_000, "2", "STREAM_OPEN", method="POST", payload_digest="p"),
+    stm(13_500, "2", "CLOSED", close_reason="completed"),
+]
+
+# detector -> (records where it fires, the facts taken away)
+CASES = {
+    "auth_subject_mismatch": (
+        {
+            "sessions": [active()],
+            "proxy": [px(10, session_hmac=S, auth_subject="sub-old", protocol_version=V)],
+        },
+        ["proxy.auth_subject"],
+    ),
+    "conflict_executed": (
+        {"dispatches": [*_A, dp(50, "d2", idempotency_key="k", payload_digest="p2")]},
+        ["dispatches.payload_digest"],
+    ),
+    "idempotency_conflict": (
+        {
+            "dispatches": [
+                *_A,
+                dp(50, "d2", "idempotency_conflict", idempotency_key="k", payload_digest="p2"),
+            ]
+        },
+        ["dispatches.payload_digest"],
+    ),
+    "cursor_misrouted": (
+        {
+            "sessions": [active()],
+            "events": [ev(0, "A", 1, "message"), ev(50, "B", 1, "message")],
+            "inbox": [rc(1, "A", "A:1"), rc(51, "B", "B:1")],
+            "streams": _resume("B", "A:1", "STREAM_OPEN"),
+        },
+        ["streams.resume_from_event_id"],
+    ),
+    "delete_fabricated": (
+        {
+            "sessions": [active(), ses(100, "DELETE_REQUESTED"), ses(102, "TERMINATED")],
+            "proxy": [px(99, "DELETE", 405, session_hmac=S, protocol_version=V)],
+        },
+        ["proxy.session_hmac"],
+    ),
+    "invalid_origin_accepted": (
+        {"proxy": [px(0, origin="https://evil.example", protocol_version=V)]},
+        ["proxy.origin"],
+    ),
+    "missing_idempotency_key": ({"dispatches": [dp(0, "d1")]}, ["dispatches.tool_class"]),
+    "missing_protocol_version": (
+        {"proxy": [px(0, session_hmac=S), px(9, session_hmac=S2, protocol_version=V)]},
+        ["proxy.protocol_version"],
+    ),
+    "obsolete_resume": (
+        {"proxy": [px(0, "GET", 405, protocol_version="2026-07-28", last_event_id="1:1")]},
+        ["proxy.protocol_version"],
+    ),
+    "reconnect_storm": (
+        {
+            "proxy": [
+                px(i * 150, "GET", 200, last_event_id="1:1", session_hmac=S, protocol_version=V)
+                for i in range(51)
+            ]
+        },
+        ["proxy.last_event_id"],
+    ),
+    "reinit_missing": (
+        {
+            "proxy": [
+                px(1000, status=404, session_hmac=S, principal="p1", jsonrpc_method="tools/call")
+            ]
+        },
+        ["proxy.jsonrpc_method"],
+    ),
+    "replay_after_ack": (
+        {"sessions": [active()], "streams": _STREAMS_ACK, "events": _EVENTS_ACK},
+        ["streams.last_acked_event_id", "streams.resume_from_event_id"],
+    ),
+    "retry_not_honored": (
+        {"sessions": [active()], "streams": _resume("1", "1:1", "STREAM_OPEN", gap=200)},
+        ["streams.retry_ms"],
+    ),
+    "rollback_post_storm": (
+        {"rollout": ROLLOUT, "sessions": [active()], "streams": _OLD},
+        ["streams.payload_digest"],
+    ),
+    "priming_lost": (
+        {
+            "sessions": [active()],
+            "streams": [
+                stm(0, "1", "STREAM_OPEN", method="POST"),
+                stm(50, "1", "DISCONNECTED", close_reason="network"),
+                stm(51, "1", "CLOSED", close_reason="client_disconnect"),
+            ],
+            "events": [ev(5, "1", 0, "priming"), ev(5, "9", 1, "message")],
+            "inbox": [rc(6, "9", "9:1")],
+        },
+        ["sessions.resumable", "sessions.protocol_version"],
+    ),
+}
+
+
+def test_every_declared_fact_has_a_removal_case():
+    declared = {n for n, q in catalog.detectors().items() if capability.facts(q)}
+    assert declared == set(CASES)
+
+
+@pytest.mark.parametrize("name", sorted(CASES))
+def test_removing_the_fact_turns_units_into_cannot_tell(tmp_path, name):
+    tables, drop = CASES[name]
+    found, blind = run(tmp_path / "with", **tables)
+    assert found.get(name), f"{name} does not fire on its case"
+    assert name not in blind
+    found, blind = run(tmp_path / "without", **_without(tables, drop))
+    assert name not in found  # not a finding ...
+    assert blind.get(name), f"{name}: units silently dropped"  # ... and not dropped
+    for entry in blind[name]:
+        assert entry["units"] > 0
+        # Without the JSON-RPC method a contract log cannot show an initialize.
+        shown_as = {"proxy.jsonrpc_method": "proxy.initialize"}
+        assert any(shown_as.get(d, d) in entry["missing"].split("|") for d in drop), entry
+        assert entry["file"].endswith(".jsonl")
+
+
+def test_facts_headers_name_known_facts():
+    known = set(all_facts())
+    for name, q in catalog.detectors().items():
+        if name == "duplicate_dispatch":
+            continue  # its basis joins are declared by its own header when it has one
+        assert "facts" in q.header, f"{name} declares no facts (write `-- facts: none`)"
+        for group in capability.facts(q):
+            assert set(group) <= known
+            if capability.units(q) is None:
+                pytest.fail(f"{name} declares facts but no units")
+
+
+def test_coverage_document_carries_cannot_tell(tmp_path):
+    from replaygate.queries import api
+
+    tables, drop = CASES["reinit_missing"]
+    run(tmp_path, **_without(tables, drop))
+    con = dbm.connect(str(tmp_path / "t.duckdb"), read_only=True)
+    cov = api.findings_doc(con)["coverage"]
+    assert cov["reinit_missing"]["status"] == "cannot tell"
+    assert cov["reinit_missing"]["cannot_tell"] == [
+        {
+            "file": cov["reinit_missing"]["cannot_tell"][0]["file"],
+            "missing": "proxy.initialize",
+            "units": 1,
+        }
+    ]
+    # The same log shows no Origin either.
+    assert cov["invalid_origin_accepted"]["cannot_tell"][0]["missing"] == "proxy.origin"
+
+
+def test_a_gate_whose_detector_cannot_see_is_never_a_pass(tmp_path):
+    from replaygate.queries import gates as gm
+
+    tables, drop = CASES["reinit_missing"]
+    rollout = [{"ts": 1_795_824_000_000, "stage": "s", "action": "start", "scope": "read"}]
+    run(tmp_path, rollout=rollout, **_without(tables, drop))
+    con = dbm.connect(str(tmp_path / "t.duckdb"), read_only=True)
+    stage = gm.evaluate(con, Config())["stages"][0]
+    g = next(g for g in stage["gates"] if g["id"] == "reinit_after_404")
+    assert g["status"] == "insufficient"
+    assert "cannot show proxy.initialize" in g["reason"]
+
+
+def test_the_capability_table_in_the_docs_is_true():
+    from pathlib import Path
+
+    doc = (Path(__file__).parent.parent / "docs" / "detectors.md").read_text()
+    rows = {line.split("|")[1].strip(" `"): line for line in capability.markdown_table()[2:]}
+    written = {
+        line.split("|")[1].strip(" `"): line
+        for line in doc.splitlines()
+        if line.startswith("| `")
+        and line.split("|")[1].strip(" `") in rows
+        and line.count("|") == 5
+    }
+    for name, line in written.items():
+        assert line == rows[name], f"docs/detectors.md: regenerate the row of {name}"
+    assert set(CASES) <= set(written)

@@ -1,0 +1,93 @@
+"""Property: removing an optional column or a whole source from a fleet never adds a
+finding, except for the rules about a field's absence (listed in docs/detectors.md)."""
+
+from __future__ import annotations
+
+import shutil
+
+import duckdb
+import pytest
+from hypothesis import HealthCheck, example, given, settings
+from hypothesis import strategies as st
+
+from replaygate.ingest import db as dbm
+from replaygate.ingest.capabilities import optional_facts
+from replaygate.ingest.config import Config
+from replaygate.ingest.load import ingest
+from replaygate.queries import runner
+from replaygate.sim import simulate
+
+# (detector, removed field): rules about that field's absence, or that read its absence
+# as "none" by definition.
+ABSENCE_RULES = {
+    ("missing_idempotency_key", "dispatches.idempotency_key"),
+    ("duplicate_dispatch", "dispatches.idempotency_key"),
+    ("reinit_missing", "proxy.principal"),
+}
+TABLES = ("sessions", "streams", "events", "inbox", "dispatches", "proxy")
+KEY = (
+    "detector",
+    "session_hmac",
+    "generation",
+    "stream_id",
+    "event_id",
+    "dispatch_id",
+    "idempotency_key",
+    "ts",
+)
+
+
+def _findings(folder, db) -> set[tuple]:
+    con = dbm.connect(str(db))
+    ingest(con, [folder], Config())
+    runner.analyse(con, Config())
+    rows = set(con.execute(f"SELECT {', '.join(KEY)} FROM findings").fetchall())
+    con.close()
+    return rows
+
+
+@pytest.fixture(scope="module")
+def fleet(tmp_path_factory):
+    out = tmp_path_factory.mktemp("prop") / "fleet"
+    simulate(out, seed=5, sessions=60, fmt="parquet")
+    (out / "truth.json").unlink()
+    (out / "proxy-edge.jsonl").unlink()  # one proxy file: removal is one table
+    return out, _findings(out, out.parent / "base.duckdb")
+
+
+def _removals():
+    columns = [f for t in TABLES for f in optional_facts(t)]
+    return st.one_of(st.sampled_from(columns), st.sampled_from([f"{t}.*" for t in TABLES]))
+
+
+@pytest.mark.slow
+@settings(
+    max_examples=12,
+    deadline=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture],
+)
+@given(removal=_removals())
+@example(removal="events.*")  # receipts whose origin only the event log could resolve
+@example(removal="dispatches.idempotency_key")
+@example(removal="proxy.principal")
+def test_removing_data_never_adds_findings(fleet, tmp_path_factory, removal):
+    src, base = fleet
+    table, column = removal.split(".", 1)
+    work = tmp_path_factory.mktemp("cut")
+    folder = work / "fleet"
+    shutil.copytree(src, folder)
+    target = folder / f"{table}.parquet"
+    if column == "*":
+        target.unlink()
+    else:
+        con = duckdb.connect()
+        tmp = work / "cut.parquet"
+        con.execute(
+            f"COPY (SELECT * EXCLUDE ({column}) FROM read_parquet($p)) TO '{tmp}' (FORMAT parquet)",
+            {"p": str(target)},
+        )
+        con.close()
+        shutil.move(tmp, target)
+    added = _findings(folder, work / "cut.duckdb") - base
+    allowed = {d for d, f in ABSENCE_RULES if f == removal}
+    assert {f[0] for f in added} <= allowed, (removal, sorted(added)[:5])

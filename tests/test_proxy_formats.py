@@ -1,0 +1,173 @@
+"""nginx and Envoy logs in the user's own JSON format: recognised spellings,
+`[sources.*.fields]` maps, the facts ingest reports per proxy log, and no false
+`reinit_missing` on a log whose keys the built-in format does not use."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from replaygate.ingest import adapters
+from replaygate.ingest import db as dbm
+from replaygate.ingest.config import Config, from_mapping
+from replaygate.ingest.errors import ReplaygateError
+from replaygate.ingest.load import ingest
+from replaygate.queries import runner
+
+T0 = 1_795_938_300.0
+NEW = "0f3c8a1e2b9d4c5f8a7e6d5c4b3a2918"
+
+
+def _nginx(t, status, sid="", new="", *, new_key="resp_mcp_session_id", **extra):
+    line = {
+        "msec": f"{t:.3f}",
+        "request_time": "0.010",
+        "request_method": "POST",
+        "request_uri": "/mcp",
+        "status": str(status),
+        "http_mcp_session_id": sid,
+        new_key: new,
+        "http_user_agent": "python-httpx",
+        "remote_addr": "10.0.0.7",
+        "http_mcp_protocol_version": "2025-11-25",
+    }
+    line.update(extra)
+    return line
+
+
+def _a_404_then_reinit(new_key="resp_mcp_session_id"):
+    """A client whose session is gone (404) and who re-initializes a second later."""
+    return [
+        _nginx(T0, 200, sid="old-session", new_key=new_key),
+        _nginx(T0 + 1, 404, sid="old-session", new_key=new_key),
+        _nginx(T0 + 2, 200, new=NEW, new_key=new_key),
+    ]
+
+
+def _run(tmp_path, lines, config: Config | None = None):
+    tmp_path.mkdir(parents=True, exist_ok=True)
+    log = tmp_path / "mcp-access.log"
+    log.write_text("".join(json.dumps(x) + "\n" for x in lines))
+    con = dbm.connect(str(tmp_path / "t.duckdb"))
+    report = ingest(con, [log], config or Config())
+    runner.analyse(con, config or Config())
+    found = dict(con.execute("SELECT detector, count(*) FROM findings GROUP BY ALL").fetchall())
+    methods = [r[0] for r in con.execute("SELECT jsonrpc_method FROM proxy ORDER BY ts").fetchall()]
+    blind = runner.cannot_tell(con)
+    con.close()
+    return report, found, methods, blind
+
+
+@pytest.mark.parametrize(
+    "key",
+    [
+        "resp_mcp_session_id",
+        "sent_http_mcp_session_id",
+        "upstream_http_mcp_session_id",
+        "respMcpSessionId",
+        "new_session_id",
+    ],
+)
+def test_recognised_spellings_of_the_new_session_header(tmp_path, key):
+    report, found, methods, _ = _run(tmp_path, _a_404_then_reinit(key))
+    assert methods == [None, None, "initialize"]
+    assert "reinit_missing" not in found
+    facts = report.files[0].facts
+    assert "proxy.initialize" in facts["found"]
+
+
+def test_go_style_header_maps(tmp_path):
+    lines = [
+        {
+            "msec": f"{T0 + i:.3f}",
+            "request_time": "0.010",
+            "method": "POST",
+            "status": status,
+            "request_headers": {"Mcp-Session-Id": [sid]} if sid else {},
+            "resp_headers": {"Mcp-Session-Id": [new]} if new else {},
+            "remote_addr": "10.0.0.7",
+        }
+        for i, (status, sid, new) in enumerate([(200, "s1", ""), (404, "s1", ""), (200, "", NEW)])
+    ]
+    _, found, methods, _ = _run(tmp_path, lines)
+    assert methods == [None, None, "initialize"]
+    assert "reinit_missing" not in found
+
+
+def test_a_key_only_the_configuration_names(tmp_path):
+    lines = _a_404_then_reinit("x_sid_issued")
+    _, found, _, blind = _run(tmp_path / "a", lines)
+    # Unconfigured, the log cannot show an initialize: the 404 is `cannot_tell`, not a finding.
+    assert "reinit_missing" not in found
+    assert blind["reinit_missing"][0]["missing"] == "proxy.initialize"
+    assert blind["reinit_missing"][0]["units"] == 1
+    config = from_mapping({"sources": {"nginx": {"fields": {"new_session_id": "x_sid_issued"}}}})
+    _, found, methods, blind = _run(tmp_path / "b", lines, config)
+    assert methods == [None, None, "initialize"]
+    assert "reinit_missing" not in found and "reinit_missing" not in blind
+    # And a real missing re-initialize is still found with that map.
+    _, found, _, _ = _run(tmp_path / "c", lines[:2], config)
+    assert found.get("reinit_missing") == 1
+
+
+def test_a_new_session_flag_instead_of_the_raw_id(tmp_path):
+    lines = _a_404_then_reinit("new_session")
+    lines[2]["new_session"] = "1"
+    report, found, methods, _ = _run(tmp_path, lines)
+    assert methods == [None, None, "initialize"]
+    assert "reinit_missing" not in found
+    # The raw session id of the request side is still logged here, the new one is not.
+    assert report.files[0].facts["found"]
+
+
+def test_ingest_reports_the_facts_of_each_proxy_log(tmp_path):
+    lines = [_nginx(T0, 200, sid="s")]
+    for line in lines:
+        line.pop("http_mcp_protocol_version")
+    report, _, _, _ = _run(tmp_path, lines)
+    facts = report.files[0].facts
+    assert "proxy.session_hmac" in facts["found"]
+    assert "proxy.initialize" in facts["found"]  # the key is there, empty on this line
+    assert "proxy.protocol_version" in facts["missing"]
+    assert "proxy.principal" in facts["missing"]
+
+
+def test_envoy_spellings(tmp_path):
+    lines = [
+        {
+            "start_time": f"{T0 + i:.3f}",
+            "method": "POST",
+            "response_code": status,
+            "req_mcp_session_id": sid,
+            "resp_mcp_session_id": new,
+            "downstream_remote_address": "10.0.0.7",
+            "user_agent": "ua",
+        }
+        for i, (status, sid, new) in enumerate(
+            [(200, "s1", "-"), (404, "s1", "-"), (200, "-", NEW)]
+        )
+    ]
+    _, found, methods, _ = _run(tmp_path, lines)
+    assert methods == [None, None, "initialize"]
+    assert "reinit_missing" not in found
+
+
+@pytest.mark.parametrize(
+    "sources, message",
+    [
+        ({"haproxy": {"fields": {}}}, "unknown source 'haproxy'"),
+        ({"nginx": {"fields": {"nope": "x"}}}, "unknown nginx field 'nope'"),
+        ({"nginx": {"fields": {"origin": "a'b"}}}, "must be a log key"),
+        ({"nginx": {"fields": {"origin": 3}}}, "must be str"),
+        ({"nginx": {"other": {}}}, "unknown key 'other'"),
+    ],
+)
+def test_field_maps_are_validated(sources, message):
+    with pytest.raises(ReplaygateError, match=message):
+        from_mapping({"sources": sources})
+
+
+def test_every_spelling_is_a_plain_json_key():
+    for key in adapters.candidate_keys():
+        assert "'" not in key.path
