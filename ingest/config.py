@@ -44,6 +44,8 @@ class Config:
         d = asdict(self)
         d.pop("source")
         d["origin_allowlist"] = list(self.origin_allowlist)
+        if not d["sources"]:
+            del d["sources"]  # unset: the digest of a configuration without it is unchanged
         return d
 
     def digest(self) -> str:
