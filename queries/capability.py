@@ -127,11 +127,12 @@ def any_blind(con) -> bool:
     """Does any file lack a fact some detector declares?"""
     from . import catalog
 
-    return any(
-        plan(con, q).cannot_tell or plan(con, q).exclude
-        for q in catalog.detectors().values()
-        if facts(q)
-    )
+    for q in catalog.detectors().values():
+        if facts(q):
+            p = plan(con, q)
+            if p.cannot_tell or p.exclude or p.skip:
+                return True
+    return False
 
 
 def shadow(con, p: Plan) -> list[str]:
