@@ -49,6 +49,17 @@ def _caddy_header(name: str) -> str:
     return _CADDY_H.format(_h(name))
 
 
+# What docs/sources.md has Caddy's log filter write in place of the answer's session id:
+# a new session was issued, and no id is in the log. (A `replace` filter turns the
+# header's array into a string: either is read.)
+REDACTED = "REDACTED"
+_CADDY_RESP = (
+    "coalesce(j->>'$.resp_headers.\"Mcp-Session-Id\"[0]', "
+    "CASE WHEN json_type(j, '$.resp_headers.\"Mcp-Session-Id\"') = 'VARCHAR' "
+    "THEN j->>'$.resp_headers.\"Mcp-Session-Id\"' END)"
+)
+
+
 CADDY = Adapter(
     "caddy",
     detect="json_exists(j, '$.request.headers') AND json_exists(j, '$.status')",
@@ -67,8 +78,9 @@ CADDY = Adapter(
         "client_addr": "coalesce(j->>'$.request.client_ip', j->>'$.request.remote_ip')",
         "user_agent": _caddy_header("User-Agent"),
         "retry_after_s": f"j->>'$.resp_headers.{_h('Retry-After')}[0]'",
+        "new_session": f"({_CADDY_RESP}) IS NOT NULL",
     },
-    response_session=f"j->>'$.resp_headers.{_h('Mcp-Session-Id')}[0]'",
+    response_session=_nz(_CADDY_RESP, ("", REDACTED)),
 )
 
 # nginx writes "" for an unset variable and "-" for some; Envoy "-" for a missing header.
@@ -202,7 +214,7 @@ def _keyed(
         if spec.field and expr is not None:
             fields[spec.field] = expr
     issued = values["new_session"]
-    flag = f"(({issued}) IS NOT NULL AND ({issued}) NOT IN ('0', 'false'))" if issued else None
+    flag = f"(({issued}) IS NOT NULL AND lower({issued}) <> 'false')" if issued else None
     raw = values["new_session_id"]
     fields["new_session"] = (
         " OR ".join(x for x in (flag, f"({raw}) IS NOT NULL" if raw else None) if x) or "false"

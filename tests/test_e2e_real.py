@@ -52,7 +52,29 @@ http {{
     '"retry_after":"$sent_http_retry_after",'
     '"new_session_id":"$upstream_http_mcp_session_id"'
   '}}';
+  # A second, differently keyed format (the keys a user might choose): replaygate must
+  # still see the initialize in it (the answer's session header as resp_mcp_session_id).
+  log_format mcp_alt escape=json '{{'
+    '"msec":"$msec","request_time":"$request_time",'
+    '"request_method":"$request_method","request_uri":"$request_uri","status":"$status",'
+    '"http_mcp_session_id":"$http_mcp_session_id",'
+    '"http_mcp_protocol_version":"$http_mcp_protocol_version",'
+    '"http_user_agent":"$http_user_agent","client_ip":"$remote_addr",'
+    '"resp_mcp_session_id":"$sent_http_mcp_session_id"'
+  '}}';
   upstream mcp_backend {{ server 127.0.0.1:{server}; }}
+  server {{
+    listen 127.0.0.1:{alt_port};
+    access_log {d}/alt-logs/nginx-alt-access.log mcp_alt;
+    location /mcp {{
+      proxy_pass http://mcp_backend;
+      proxy_http_version 1.1;
+      proxy_set_header Host $http_host;
+      proxy_set_header Connection "";
+      proxy_buffering off;
+      proxy_read_timeout 1h;
+    }}
+  }}
   server {{
     listen 127.0.0.1:{port};
     access_log {d}/logs/nginx-access.log mcp_json;
@@ -239,11 +261,12 @@ class Client:
 def traffic(tmp_path_factory):
     d = tmp_path_factory.mktemp("e2e")
     (d / "logs").mkdir()
+    (d / "alt-logs").mkdir()
     for sub in ("nb", "np", "nf", "nu", "ns"):
         (d / sub).mkdir()
     ledger = d / "logs" / "ledger"
     inbox = d / "logs" / "inbox-client.jsonl"
-    server, caddy_port, nginx_port = _port(), _port(), _port()
+    server, caddy_port, nginx_port, alt_port = _port(), _port(), _port(), _port()
     env = dict(os.environ, REPLAYGATE_HMAC_KEY=KEY)
     procs = []
     logs = contextlib.ExitStack()
@@ -283,7 +306,9 @@ def traffic(tmp_path_factory):
                 stderr=log("caddy.log"),
             )
         )
-        (d / "nginx.conf").write_text(NGINX_CONF.format(d=d, port=nginx_port, server=server))
+        (d / "nginx.conf").write_text(
+            NGINX_CONF.format(d=d, port=nginx_port, alt_port=alt_port, server=server)
+        )
         procs.append(
             subprocess.Popen(
                 ["nginx", "-c", str(d / "nginx.conf"), "-p", str(d)],
@@ -291,7 +316,7 @@ def traffic(tmp_path_factory):
                 stderr=log("nginx.out"),
             )
         )
-        for p in (server, caddy_port, nginx_port):
+        for p in (server, caddy_port, nginx_port, alt_port):
             _wait(p)
         started = time.time()
         # 1. A normal call, through Caddy.
@@ -328,6 +353,16 @@ def traffic(tmp_path_factory):
         assert b.initialize() == 200
         _, r, s = b.call("slow", {"n": 1})
         b.events(r, s)
+        # 4b. Through nginx's second log format: a session the server does not know (404),
+        # then a new initialize. (No DELETE: its ledger row would need this log to match.)
+        e = Client(alt_port, inbox, agent="e2e-client/3")
+        assert e.initialize() == 200
+        e.session = "0" * 32
+        _, r, s = e.call("slow", {"n": 1})
+        r.read()
+        assert r.status == 404
+        e.session = None
+        assert e.initialize() == 200
         # 5. A bad Origin (403, through Caddy) and a bad Host (421, through nginx).
         assert Client(caddy_port, inbox).initialize(Origin="https://evil.example") == 403
         assert Client(nginx_port, inbox).initialize(Host="evil.example") == 421
@@ -447,3 +482,30 @@ def test_ledger_recovery_and_gate_measures(analysed):
     assert stage["reasons"] == [
         next(x["reason"] for x in stage["gates"] if x["id"] == "raw_session_ids")
     ]
+
+
+def test_a_differently_keyed_nginx_format_finds_no_missing_reinit(traffic):
+    """The second nginx log_format names the answer's session header
+    `resp_mcp_session_id`: the re-initialize after the 404 is seen, so no reinit_missing
+    and no `cannot_tell` either."""
+    from replaygate.ingest import db as dbm
+    from replaygate.ingest.config import from_mapping
+    from replaygate.ingest.load import ingest
+    from replaygate.queries import runner
+
+    d, _, _ = traffic
+    os.environ["REPLAYGATE_HMAC_KEY_E2E"] = KEY
+    config = from_mapping({"hmac_key_env": "REPLAYGATE_HMAC_KEY_E2E"})
+    con = dbm.connect(str(d / "alt.duckdb"))
+    report = ingest(con, [d / "alt-logs" / "nginx-alt-access.log"], config)
+    runner.analyse(con, config)
+    assert report.quarantined == 0, report.quarantine_reasons
+    assert "proxy.initialize" in report.files[0].facts["found"]
+    statuses = dict(con.execute("SELECT status, count(*) FROM proxy GROUP BY 1").fetchall())
+    assert statuses[404] == 1
+    inits = con.execute("SELECT count(*) FROM proxy WHERE jsonrpc_method = 'initialize'").fetchone()
+    assert inits[0] == 2
+    found = {r[0] for r in con.execute("SELECT DISTINCT detector FROM findings").fetchall()}
+    assert "reinit_missing" not in found
+    assert "reinit_missing" not in runner.cannot_tell(con)
+    con.close()

@@ -171,3 +171,55 @@ def test_field_maps_are_validated(sources, message):
 def test_every_spelling_is_a_plain_json_key():
     for key in adapters.candidate_keys():
         assert "'" not in key.path
+
+
+def _caddy(t, status, sid=None, resp=None):
+    line = {
+        "level": "info",
+        "ts": t,
+        "logger": "http.log.access",
+        "msg": "handled request",
+        "request": {
+            "remote_ip": "10.0.0.7",
+            "client_ip": "10.0.0.7",
+            "method": "POST",
+            "uri": "/mcp",
+            "headers": {"User-Agent": ["ua"], **({"Mcp-Session-Id": [sid]} if sid else {})},
+        },
+        "duration": 0.01,
+        "status": status,
+        "resp_headers": {"Content-Type": ["text/event-stream"]},
+    }
+    if resp is not None:
+        line["resp_headers"]["Mcp-Session-Id"] = resp
+    return line
+
+
+def test_caddy_with_the_recommended_filter_logs_no_raw_id_and_shows_initialize(tmp_path):
+    # `request>headers>Mcp-Session-Id delete`, `resp_headers>Mcp-Session-Id replace REDACTED`
+    lines = [_caddy(T0, 200, resp="REDACTED"), _caddy(T0 + 1, 200)]
+    report, found, methods, _ = _run(tmp_path, lines)
+    assert methods == ["initialize", None]
+    assert "raw_session_id_logged" not in found
+
+
+def test_caddy_raw_response_id_still_counts_as_raw(tmp_path):
+    _, found, methods, _ = _run(tmp_path, [_caddy(T0, 200, resp=[NEW])])
+    assert methods == ["initialize"]
+    assert found.get("raw_session_id_logged") == 1
+
+
+def test_envoy_one_character_flag(tmp_path):
+    lines = [
+        {
+            "start_time": f"{T0 + i:.3f}",
+            "method": "POST",
+            "response_code": 200,
+            "new_session": flag,
+            "downstream_remote_address": "10.0.0.7",
+        }
+        for i, flag in enumerate(["0", "-"])  # an id starting with 0; none
+    ]
+    _, found, methods, _ = _run(tmp_path, lines)
+    assert methods == ["initialize", None]
+    assert "raw_session_id_logged" not in found
