@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 from datetime import datetime
+from typing import Any
 
 # The filter dimensions a named query can honour (its `-- filters:` header).
 DIMENSIONS = ("stage", "revision", "server", "client", "time")
@@ -26,7 +27,7 @@ class Filters:
     # Sessions outside every cohort (the baseline) instead of a stage.
     baseline: bool = False
 
-    def with_(self, **kw) -> Filters:
+    def with_(self, **kw: Any) -> Filters:
         return replace(self, **kw)
 
     def active(self) -> tuple[str, ...]:
@@ -40,7 +41,7 @@ class Filters:
         }
         return tuple(d for d in DIMENSIONS if on[d])
 
-    def param(self) -> dict:
+    def param(self) -> dict[str, Any]:
         """The `$flt` STRUCT."""
         return {
             "stage": self.stage,

@@ -16,6 +16,9 @@ import re
 from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
+from typing import Any
+
+import duckdb
 
 from .catalog import SQL_DIR
 from .filters import DIMENSIONS, Filters
@@ -33,7 +36,7 @@ class NamedQuery:
     name: str
     path: Path
     sql: str
-    header: dict
+    header: dict[str, str]
 
     @property
     def params(self) -> tuple[str, ...]:
@@ -60,7 +63,10 @@ class NamedQuery:
 
 def parse(path: Path) -> list[NamedQuery]:
     out: list[NamedQuery] = []
-    name, header, lines, in_header = None, {}, [], False
+    name: str | None = None
+    header: dict[str, str] = {}
+    lines: list[str] = []
+    in_header = False
     for line in path.read_text(encoding="utf-8").splitlines():
         m = _HEADER.match(line)
         if m and m.group(1) == "name":
@@ -98,27 +104,29 @@ def get(name: str, group: str = "dashboard") -> NamedQuery:
         raise KeyError(f"no {group} query named {name!r}") from None
 
 
-def prepare(con, group: str = "dashboard") -> None:
+def prepare(con: duckdb.DuckDBPyConnection, group: str = "dashboard") -> None:
     """Define the connection's macros (temporary objects, so a read-only connection works)."""
     for stmt in get("setup", group).statements():
         con.execute(stmt)
 
 
-def bind(q: NamedQuery, args: dict) -> dict:
-    out = {}
+def bind(q: NamedQuery, args: dict[str, Any]) -> dict[str, Any]:
+    out: dict[str, Any] = {}
     for p in q.params:
         value = args[p]
         out[p] = value.param() if isinstance(value, Filters) else value
     return out
 
 
-def execute(con, name: str, group: str = "dashboard", **args):
+def execute(
+    con: duckdb.DuckDBPyConnection, name: str, group: str = "dashboard", **args: Any
+) -> duckdb.DuckDBPyConnection:
     """Run a named query with its declared parameters; returns the DuckDB result."""
     q = get(name, group)
     return con.execute(q.body(), bind(q, args))
 
 
-def df(con, name: str, **args):
+def df(con: duckdb.DuckDBPyConnection, name: str, **args: Any) -> Any:
     return execute(con, name, **args).df()
 
 

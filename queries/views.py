@@ -8,6 +8,10 @@ the same measure for that slice.
 
 from __future__ import annotations
 
+from typing import Any
+
+import duckdb
+
 from replaygate.ingest.config import Config
 
 from . import catalog, gates, named, runner
@@ -41,20 +45,24 @@ def detectors_for(page: str) -> tuple[str, ...]:
     return tuple(sorted(n for n, q in catalog.detectors().items() if q.header.get("page") == page))
 
 
-def measures(con, config: Config, f: Filters) -> dict:
+def measures(con: duckdb.DuckDBPyConnection, config: Config, f: Filters) -> dict[str, Any]:
     cur = named.execute(
         con, "measures", flt=f, origin_patterns=from_config(config)["origin_patterns"]
     )
     cols = [d[0] for d in cur.description]
-    return dict(zip(cols, cur.fetchone(), strict=True))
+    row = cur.fetchone()
+    assert row is not None  # an aggregate query always returns its one row
+    return dict(zip(cols, row, strict=True))
 
 
-def finding_counts(con, f: Filters) -> dict[str, int]:
+def finding_counts(con: duckdb.DuckDBPyConnection, f: Filters) -> dict[str, int]:
     rows = named.execute(con, "finding_summary", flt=f, dets=[]).fetchall()
     return {r[0]: int(r[1]) for r in rows}
 
 
-def gate_measures(con, config: Config, f: Filters, scope: str | None = None) -> list[dict]:
+def gate_measures(
+    con: duckdb.DuckDBPyConnection, config: Config, f: Filters, scope: str | None = None
+) -> list[dict[str, Any]]:
     """Every gate under the filter, in the shape of a gate of `gates.evaluate`."""
     m = measures(con, config, f)
     found = finding_counts(con, f)

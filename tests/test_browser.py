@@ -34,8 +34,14 @@ def _free_port() -> int:
 
 @pytest.fixture(scope="module")
 def server(sample_db):
-    db = sample_db
-    env = dict(os.environ, REPLAYGATE_HMAC_KEY="replaygate-demo-key")
+    proc, url = _start(sample_db)
+    yield url
+    proc.terminate()
+    proc.wait(timeout=10)
+
+
+def _start(db, **env_extra):
+    env = dict(os.environ, REPLAYGATE_HMAC_KEY="replaygate-demo-key", **env_extra)
     port = _free_port()
     proc = subprocess.Popen(
         [
@@ -65,13 +71,23 @@ def server(sample_db):
     else:
         proc.kill()
         pytest.fail("dashboard did not start")
-    yield url
-    proc.terminate()
-    proc.wait(timeout=10)
+    return proc, url
 
 
-def test_every_page_in_a_real_browser(server, tmp_path):
+def test_every_page_in_a_real_browser(server, sample_db, tmp_path):
+    import duckdb
     from playwright.sync_api import sync_playwright
+
+    # The inspector's screenshot shows a replay gap with its missing seqs marked.
+    con = duckdb.connect(str(sample_db), read_only=True)
+    session, stream = con.execute(
+        "SELECT session_hmac, stream_id FROM findings WHERE detector = 'replay_gap' LIMIT 1"
+    ).fetchone()
+    con.close()
+    urls = {
+        "overview": "/?stage=write-10pct",
+        "inspector": f"/inspector?session={session}&stream={stream}&f_detector=replay_gap",
+    }
 
     shots = ROOT / "docs" / "screenshots"
     shots.mkdir(parents=True, exist_ok=True)
@@ -80,7 +96,7 @@ def test_every_page_in_a_real_browser(server, tmp_path):
         page = browser.new_page(viewport={"width": 1440, "height": 1000})
         for name in PAGES:
             # The overview is the default page, served at the root.
-            page.goto(f"{server}/?stage=write-10pct" if name == "overview" else f"{server}/{name}")
+            page.goto(server + urls.get(name, f"/{name}"))
             page.wait_for_selector("[data-testid='stMainBlockContainer'] h1", timeout=60_000)
             # Let every element of the run arrive (the app signals it by going idle).
             page.wait_for_function(
@@ -129,3 +145,36 @@ def test_a_reason_leads_to_its_evidence(server, sample_db):
         assert f"stage={stage}" in page.url
         assert "det=" + "%2C".join(gate["evidence"]["detectors"]) in page.url.replace(",", "%2C")
         browser.close()
+
+
+def test_the_page_refreshes_itself_when_the_data_changes(sample_db, tmp_path):
+    """A new data version reruns the open page (here: the findings become out of date and
+    it says so) while the filters in the URL stay."""
+    import duckdb
+    from playwright.sync_api import sync_playwright
+
+    db = tmp_path / "live.duckdb"
+    shutil.copy(sample_db, db)
+    proc, url = _start(db, REPLAYGATE_REFRESH_SECONDS="1")
+    try:
+        with sync_playwright() as p:
+            browser = p.chromium.launch(executable_path=CHROMIUM, args=FLAGS, headless=True)
+            page = browser.new_page(viewport={"width": 1440, "height": 1000})
+            page.goto(f"{url}/streams?stage=write-10pct&range=stage")
+            page.wait_for_selector("[data-testid='stMainBlockContainer'] h1", timeout=60_000)
+            page.wait_for_timeout(2000)
+            assert "older than the data" not in page.inner_text("body")
+            con = duckdb.connect(str(db))
+            version = int(
+                con.execute("SELECT value FROM meta WHERE key = 'data_version'").fetchone()[0]
+            )
+            con.execute(
+                "UPDATE meta SET value = $v WHERE key = 'data_version'", {"v": str(version + 1)}
+            )
+            con.close()
+            page.wait_for_selector("text=older than the data", timeout=60_000)
+            assert "stage=write-10pct" in page.url and "range=stage" in page.url
+            browser.close()
+    finally:
+        proc.terminate()
+        proc.wait(timeout=10)
