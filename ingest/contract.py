@@ -98,7 +98,18 @@ SESSIONS = RecordType(
         _f("server_instance", "text", doc="server node that owns the session"),
         _f("client_name", "text", doc="clientInfo.name"),
         _f("client_version", "text", doc="clientInfo.version"),
-        _f("rollout_stage", "text", doc="rollout stage of this session's cohort"),
+        _f(
+            "rollout_stage",
+            "text",
+            doc="rollout stage of this session's cohort (when the log names no release)",
+        ),
+        _f(
+            "release",
+            "text",
+            doc="release (version) of the server that served this session; with a rollout "
+            "log that names releases, its cohort is the release's stage in whose window "
+            "a record falls",
+        ),
         _f("resumable", "bool", doc="resumable SSE enabled for this session"),
     ),
 )
@@ -245,6 +256,12 @@ ROLLOUT = RecordType(
     (
         _TS,
         _f("stage", "text", True, doc="e.g. shadow-1pct, resume-read-25pct"),
+        _f(
+            "release",
+            "text",
+            doc="release (version) being rolled out; stages are scoped by it, so two "
+            "releases' stages of the same name stay apart",
+        ),
         _f("action", "enum", True, ("start", "hold", "proceed", "rollback", "complete")),
         _f("percent", "float", doc="share of sessions in the stage"),
         _f("scope", "enum", enum=("shadow", "read", "write")),

@@ -110,11 +110,27 @@ def ensure_schema(con: duckdb.DuckDBPyConnection) -> None:
             con.execute(stmt)
     for stmt in table_ddl():
         con.execute(stmt)
+    _add_new_fields(con)
     con.execute(
         "INSERT INTO meta VALUES ('schema_version', $v) ON CONFLICT DO NOTHING",
         {"v": SCHEMA_VERSION},
     )
     con.execute("INSERT INTO meta VALUES ('data_version', '0') ON CONFLICT DO NOTHING")
+
+
+def _add_new_fields(con: duckdb.DuckDBPyConnection) -> None:
+    # A database written before a field joined the contract gets the column (NULL in
+    # its old rows), so the same queries run on it.
+    have = set(
+        con.execute(
+            "SELECT table_name, column_name FROM information_schema.columns "
+            "WHERE table_schema = 'main'"
+        ).fetchall()
+    )
+    for rt in RECORD_TYPES:
+        for f in rt.stored_fields:
+            if (rt.table, f.name) not in have:
+                con.execute(f"ALTER TABLE {rt.table} ADD COLUMN {f.name} {f.sql_type}")
 
 
 def get_meta(con, key: str, default: str | None = None) -> str | None:

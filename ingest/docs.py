@@ -34,6 +34,11 @@ this file and the contract disagree. What each record means is in the seeds
   includes lines that are not JSON, lines with invalid UTF-8 or over 32 MB, malformed CSV
   rows, and the break of a truncated gzip (what decompresses before it is loaded). The
   quarantine keeps no content of the row: it may hold secrets.
+- Rollout stages are scoped by `release`: a stage runs from its `start` to the next
+  `start` of the same release, or its own `rollback` or `complete`, and is named
+  `stage@release` where the gates, findings and reports show it (the name alone when the
+  log names no release). A session whose `release` the log names counts for that
+  release's stage in whose window a record falls; otherwise its `rollout_stage` decides.
 """
 
 

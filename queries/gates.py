@@ -242,13 +242,14 @@ def _findings_refs(con, stage: str, detectors: tuple[str, ...], limit: int = 20)
 def evaluate(con, config: Config, stage: str | None = None, all_stages: bool = False) -> dict:
     """Gate table and decision per stage (the newest stage unless told otherwise)."""
     stages = con.execute(
-        "SELECT stage, scope, start_ts, end_ts, rollback_ts FROM a_stages ORDER BY start_ts"
+        """SELECT stage, scope, start_ts, end_ts, rollback_ts, release, stage_name
+           FROM a_stages ORDER BY start_ts, stage"""
     ).fetchall()
     if not stages:
         return {"stages": [], "note": "no rollout log: no stages to gate"}
     names = [s[0] for s in stages]
     if stage is not None and stage not in names:
-        raise ReplaygateError(f"no stage named {stage!r} (stages: {', '.join(names)})")
+        stage = resolve_stage(con, stage)
     chosen = names if all_stages else [stage or names[-1]]
     measures = _measures(con, config)
     meters = _meters(con)
@@ -257,7 +258,7 @@ def evaluate(con, config: Config, stage: str | None = None, all_stages: bool = F
     sources = _stage_sources(con)
     blind = runner.blind_detectors(con)
     out = []
-    for name, scope, start, end, rollback_ts in stages:
+    for name, scope, start, end, rollback_ts, release, stage_name in stages:
         if name not in chosen:
             continue
         gates = []
@@ -307,6 +308,8 @@ def evaluate(con, config: Config, stage: str | None = None, all_stages: bool = F
         out.append(
             {
                 "stage": name,
+                "release": release,
+                "stage_name": stage_name,
                 "scope": scope,
                 "window": {
                     "start": _iso(start),
@@ -322,6 +325,40 @@ def evaluate(con, config: Config, stage: str | None = None, all_stages: bool = F
             }
         )
     return {"stages": out}
+
+
+def resolve_stage(con, stage: str | None = None, release: str | None = None) -> str | None:
+    """The key of the stage meant by a name and/or a release (see a_stages): a key as
+    shown (`name@release`), a name unique across releases, a name within `release`, or
+    with a release alone, that release's newest stage. None when neither is given."""
+
+    if stage is None and release is None:
+        return None
+    rows = con.execute(
+        """SELECT stage, release, stage_name FROM a_stages
+           WHERE ($release IS NULL OR release = $release)
+             AND ($stage IS NULL OR stage_name = $stage
+                  OR ($release IS NULL AND stage = $stage))
+           ORDER BY start_ts, stage""",
+        {"stage": stage, "release": release},
+    ).fetchall()
+    if release is not None and stage is None:
+        if not rows:
+            raise ReplaygateError(f"no stage of release {release!r} in the rollout log")
+        return rows[-1][0]
+    exact = [r for r in rows if r[0] == stage and release is None]
+    if exact:
+        return exact[0][0]
+    if len(rows) == 1:
+        return rows[0][0]
+    if len(rows) > 1:
+        releases = ", ".join(str(r[1]) for r in rows)
+        raise ReplaygateError(
+            f"stage {stage!r} exists in several releases ({releases}): give --release"
+        )
+    known = [r[0] for r in con.execute("SELECT stage FROM a_stages ORDER BY start_ts").fetchall()]
+    where = f" of release {release!r}" if release is not None else ""
+    raise ReplaygateError(f"no stage named {stage!r}{where} (stages: {', '.join(known)})")
 
 
 def worst(decisions: list[str]) -> str:

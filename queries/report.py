@@ -37,12 +37,15 @@ def _inputs(con) -> list[dict]:
 
 
 def _scope(con, stage: dict) -> dict:
+    # The stage's cohort: sessions whose cohort key is one of the stage's (macros.sql).
+    in_cohort = """stage_key(true, cohort) IN
+                   (SELECT key FROM a_stage_windows WHERE stage = $s)"""
     cohort = con.execute(
-        "SELECT count(*) FROM a_sessions WHERE cohort = $s", {"s": stage["stage"]}
+        f"SELECT count(*) FROM a_sessions WHERE {in_cohort}", {"s": stage["stage"]}
     ).fetchone()[0]
     revisions = con.execute(
-        """SELECT coalesce(protocol_version, 'unknown') AS v, count(*) FROM a_sessions
-           WHERE cohort = $s GROUP BY v ORDER BY v""",
+        f"""SELECT coalesce(protocol_version, 'unknown') AS v, count(*) FROM a_sessions
+           WHERE {in_cohort} GROUP BY v ORDER BY v""",
         {"s": stage["stage"]},
     ).fetchall()
     return {

@@ -26,7 +26,11 @@ CREATE OR REPLACE MACRO origin_allowed(origin, patterns) AS
 
 -- Stage attribution, joined against a_stage_windows: a cohort session's record belongs to
 -- its stage inside that stage's window, a baseline session's (no cohort) to none, and a
--- record without a known session to the stage whose window it falls in.
+-- record without a known session to the stage whose window it falls in (the stage started
+-- last, where releases' windows overlap). A session's cohort is its release when the
+-- rollout log names that release (it then counts for each of the release's stages, each in
+-- its window), else its stamped rollout_stage (a stage name, of any release).
+CREATE OR REPLACE MACRO release_cohort(release) AS '@' || release;
 CREATE OR REPLACE MACRO stage_key(session_known, cohort) AS
     CASE WHEN session_known THEN 'cohort:' || cohort ELSE 'window' END;
 CREATE OR REPLACE MACRO attributed(w_key, w_start, w_end, session_known, cohort, t) AS

@@ -4,7 +4,8 @@
 CREATE OR REPLACE TABLE a_sessions AS
 SELECT session_hmac,
        min(generation) AS generation,
-       arg_min(rollout_stage, ts) FILTER (WHERE rollout_stage IS NOT NULL) AS cohort,
+       arg_min(rollout_stage, ts) FILTER (WHERE rollout_stage IS NOT NULL) AS stamped_stage,
+       arg_min(release, ts) FILTER (WHERE release IS NOT NULL) AS release,
        arg_min(principal, ts) FILTER (WHERE principal IS NOT NULL) AS principal,
        arg_min(auth_subject, ts) FILTER (WHERE auth_subject IS NOT NULL) AS auth_subject,
        arg_min(protocol_version, ts) FILTER (WHERE protocol_version IS NOT NULL)
@@ -24,3 +25,10 @@ GROUP BY session_hmac;
 -- that has resumption (detectors.md).
 ALTER TABLE a_sessions ADD COLUMN resumable BOOLEAN;
 UPDATE a_sessions SET resumable = coalesce(resumable_field, has_resumption(protocol_version));
+
+-- The cohort key of stage_key (macros.sql): the release, when the rollout log names it.
+ALTER TABLE a_sessions ADD COLUMN cohort VARCHAR;
+UPDATE a_sessions SET cohort = CASE
+    WHEN release IN (SELECT release FROM a_stages WHERE release IS NOT NULL)
+        THEN release_cohort(release)
+    ELSE stamped_stage END;
