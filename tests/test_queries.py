@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import ast
 import re
+from pathlib import Path
 
 import pytest
 
@@ -10,46 +12,64 @@ from replaygate.ingest.contract import BY_TABLE
 from replaygate.queries import catalog
 from replaygate.queries.gates import GATES
 
-CATALOGUE = {
-    "replay_gap",
-    "silent_truncation",
-    "dropped_terminal",
-    "cross_stream_acceptance",
-    "duplicate_delivery_accepted",
-    "cursor_misrouted",
-    "cursor_rejected",
-    "replay_after_ack",
-    "priming_lost",
-    "slow_recovery",
-    "unrecovered_stream",
-    "retry_not_honored",
-    "duplicate_dispatch",
-    "idempotency_conflict",
-    "conflict_executed",
-    "missing_idempotency_key",
-    "reinit_missing",
-    "invalid_origin_accepted",
-    "session_after_terminal",
-    "auth_subject_mismatch",
-    "delete_fabricated",
-    "state_violation",
-    "missing_protocol_version",
-    "raw_session_id_logged",
-    "obsolete_resume",
-    "reconnect_storm",
-    "rollback_resumable_new_stream",
-    "rollback_cursor_dropped",
-    "rollback_post_storm",
-}
+TESTS = Path(__file__).resolve().parent
+ROOT = TESTS.parent
+DETECTORS = sorted(catalog.detectors())
 
 
-def test_one_file_per_catalogue_entry():
-    assert set(catalog.detectors()) == CATALOGUE
+def _strings_in_tests(path: Path) -> set[str]:
+    """The string literals in the bodies of a test module's test functions."""
+    found: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.FunctionDef) and node.name.startswith("test_"):
+            for stmt in node.body:
+                found |= {
+                    n.value
+                    for n in ast.walk(stmt)
+                    if isinstance(n, ast.Constant) and isinstance(n.value, str)
+                }
+    return found
+
+
+def _expected_by_faults() -> set[str]:
+    """Detectors named by an expected finding, `X(f, "<detector>", ...)`, in sim/faults.py."""
+    tree = ast.parse((ROOT / "sim" / "faults.py").read_text())
+    return {
+        n.args[1].value
+        for n in ast.walk(tree)
+        if isinstance(n, ast.Call)
+        and isinstance(n.func, ast.Name)
+        and n.func.id == "X"
+        and len(n.args) > 1
+        and isinstance(n.args[1], ast.Constant)
+    }
+
+
+# The focused tests: test_detectors_focused.py and its topical siblings; the truth test
+# runs the simulator and is the other half of the recipe.
+FOCUSED = [
+    p for p in sorted(TESTS.glob("test_detectors_*.py")) if p.name != "test_detectors_truth.py"
+]
+
+
+def test_detectors_are_found_by_file_name():
+    assert DETECTORS, "no detectors found"
     for name, q in catalog.detectors().items():
-        assert q.path.stem == name
+        assert q.path.stem == name == q.header.get("name"), q.path
 
 
-@pytest.mark.parametrize("name", sorted(CATALOGUE))
+@pytest.mark.parametrize("name", DETECTORS)
+def test_detector_has_a_focused_test(name):
+    named = set().union(*(_strings_in_tests(p) for p in FOCUSED))
+    assert name in named, f"{name}: no test in tests/test_detectors_focused.py names it"
+
+
+@pytest.mark.parametrize("name", DETECTORS)
+def test_detector_has_a_simulator_fault(name):
+    assert name in _expected_by_faults(), f"{name}: no fault in sim/faults.py expects it"
+
+
+@pytest.mark.parametrize("name", DETECTORS)
 def test_header(name):
     q = catalog.detectors()[name]
     for key in ("name", "invariant", "severity", "needs", "unit"):
