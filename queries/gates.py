@@ -327,20 +327,30 @@ def evaluate(con, config: Config, stage: str | None = None, all_stages: bool = F
     return {"stages": out}
 
 
+# A release argument that means "the stages of a rollout log without releases".
+NO_RELEASE = "-"
+
+
 def resolve_stage(con, stage: str | None = None, release: str | None = None) -> str | None:
     """The key of the stage meant by a name and/or a release (see a_stages): a key as
-    shown (`name@release`), a name unique across releases, a name within `release`, or
-    with a release alone, that release's newest stage. None when neither is given."""
-
+    shown (`name@release`), a name unique across releases, a name within `release` (`-`:
+    the stages without a release), or with a release alone, that release's newest stage.
+    None when neither is given."""
     if stage is None and release is None:
         return None
     rows = con.execute(
         """SELECT stage, release, stage_name FROM a_stages
-           WHERE ($release IS NULL OR release = $release)
+           WHERE CASE WHEN $none THEN release IS NULL
+                      WHEN $release IS NULL THEN true
+                      ELSE release = $release END
              AND ($stage IS NULL OR stage_name = $stage
-                  OR ($release IS NULL AND stage = $stage))
+                  OR ($release IS NULL AND NOT $none AND stage = $stage))
            ORDER BY start_ts, stage""",
-        {"stage": stage, "release": release},
+        {
+            "stage": stage,
+            "release": None if release == NO_RELEASE else release,
+            "none": release == NO_RELEASE,
+        },
     ).fetchall()
     if release is not None and stage is None:
         if not rows:

@@ -15,6 +15,8 @@ is used. Imports nothing from replaygate's dashboard; only the `mcp` SDK.
 
 from __future__ import annotations
 
+import os
+
 from .ledger import LedgerWriter, payload_digest
 from .middleware import LedgerMiddleware
 from .store import MemoryEventStore, RecordingEventStore
@@ -71,6 +73,7 @@ def instrument(
     *,
     hmac_key: bytes,
     server_instance: str = "mcp-0",
+    release: str | None = None,
     rollout_stage: str | None = None,
     event_store=None,
     tool_classes: dict[str, str] | None = None,
@@ -79,7 +82,9 @@ def instrument(
     """The server's Streamable HTTP app with the operator's event store (or a bounded
     in-memory one) wrapped by the recorder, and the ledger middleware around it;
     returns (asgi_app, recording_store). `tool_classes` maps tool names to `read`,
-    `write` or `paid` where the annotations do not say enough."""
+    `write` or `paid` where the annotations do not say enough. `release` (default
+    $REPLAYGATE_RELEASE) is stamped on every session: the rollout log's stages of that
+    release are its cohort. `rollout_stage` is for rollout logs without releases only."""
     writer = LedgerWriter(out_dir, hmac_key)
     store = RecordingEventStore(writer, event_store)
     app = server.streamable_http_app(event_store=store, **app_kwargs)
@@ -89,6 +94,7 @@ def instrument(
         store,
         server_instance=server_instance,
         retry_ms=app_kwargs.get("retry_interval"),
+        release=release if release is not None else os.environ.get("REPLAYGATE_RELEASE"),
         rollout_stage=rollout_stage,
         tool_class=_classifier(server, tool_classes),
     ), store

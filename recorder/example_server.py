@@ -71,7 +71,12 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--port", type=int, default=8000)
     ap.add_argument("--ledger", required=True)
-    ap.add_argument("--stage", default=None, help="rollout stage of this server's sessions")
+    ap.add_argument(
+        "--release",
+        default=os.environ.get("REPLAYGATE_RELEASE"),
+        help="release (version) of this server, stamped on its sessions",
+    )
+    ap.add_argument("--stage", default=None, help="rollout stage, for logs without releases")
     ap.add_argument("--retry-ms", type=int, default=500)
     ap.add_argument("--event-store", default=None, help="module:Class of your EventStore")
     args = ap.parse_args()
@@ -85,6 +90,7 @@ def main() -> None:
         args.ledger,
         hmac_key=key,
         event_store=store,
+        release=args.release,
         rollout_stage=args.stage,
         retry_interval=args.retry_ms,
         json_response=False,

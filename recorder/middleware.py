@@ -37,12 +37,16 @@ class LedgerMiddleware:
         store: RecordingEventStore,
         server_instance: str = "mcp-0",
         retry_ms: int | None = None,
+        release: str | None = None,
         rollout_stage: str | None = None,
         tool_class: Callable[[str], str | None] | None = None,
     ):
         self.app = app
         self.tool_class = tool_class or (lambda name: None)
         store.on_result = self._on_result
+        # The server's release identifies its cohort; the stage is a window of the rollout
+        # log, not something a process knows for its lifetime.
+        self.release = release
         self.rollout_stage = rollout_stage
         # (session, stream) -> the request now carrying it; only that one may end it.
         self.carrier: dict[tuple[str, str], object] = {}
@@ -210,6 +214,7 @@ class LedgerMiddleware:
             client_name=info.get("name"),
             client_version=info.get("version"),
             resumable=True,
+            release=self.release,
             rollout_stage=self.rollout_stage,
         )
 

@@ -314,33 +314,87 @@ def findings(db, config_path, as_json, detectors, stage, severity, limit):
 
 
 @cli.command(context_settings=CONTEXT)
+@click.argument("paths", nargs=-1, type=click.Path())
 @db_option
 @config_option
 @json_option
 @click.option("--stage", metavar="NAME", help="Gate this stage (default: the newest).")
+@click.option("--release", metavar="R", help="The stage of this release (default: any).")
 @click.option("--all-stages", is_flag=True, help="Gate every stage; exit with the worst.")
-def gates(db, config_path, as_json, stage, all_stages):
+@click.option(
+    "--wait",
+    "wait_for",
+    type=Duration(),
+    metavar="DURATION",
+    help="Evaluate again until PROCEED or ROLLBACK, at most this long (then HOLD).",
+)
+@click.option(
+    "--every",
+    type=Duration(),
+    default="30s",
+    show_default=True,
+    metavar="DURATION",
+    help="Time between evaluations with --wait.",
+)
+@click.option(
+    "--junit",
+    "junit_file",
+    type=click.Path(dir_okay=False),
+    metavar="FILE",
+    help="Also write the evaluation as JUnit XML.",
+)
+@click.option(
+    "--source",
+    type=click.Choice(["auto", "contract", "caddy", "nginx", "envoy"]),
+    default="auto",
+    show_default=True,
+    help="How to read proxy access logs among PATHS.",
+)
+def gates(
+    paths, db, config_path, as_json, stage, release, all_stages, wait_for, every, junit_file, source
+):
     """Evaluate the release gates and decide PROCEED, HOLD or ROLLBACK.
 
     \b
     Exit codes: 0 PROCEED, 2 HOLD, 3 ROLLBACK (with --all-stages: the worst), 1 error.
+    With PATHS, what is new in them is ingested before each evaluation. With --wait,
+    the stage is evaluated every --every until it is PROCEED or ROLLBACK; when the time
+    is up it is HOLD (exit 2).
 
     \b
     Examples:
       replaygate gates                      # the newest stage
       replaygate gates --stage write-10pct --json
+      replaygate gates --release v2.4.0 --stage canary-5pct --junit gates.xml
+      replaygate gates /var/log/mcp/ --release v2.4.0 --stage canary-5pct --wait 30m --every 1m
       replaygate gates --all-stages || echo "not safe to proceed"
     """
     from replaygate.queries import api
+    from replaygate.queries import gates as gm
     from replaygate.queries.gates import EXIT_CODES, worst
 
+    from . import gatewait
     from .render import gates_report
 
-    if stage and all_stages:
-        raise click.UsageError("give --stage or --all-stages, not both")
+    if (stage or release) and all_stages:
+        raise click.UsageError("give --stage/--release or --all-stages, not both")
+    if wait_for and all_stages:
+        raise click.UsageError("--wait gates one stage: give --stage (and --release)")
     conf = load_config(config_path)
-    con = api.open_analysed(db, conf)
-    doc = api.gates_doc(con, conf, stage=stage, all_stages=all_stages)
+    if wait_for:
+        doc = gatewait.wait(db, conf, stage, release, list(paths), wait_for, every, source)
+    else:
+        if paths:
+            gatewait.ingest_paths(db, list(paths), conf, source)
+        con = api.open_analysed(db, conf)
+        key = gm.resolve_stage(con, stage, release)
+        doc = api.gates_doc(con, conf, stage=key, all_stages=all_stages)
+    if junit_file:
+        from pathlib import Path
+
+        from .junit import render
+
+        Path(junit_file).write_text(render(doc), encoding="utf-8")
     if as_json:
         emit_json(doc)
     else:
@@ -479,6 +533,12 @@ def report(db, config_path, stage, fmt, output, bundle, verify_dir):
     if bundle:
         files = render.bundle(doc, con, Path(bundle))
         click.echo(f"wrote bundle {bundle}: " + ", ".join(f.name for f in files), err=True)
+
+
+from .rollout_cli import rollout, serve  # noqa: E402 - registered after the core commands
+
+cli.add_command(rollout)
+cli.add_command(serve)
 
 
 def _debug_requested(argv) -> bool:

@@ -1,0 +1,87 @@
+"""`replaygate gates --wait`: ingest (when given paths) and gate one stage again and again
+until it concludes (PROCEED or ROLLBACK) or the time is up (HOLD) — one command for a CD
+step that waits for its canary's evidence."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+
+import click
+
+from replaygate.ingest.errors import ReplaygateError
+
+from . import duration
+
+
+def ingest_paths(db: str, paths: list[str], conf, source: str = "auto") -> None:
+    """Load what is new under paths and refresh the analysis (one short write)."""
+    from replaygate.ingest import db as dbm
+    from replaygate.ingest.load import ingest
+    from replaygate.queries import runner
+
+    con = dbm.connect(db)
+    try:
+        report = ingest(con, list(paths), conf, source=source)
+        runner.analyse(con, conf)
+    finally:
+        con.close()
+    for w in report.warnings:
+        click.echo(f"warning: {w}", err=True)
+
+
+def evaluate_once(db: str, conf, stage: str | None, release: str | None) -> dict:
+    """The gates document of the one stage meant by stage/release (newest by default)."""
+    from replaygate.queries import api, gates
+
+    con = api.open_analysed(db, conf)
+    try:
+        key = gates.resolve_stage(con, stage, release)
+        return api.gates_doc(con, conf, stage=key)
+    finally:
+        con.close()
+
+
+def wait(
+    db: str,
+    conf,
+    stage: str | None,
+    release: str | None,
+    paths: list[str],
+    timeout_s: float | None,
+    every_s: float,
+    source: str = "auto",
+    clock: Callable[[], float] = time.monotonic,
+    sleep: Callable[[float], None] = time.sleep,
+) -> dict:
+    """Evaluate until PROCEED or ROLLBACK, or until timeout_s has passed (then the last
+    evaluation, whose decision is HOLD). Without timeout_s: one evaluation."""
+    deadline = None if timeout_s is None else clock() + timeout_s
+    n = 0
+    while True:
+        n += 1
+        if paths:
+            ingest_paths(db, paths, conf, source)
+        try:
+            doc, missing = evaluate_once(db, conf, stage, release), None
+        except ReplaygateError as exc:
+            # The stage may not be in the rollout log yet: during a wait, that is a HOLD.
+            if deadline is None or "no stage" not in str(exc):
+                raise
+            doc, missing = None, exc
+        if deadline is None:
+            return doc
+        concluded = doc is not None and doc["stages"]
+        decision = doc["stages"][0]["decision"] if concluded else "HOLD"
+        shown = doc["stages"][0]["stage"] if concluded else (stage or release)
+        left = deadline - clock()
+        click.echo(
+            f"gates {shown}: {decision} (evaluation {n}, {duration.show(max(left, 0))} left)",
+            err=True,
+        )
+        if decision in ("PROCEED", "ROLLBACK") or left <= 0:
+            break
+        sleep(min(every_s, left))
+    if missing is not None:
+        raise ReplaygateError(f"{missing} (waited {duration.show(timeout_s)})")
+    return doc

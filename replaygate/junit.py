@@ -1,0 +1,57 @@
+"""The gates evaluation as JUnit XML, for CI systems that show test reports: one test
+suite per stage, one test case per gate (fail = failure, insufficient = error, not
+applicable = skipped).
+
+Stage names, reasons and finding details come from logged, attacker-controlled data:
+ElementTree escapes markup, and characters XML 1.0 cannot carry at all are replaced.
+"""
+
+from __future__ import annotations
+
+import re
+import xml.etree.ElementTree as ET
+
+# Characters XML 1.0 forbids even as references (C0 controls but tab, LF, CR; surrogates;
+# U+FFFE, U+FFFF).
+_NOT_XML = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\ud800-\udfff\ufffe\uffff]")
+
+
+def clean(text) -> str:
+    return _NOT_XML.sub("\ufffd", "" if text is None else str(text))
+
+
+def render(doc: dict) -> str:
+    root = ET.Element("testsuites", name="replaygate gates")
+    totals = {"tests": 0, "failures": 0, "errors": 0, "skipped": 0}
+    for stage in doc.get("stages", []):
+        suite = ET.SubElement(root, "testsuite", name=clean(f"gates {stage['stage']}"))
+        counts = {"tests": 0, "failures": 0, "errors": 0, "skipped": 0}
+        props = ET.SubElement(suite, "properties")
+        for key in ("stage", "release", "stage_name", "scope", "decision"):
+            ET.SubElement(props, "property", name=key, value=clean(stage.get(key)))
+        for gate in stage["gates"]:
+            counts["tests"] += 1
+            case = ET.SubElement(
+                suite, "testcase", name=clean(gate["id"]), classname=clean(stage["stage"])
+            )
+            reason = clean(gate.get("reason"))
+            if gate["status"] == "fail":
+                counts["failures"] += 1
+                el = ET.SubElement(case, "failure", message=reason, type="ROLLBACK")
+                el.text = reason
+            elif gate["status"] == "insufficient":
+                counts["errors"] += 1
+                el = ET.SubElement(case, "error", message=reason, type="HOLD")
+                el.text = reason
+            elif gate["status"] == "not_applicable":
+                counts["skipped"] += 1
+                ET.SubElement(case, "skipped", message=reason)
+            else:
+                ET.SubElement(case, "system-out").text = reason
+        for k, v in counts.items():
+            suite.set(k, str(v))
+            totals[k] += v
+    for k, v in totals.items():
+        root.set(k, str(v))
+    ET.indent(root)
+    return '<?xml version="1.0" encoding="UTF-8"?>\n' + ET.tostring(root, encoding="unicode") + "\n"

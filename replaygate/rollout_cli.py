@@ -1,0 +1,237 @@
+"""`replaygate rollout ...`: write the rollout log from a deploy step, or from what Argo
+Rollouts and Flagger report."""
+
+from __future__ import annotations
+
+import json
+from datetime import datetime
+
+import click
+
+from replaygate.ingest.errors import ReplaygateError
+
+CONTEXT = {"help_option_names": ["-h", "--help"], "max_content_width": 100}
+
+
+@click.group(context_settings=CONTEXT)
+def rollout() -> None:
+    """Write the rollout log (mcpRollout.v1): one record per rollout action.
+
+    \b
+    Each record carries the release, the stage, the actor ($REPLAYGATE_ACTOR, else the
+    login name) and the time, and is checked against the input contract first. Records
+    go into the database (--db), or are appended to a JSON Lines file (--to) that
+    `ingest` or `watch` reads. Stages are scoped by release: two releases' stages of
+    the same name stay apart.
+
+    \b
+    Examples:
+      replaygate rollout start --release v2.4.0 --stage canary-5pct --percent 5 --scope read
+      replaygate rollout hold --release v2.4.0 --stage canary-5pct --note "waiting for sample"
+      replaygate rollout proceed --release v2.4.0 --stage canary-5pct
+      replaygate rollout rollback --release v2.4.0 --stage canary-5pct --to logs/rollout.jsonl
+      replaygate rollout finish --release v2.4.0 --stage full
+      replaygate rollout import rollout.json analysisruns.json --db fleet.duckdb
+    """
+
+
+def _destination(f):
+    f = click.option(
+        "--to",
+        "to_file",
+        metavar="FILE",
+        type=click.Path(dir_okay=False),
+        help="Append to this JSON Lines rollout log instead of the database.",
+    )(f)
+    return click.option(
+        "--db",
+        "db",
+        metavar="FILE",
+        envvar="REPLAYGATE_DB",
+        default="replaygate.duckdb",
+        show_default=True,
+        help="DuckDB file ($REPLAYGATE_DB).",
+    )(f)
+
+
+def _write(records: list[dict], db: str, to_file: str | None, dedupe: bool = False) -> int:
+    from replaygate.ingest import rolloutlog
+
+    if to_file:
+        return rolloutlog.append_file(to_file, records, dedupe=dedupe)
+    from replaygate.ingest import db as dbm
+
+    con = dbm.connect(db)
+    try:
+        return rolloutlog.insert_db(con, records, dedupe=dedupe)
+    finally:
+        con.close()
+
+
+def _ts(value: str | None) -> str | None:
+    if value is None:
+        return None
+    try:
+        datetime.fromisoformat(value.replace("Z", "+00:00"))
+    except ValueError:
+        raise click.BadParameter(f"{value!r} is not an RFC 3339 time", param_hint="--at") from None
+    return value
+
+
+def _action_command(verb: str, action: str, summary: str):
+    @click.option("--release", required=True, metavar="R", help="Release being rolled out.")
+    @click.option("--stage", required=True, metavar="S", help="Stage name, e.g. canary-5pct.")
+    @click.option("--percent", type=click.FloatRange(0, 100), help="Share of sessions (0-100).")
+    @click.option(
+        "--scope", type=click.Choice(["shadow", "read", "write"]), help="What the stage enables."
+    )
+    @click.option("--note", help="Why (free text).")
+    @click.option("--actor", help="Who acts (default: $REPLAYGATE_ACTOR, else the login name).")
+    @click.option("--at", "at", metavar="TIME", help="When (RFC 3339; default: now).")
+    @click.option("--json", "as_json", is_flag=True, help="Print the record written as JSON.")
+    @_destination
+    def command(release, stage, percent, scope, note, actor, at, as_json, db, to_file):
+        from replaygate.ingest import rolloutlog
+
+        rec = rolloutlog.record(
+            action,
+            release=release,
+            stage=stage,
+            ts=_ts(at),
+            percent=percent,
+            scope=scope,
+            actor=actor or rolloutlog.default_actor(),
+            note=note,
+        )
+        _write([rec], db, to_file)
+        if as_json:
+            click.echo(json.dumps(rec))
+        where = to_file or db
+        click.echo(
+            f"rollout: {action} {stage} of {release} by {rec['actor']} at {rec['ts']} -> {where}",
+            err=True,
+        )
+
+    command.__doc__ = f"""{summary}
+
+    \b
+    Example:
+      replaygate rollout {verb} --release v2.4.0 --stage canary-5pct"""
+    return rollout.command(verb, context_settings=CONTEXT)(command)
+
+
+_action_command("start", "start", "Record that a stage of a release starts (its window opens).")
+_action_command("proceed", "proceed", "Record the decision to go on from a stage.")
+_action_command("hold", "hold", "Record that a stage is held (it stays open).")
+_action_command("rollback", "rollback", "Record that a stage was rolled back (its window ends).")
+_action_command("finish", "complete", "Record that a stage completed (its window ends).")
+
+
+@rollout.command("import", context_settings=CONTEXT)
+@click.argument("paths", nargs=-1, required=True, type=click.Path(exists=True, dir_okay=False))
+@click.option("--release", metavar="R", help="Release id for every record (default: see below).")
+@click.option(
+    "--scope",
+    type=click.Choice(["shadow", "read", "write"]),
+    help="Scope written on the stages' start records.",
+)
+@click.option("--json", "as_json", is_flag=True, help="Print the records instead of writing them.")
+@_destination
+def import_(paths, release, scope, as_json, db, to_file):
+    """Turn Argo Rollouts and Flagger history into rollout records.
+
+    \b
+    Reads `kubectl get -o json` output: Argo Rollouts `Rollout` and `AnalysisRun`
+    objects, Flagger `Canary` objects and the Kubernetes events about them (a List or
+    single objects). Records already in the log are not written again, so the same
+    objects can be imported on every run.
+
+    \b
+    The release id is --release when given, else the Rollout's
+    `replaygate.io/release` annotation, else Argo's pod template hash
+    (`rollouts-pod-template-hash`) or Flagger's `lastAppliedSpec`. Stage names are
+    `canary-<weight>pct`. Have the recorder stamp the same release id.
+
+    \b
+    Examples:
+      kubectl get rollout,analysisrun -n shop -o json > argo.json
+      replaygate rollout import argo.json --db fleet.duckdb
+      kubectl get canary podinfo -n test -o json > canary.json
+      kubectl get events -n test --field-selector involvedObject.kind=Canary -o json > ev.json
+      replaygate rollout import canary.json ev.json --release 6.1.0 --to logs/rollout.jsonl
+    """
+    from replaygate.ingest import cdobjects
+
+    objects = []
+    for p in paths:
+        try:
+            with open(p, encoding="utf-8") as fh:
+                objects.append(json.load(fh))
+        except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+            raise ReplaygateError(f"{p}: not a JSON document ({type(exc).__name__})") from None
+    records = cdobjects.records(objects, release=release, scope=scope)
+    if as_json:
+        from replaygate.ingest import rolloutlog
+
+        rolloutlog.check(records)
+        for r in records:
+            click.echo(json.dumps(r))
+        return
+    n = _write(records, db, to_file, dedupe=True)
+    click.echo(f"rollout import: {len(records)} records read, {n} new -> {to_file or db}", err=True)
+
+
+@click.command(context_settings=CONTEXT)
+@click.option(
+    "--db",
+    "db",
+    metavar="FILE",
+    envvar="REPLAYGATE_DB",
+    default="replaygate.duckdb",
+    show_default=True,
+    help="DuckDB file ($REPLAYGATE_DB).",
+)
+@click.option(
+    "--config",
+    "config_path",
+    metavar="FILE",
+    default=None,
+    help="TOML configuration (default: ./replaygate.toml if present).",
+)
+@click.option(
+    "--host",
+    default="127.0.0.1",
+    show_default=True,
+    help="Address to listen on (loopback by default; 0.0.0.0 inside a pod).",
+)
+@click.option("--port", default=8765, show_default=True, type=click.IntRange(0, 65535))
+def serve(db, config_path, host, port):
+    """Answer gate decisions over HTTP (read-only), for Argo Rollouts and Flagger.
+
+    \b
+    GET /gates/{release}/{stage} -> the gates JSON of that stage, with status
+    200 PROCEED, 409 HOLD, 412 ROLLBACK (404 unknown stage). `-` as release means a
+    rollout log without releases, `_` as stage the release's newest stage.
+    ?ok=any answers 200 whatever the decision (Argo Rollouts `web` metrics: judge
+    result.decision); ?ok=rollback answers 200 only on ROLLBACK (a Flagger rollback
+    webhook). POST is answered like GET (Flagger webhooks POST).
+
+    \b
+    Examples:
+      replaygate serve --db fleet.duckdb
+      curl -s localhost:8765/gates/v2.4.0/canary-5pct
+      replaygate serve --db /data/fleet.duckdb --host 0.0.0.0 --port 8765
+    """
+    from replaygate.queries.api import load_config
+
+    from .serve import make_server
+
+    server = make_server(db, load_config(config_path), host, port)
+    h, p = server.server_address[:2]
+    click.echo(f"replaygate serve on http://{h}:{p}/gates/{{release}}/{{stage}}", err=True)
+    try:
+        server.serve_forever()
+    except KeyboardInterrupt:
+        pass
+    finally:
+        server.server_close()

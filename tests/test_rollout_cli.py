@@ -1,0 +1,360 @@
+"""Writing the rollout log (`replaygate rollout ...`), reading Argo Rollouts and Flagger
+objects into it, `gates --wait`, JUnit output and `replaygate serve`."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+import xml.etree.ElementTree as ET
+from pathlib import Path
+
+import pytest
+
+from replaygate.ingest import cdobjects, rolloutlog
+from replaygate.ingest import db as dbm
+from replaygate.ingest.errors import ReplaygateError
+
+from .conftest import ROOT, SAMPLE_CONF, run_cli
+
+CD = Path(__file__).parent / "fixtures" / "cd"
+
+
+def _objects(*names):
+    return [json.loads((CD / n).read_text()) for n in names]
+
+
+def _short(recs):
+    return [(r["ts"], r["release"], r["stage"], r["action"], r.get("percent")) for r in recs]
+
+
+# -- rollout start|proceed|hold|rollback|finish ------------------------------------------------
+
+
+def test_rollout_verbs_append_validated_records_to_a_file(tmp_path):
+    log = tmp_path / "logs" / "rollout.jsonl"
+    env = {"REPLAYGATE_ACTOR": "deploy-bot"}
+    steps = [
+        ("start", "--percent", "5", "--scope", "read", "--at", "2026-11-30T01:00:00Z"),
+        ("hold", "--note", "waiting for <sample>", "--at", "2026-11-30T01:30:00Z"),
+        ("proceed", "--at", "2026-11-30T01:59:00Z"),
+        ("finish", "--at", "2026-11-30T02:00:00Z"),
+    ]
+    for verb, *rest in steps:
+        r = run_cli(
+            "rollout", verb, "--release", "2.4.0", "--stage", "canary-5pct", *rest,
+            "--to", log, env=env,
+        )  # fmt: skip
+        assert r.returncode == 0, r.stderr
+    recs = [json.loads(x) for x in log.read_text().splitlines()]
+    assert [(r["action"], r["actor"], r["release"]) for r in recs] == [
+        ("start", "deploy-bot", "2.4.0"),
+        ("hold", "deploy-bot", "2.4.0"),
+        ("proceed", "deploy-bot", "2.4.0"),
+        ("complete", "deploy-bot", "2.4.0"),
+    ]
+    assert recs[0]["schema"] == "mcpRollout.v1" and recs[0]["percent"] == 5.0
+    assert recs[0]["scope"] == "read" and recs[1]["note"] == "waiting for <sample>"
+    # Time defaults to now.
+    r = run_cli("rollout", "rollback", "--release", "2.4.0", "--stage", "x", "--to", log, "--json")
+    assert r.returncode == 0, r.stderr
+    assert json.loads(r.stdout)["ts"].endswith("Z") and len(log.read_text().splitlines()) == 5
+
+
+def test_rollout_refuses_what_ingest_would_quarantine(tmp_path):
+    log = tmp_path / "rollout.jsonl"
+    r = run_cli("rollout", "start", "--release", "r", "--stage", "s", "--at", "soon", "--to", log)
+    assert r.returncode == 1 and "RFC 3339" in r.stderr and not log.exists()
+    with pytest.raises(ReplaygateError, match="missing required field stage"):
+        rolloutlog.check([rolloutlog.record("start", release="r", stage="")])
+    with pytest.raises(ReplaygateError, match="action: not an allowed value"):
+        rolloutlog.check([rolloutlog.record("pause", release="r", stage="s")])
+    r = run_cli("rollout", "start", "--stage", "s", "--to", log)
+    assert r.returncode == 1 and "--release" in r.stderr
+
+
+def test_rollout_into_the_database_is_gated_by_release(tmp_path):
+    db = tmp_path / "fleet.duckdb"
+    for rel, at in (("v1", "2026-11-30T00:00:00Z"), ("v2", "2026-11-30T01:00:00Z")):
+        r = run_cli(
+            "rollout", "start", "--release", rel, "--stage", "canary", "--scope", "read",
+            "--at", at, "--db", db,
+        )  # fmt: skip
+        assert r.returncode == 0, r.stderr
+    r = run_cli("gates", "--db", db, "--stage", "canary", "--json")
+    assert r.returncode == 1 and "several releases" in r.stderr
+    r = run_cli("gates", "--db", db, "--release", "v1", "--stage", "canary", "--json")
+    doc = json.loads(r.stdout)
+    assert [(s["stage"], s["release"], s["stage_name"]) for s in doc["stages"]] == [
+        ("canary@v1", "v1", "canary")
+    ]
+    con = dbm.connect(str(db), read_only=True)
+    files = con.execute("SELECT path, rows_loaded FROM files").fetchall()
+    assert files == [("(replaygate rollout)", 1), ("(replaygate rollout)", 1)]
+
+
+# -- Argo Rollouts and Flagger -----------------------------------------------------------
+
+
+def test_argo_rollout_and_analysis_runs_give_the_rollout_log():
+    recs = cdobjects.records(_objects("argo-aborted.json"))
+    assert _short(recs) == [
+        ("2026-11-30T05:00:40Z", "2.4.0", "canary-5pct", "start", 5.0),
+        ("2026-11-30T05:20:43Z", "2.4.0", "canary-5pct", "proceed", None),
+        ("2026-11-30T06:05:12Z", "2.4.0", "canary-25pct", "start", 25.0),
+        ("2026-11-30T06:35:16Z", "2.4.0", "canary-25pct", "rollback", None),
+        ("2026-11-30T06:41:09Z", "2.4.0", "canary-25pct", "rollback", None),
+    ]
+    assert all(r["actor"] == "argo-rollouts" for r in recs)
+    assert "failureLimit" in recs[3]["note"] and "aborted" in recs[4]["note"]
+    # Without the release annotation, the pod template hash names the release.
+    done = cdobjects.records(
+        _objects("argo-completed.json", "analysisrun-completed.json"), scope="read"
+    )
+    assert _short(done) == [
+        ("2026-11-30T08:00:31Z", "84f7b9c6d2", "canary-10pct", "start", 10.0),
+        ("2026-11-30T08:10:33Z", "84f7b9c6d2", "canary-10pct", "proceed", None),
+        ("2026-11-30T08:47:29Z", "84f7b9c6d2", "canary-50pct", "start", 50.0),
+        ("2026-11-30T09:02:30Z", "84f7b9c6d2", "canary-50pct", "complete", None),
+    ]
+    assert {r.get("scope") for r in done if r["action"] == "start"} == {"read"}
+    rolloutlog.check(recs + done)
+
+
+def test_flagger_canary_and_events_give_the_rollout_log():
+    recs = cdobjects.records(_objects("flagger-failed.json", "flagger-events.json"))
+    assert _short(recs) == [
+        ("2026-11-30T07:01:05Z", "3.1.0", "canary-10pct", "start", 10.0),
+        ("2026-11-30T07:06:05Z", "3.1.0", "canary-20pct", "start", 20.0),
+        ("2026-11-30T07:14:05Z", "3.1.0", "canary-20pct", "hold", None),
+        ("2026-11-30T07:16:05Z", "3.1.0", "canary-20pct", "rollback", None),
+    ]
+    ok = cdobjects.records(_objects("flagger-succeeded.json"), release="6.1.0")
+    assert _short(ok) == [
+        ("2026-11-30T09:00:00Z", "6.1.0", "canary-5pct", "start", 5.0),
+        ("2026-11-30T09:20:00Z", "6.1.0", "canary-25pct", "start", 25.0),
+        ("2026-11-30T09:40:00Z", "6.1.0", "canary-50pct", "start", 50.0),
+        ("2026-11-30T10:00:00Z", "6.1.0", "canary-50pct", "complete", None),
+    ]
+    rolloutlog.check(recs + ok)
+
+
+def test_import_writes_each_record_once_and_ingest_reads_the_stages(tmp_path):
+    log = tmp_path / "rollout.jsonl"
+    args = [CD / "argo-aborted.json", CD / "flagger-failed.json", CD / "flagger-events.json"]
+    for _ in range(2):  # a CD job imports the same objects on every run
+        r = run_cli("rollout", "import", *args, "--scope", "read", "--to", log)
+        assert r.returncode == 0, r.stderr
+    assert "0 new" in r.stderr
+    assert len(log.read_text().splitlines()) == 9
+    db = tmp_path / "fleet.duckdb"
+    assert run_cli("ingest", log, "--db", db).returncode == 0
+    r = run_cli("gates", "--db", db, "--all-stages", "--json")
+    stages = {s["stage"]: s for s in json.loads(r.stdout)["stages"]}
+    assert set(stages) == {
+        "canary-5pct@2.4.0",
+        "canary-25pct@2.4.0",
+        "canary-10pct@3.1.0",
+        "canary-20pct@3.1.0",
+    }
+    assert stages["canary-25pct@2.4.0"]["rolled_back"]
+    assert stages["canary-20pct@3.1.0"]["rolled_back"]
+    assert not stages["canary-5pct@2.4.0"]["rolled_back"]
+    assert stages["canary-5pct@2.4.0"]["window"]["end"] == "2026-11-30T06:05:12.000Z"
+    # The same import straight into the database adds nothing new either.
+    r = run_cli("rollout", "import", *args, "--scope", "read", "--db", db)
+    assert r.returncode == 0 and "0 new" in r.stderr, r.stderr
+
+
+def test_import_of_a_non_json_file_is_one_line(tmp_path):
+    bad = tmp_path / "x.json"
+    bad.write_bytes(b"\xff\xfe not json")
+    r = run_cli("rollout", "import", bad, "--json")
+    assert r.returncode == 1 and "not a JSON document" in r.stderr
+    assert "Traceback" not in r.stderr
+
+
+# -- gates --wait, JUnit ------------------------------------------------------------------
+
+
+def _rollout_line(ts, stage, action, release="r1"):
+    rec = rolloutlog.record(action, release=release, stage=stage, ts=ts, scope="read")
+    return rolloutlog.line(rec)
+
+
+def _origin_line(ts, status):
+    return json.dumps(
+        {
+            "schema": "mcpProxyLog.v1",
+            "ts": ts,
+            "method": "POST",
+            "status": status,
+            "origin": "https://evil.example",
+        }
+    )
+
+
+def test_wait_ingests_before_each_evaluation_until_rollback(tmp_path):
+    from replaygate import gatewait
+    from replaygate.ingest.config import Config
+
+    logs = tmp_path / "logs"
+    logs.mkdir()
+    (logs / "rollout.jsonl").write_text(_rollout_line("2026-11-30T00:00:00Z", "canary", "start"))
+    db = str(tmp_path / "w.duckdb")
+    clock = [0.0]
+    slept = []
+
+    def sleep(s):
+        slept.append(s)
+        clock[0] += s
+        if len(slept) == 2:  # an invalid Origin served arrives during the wait
+            (logs / "proxy.jsonl").write_text(_origin_line("2026-11-30T00:10:00Z", 200) + "\n")
+
+    doc = gatewait.wait(
+        db, Config(), "canary", "r1", [str(logs)], 600, 60, clock=lambda: clock[0], sleep=sleep
+    )
+    assert doc["stages"][0]["decision"] == "ROLLBACK"
+    assert slept == [60, 60]
+
+
+def test_wait_evaluates_every_interval_until_the_time_is_up(tmp_path):
+    from replaygate import gatewait
+    from replaygate.ingest.config import Config
+
+    log = tmp_path / "rollout.jsonl"
+    log.write_text(_rollout_line("2026-11-30T00:00:00Z", "canary", "start"))
+    clock, slept = [0.0], []
+
+    def sleep(s):
+        slept.append(s)
+        clock[0] += s
+
+    doc = gatewait.wait(
+        str(tmp_path / "w.duckdb"), Config(), "canary", "r1", [str(log)], 150, 60,
+        clock=lambda: clock[0], sleep=sleep,
+    )  # fmt: skip
+    assert doc["stages"][0]["decision"] == "HOLD"
+    assert slept == [60, 60, 30]  # evaluations at 0, 60, 120 and 150 s
+
+
+def test_wait_times_out_as_hold(tmp_path):
+    logs = tmp_path / "logs"
+    logs.mkdir()
+    (logs / "rollout.jsonl").write_text(_rollout_line("2026-11-30T00:00:00Z", "canary", "start"))
+    db = tmp_path / "w.duckdb"
+    t0 = time.monotonic()
+    r = run_cli(
+        "gates", logs, "--db", db, "--release", "r1", "--stage", "canary",
+        "--wait", "1s", "--every", "300ms", "--json",
+    )  # fmt: skip
+    assert r.returncode == 2, r.stderr
+    assert time.monotonic() - t0 >= 1.0
+    assert json.loads(r.stdout)["stages"][0]["decision"] == "HOLD"
+    assert "gates canary@r1: HOLD (evaluation 1," in r.stderr
+    # A stage that never appears is an error once the time is up.
+    r = run_cli("gates", "--db", db, "--stage", "later", "--wait", "300ms", "--every", "100ms")
+    assert r.returncode == 1 and "no stage named 'later'" in r.stderr
+
+
+def test_wait_needs_one_stage(tmp_path):
+    r = run_cli("gates", "--db", tmp_path / "x.duckdb", "--all-stages", "--wait", "1m")
+    assert r.returncode == 1 and "--wait gates one stage" in r.stderr
+
+
+def test_junit_escapes_logged_data(tmp_path):
+    from replaygate.junit import render
+
+    hostile = 'canary"><x/>&\x01\x1b[31m'
+    doc = {
+        "stages": [
+            {
+                "stage": hostile,
+                "release": "r</release>",
+                "stage_name": hostile,
+                "scope": "read",
+                "decision": "ROLLBACK",
+                "gates": [
+                    {"id": "a", "status": "fail", "reason": f"a: {hostile} served"},
+                    {"id": "b", "status": "insufficient", "reason": "b: 1 of 2"},
+                    {"id": "c", "status": "pass", "reason": "c: ok"},
+                    {"id": "d", "status": "not_applicable", "reason": "d: n/a"},
+                ],
+            }
+        ]
+    }
+    xml = render(doc)
+    root = ET.fromstring(xml.encode())  # well-formed despite the control characters
+    suite = root.find("testsuite")
+    assert suite.get("name") == 'gates canary"><x/>&\ufffd\ufffd[31m'
+    assert (suite.get("tests"), suite.get("failures"), suite.get("errors")) == ("4", "1", "1")
+    assert suite.find("testcase/failure").get("message").startswith('a: canary"><x/>&')
+    assert root.find(".//x") is None
+
+
+def test_gates_junit_file_from_the_sample(sample_db, tmp_path):
+    out = tmp_path / "gates.xml"
+    r = run_cli("gates", "--db", sample_db, "--config", SAMPLE_CONF, "--all-stages", "--junit", out)
+    assert r.returncode == 3
+    root = ET.parse(out).getroot()
+    names = [s.get("name") for s in root.findall("testsuite")]
+    assert "gates write-10pct" in names and int(root.get("failures")) > 0
+
+
+# -- serve ---------------------------------------------------------------------------------
+
+
+def _get(url, method="GET"):
+    req = urllib.request.Request(url, method=method, data=b"{}" if method == "POST" else None)
+    try:
+        with urllib.request.urlopen(req, timeout=60) as resp:
+            return resp.status, json.loads(resp.read())
+    except urllib.error.HTTPError as exc:
+        return exc.code, json.loads(exc.read())
+
+
+def test_serve_answers_the_three_decisions(sample_db, tmp_path):
+    db = tmp_path / "served.duckdb"
+    shutil.copy(sample_db, db)
+    # A new release starts a stage after the sample's data: nothing to judge yet (HOLD).
+    r = run_cli(
+        "rollout", "start", "--release", "r9", "--stage", "canary", "--scope", "read",
+        "--at", "2026-11-29T00:00:00Z", "--db", db,
+    )  # fmt: skip
+    assert r.returncode == 0, r.stderr
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "replaygate", "serve", "--db", str(db), "--config", SAMPLE_CONF,
+         "--port", "0"],
+        cwd=ROOT, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    try:
+        line = proc.stderr.readline()
+        assert "http://127.0.0.1:" in line, line
+        base = line.split("http://", 1)[1].split("/gates", 1)[0]
+        base = f"http://{base}"
+        code, doc = _get(f"{base}/gates/-/write-10pct-v2")
+        assert (code, doc["stages"][0]["decision"]) == (200, "PROCEED")
+        code, doc = _get(f"{base}/gates/r9/canary")
+        assert (code, doc["stages"][0]["decision"]) == (409, "HOLD")
+        assert doc["stages"][0]["stage"] == "canary@r9"
+        code, doc = _get(f"{base}/gates/-/write-10pct")
+        assert (code, doc["stages"][0]["decision"]) == (412, "ROLLBACK")
+        assert doc["stages"][0]["reasons"]
+        # Flagger webhooks POST; the codes are the same.
+        assert _get(f"{base}/gates/-/write-10pct", "POST")[0] == 412
+        assert _get(f"{base}/gates/r9/_")[0] == 409  # the release's newest stage
+        assert _get(f"{base}/gates/-/write-10pct?ok=any")[0] == 200
+        assert _get(f"{base}/gates/-/write-10pct?ok=rollback")[0] == 200
+        assert _get(f"{base}/gates/r9/canary?ok=rollback")[0] == 409
+        code, doc = _get(f"{base}/gates/r9/nope")
+        assert code == 404 and "no stage named 'nope'" in doc["error"]
+        assert _get(f"{base}/other")[0] == 404
+        assert _get(f"{base}/gates/-/write-10pct", "DELETE")[0] == 405
+        assert _get(f"{base}/healthz")[0] == 200
+    finally:
+        proc.terminate()
+        proc.wait(timeout=30)
