@@ -164,7 +164,12 @@ def test_the_page_refreshes_itself_when_the_data_changes(sample_db, tmp_path):
             page.wait_for_selector("[data-testid='stMainBlockContainer'] h1", timeout=60_000)
             page.wait_for_timeout(2000)
             assert "older than the data" not in page.inner_text("body")
-            con = duckdb.connect(str(db))
+            for _ in range(50):  # the dashboard's reads hold the file for moments
+                try:
+                    con = duckdb.connect(str(db))
+                    break
+                except duckdb.IOException:
+                    time.sleep(0.2)
             version = int(
                 con.execute("SELECT value FROM meta WHERE key = 'data_version'").fetchone()[0]
             )
