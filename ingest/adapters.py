@@ -309,3 +309,18 @@ def sniff(first_line: str) -> str:
     if "start_time" in rec and "response_code" in rec:
         return "envoy"
     return "contract"
+
+
+def sniff_lines(lines: list[str]) -> str:
+    """The shape of a file from its first lines: the first line that is a JSON object
+    decides (a cut first line or a byte-order mark must not pick the wrong reader)."""
+    import json
+
+    for line in lines:
+        try:
+            rec = json.loads(line.lstrip("\ufeff"))
+        except ValueError:
+            continue
+        if isinstance(rec, dict):
+            return sniff(json.dumps(rec))
+    return "contract"

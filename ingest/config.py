@@ -8,13 +8,17 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 import os
 import re
 import tomllib
 from dataclasses import asdict, dataclass, field, fields
+from datetime import datetime
 from pathlib import Path
 
 from .errors import ReplaygateError
+
+DEFAULT_TS_BOUNDS = {"min": "2000-01-01T00:00:00Z", "max": "2100-01-01T00:00:00Z"}
 
 
 @dataclass(frozen=True)
@@ -30,6 +34,8 @@ class Config:
     min_samples: dict = field(default_factory=dict)
     # [sources.nginx.fields] / [sources.envoy.fields]: the user's log keys -> the adapter's.
     sources: dict = field(default_factory=dict)
+    # Plausible record timestamps: outside is a quarantined row, never a stored value.
+    ts_bounds: dict = field(default_factory=lambda: dict(DEFAULT_TS_BOUNDS))
     source: str = "built-in defaults"
 
     def field_maps(self) -> dict[str, dict[str, str]]:
@@ -46,6 +52,8 @@ class Config:
         d["origin_allowlist"] = list(self.origin_allowlist)
         if not d["sources"]:
             del d["sources"]  # unset: the digest of a configuration without it is unchanged
+        if d["ts_bounds"] == DEFAULT_TS_BOUNDS:
+            del d["ts_bounds"]  # likewise for the default timestamp bounds
         return d
 
     def digest(self) -> str:
@@ -64,6 +72,7 @@ _TYPES = {
     "retry_window_s": _NUMBER,
     "min_samples": (dict,),
     "sources": (dict,),
+    "ts_bounds": (dict,),
 }
 # A key of the user's log becomes a JSON path: letters, digits and a few separators only.
 _LOG_KEY = re.compile(r"^[A-Za-z0-9_@:.-]{1,100}$")
@@ -93,11 +102,26 @@ def from_mapping(data: dict, source: str = "mapping") -> Config:
         kwargs["min_samples"] = dict(kwargs["min_samples"])
     if "sources" in kwargs:
         kwargs["sources"] = _sources(kwargs["sources"])
-    for key in ("reconnect_budget_qps", "recovery_threshold_s", "reinit_window_s"):
+    for gate, n in kwargs.get("min_samples", {}).items():
+        if n < 0:
+            raise ReplaygateError(f"config: min_samples.{gate} must be 0 or more, got {n}")
+    if "hmac_key_env" in kwargs and not kwargs["hmac_key_env"].strip():
+        raise ReplaygateError("config: hmac_key_env must name an environment variable")
+    for key in (
+        "reconnect_budget_qps",
+        "recovery_threshold_s",
+        "reinit_window_s",
+        "retry_window_s",
+    ):
         if key in kwargs:
             kwargs[key] = float(kwargs[key])
-    if "retry_window_s" in kwargs:
-        kwargs["retry_window_s"] = float(kwargs["retry_window_s"])
+            # NaN compares false with every threshold: it would silently flip gates.
+            if not math.isfinite(kwargs[key]) or kwargs[key] <= 0:
+                raise ReplaygateError(
+                    f"config: {key} must be a finite number above 0, got {kwargs[key]}"
+                )
+    if "ts_bounds" in kwargs:
+        kwargs["ts_bounds"] = _ts_bounds(kwargs["ts_bounds"])
     return Config(**kwargs, source=source)
 
 
@@ -129,6 +153,25 @@ def _sources(data: dict) -> dict:
                     "digits, '_', '-', '.', ':' or '@'"
                 )
         out[proxy] = {"fields": dict(fields_)}
+
+
+def _ts_bounds(value: dict) -> dict:
+    out = dict(DEFAULT_TS_BOUNDS)
+    for key, text in value.items():
+        if key not in out:
+            raise ReplaygateError(f"config: unknown key {key!r} in [ts_bounds]")
+        _check(f"ts_bounds.{key}", text, (str,))
+        out[key] = text
+    parsed = {}
+    for key, text in out.items():
+        try:
+            parsed[key] = datetime.fromisoformat(text.replace("Z", "+00:00"))
+        except ValueError:
+            raise ReplaygateError(f"config: ts_bounds.{key} is not an RFC 3339 time") from None
+        if parsed[key].tzinfo is None:
+            raise ReplaygateError(f"config: ts_bounds.{key} needs an offset or Z")
+    if not parsed["min"] < parsed["max"]:
+        raise ReplaygateError("config: ts_bounds.min must be before ts_bounds.max")
     return out
 
 
@@ -146,4 +189,10 @@ def load(path: str | os.PathLike | None = None) -> Config:
         raise ReplaygateError(f"config: no such file {p}") from None
     except tomllib.TOMLDecodeError as exc:
         raise ReplaygateError(f"config: {p} is not valid TOML ({exc})") from None
+    except UnicodeDecodeError:
+        raise ReplaygateError(f"config: {p} is not UTF-8 text") from None
+    except IsADirectoryError:
+        raise ReplaygateError(f"config: {p} is a folder, not a file") from None
+    except OSError as exc:
+        raise ReplaygateError(f"config: cannot read {p} ({exc.strerror})") from None
     return from_mapping(data, str(p))

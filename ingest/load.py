@@ -76,7 +76,12 @@ def discover(
     skipped: list[str] = []
     for p in map(Path, paths):
         if p.is_dir():
-            for child in sorted(c for c in p.rglob("*") if c.is_file()):
+            children = sorted(p.rglob("*"))
+            for child in children:
+                why = _not_regular(child)
+                if why:
+                    skipped.append(f"{child} ({why})")
+            for child in (c for c in children if _regular(c)):
                 src = readers.detect(child, force_proxy)
                 if src:
                     found.append(src)
@@ -93,6 +98,35 @@ def discover(
         else:
             raise ReplaygateError(f"{p}: no such file or folder")
     return found, skipped
+
+
+def _regular(path: Path) -> bool:
+    """A regular file reached without a symlink (a link could point outside the folder)."""
+    return not path.is_symlink() and path.is_file()
+
+
+def _not_regular(path: Path) -> str | None:
+    """Why a folder entry is not read, or None for a regular file or a plain folder."""
+    if path.is_symlink():
+        if not path.exists():
+            return "broken symlink"
+        return "symlinked folder, not followed" if path.is_dir() else "symlink, not followed"
+    if path.is_dir() or path.is_file():
+        return None
+    return "not a regular file (FIFO, socket or device)"
+
+
+def _readable(src: readers.Source) -> str | None:
+    """Why a file cannot be read at all, or None. Checked before anything else reads it,
+    so one such file costs its own rows and never the run."""
+    try:
+        with open(src.path, "rb") as fh:
+            head = fh.read(2)
+        if src.gzip and head and head != b"\x1f\x8b":
+            return "unreadable file: named .gz but not gzip"
+    except OSError as exc:
+        return f"unreadable file ({type(exc).__name__})"
+    return None
 
 
 def _sha256(path: Path) -> str:
@@ -344,8 +378,8 @@ class _Loader:
             return self.source
         if self.source == "contract":
             return None
-        first = readers.first_line(read_path, compression == "gzip")
-        return None if adapters.sniff(first) == "contract" else "auto"
+        lines = readers.first_lines(read_path, compression == "gzip")
+        return None if adapters.sniff_lines(lines) == "contract" else "auto"
 
     # -- phase 2: inside the transaction --------------------------------------------------
     def _note_changes(self, rt: RecordType, file_id: int, shift: int) -> None:
@@ -624,10 +658,19 @@ def ingest(
     progress = progress or NullProgress()
     sources, skipped = discover(paths, force_proxy=source in adapters.ADAPTERS)
     report = IngestReport(skipped=skipped)
+    unreadable = []
+    for src in list(sources):
+        why = _readable(src)
+        if why:
+            sources.remove(src)
+            unreadable.append(FileResult(_display(src.path), "unreadable", note=why))
     # Bounded memory: staging tables spill to disk beyond this (files larger than RAM).
     con.execute(
         "SET memory_limit = $m", {"m": os.environ.get("REPLAYGATE_MEMORY_LIMIT", INGEST_MEMORY)}
     )
+    # Timestamp plausibility bounds, read by validate.reason_sql.
+    for name, key in (("rg_ts_min", "min"), ("rg_ts_max", "max")):
+        con.execute(f"SET VARIABLE {name} = CAST($v AS TIMESTAMPTZ)", {"v": config.ts_bounds[key]})
     sizes = [s.path.stat().st_size for s in sources]
     progress.start(sum(sizes), len(sources))
     loader = _Loader(con, config, report, source)
@@ -638,7 +681,12 @@ def ingest(
         for n, (src, size, d) in enumerate(zip(sources, sizes, decisions, strict=True)):
             # query_progress() may be called from another thread while a query runs.
             progress.file_started(src.name, size, poll=con.query_progress)
-            plan.append(loader.stage(src, n, d))
+            try:
+                plan.append(loader.stage(src, n, d))
+            except (OSError, ValueError, EOFError, zlib.error) as exc:
+                # A fault of this file (bad bytes, broken gzip): it costs this file only.
+                why = f"unreadable file ({type(exc).__name__})"
+                plan.append(FileResult(_display(src.path), "unreadable", note=why))
             progress.file_done(size)
         # Staging needed the reader's order (rowid = position); the copy does not, and is
         # faster without it.
@@ -646,6 +694,7 @@ def ingest(
         con.execute("BEGIN TRANSACTION")
         try:
             changed = False
+            report.files.extend(unreadable)
             for item in plan:
                 if isinstance(item, FileResult):
                     result = item

@@ -18,7 +18,7 @@ from pathlib import Path
 
 from .adapters import ADAPTERS, Key
 from .contract import BY_SCHEMA, BY_TABLE, RECORD_TYPES, RecordType, type_for_filename
-from .redact import hmac_sql
+from .redact import hmac_sql, redact_url_sql
 
 FORMATS = {
     ".jsonl": "jsonl",
@@ -68,6 +68,9 @@ def detect(path: Path, force_proxy: bool = False) -> Source | None:
     return None
 
 
+# A line without a leading byte-order mark (editors and some loggers write one).
+_NO_BOM = "CASE WHEN starts_with(raw, chr(65279)) THEN substr(raw, 2) ELSE raw END"
+
 # Lines up to this size are read; longer ones are quarantined as too long.
 MAX_LINE = 32 << 20
 
@@ -96,8 +99,12 @@ def _field_exprs(values: dict[str, str], names: list[str], key_available: bool) 
     for n in names:
         expr = values.get(n, "NULL")
         if n in SECRET_FIELDS:
+            # An empty or blank id is no id: never hashed as if it were one.
+            expr = f"nullif(trim({expr}), '')"
             out.append(f"({expr}) IS NOT NULL AS seen_{n}")
             expr = hmac_sql(expr) if key_available else "NULL"
+        elif n == "path":
+            expr = redact_url_sql(expr)
         out.append(f"{expr} AS f_{n}")
     return out
 
@@ -129,12 +136,12 @@ def jsonl_sql(source: Source, names: list[str], key_available: bool) -> str:
     SELECT blank,
         CASE WHEN blank THEN NULL
              WHEN v IS NULL THEN 'unparseable JSON'
-             WHEN NOT starts_with(ltrim(raw), '{{') THEN 'not a JSON object' END AS parse_bad,
+             WHEN NOT starts_with(ltrim({_NO_BOM}), '{{') THEN 'not a JSON object' END AS parse_bad,
         CASE WHEN blank THEN NULL ELSE v[1] END AS schema,
         {cols}
     FROM (
         SELECT raw, raw IS NULL OR trim(raw) = '' AS blank,
-               try(json_extract_string(raw, [{paths}])) AS v
+               try(json_extract_string({_NO_BOM}, [{paths}])) AS v
         FROM {_raw_lines()}
     )"""
     return _wrap(inner, source)
@@ -142,7 +149,8 @@ def jsonl_sql(source: Source, names: list[str], key_available: bool) -> str:
 
 def csv_header(path: Path, gz: bool) -> list[str]:
     opener = gzip.open if gz else open
-    with opener(path, "rt", encoding="utf-8", newline="") as fh:
+    # utf-8-sig: a byte-order mark is not part of the first column's name.
+    with opener(path, "rt", encoding="utf-8-sig", errors="replace", newline="") as fh:
         first = fh.readline()
     return next(csv.reader(io.StringIO(first)), [])
 
@@ -176,13 +184,18 @@ def parquet_sql(source: Source, columns: list[str], names: list[str], key_availa
     return _wrap(inner, source)
 
 
-def first_line(path: Path, gz: bool) -> str:
+def first_lines(path: Path, gz: bool, n: int = 20) -> list[str]:
+    """The first `n` non-blank lines (a leading byte-order mark removed), for sniffing:
+    the first line alone may be the cut tail of a line."""
+    out: list[str] = []
     opener = gzip.open if gz else open
-    with opener(path, "rt", encoding="utf-8", errors="replace") as fh:
+    with opener(path, "rt", encoding="utf-8-sig", errors="replace") as fh:
         for line in fh:
             if line.strip():
-                return line
-    return ""
+                out.append(line)
+                if len(out) >= n:
+                    break
+    return out
 
 
 # Lines looked at to learn which keys a proxy log carries (its log_format is one per file).
@@ -243,7 +256,7 @@ def proxylog_sql(
         {columns}
     FROM (
         SELECT *, {shape} AS shape FROM (
-            SELECT raw IS NULL OR trim(raw) = '' AS blank, try(json(raw)) AS j
+            SELECT raw IS NULL OR trim(raw) = '' AS blank, try(json({_NO_BOM})) AS j
             FROM {_raw_lines()}
         )
     )"""

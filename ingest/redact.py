@@ -33,3 +33,14 @@ def hmac_sql(expr: str) -> str:
 def hmac_hex(key: bytes, value: str) -> str:
     """The same function in Python (producers, tests)."""
     return hmac.new(key, value.encode("utf-8"), hashlib.sha256).hexdigest()
+
+
+# Query parameters that carry a session id (the older HTTP+SSE transport puts it in the
+# URL: /messages?session_id=...). Their values are replaced before anything is stored.
+URL_SESSION_PARAMS = ("session_id", "sessionId", "mcp-session-id")
+
+
+def redact_url_sql(expr: str) -> str:
+    """SQL: the URL text `expr` with the values of URL_SESSION_PARAMS replaced."""
+    names = "|".join(p.replace("-", "\\-") for p in URL_SESSION_PARAMS)
+    return f"regexp_replace({expr}, '([?&;](?:{names})=)[^&#;]*', '\\1[redacted]', 'gi')"

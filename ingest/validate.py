@@ -17,7 +17,9 @@ def ts_sql(v: str) -> str:
     return (
         f"CASE WHEN substr({v}, 5, 1) = '-' "
         f"THEN date_trunc('millisecond', TRY_CAST({v} AS TIMESTAMPTZ)) "
-        f"ELSE CAST(epoch_ms(CAST(TRY_CAST({v} AS DOUBLE) AS BIGINT)) AS TIMESTAMPTZ) END"
+        # try(): an epoch beyond what a timestamp holds is a bad value, not an abort.
+        f"ELSE try(CAST(epoch_ms(TRY_CAST(TRY_CAST({v} AS DOUBLE) AS BIGINT)) AS TIMESTAMPTZ)) "
+        "END"
     )
 
 
@@ -27,10 +29,13 @@ def cast_sql(f: Field) -> str:
         return ts_sql(v)
     if f.type == "int":
         # TRY_CAST to BIGINT rounds 200.5; an integer must not have a fraction.
+        # TRY_CAST: 1e30 or NaN is one row's wrong value, never an error for the file.
         d = f"TRY_CAST({v} AS DOUBLE)"
-        return f"CASE WHEN {d} = floor({d}) THEN CAST({d} AS BIGINT) END"
+        return f"CASE WHEN {d} = floor({d}) THEN TRY_CAST({d} AS BIGINT) END"
     if f.type == "float":
-        return f"TRY_CAST({v} AS DOUBLE)"
+        # NaN and infinities are not measurements.
+        d = f"TRY_CAST({v} AS DOUBLE)"
+        return f"CASE WHEN isfinite({d}) THEN {d} END"
     if f.type == "bool":
         return f"TRY_CAST(trim({v}) AS BOOLEAN)"
     return v
@@ -58,6 +63,12 @@ def reason_sql(rt: RecordType) -> str:
         if f.required:
             whens.append(f"WHEN {v} IS NULL OR {v} = '' THEN 'missing required field {f.name}'")
         # Reasons are constants of ours; quotes cannot occur in them.
+        if f.type == "ts":
+            # Bounds set per ingest (load.py: SET VARIABLE); NULL bounds check nothing.
+            whens.append(
+                f"WHEN {t} < getvariable('rg_ts_min') OR {t} >= getvariable('rg_ts_max') "
+                f"THEN '{f.name}: outside the plausible time range'"
+            )
         if f.type == "enum":
             allowed = ", ".join(f"'{e}'" for e in f.enum)
             whens.append(f"WHEN {v} IS NOT NULL AND {v} NOT IN ({allowed}) THEN '{_rule_text(f)}'")

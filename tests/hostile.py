@@ -86,3 +86,100 @@ def _formula_dispatches(dest: Path) -> None:
 
 def gz(data: bytes) -> bytes:
     return gzip.compress(data, mtime=0)
+
+
+# -- messy ingest inputs: one writer per class ------------------------------------------
+CADDY = Path(__file__).parent / "fixtures" / "proxy" / "caddy-access.log"
+
+
+def session_record(ts="2026-11-29T07:45:01.123Z", **extra) -> dict:
+    return {
+        "ts": ts,
+        "session_hmac": "a" * 64,
+        "generation": 1,
+        "state": "SESSION_ACTIVE",
+        "rollout_stage": "s1",
+    } | extra
+
+
+def lines(records) -> bytes:
+    return b"".join(json.dumps(r).encode() + b"\n" for r in records)
+
+
+def caddy_with_bom_and_cut_line(dest: Path) -> Path:
+    """A Caddy log whose first line starts with a BOM, and one whose first line is the
+    cut tail of a line (a log read from the middle)."""
+    text = CADDY.read_bytes()
+    (dest / "bom.log").write_bytes(b"\xef\xbb\xbf" + text)
+    (dest / "cut.log").write_bytes(text.splitlines(keepends=True)[0][200:] + text)
+    return dest
+
+
+def edge_timestamps(dest: Path) -> Path:
+    good = [session_record() for _ in range(3)]
+    edges = [
+        session_record(ts="9999-12-31T23:59:59Z"),
+        session_record(ts=9000000000000000),
+        session_record(ts="0000-01-01T00:00:00Z"),
+        session_record(ts="1970-01-01T00:00:00Z"),
+    ]
+    (dest / "sessions-edges.jsonl").write_bytes(lines(good + edges))
+    return dest
+
+
+def out_of_range_numbers(dest: Path) -> Path:
+    good = [session_record() for _ in range(5)]
+    bad = [
+        session_record(generation=1e30),
+        session_record(generation=18446744073709551615),
+        session_record(generation="NaN"),
+        session_record(generation="inf"),
+    ]
+    (dest / "sessions-numbers.jsonl").write_bytes(lines(good + bad))
+    # In a file typed by its schema field (no file-name prefix).
+    typed = [dict(r, schema="mcpHttpSession.v1") for r in good + bad]
+    (dest / "mixed-numbers.jsonl").write_bytes(lines(typed))
+    return dest
+
+
+def unreadable_files(dest: Path) -> Path:
+    """Good files next to files that cannot be read at all."""
+    (dest / "sessions-good.jsonl").write_bytes(lines([session_record() for _ in range(4)]))
+    (dest / "dispatches-badutf8.csv").write_bytes(b"ts,dispatch_id\xff\xfe,outcome\n1,2,3\n")
+    (dest / "sessions-plain.jsonl.gz").write_bytes(lines([session_record()]))
+    (dest / "streams-short.csv.gz").write_bytes(gz(b"ts,session_hmac\n" * 50)[:20])
+    return dest
+
+
+def csv_with_bom(dest: Path) -> Path:
+    rows = "ts,session_hmac,generation,state\n" + "".join(
+        f"2026-11-29T07:45:0{i}.000Z,{'a' * 64},1,SESSION_ACTIVE\n" for i in range(5)
+    )
+    (dest / "sessions-bom.csv").write_bytes(b"\xef\xbb\xbf" + rows.encode())
+    return dest
+
+
+def raw_ids_elsewhere(dest: Path) -> Path:
+    base = {"ts": "2026-11-29T07:45:01.123Z", "method": "POST", "status": 200}
+    recs = [
+        base | {"path": "/messages?session_id=RAWID-1234&x=1"},
+        base | {"path": "/mcp?sessionId=RAWID-5678"},
+        base | {"path": "/mcp", "session_id": ""},
+        base | {"path": "/mcp", "session_id": "   "},
+    ]
+    (dest / "proxy-ids.jsonl").write_bytes(lines(recs))
+    return dest
+
+
+def odd_folder(dest: Path, outside: Path) -> Path:
+    """A folder with a symlinked folder, a broken symlink and a FIFO."""
+    import os
+
+    dest.mkdir(parents=True, exist_ok=True)
+    (dest / "sessions-ok.jsonl").write_bytes(lines([session_record()]))
+    outside.mkdir(parents=True, exist_ok=True)
+    (outside / "sessions-outside.jsonl").write_bytes(lines([session_record()]))
+    (dest / "linked").symlink_to(outside, target_is_directory=True)
+    (dest / "broken.jsonl").symlink_to(dest / "nowhere.jsonl")
+    os.mkfifo(dest / "pipe.jsonl")
+    return dest

@@ -1,0 +1,187 @@
+"""Messy and hostile inputs to ingest: a fault costs a row, then a file, never the run;
+every line is loaded, quarantined or blank; raw ids are never stored."""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from replaygate.ingest import config as cfg
+from replaygate.ingest import db as dbm
+from replaygate.ingest.config import Config
+from replaygate.ingest.errors import ReplaygateError
+from replaygate.ingest.load import ingest
+
+from . import hostile
+
+
+def _ingest(tmp_path, *paths, config=None):
+    con = dbm.connect(str(tmp_path / "t.duckdb"))
+    return con, ingest(con, [str(p) for p in paths], config or Config())
+
+
+def _by_name(report):
+    return {f.path.rsplit("/", 1)[-1]: f for f in report.files}
+
+
+def test_caddy_log_with_bom_or_cut_first_line_is_read_as_caddy(tmp_path):
+    base_dir = tmp_path / "base"
+    base_dir.mkdir()
+    (base_dir / "plain.log").write_bytes(hostile.CADDY.read_bytes())
+    _, base = _ingest(base_dir, base_dir / "plain.log")
+    good, bad = base.files[0].rows["proxy"], base.files[0].quarantined
+    assert good >= 4
+    d = hostile.caddy_with_bom_and_cut_line(tmp_path)
+    con, rep = _ingest(tmp_path, d / "bom.log", d / "cut.log")
+    files = _by_name(rep)
+    assert files["bom.log"].rows.get("proxy") == good and files["bom.log"].quarantined == bad
+    # The cut tail is one quarantined line; every whole line is read as Caddy.
+    assert files["cut.log"].rows.get("proxy") == good
+    assert files["cut.log"].quarantined == bad + 1
+    raw = con.execute("SELECT count(*) FROM proxy WHERE raw_session_id").fetchone()[0]
+    assert raw > 0  # the raw-session-id evidence is not missed
+
+
+def test_timestamps_outside_the_bounds_are_quarantined_rows(tmp_path):
+    con, rep = _ingest(tmp_path, hostile.edge_timestamps(tmp_path))
+    (f,) = rep.files
+    assert f.rows == {"sessions": 3} and f.quarantined == 4
+    reasons = {r for (r,) in con.execute("SELECT DISTINCT reason FROM quarantine").fetchall()}
+    assert reasons == {"ts: outside the plausible time range"}
+    lo, hi = con.execute("SELECT min(ts), max(ts) FROM sessions").fetchone()
+    assert lo.year == hi.year == 2026
+
+
+def test_timestamp_bounds_are_configurable(tmp_path):
+    conf = cfg.from_mapping({"ts_bounds": {"min": "1960-01-01T00:00:00Z"}})
+    con, rep = _ingest(tmp_path, hostile.edge_timestamps(tmp_path), config=conf)
+    assert rep.files[0].rows == {"sessions": 4}  # 1970 is inside now
+
+
+def test_out_of_range_numbers_cost_one_row_each(tmp_path):
+    d = hostile.out_of_range_numbers(tmp_path)
+    con, rep = _ingest(tmp_path, d)
+    for f in rep.files:
+        assert f.status == "loaded" and f.rows == {"sessions": 5} and f.quarantined == 4, f
+
+
+def test_one_unreadable_file_never_aborts_the_run(tmp_path):
+    d = hostile.unreadable_files(tmp_path)
+    con, rep = _ingest(tmp_path, d)
+    files = _by_name(rep)
+    assert files["sessions-good.jsonl"].rows == {"sessions": 4}
+    assert files["sessions-plain.jsonl.gz"].status == "unreadable"
+    assert "not gzip" in files["sessions-plain.jsonl.gz"].note
+    for name in ("dispatches-badutf8.csv", "streams-short.csv.gz"):
+        f = files[name]
+        assert f.status == "unreadable" or f.quarantined >= 1, f
+    assert con.execute("SELECT count(*) FROM sessions").fetchone()[0] == 4
+
+
+def test_csv_with_a_bom_loads_every_row(tmp_path):
+    con, rep = _ingest(tmp_path, hostile.csv_with_bom(tmp_path))
+    assert rep.files[0].rows == {"sessions": 5} and rep.files[0].quarantined == 0
+
+
+def test_raw_ids_in_urls_are_redacted_and_blank_ids_are_null(tmp_path):
+    con, rep = _ingest(tmp_path, hostile.raw_ids_elsewhere(tmp_path))
+    assert rep.files[0].rows == {"proxy": 4}
+    stored = " ".join(str(r) for r in con.execute("SELECT * FROM proxy").fetchall())
+    assert "RAWID" not in stored and "[redacted]" in stored
+    hashed = con.execute("SELECT count(session_hmac) FROM proxy").fetchone()[0]
+    assert hashed == 0
+    paths = [p for (p,) in con.execute("SELECT path FROM proxy ORDER BY pos").fetchall()]
+    assert paths[:2] == ["/messages?session_id=[redacted]&x=1", "/mcp?sessionId=[redacted]"]
+
+
+def test_folders_list_what_they_skip(tmp_path):
+    d = hostile.odd_folder(tmp_path / "in", tmp_path / "outside")
+    con, rep = _ingest(tmp_path, d)
+    assert [f.rows for f in rep.files] == [{"sessions": 1}]
+    skipped = " ".join(rep.skipped)
+    for why in ("symlinked folder", "broken symlink", "FIFO"):
+        assert why in skipped
+
+
+@pytest.mark.parametrize(
+    "text, word",
+    [
+        ("recovery_threshold_s = nan", "recovery_threshold_s"),
+        ("reconnect_budget_qps = -1.0", "reconnect_budget_qps"),
+        ("retry_window_s = inf", "retry_window_s"),
+        ("[min_samples]\nrecovery_p99 = -5", "min_samples.recovery_p99"),
+        ('hmac_key_env = ""', "hmac_key_env"),
+        ('[ts_bounds]\nmin = "yesterday"', "ts_bounds.min"),
+        ('[ts_bounds]\nmin = "2200-01-01T00:00:00Z"', "ts_bounds.min"),
+    ],
+)
+def test_config_values_are_validated(tmp_path, text, word):
+    p = tmp_path / "replaygate.toml"
+    p.write_text(text + "\n")
+    with pytest.raises(ReplaygateError, match=word.replace(".", r"\.")):
+        cfg.load(p)
+
+
+def test_config_unreadable_is_one_line(tmp_path):
+    bad = tmp_path / "bad.toml"
+    bad.write_bytes(b'hmac_key_env = "\xff"\n')
+    with pytest.raises(ReplaygateError, match="not UTF-8"):
+        cfg.load(bad)
+    with pytest.raises(ReplaygateError, match="folder"):
+        cfg.load(tmp_path)
+
+
+# -- counting identity under fuzzing ------------------------------------------------------
+_JSON_LINE = st.one_of(
+    st.builds(lambda: hostile.lines([hostile.session_record()])[:-1]),
+    st.binary(max_size=40).filter(lambda b: b"\n" not in b and b"\r" not in b),
+    st.sampled_from([b"", b"   ", b"{", b"[]", b"null", b'{"ts": 1e400}', b"\xef\xbb\xbf{}"]),
+    st.builds(
+        lambda g, ts: hostile.lines([hostile.session_record(ts=ts, generation=g)])[:-1],
+        st.one_of(st.integers(), st.floats(allow_nan=False), st.text(max_size=5)),
+        st.one_of(st.integers(), st.text(max_size=8)),
+    ),
+)
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=list(HealthCheck))
+@given(st.lists(_JSON_LINE, min_size=1, max_size=12))
+def test_fuzz_json_lines_counting_identity(tmp_path_factory, body):
+    tmp = tmp_path_factory.mktemp("fz")
+    data = b"\n".join(body) + b"\n"
+    (tmp / "sessions-fuzz.jsonl").write_bytes(data)
+    con, rep = _ingest(tmp, tmp / "sessions-fuzz.jsonl")  # no exception escapes
+    (f,) = rep.files
+    total_lines = data.count(b"\n")
+    blank = sum(1 for ln in data.split(b"\n")[:-1] if not ln.decode("utf-8", "replace").strip())
+    if f.status == "unreadable":
+        return
+    assert sum(f.rows.values()) + f.quarantined + blank == total_lines, (data, f)
+    con.close()
+
+
+_CELL = st.text(alphabet=st.characters(blacklist_categories=("Cs",)), max_size=12)
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=list(HealthCheck))
+@given(st.lists(st.tuples(_CELL, _CELL, _CELL, _CELL), min_size=1, max_size=10), st.booleans())
+def test_fuzz_csv_counting_identity(tmp_path_factory, rows, good_ts):
+    import csv
+    import io
+
+    tmp = tmp_path_factory.mktemp("fzc")
+    buf = io.StringIO()
+    w = csv.writer(buf, lineterminator="\n")
+    w.writerow(["ts", "session_hmac", "generation", "state"])
+    for i, r in enumerate(rows):
+        ts = f"2026-11-29T07:45:{i:02d}.000Z" if good_ts else r[0]
+        w.writerow([ts, r[1] or "h", r[2], r[3] if i % 2 else "SESSION_ACTIVE"])
+    (tmp / "sessions-fuzz.csv").write_text(buf.getvalue(), encoding="utf-8")
+    con, rep = _ingest(tmp, tmp / "sessions-fuzz.csv")  # no exception escapes
+    (f,) = rep.files
+    if f.status == "unreadable":
+        return
+    # Every data row has a ts cell (never blank): loaded + quarantined = data rows.
+    assert sum(f.rows.values()) + f.quarantined == len(rows), (buf.getvalue(), f)
+    con.close()
