@@ -725,6 +725,7 @@ def ingest(
         report.warnings.append(
             f"{loader.raw_without_key} proxy records carried a raw session id, but no HMAC key "
             f"is set in ${config.hmac_key_env}: the ids were discarded, not stored, and these "
-            "requests cannot be joined to the ledgers. Set the key and re-ingest."
+            "requests cannot be joined to the ledgers. Re-ingesting the same files adds "
+            "nothing: set the key and ingest them into a new database."
         )
     return report

@@ -122,6 +122,13 @@ def ingest(paths, db, config_path, as_json, strict, no_analyse, source):
         click.echo(f"warning: {w}", err=True)
     if strict and report.quarantined:
         raise ReplaygateError(f"{report.quarantined} rows quarantined (--strict)")
+    unreadable = [f for f in report.files if f.status == "unreadable"]
+    if unreadable:
+        # The other files are loaded; the exit code still says a file was lost.
+        raise ReplaygateError(
+            f"{len(unreadable)} of {len(report.files)} files could not be read "
+            f"(first: {unreadable[0].path}: {unreadable[0].note or 'unreadable'})"
+        )
 
 
 def _analyse(con, conf):

@@ -144,6 +144,7 @@ def out_of_range_numbers(dest: Path) -> Path:
 
 def unreadable_files(dest: Path) -> Path:
     """Good files next to files that cannot be read at all."""
+    dest.mkdir(parents=True, exist_ok=True)
     (dest / "sessions-good.jsonl").write_bytes(lines([session_record() for _ in range(4)]))
     (dest / "dispatches-badutf8.csv").write_bytes(b"ts,dispatch_id\xff\xfe,outcome\n1,2,3\n")
     (dest / "sessions-plain.jsonl.gz").write_bytes(lines([session_record()]))

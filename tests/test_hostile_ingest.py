@@ -3,6 +3,8 @@ every line is loaded, quarantined or blank; raw ids are never stored."""
 
 from __future__ import annotations
 
+import json
+
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -185,3 +187,16 @@ def test_fuzz_csv_counting_identity(tmp_path_factory, rows, good_ts):
     # Every data row has a ts cell (never blank): loaded + quarantined = data rows.
     assert sum(f.rows.values()) + f.quarantined == len(rows), (buf.getvalue(), f)
     con.close()
+
+
+def test_cli_loads_the_good_files_and_says_one_was_unreadable(tmp_path):
+    from .conftest import run_cli
+
+    d = hostile.unreadable_files(tmp_path / "in")
+    db = tmp_path / "cli.duckdb"
+    r = run_cli("ingest", str(d), "--db", str(db), "--json", "--no-analyse")
+    assert r.returncode == 1 and "could not be read" in r.stderr
+    assert len(r.stderr.strip().splitlines()) == 1
+    doc = json.loads(r.stdout)
+    assert doc["rows_loaded"].get("sessions") == 4
+    assert any(f["status"] == "unreadable" for f in doc["files"])
