@@ -310,9 +310,11 @@ class _Loader:
                 self._stage(src, read_path, compression, table, None)
         if src.format in ("csv", "jsonl"):
             staged.rejects = f"rg_rejects_{n}"
+            # One reason per line: a line can break two rules (bad UTF-8 and a stray
+            # delimiter) and must still be counted once.
             self._exec(
                 f"CREATE OR REPLACE TEMP TABLE {staged.rejects} AS "
-                "SELECT DISTINCT line, error_type FROM rg_rejects"
+                "SELECT line, min(error_type) AS error_type FROM rg_rejects GROUP BY line"
             )
             self.temp_tables.append(staged.rejects)
         staged.table = table
@@ -365,8 +367,8 @@ class _Loader:
             readers.proxy_keys_sql(keys), {"path": str(read_path), "compression": compression}
         ).fetchone()
         present = {k.path for k, yes in zip(keys, row or (), strict=False) if yes}
-        first = readers.first_line(read_path, compression == "gzip")
-        shapes = {forced} if forced else {adapters.sniff(first)}
+        lines = readers.first_lines(read_path, compression == "gzip")
+        shapes = {forced} if forced else {adapters.sniff_lines(lines)}
         by_name = adapters.build(present, self.field_maps)
         return by_name, capabilities.from_keys(present, shapes, self.field_maps)
 
