@@ -153,6 +153,7 @@ def _sources(data: dict) -> dict:
                     "digits, '_', '-', '.', ':' or '@'"
                 )
         out[proxy] = {"fields": dict(fields_)}
+    return out
 
 
 def _ts_bounds(value: dict) -> dict:
