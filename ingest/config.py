@@ -29,6 +29,7 @@ class Config:
     recovery_threshold_s: float = 5.0
     reinit_window_s: float = 30.0
     retry_window_s: float = 600.0
+    resend_window_s: float = 30.0
     # Overrides only: each gate's default minimum sample is declared in its SQL header
     # (queries/sql/gates), which also checks the gate names.
     min_samples: dict = field(default_factory=dict)
@@ -70,6 +71,7 @@ _TYPES = {
     "recovery_threshold_s": _NUMBER,
     "reinit_window_s": _NUMBER,
     "retry_window_s": _NUMBER,
+    "resend_window_s": _NUMBER,
     "min_samples": (dict,),
     "sources": (dict,),
     "ts_bounds": (dict,),
@@ -112,6 +114,7 @@ def from_mapping(data: dict, source: str = "mapping") -> Config:
         "recovery_threshold_s",
         "reinit_window_s",
         "retry_window_s",
+        "resend_window_s",
     ):
         if key in kwargs:
             kwargs[key] = float(kwargs[key])

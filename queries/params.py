@@ -19,6 +19,7 @@ def from_config(config: Config) -> dict:
         "recovery_threshold_s": config.recovery_threshold_s,
         "reinit_window_s": config.reinit_window_s,
         "retry_window_s": config.retry_window_s,
+        "resend_window_s": config.resend_window_s,
         "reconnect_budget_qps": config.reconnect_budget_qps,
         "origin_patterns": [glob_to_like(p) for p in config.origin_allowlist],
     }

@@ -233,9 +233,16 @@ def status(db, as_json):
     type=click.Choice(["jsonl", "csv", "parquet", "mixed"]),
 )
 @click.option("--list-faults", is_flag=True, help="List the fault catalogue and exit.")
+@click.option(
+    "--server-only",
+    is_flag=True,
+    help="Only what an operator of servers and proxies has: no client inbox.",
+)
 @config_option
 @json_option
-def simulate(out, seed, sessions, events, faults, fmt, list_faults, config_path, as_json):
+def simulate(
+    out, seed, sessions, events, faults, fmt, list_faults, server_only, config_path, as_json
+):
     """Write a synthetic MCP fleet's ledgers and logs plus truth.json.
 
     \b
@@ -248,6 +255,7 @@ def simulate(out, seed, sessions, events, faults, fmt, list_faults, config_path,
     Examples:
       replaygate simulate --out fleet/ --seed 3
       replaygate simulate --out big/ --events 1000000 --faults none --format jsonl
+      replaygate simulate --out servers/ --server-only
     """
     from replaygate.sim import simulate as run
     from replaygate.sim.faults import CATALOGUE
@@ -266,6 +274,7 @@ def simulate(out, seed, sessions, events, faults, fmt, list_faults, config_path,
         faults=faults,
         fmt=fmt,
         config=load_config(config_path),
+        server_only=server_only,
     )
     if as_json:
         emit_json(summary)

@@ -92,8 +92,13 @@ def simulate(
     fmt: str = "mixed",
     config: Config | None = None,
     rounds: int | None = None,
+    server_only: bool = False,
 ) -> dict:
-    """Write a fleet into `out`; returns a summary. truth.json lists every fault."""
+    """Write a fleet into `out`; returns a summary. truth.json lists every fault.
+
+    `server_only`: the fleet of an operator who has only the recorder's ledgers, event
+    log and dispatch records plus proxy logs (no client inbox); truth then expects only
+    what those sources show."""
     config = config or Config()
     if fmt not in ("jsonl", "csv", "parquet", "mixed"):
         raise ReplaygateError(f"unknown format {fmt!r} (jsonl, csv, parquet, mixed)")
@@ -111,7 +116,7 @@ def simulate(
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     rng = random.Random(seed)
-    f = Fleet(out, rng, key, fmt)
+    f = Fleet(out, rng, key, fmt, server_only=server_only)
     end = _timeline(f, n_sessions)
     margin = 15 * 60 * SEC
     starts = sorted(rng.randint(T0, end - margin) for _ in range(n_sessions))
@@ -136,6 +141,8 @@ def simulate(
                 continue
             t, cohort, resumable = _placements(f, fl.needs, end)
             expect = fl.play(f, t, cohort, resumable)
+            if server_only:
+                expect = [e for e in expect if not e.get("client_only")]
             injected.append(
                 {
                     "id": f"{fid}#{r + 1}",
@@ -153,6 +160,7 @@ def simulate(
         "sessions": n_sessions,
         "events": f.events_written,
         "format": fmt,
+        "server_only": server_only,
         "hmac_key_env": config.hmac_key_env,
         "stages": [
             {"stage": s.name, "scope": s.scope, "start": s.start, "end": s.end} for s in f.stages

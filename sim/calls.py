@@ -41,6 +41,7 @@ class CallResult:
     t_end: int
     retry: int
     repost: CallResult | None = None
+    tool: str | None = None
 
 
 def _kind(q: int, n: int, heartbeat: int | None) -> str:
@@ -69,7 +70,10 @@ def call(
     receipt=None,
     expire_before_result=False,
     priming_lost=False,
+    client_cut: int | None = None,
 ) -> CallResult:
+    """`client_cut`: the client stops reading after this seq without the server noticing
+    (the server completes the stream; the client accepts nothing more)."""
     rng = f.rng
     rid = str(s.next_req)
     s.next_req += 1
@@ -142,6 +146,8 @@ def call(
         )
 
     def deliver(q: int, delivery="live", dup_ok=False) -> None:
+        if client_cut is not None and q > client_cut:
+            return
         eid, kind, digest = events[q]
         st["t"] += f.jitter(3, 30)
         verdict = "duplicate" if (q in received and not dup_ok) else "accepted"
@@ -171,7 +177,7 @@ def call(
         if i < cut and not (priming_lost and q == 0):
             deliver(q)
     rest = seqs[cut + (brk.inflight if brk else 0) :]
-    result = CallResult(sid, rid, payload, key, did, receipt, events, st["t"], retry)
+    result = CallResult(sid, rid, payload, key, did, receipt, events, st["t"], retry, tool=tool)
 
     def last_sent() -> str:
         sent = [q for q in events if q not in dropped]
@@ -248,6 +254,11 @@ def call(
         if brk.cross:
             other_sid, other_eid, other_seq, other_digest = brk.cross
             st["t"] += f.jitter(2, 20)
+            # The server replays it on this stream (its log says so), the client accepts it.
+            f.event(
+                s, st["t"], sid, other_eid, other_seq, "message", "replayed", digest=other_digest
+            )
+            st["t"] += f.jitter(1, 5)
             f.receipt(
                 s,
                 st["t"],
@@ -300,11 +311,11 @@ def sessionless_call(
     rid = str(rng.randint(1, 10_000))
     addr = addr or f"10.20.{rng.randint(0, 255)}.{rng.randint(1, 254)}"
 
-    def request(at: int, request_id: str) -> None:
+    def request(at: int, request_id: str, status: int = 200) -> None:
         f.proxy(
             at,
             "POST",
-            200,
+            status,
             None,
             origin="https://app.example.com",
             protocol="2026-07-28",
@@ -316,7 +327,8 @@ def sessionless_call(
             ua="acme-agent/3.0.0",
         )
 
-    request(t, rid)
+    # A client that closes the stream is logged 499 by the proxy; the server finished.
+    request(t, rid, 499 if broken else 200)
     did = f.dispatch(
         t + 5,
         s=None,
@@ -328,6 +340,7 @@ def sessionless_call(
         key=key,
         payload=payload,
         status=499 if broken else 200,
+        server_status=200,
     )
     ids = [did]
     if broken:

@@ -43,20 +43,25 @@ def X(
     session: str | None,
     *,
     keyed: bool = True,
+    client: bool = False,
     **unit,
 ) -> dict:
     """One expected finding; its stage follows the gates' rule at evidence time t.
 
-    `unit` names finding columns, or `detail_<key>` for a key of the detail object."""
+    `unit` names finding columns, or `detail_<key>` for a key of the detail object.
+    `client`: only client inbox receipts show it, so a server-only fleet expects nothing."""
     unit = {k.replace("detail_", "detail.", 1): v for k, v in unit.items()}
     if keyed:
         unit = {"session_hmac": session, **unit}
-    return {
+    out = {
         "detector": detector,
         "severity": severity,
         "stage": f.stage_of(session, t),
         "unit": unit,
     }
+    if client:
+        out["client_only"] = True
+    return out
 
 
 def stream_unit(s: Sess, stream_id: str) -> dict:
@@ -233,6 +238,7 @@ def _dup_delivery(f, t, cohort, resumable):
             s.hmac,
             **stream_unit(s, r.stream_id),
             event_id=r.events[3][0],
+            client=True,
         )
     ]
 
@@ -249,8 +255,17 @@ def _inbox_double(f, t, cohort, resumable):
     f.delete(s)
     u = {**stream_unit(s, r.stream_id), "event_id": r.events[5][0]}
     return [
-        X(f, "duplicate_delivery_accepted", "high", r.t_end, s.hmac, **u),
-        X(f, "duplicate_dispatch", "critical", r.t_end, s.hmac, **u, detail_basis="inbox"),
+        X(f, "duplicate_delivery_accepted", "high", r.t_end, s.hmac, **u, client=True),
+        X(
+            f,
+            "duplicate_dispatch",
+            "critical",
+            r.t_end,
+            s.hmac,
+            **u,
+            detail_basis="inbox",
+            client=True,
+        ),
     ]
 
 
@@ -264,7 +279,7 @@ def _inbox_double(f, t, cohort, resumable):
 def _expiry_race(f, t, cohort, resumable):
     s = session(f, t, cohort, resumable)
     r = call(f, s, "read", n=5, expire_before_result=True)
-    return [X(f, "session_after_terminal", "critical", r.t_end, s.hmac)]
+    return [X(f, "session_after_terminal", "critical", r.t_end, s.hmac, client=True)]
 
 
 @fault(
@@ -518,6 +533,44 @@ def _no_key(f, t, cohort, resumable):
         X(f, "duplicate_dispatch", "critical", t, None, dispatch_id=ids[0], detail_basis="retry"),
         X(f, "missing_idempotency_key", "high", t, None, dispatch_id=ids[0]),
         X(f, "missing_idempotency_key", "high", t, None, dispatch_id=ids[1]),
+    ]
+
+
+@fault(
+    "blind_resend",
+    "write",
+    "000",
+    "a client cuts a keyless write's stream unnoticed and re-sends the same call: "
+    "executed twice, and every server-side source says the first completed",
+)
+def _blind_resend(f, t, cohort, resumable):
+    s = session(f, t, cohort, resumable)
+    r = call(f, s, "write", n=5, key=None, client_cut=2)
+    s.t += f.jitter(300, 5 * SEC)
+    again = call(f, s, "write", n=5, key=None, tool=r.tool, payload=r.payload)
+    f.delete(s)
+    u = stream_unit(s, r.stream_id)
+    return [
+        X(
+            f,
+            "duplicate_dispatch",
+            "high",
+            r.t_end,
+            s.hmac,
+            dispatch_id=r.dispatch_id,
+            detail_basis="suspected",
+        ),
+        X(f, "missing_idempotency_key", "high", r.t_end, s.hmac, dispatch_id=r.dispatch_id),
+        X(
+            f,
+            "missing_idempotency_key",
+            "high",
+            again.t_end,
+            s.hmac,
+            dispatch_id=again.dispatch_id,
+        ),
+        # The client's inbox shows the answer it never got.
+        X(f, "replay_gap", "high", r.t_end, s.hmac, **u, client=True),
     ]
 
 

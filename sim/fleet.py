@@ -79,7 +79,7 @@ class Stage:
 
 @dataclass
 class StageStats:
-    accepted: int = 0
+    accepted: int = 0  # accepted receipts (sessions with an inbox)
     completed: int = 0
     recoveries: list = field(default_factory=list)
     n404: int = 0
@@ -90,8 +90,14 @@ class StageStats:
 
 
 class Fleet:
-    def __init__(self, out, rng: random.Random, key: bytes, fmt: str):
+    def __init__(self, out, rng: random.Random, key: bytes, fmt: str, server_only: bool = False):
         self.out = out
+        # What an operator who controls only servers and proxies has: the recorder's
+        # ledgers, event log and dispatch records, and proxy logs; no client inbox, and
+        # dispatch records know only what the server saw (a client's abort is not there).
+        self.server_only = server_only
+        self.with_receipts: set[tuple[str, int]] = set()
+        self.server_delivered: dict[tuple[str, int], list] = defaultdict(list)
         self.rng = rng
         self.key = key
         self.fmt = fmt
@@ -207,6 +213,8 @@ class Fleet:
         depth=None,
     ) -> None:
         self.events_written += 1
+        if kind != "priming" and disp in ("sent", "replayed"):
+            self.server_delivered[(s.hmac, s.gen)].append(self.stage_of(s.hmac, t))
         self.w(
             "events",
             {
@@ -242,6 +250,9 @@ class Fleet:
         dispatch_id=None,
         reject_reason=None,
     ) -> None:
+        if self.server_only:
+            return
+        self.with_receipts.add((s.hmac, s.gen))
         full = s.inbox_full
         self.w(
             "inbox",
@@ -350,8 +361,15 @@ class Fleet:
         payload,
         receipt=None,
         status=200,
+        server_status=None,
     ) -> str:
+        """One dispatch record. `server_status` is what the server itself saw when it
+        differs from the business record's status (a client abort the server never
+        noticed); a server-only fleet writes that one."""
         did = f"d-{self.seq_no():08d}"
+        if self.server_only:
+            status = server_status if server_status is not None else status
+            receipt = None
         self.w(
             "dispatches",
             {
@@ -366,7 +384,7 @@ class Fleet:
                 "request_id": request_id,
                 "idempotency_key": key,
                 "payload_digest": payload,
-                "receipt_id": receipt or f"rcpt-{did}",
+                "receipt_id": None if self.server_only else (receipt or f"rcpt-{did}"),
                 "job_id": None,
                 "http_status": status,
             },
@@ -474,3 +492,15 @@ class Fleet:
         if s.eid_style == "ts":
             return f"{stream_id}_{t}_{self.rng.getrandbits(16):04x}"
         return self.uid()
+
+    def delivered_by_stage(self) -> dict:
+        """Events delivered per stage as the gates count them: accepted receipts where the
+        client keeps an inbox, else the events the server's log shows it sent or replayed."""
+        out: dict = defaultdict(int)
+        for stage, st in self.stats.items():
+            out[stage] += st.accepted
+        for key, stages in self.server_delivered.items():
+            if key not in self.with_receipts:
+                for stage in stages:
+                    out[stage] += 1
+        return out

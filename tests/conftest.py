@@ -31,9 +31,19 @@ def build(
     fmt: str = "mixed",
     faults: str = "all",
     config: Config | None = None,
+    server_only: bool = False,
 ):
-    out = tmp / f"fleet-{seed}-{fmt}-{sessions}-{faults.replace(',', '_')[:20]}"
-    simulate(out, seed=seed, sessions=sessions, fmt=fmt, faults=faults, config=config)
+    name = f"fleet-{seed}-{fmt}-{sessions}-{faults.replace(',', '_')[:20]}"
+    out = tmp / (name + ("-server" if server_only else ""))
+    simulate(
+        out,
+        seed=seed,
+        sessions=sessions,
+        fmt=fmt,
+        faults=faults,
+        config=config,
+        server_only=server_only,
+    )
     con = dbm.connect(str(tmp / f"{out.name}.duckdb"))
     ingest(con, [out], config or Config())
     runner.analyse(con, config or Config())

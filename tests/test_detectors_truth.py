@@ -70,3 +70,34 @@ def test_normal_traffic_yields_no_findings(tmp_path):
     con, truth, _ = build(tmp_path, seed=21, sessions=800, faults="none")
     assert truth["faults"] == []
     assert findings_of(con) == []
+
+
+@pytest.mark.parametrize(("seed", "sessions", "fmt"), [(7, 300, "mixed"), (4, 250, "jsonl")])
+def test_server_only_fleets_are_exact(tmp_path, seed, sessions, fmt):
+    """Recorder ledgers, event log and dispatch records plus proxy logs, no client inbox:
+    every detector with a server basis finds exactly the injected faults."""
+    con, truth, out = build(tmp_path, seed=seed, sessions=sessions, fmt=fmt, server_only=True)
+    assert truth["server_only"] and not list(out.glob("inbox*"))
+    _assert_exact(con, truth)
+    found = {f["detector"] for f in findings_of(con)}
+    # the server bases, seen without a single client receipt
+    assert {
+        "replay_gap",
+        "silent_truncation",
+        "dropped_terminal",
+        "cross_stream_acceptance",
+        "priming_lost",
+        "duplicate_dispatch",
+    } <= found
+    bases = {
+        (f["detector"], f["detail"].get("basis"))
+        for f in findings_of(con)
+        if f["detector"] in ("replay_gap", "cross_stream_acceptance", "duplicate_dispatch")
+    }
+    assert ("replay_gap", "server") in bases and ("cross_stream_acceptance", "server") in bases
+    assert {("duplicate_dispatch", "retry"), ("duplicate_dispatch", "suspected")} <= bases
+
+
+def test_server_only_normal_traffic_yields_no_findings(tmp_path):
+    con, truth, _ = build(tmp_path, seed=22, sessions=600, faults="none", server_only=True)
+    assert findings_of(con) == []

@@ -11,3 +11,13 @@ SELECT session_hmac, generation, stream_id, 'critical' AS severity, min(ts) AS t
 FROM events
 WHERE disposition = 'dropped' AND kind IN ('result', 'error')
 GROUP BY session_hmac, generation, stream_id
+-- The server's own log is the evidence (basis `server`): a terminal event dropped and
+-- never sent or replayed later.
+SELECT e.session_hmac, e.generation, e.stream_id, 'critical' AS severity, min(e.ts) AS ts,
+       min(e.event_id) AS event_id,
+       json_object('basis', 'server', 'kinds', list(DISTINCT e.kind), 'dropped', count(*))
+           AS detail
+FROM events e
+JOIN a_event_index x USING (session_hmac, generation, event_id)
+WHERE e.disposition = 'dropped' AND e.kind IN ('result', 'error') AND NOT x.delivered
+GROUP BY e.session_hmac, e.generation, e.stream_id

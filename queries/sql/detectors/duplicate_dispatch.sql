@@ -1,6 +1,6 @@
 -- name: duplicate_dispatch
 -- invariant: one logical operation causes at most one executed side effect
--- severity: critical
+-- severity: critical, high
 -- needs: dispatches
 -- params: retry_window_s
 -- unit: logical operation (per basis: key and payload / inbox dedup key / principal, tool and payload)
@@ -9,12 +9,67 @@
 -- failed) executed again under a different or no idempotency key.
 WITH executed AS (
     SELECT * FROM dispatches WHERE outcome = 'executed'
+-- params: retry_window_s, resend_window_s
+-- unit: logical operation (per basis: key and payload / inbox dedup key / first attempt of a re-send)
+-- Basis `idempotency_key`: one key and payload executed twice. Basis `inbox`: one accepted
+-- dedup key dispatched twice. Basis `retry`: a write re-sent after its first attempt broke
+-- executed again under a different or no key; the first attempt broke when its stream
+-- went DISCONNECTED, its dispatch record says status >= 400, or a proxy logged 4xx/5xx/499
+-- for the same (session, else principal) and request id within the retry window — one
+-- source alone often cannot see the break. Basis `suspected` (high, not gated): a keyless
+-- write executed twice for the same session (else principal), tool and payload, the
+-- second starting within the re-send window of the end of the first, with no evidence of
+-- a break: what a blind re-send looks like to a server whose proxies log 200.
+WITH stream_of AS (
+    SELECT session_hmac, generation, request_id, min(opened_ts) AS opened_ts,
+           max(last_ts) AS last_ts, bool_or(disconnected) AS disconnected
+    FROM a_streams WHERE request_id IS NOT NULL GROUP BY ALL
+),
+executed AS (
+    SELECT d.*,
+           coalesce(s.opened_ts, d.ts) AS start_ts,
+           coalesce(s.last_ts, d.ts) AS end_ts,
+           coalesce(s.disconnected, false) AS stream_broke,
+           -- who re-sends: the principal across sessions, else the session (null-safe)
+           CASE WHEN d.principal IS NOT NULL THEN 'p:' || d.principal
+                WHEN d.session_hmac IS NOT NULL THEN 's:' || d.session_hmac END AS sender,
+           CASE WHEN d.session_hmac IS NOT NULL THEN 's:' || d.session_hmac
+                WHEN d.principal IS NOT NULL THEN 'p:' || d.principal END AS caller
+    FROM dispatches d
+    LEFT JOIN stream_of s
+      ON s.session_hmac = d.session_hmac AND s.generation = d.generation
+     AND s.request_id = d.request_id
+    WHERE d.outcome = 'executed'
+),
+writes AS (
+    SELECT * FROM executed WHERE tool_class IN ('write', 'paid')
+),
+proxy_broke AS (
+    SELECT DISTINCT d.dispatch_id
+    FROM writes d
+    JOIN proxy p
+      ON p.request_id = d.request_id
+     AND ((d.session_hmac IS NOT NULL AND p.session_hmac = d.session_hmac)
+          OR (d.session_hmac IS NULL AND d.principal IS NOT NULL
+              AND p.principal = d.principal))
+    WHERE p.status >= 400
+      AND abs(epoch_ms(p.ts) - epoch_ms(d.ts)) <= $retry_window_s * 1000
+),
+broken AS (
+    SELECT w.*,
+           list_value(CASE WHEN w.stream_broke THEN 'stream_disconnected' END,
+                      CASE WHEN coalesce(w.http_status, 200) >= 400 THEN 'dispatch_status' END,
+                      CASE WHEN pb.dispatch_id IS NOT NULL THEN 'proxy_status' END)
+               .list_filter(lambda x: x IS NOT NULL) AS evidence
+    FROM writes w LEFT JOIN proxy_broke pb USING (dispatch_id)
+    WHERE w.stream_broke OR coalesce(w.http_status, 200) >= 400
+       OR pb.dispatch_id IS NOT NULL
 ),
 by_key AS (
     SELECT 'idempotency_key' AS basis, min(session_hmac) AS session_hmac,
            min(generation) AS generation, NULL AS stream_id, NULL AS event_id,
            arg_min(dispatch_id, ts) AS dispatch_id, idempotency_key, min(ts) AS ts,
-           list(dispatch_id ORDER BY ts) AS dispatches
+           list(dispatch_id ORDER BY ts) AS dispatches, NULL::VARCHAR[] AS evidence
     FROM executed
     WHERE idempotency_key IS NOT NULL
     GROUP BY idempotency_key, payload_digest
@@ -23,29 +78,20 @@ by_key AS (
 by_inbox AS (
     SELECT 'inbox' AS basis, session_hmac, generation, stream_id, event_id,
            min(dispatch_id) AS dispatch_id, NULL AS idempotency_key, min(ts) AS ts,
-           list(DISTINCT dispatch_id) AS dispatches
+           list(DISTINCT dispatch_id) AS dispatches, NULL::VARCHAR[] AS evidence
     FROM inbox
     WHERE verdict = 'accepted' AND dispatch_id IS NOT NULL
     GROUP BY session_hmac, generation, stream_id, event_id, message_digest
     HAVING count(DISTINCT dispatch_id) >= 2
 ),
-broken AS (
-    -- first attempts whose response stream broke, or whose request failed
-    SELECT d.*
-    FROM executed d
-    WHERE d.tool_class IN ('write', 'paid')
-      AND (coalesce(d.http_status, 200) >= 400
-           OR EXISTS (SELECT 1 FROM a_streams s
-                       WHERE s.session_hmac = d.session_hmac AND s.generation = d.generation
-                         AND s.request_id = d.request_id AND s.disconnected))
-),
 by_retry AS (
     SELECT 'retry' AS basis, a.session_hmac, a.generation, NULL AS stream_id,
            NULL AS event_id, a.dispatch_id, NULL AS idempotency_key, a.ts,
-           list_prepend(a.dispatch_id, list(b.dispatch_id ORDER BY b.ts)) AS dispatches
+           list_prepend(a.dispatch_id, list(b.dispatch_id ORDER BY b.ts)) AS dispatches,
+           any_value(a.evidence) AS evidence
     FROM broken a
     JOIN executed b
-      ON b.principal = a.principal AND b.tool_name = a.tool_name
+      ON b.sender = a.sender AND b.tool_name = a.tool_name
      AND b.payload_digest = a.payload_digest
      AND b.ts > a.ts
      AND epoch_ms(b.ts) - epoch_ms(a.ts) <= $retry_window_s * 1000
@@ -53,12 +99,43 @@ by_retry AS (
     -- a re-send of a re-send is the same logical operation as its first attempt
     WHERE NOT EXISTS (
         SELECT 1 FROM executed z
-         WHERE z.principal = a.principal AND z.tool_name = a.tool_name
+         WHERE z.sender = a.sender AND z.tool_name = a.tool_name
            AND z.payload_digest = a.payload_digest AND z.ts < a.ts
            AND epoch_ms(a.ts) - epoch_ms(z.ts) <= $retry_window_s * 1000)
     GROUP BY a.session_hmac, a.generation, a.dispatch_id, a.ts
+),
+keyless AS (
+    SELECT * FROM writes w
+    WHERE idempotency_key IS NULL OR trim(idempotency_key) = ''
+),
+by_suspicion AS (
+    SELECT 'suspected' AS basis, a.session_hmac, a.generation, NULL AS stream_id,
+           NULL AS event_id, a.dispatch_id, NULL AS idempotency_key, a.ts,
+           list_prepend(a.dispatch_id, list(b.dispatch_id ORDER BY b.ts)) AS dispatches,
+           NULL::VARCHAR[] AS evidence
+    FROM keyless a
+    JOIN keyless b
+      ON b.caller = a.caller AND b.tool_name = a.tool_name
+     AND b.payload_digest = a.payload_digest
+     AND (b.ts, b.dispatch_id) > (a.ts, a.dispatch_id)
+     AND epoch_ms(b.start_ts) - epoch_ms(a.end_ts) <= $resend_window_s * 1000
+    WHERE a.dispatch_id NOT IN (SELECT dispatch_id FROM broken)
+      AND NOT EXISTS (
+        SELECT 1 FROM keyless z
+         WHERE z.caller = a.caller AND z.tool_name = a.tool_name
+           AND z.payload_digest = a.payload_digest
+           AND (z.ts, z.dispatch_id) < (a.ts, a.dispatch_id)
+           AND epoch_ms(a.start_ts) - epoch_ms(z.end_ts) <= $resend_window_s * 1000)
+    GROUP BY a.session_hmac, a.generation, a.dispatch_id, a.ts
 )
 SELECT session_hmac, generation, stream_id, event_id, dispatch_id, idempotency_key, ts,
-       'critical' AS severity,
-       json_object('basis', basis, 'dispatches', dispatches) AS detail
-FROM (SELECT * FROM by_key UNION ALL SELECT * FROM by_inbox UNION ALL SELECT * FROM by_retry)
+       CASE WHEN basis = 'suspected' THEN 'high' ELSE 'critical' END AS severity,
+       CASE WHEN basis = 'suspected' THEN
+           json_object('basis', basis, 'dispatches', dispatches,
+                       'confirm_with', 'client inbox receipts, or a proxy log that records '
+                                       || 'client aborts (499) with the JSON-RPC request id')
+       WHEN basis = 'retry' THEN
+           json_object('basis', basis, 'dispatches', dispatches, 'broke', evidence)
+       ELSE json_object('basis', basis, 'dispatches', dispatches) END AS detail
+FROM (SELECT * FROM by_key UNION ALL SELECT * FROM by_inbox UNION ALL SELECT * FROM by_retry
+      UNION ALL SELECT * FROM by_suspicion)

@@ -1,11 +1,14 @@
 -- name: priming_lost
 -- invariant: on a resumable session, a stream's client holds a cursor (an accepted event) before the stream can break
 -- severity: medium
--- needs: streams, inbox, sessions
+-- needs: streams, sessions, inbox|events
 -- facts: sessions.resumable|sessions.protocol_version
 -- units: streams WHERE state = 'DISCONNECTED' BY session_hmac, generation, stream_id
 -- unit: stream
 -- page: streams
+-- Basis `client`: the client accepted no event of the stream before it broke. Basis
+-- `server` (sessions without receipts): nothing but priming was produced before the
+-- break, and the stream was never resumed with a cursor.
 WITH first_disc AS (
     SELECT session_hmac, generation, stream_id, min(ts) AS ts
     FROM streams WHERE state = 'DISCONNECTED' GROUP BY ALL
@@ -13,19 +16,40 @@ WITH first_disc AS (
 first_acc AS (
     SELECT session_hmac, generation, origin_stream_id AS stream_id, min(ts) AS ts
     FROM a_inbox WHERE verdict = 'accepted' AND origin_stream_id IS NOT NULL GROUP BY ALL
+),
+client AS (
+    SELECT d.session_hmac, d.generation, d.stream_id, d.ts,
+           json_object('basis', 'client', 'first_accepted', a.ts) AS detail
+    FROM first_disc d
+    SEMI JOIN a_inbox_sessions USING (session_hmac, generation)
+    LEFT JOIN first_acc a
+      ON a.session_hmac = d.session_hmac AND a.generation = d.generation
+     AND a.stream_id = d.stream_id
+    WHERE (a.ts IS NULL OR a.ts > d.ts)
+      -- A receipt accepted before the break whose origin stream is unknown (no
+      -- origin_stream_id and no event log to resolve it) may have been this stream's: the
+      -- client may have held a cursor, so absence cannot be claimed.
+      AND NOT EXISTS (
+            SELECT 1 FROM a_inbox u
+             WHERE u.session_hmac = d.session_hmac AND u.generation = d.generation
+               AND u.verdict = 'accepted' AND u.origin_stream_id IS NULL AND u.ts <= d.ts)
+),
+server AS (
+    SELECT d.session_hmac, d.generation, d.stream_id, d.ts,
+           json_object('basis', 'server') AS detail
+    FROM first_disc d
+    ANTI JOIN a_inbox_sessions USING (session_hmac, generation)
+    WHERE EXISTS (SELECT 1 FROM events e
+                   WHERE e.session_hmac = d.session_hmac AND e.generation = d.generation)
+      AND NOT EXISTS (SELECT 1 FROM a_event_index e
+                       WHERE e.session_hmac = d.session_hmac AND e.generation = d.generation
+                         AND e.stream_id = d.stream_id AND e.first_ts < d.ts
+                         AND e.kind <> 'priming')
+      AND NOT EXISTS (SELECT 1 FROM streams r
+                       WHERE r.session_hmac = d.session_hmac AND r.generation = d.generation
+                         AND r.stream_id = d.stream_id AND r.state = 'RESUME_PENDING'
+                         AND r.resume_from_event_id IS NOT NULL AND r.ts > d.ts)
 )
-SELECT d.session_hmac, d.generation, d.stream_id, 'medium' AS severity, d.ts,
-       json_object('first_accepted', a.ts) AS detail
-FROM first_disc d
-JOIN a_sessions s ON s.session_hmac = d.session_hmac AND s.resumable
-LEFT JOIN first_acc a
-  ON a.session_hmac = d.session_hmac AND a.generation = d.generation
- AND a.stream_id = d.stream_id
-WHERE (a.ts IS NULL OR a.ts > d.ts)
-  -- A receipt accepted before the break whose origin stream is unknown (no
-  -- origin_stream_id and no event log to resolve it) may have been this stream's: the
-  -- client may have held a cursor, so absence cannot be claimed.
-  AND NOT EXISTS (
-        SELECT 1 FROM a_inbox u
-         WHERE u.session_hmac = d.session_hmac AND u.generation = d.generation
-           AND u.verdict = 'accepted' AND u.origin_stream_id IS NULL AND u.ts <= d.ts)
+SELECT x.session_hmac, x.generation, x.stream_id, 'medium' AS severity, x.ts, x.detail
+FROM (SELECT * FROM client UNION ALL SELECT * FROM server) x
+JOIN a_sessions s ON s.session_hmac = x.session_hmac AND s.resumable

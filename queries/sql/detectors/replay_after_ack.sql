@@ -12,8 +12,12 @@ WITH resumes AS (
     FROM a_resumes WHERE acked_seq IS NOT NULL
 ),
 replays AS (
-    SELECT session_hmac, generation, stream_id, ts, seq, event_id
-    FROM events WHERE disposition = 'replayed'
+    -- the stream's own events only: an event of another stream replayed here is a
+    -- cross-stream replay, and its seq counts on its own stream
+    SELECT p.session_hmac, p.generation, p.stream_id, p.ts, p.seq, p.event_id
+    FROM events p
+    JOIN a_event_index x USING (session_hmac, generation, event_id)
+    WHERE p.disposition = 'replayed' AND x.stream_id = p.stream_id
 )
 SELECT p.session_hmac, p.generation, p.stream_id, 'low' AS severity, min(p.ts) AS ts,
        json_object('replayed_seqs', list(DISTINCT p.seq), 'acked_seq', max(r.acked_seq))

@@ -1,19 +1,31 @@
 -- name: replay_gap
 -- invariant: a client accepts every event of a stream up to its last accepted one, and on a completed stream every event the server produced; priming and heartbeats aside
 -- severity: high, low
--- needs: inbox, events, streams
+-- needs: events, streams
 -- facts: none
 -- unit: stream (origin)
 -- page: streams
+-- Basis `client` (sessions with inbox receipts): seqs the client never accepted. Basis
+-- `server` (sessions without): events the server's own log shows it never delivered —
+-- dropped and never sent later, or stored after a resume's cursor and not replayed.
 -- Severity is high when a missing event changes the answer (cumulative, message, result,
 -- error) or its kind is unknown to the event log.
+WITH missing AS (
+    SELECT 'client' AS basis, session_hmac, generation, stream_id, seq, kind, cumulative,
+           first_ts
+    FROM a_missing
+    UNION ALL
+    SELECT 'server', session_hmac, generation, stream_id, seq, kind, cumulative, first_ts
+    FROM a_server_missing
+)
 SELECT session_hmac, generation, stream_id,
        CASE WHEN bool_or(cumulative OR kind IN ('message', 'result', 'error') OR kind IS NULL)
             THEN 'high' ELSE 'low' END AS severity,
        coalesce(min(first_ts), (SELECT min(s.ts) FROM streams s
                                  WHERE s.session_hmac = m.session_hmac
                                    AND s.stream_id = m.stream_id)) AS ts,
-       json_object('missing_seqs', list(seq ORDER BY seq),
+       json_object('basis', any_value(basis),
+                   'missing_seqs', list(DISTINCT seq ORDER BY seq),
                    'missing_kinds', list(coalesce(kind, 'unknown') ORDER BY seq)) AS detail
-FROM a_missing m
+FROM missing m
 GROUP BY session_hmac, generation, stream_id

@@ -11,7 +11,9 @@
 -- measure: count of duplicate_dispatch findings; sample: write dispatches
 SELECT w.stage,
        (SELECT count(*) FROM findings f
-         WHERE f.stage = w.stage AND list_contains($detectors, f.detector)) AS value,
+         WHERE f.stage = w.stage AND list_contains($detectors, f.detector)
+           -- a suspected duplicate (no evidence of a break) is reported, not gated
+           AND json_extract_string(f.detail, '$.basis') IS DISTINCT FROM 'suspected') AS value,
        coalesce((SELECT n FROM a_stage_samples s
                   WHERE s.stage = w.stage AND s.sample = $meter AND s.revision IS NULL), 0)
            AS sample

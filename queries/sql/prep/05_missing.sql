@@ -2,7 +2,12 @@
 -- purpose: events a client never accepted although it accepted later ones of the same
 --          ORIGIN stream (holes), or, on a completed stream, events after its last accepted
 --          one (tail). Priming and heartbeat events never count.
+--          Only sessions with client receipts are judged here (basis `client`); the others
+--          by what the server logged (a_server_missing).
 -- needs: inbox, events, streams
+CREATE OR REPLACE TABLE a_inbox_sessions AS
+SELECT DISTINCT session_hmac, generation FROM inbox;
+
 CREATE OR REPLACE TABLE a_missing AS
 WITH acc AS (
     SELECT DISTINCT session_hmac, generation, origin_stream_id AS stream_id, seq
@@ -16,7 +21,7 @@ acc_stats AS (
 ),
 completed AS (
     SELECT DISTINCT session_hmac, generation, stream_id
-    FROM streams
+    FROM streams SEMI JOIN a_inbox_sessions USING (session_hmac, generation)
     WHERE state = 'CLOSED' AND close_reason = 'completed'
 ),
 produced AS (

@@ -1,12 +1,21 @@
 -- name: a_stage_samples
 -- purpose: the samples behind the gates per stage, and per stage and revision: accepted
---          receipts, completed streams, write dispatches and recoveries, each attributed to
+--          receipts, delivered events, completed streams, write dispatches and recoveries, each attributed to
 --          a stage by stage_key (macros.sql); counts, last hour and p99 of recoveries
--- needs: rollout, inbox|streams|dispatches
+-- needs: rollout, inbox|events|streams|dispatches
 CREATE OR REPLACE TABLE a_stage_samples AS
 WITH facts AS (
     SELECT 'accepted_receipts' AS sample, ts, session_hmac, NULL::DOUBLE AS secs
     FROM inbox WHERE verdict = 'accepted'
+    UNION ALL
+    -- delivered events: accepted receipts where the client keeps an inbox, else the
+    -- events the server's log shows it sent or replayed (what the server basis judges)
+    SELECT 'delivered_events', ts, session_hmac, NULL
+    FROM inbox WHERE verdict = 'accepted'
+    UNION ALL
+    SELECT 'delivered_events', e.ts, e.session_hmac, NULL
+    FROM events e ANTI JOIN a_inbox_sessions USING (session_hmac, generation)
+    WHERE e.kind <> 'priming' AND e.disposition IN ('sent', 'replayed')
     UNION ALL
     SELECT 'completed_streams', ts, session_hmac, NULL
     FROM streams WHERE state = 'CLOSED' AND close_reason = 'completed'
