@@ -195,3 +195,31 @@ def test_a_present_source_that_saw_no_case_still_passes_as_not_exercised(tmp_pat
         assert by_id["duplicate_dispatches"]["reason"] == (
             "duplicate_dispatches: no evidence: no dispatch records in the stage window"
         )
+
+
+def test_server_only_fleet_decisions_match_truth(tmp_path):
+    """Recorder ledgers and proxy logs only: every gate judges what the server bases see."""
+    con, truth, _ = build(tmp_path, seed=9, sessions=350, server_only=True)
+    _check(con, truth, Config())
+    for stage in _by_stage(con, Config()).values():
+        g = {x["id"]: x for x in stage["gates"]}
+        # The sample is what the server delivered, not zero for want of client receipts.
+        assert g["cross_stream_acceptances"]["sample"] > 0
+        assert not any(x.get("no_evidence") for x in stage["gates"])
+
+
+def test_healthy_server_only_fleet_proceeds(tmp_path):
+    """A healthy fleet seen only through the recorder and proxy logs reaches PROCEED with
+    minimum samples scaled to its size (as the committed sample fleet's replaygate.toml
+    does): every gate counts units a server-only fleet produces."""
+    config = from_mapping({"min_samples": {"cross_stream_acceptances": 300, "recovery_p99": 8}})
+    con, truth, _ = build(
+        tmp_path, seed=5, sessions=1200, faults="none", config=config, server_only=True
+    )
+    _check(con, truth, config)
+    got = _by_stage(con, config)
+    assert {s["decision"] for s in got.values()} == {"PROCEED"}
+    for stage in got.values():
+        g = {x["id"]: x for x in stage["gates"]}
+        assert g["cross_stream_acceptances"]["sample"] >= 300
+        assert g["write_idempotency"]["status"] in ("pass", "not_applicable")

@@ -125,3 +125,18 @@ def test_every_gate_header_is_complete():
             assert q.header.get(key), f"{q.name}: no -- {key}:"
         assert q.header["kind"] in ("count", "share", "p99", "peak")
         assert set(catalog.split(q.header["detectors"])) <= set(catalog.detectors())
+
+
+def test_sources_matrix_in_docs_is_current():
+    from pathlib import Path
+
+    from replaygate.queries.sources import matrix, render_markdown
+
+    doc = (Path(__file__).resolve().parent.parent / "docs" / "sources.md").read_text()
+    body = doc.split("<!-- sources-matrix:start -->\n", 1)[1]
+    body = body.split("<!-- sources-matrix:end -->")[0]
+    assert body == render_markdown(), "run: python -m replaygate.queries.sources"
+    rows = {r["detector"]: r for r in matrix()}
+    # Only the client sees acceptance; everything else runs on a server's own records.
+    assert [d for d, r in rows.items() if not r["server_side"]] == ["duplicate_delivery_accepted"]
+    assert all(r["with_inbox"] for r in rows.values())
