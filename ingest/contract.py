@@ -126,7 +126,12 @@ STREAMS = RecordType(
         _f("state", "enum", True, STREAM_STATES),
         _f("method", "enum", enum=("POST", "GET"), doc="POST response stream or GET stream"),
         _f("request_id", "text", doc="JSON-RPC id of the POST that opened it"),
-        _f("payload_digest", "text", doc="SHA-256 of that POST's body"),
+        _f(
+            "payload_digest",
+            "text",
+            doc='SHA-256 of the canonical JSON {"name", "arguments"} of the call, keys sorted,'
+            " no whitespace, without the JSON-RPC id",
+        ),
         _f("tool_name", "text", doc="tool called, if tools/call"),
         _f("tool_class", "enum", enum=TOOL_CLASSES, doc="read, write or paid"),
         _f("last_sent_event_id", "text", doc="newest event id sent on it"),
@@ -152,7 +157,12 @@ EVENTS = RecordType(
         _TS,
         _SESSION,
         _GEN,
-        _f("stream_id", "text", True, doc="stream that produced it"),
+        _f(
+            "stream_id",
+            "text",
+            True,
+            doc="stream that produced it; on a `replayed` row, the stream it was replayed on",
+        ),
         _f("event_id", "text", True, doc="SSE id, unique within the session"),
         _f("seq", "int", True, doc="1, 2, 3 ... per stream; the priming event is 0"),
         _f("kind", "enum", True, EVENT_KINDS),
@@ -211,7 +221,12 @@ DISPATCHES = RecordType(
         _f("principal", "text"),
         _f("request_id", "text", doc="JSON-RPC id (a retry has a new one)"),
         _f("idempotency_key", "text", doc="as sent by the client"),
-        _f("payload_digest", "text", doc="SHA-256 of the tool arguments"),
+        _f(
+            "payload_digest",
+            "text",
+            doc='SHA-256 of the canonical JSON {"name", "arguments"} of the call, keys sorted,'
+            " no whitespace, without the JSON-RPC id",
+        ),
         _f("receipt_id", "text", doc="receipt returned; a hit returns the original's"),
         _f("job_id", "text", doc="job registered by the call"),
         _f("http_status", "int"),

@@ -391,7 +391,7 @@ def by_revision(con, stage: str, scope: str | None, config: Config) -> list[dict
                                 THEN sessionless_revision() END, 'unknown') AS revision,
                   f.detector, count(*)
            FROM findings f LEFT JOIN a_sessions a USING (session_hmac)
-           WHERE f.stage = $stage GROUP BY ALL""",
+           WHERE f.stage = $stage AND gated(f.detail) GROUP BY ALL""",
         {"stage": stage},
     ).fetchall()
     samples = con.execute(

@@ -12,8 +12,7 @@
 SELECT w.stage,
        (SELECT count(*) FROM findings f
          WHERE f.stage = w.stage AND list_contains($detectors, f.detector)
-           -- a suspected duplicate (no evidence of a break) is reported, not gated
-           AND json_extract_string(f.detail, '$.basis') IS DISTINCT FROM 'suspected') AS value,
+           AND gated(f.detail)) AS value,
        coalesce((SELECT n FROM a_stage_samples s
                   WHERE s.stage = w.stage AND s.sample = $meter AND s.revision IS NULL), 0)
            AS sample

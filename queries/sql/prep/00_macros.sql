@@ -36,3 +36,8 @@ CREATE OR REPLACE MACRO stage_key(session_known, cohort) AS
 CREATE OR REPLACE MACRO attributed(w_key, w_start, w_end, session_known, cohort, t) AS
     w_key = stage_key(session_known, cohort)
     AND t >= w_start AND (w_end IS NULL OR t < w_end);
+
+-- A finding that counts in its gate: a suspected duplicate dispatch (no evidence that the
+-- first attempt broke) is reported, never gated.
+CREATE OR REPLACE MACRO gated(detail) AS
+    json_extract_string(detail, '$.basis') IS DISTINCT FROM 'suspected';
