@@ -5,12 +5,6 @@
 -- facts: none
 -- unit: stream
 -- page: streams
-SELECT session_hmac, generation, stream_id, 'critical' AS severity, min(ts) AS ts,
-       min(event_id) AS event_id,
-       json_object('kinds', list(DISTINCT kind), 'dropped', count(*)) AS detail
-FROM events
-WHERE disposition = 'dropped' AND kind IN ('result', 'error')
-GROUP BY session_hmac, generation, stream_id
 -- The server's own log is the evidence (basis `server`): a terminal event dropped and
 -- never sent or replayed later.
 SELECT e.session_hmac, e.generation, e.stream_id, 'critical' AS severity, min(e.ts) AS ts,

@@ -2,15 +2,9 @@
 -- invariant: one logical operation causes at most one executed side effect
 -- severity: critical, high
 -- needs: dispatches
--- params: retry_window_s
--- unit: logical operation (per basis: key and payload / inbox dedup key / principal, tool and payload)
--- page: dispatch
--- Basis `retry`: a write re-sent after its first attempt's stream broke (or its request
--- failed) executed again under a different or no idempotency key.
-WITH executed AS (
-    SELECT * FROM dispatches WHERE outcome = 'executed'
 -- params: retry_window_s, resend_window_s
 -- unit: logical operation (per basis: key and payload / inbox dedup key / first attempt of a re-send)
+-- page: dispatch
 -- Basis `idempotency_key`: one key and payload executed twice. Basis `inbox`: one accepted
 -- dedup key dispatched twice. Basis `retry`: a write re-sent after its first attempt broke
 -- executed again under a different or no key; the first attempt broke when its stream
