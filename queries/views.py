@@ -21,7 +21,7 @@ from .params import from_config
 # Per gate: the column of the `measures` query that is its sample, and for gates not
 # counted from findings, the column that is its value (share gates: failures).
 _SAMPLE = {
-    "cross_stream_acceptances": "accepted_receipts",
+    "cross_stream_acceptances": "delivered_events",
     "duplicate_dispatches": "write_dispatches",
     "silent_truncations": "completed_streams",
     "reinit_after_404": "session_404s",
@@ -56,7 +56,8 @@ def measures(con: duckdb.DuckDBPyConnection, config: Config, f: Filters) -> dict
 
 
 def finding_counts(con: duckdb.DuckDBPyConnection, f: Filters) -> dict[str, int]:
-    rows = named.execute(con, "finding_summary", flt=f, dets=[]).fetchall()
+    """Findings per detector that count in gates (a suspected duplicate does not)."""
+    rows = named.execute(con, "gated_counts", flt=f).fetchall()
     return {r[0]: int(r[1]) for r in rows}
 
 

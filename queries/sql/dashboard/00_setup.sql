@@ -66,3 +66,16 @@ CREATE OR REPLACE TEMP MACRO rg_inbox() AS TABLE
     LEFT JOIN a_sessions a ON a.session_hmac = i.session_hmac
     LEFT JOIN a_stage_windows w
       ON attributed(w.key, w.start_ts, w.end_ts, a.session_hmac IS NOT NULL, a.cohort, i.ts);
+
+-- Events the server's log shows it sent or replayed, for sessions without client receipts
+-- (the server basis of the cross-stream gate's sample, as in a_stage_samples).
+CREATE OR REPLACE TEMP MACRO rg_server_delivered() AS TABLE
+    SELECT e.*, w.stage, record_revision(e.session_hmac, a.protocol_version) AS revision,
+           a.server_instance AS server, a.client_name AS client,
+           (a.session_hmac IS NOT NULL AND a.cohort IS NULL) AS baseline
+    FROM events e
+    ANTI JOIN a_inbox_sessions x USING (session_hmac, generation)
+    LEFT JOIN a_sessions a ON a.session_hmac = e.session_hmac
+    LEFT JOIN a_stage_windows w
+      ON attributed(w.key, w.start_ts, w.end_ts, a.session_hmac IS NOT NULL, a.cohort, e.ts)
+    WHERE e.kind <> 'priming' AND e.disposition IN ('sent', 'replayed');

@@ -68,6 +68,15 @@ SELECT detector, count(*) AS findings, arg_min(severity, rank) AS worst, max(ts)
 FROM f GROUP BY detector
 ORDER BY min(rank), findings DESC, newest DESC, detector;
 
+-- name: gated_counts
+-- purpose: per detector, the findings that count in gates (gated() in macros.sql)
+-- params: flt
+-- filters: stage, revision, server, client, time
+SELECT detector, count(*) AS n
+FROM rg_findings()
+WHERE rg_keep(stage, baseline, revision, server, client, ts, $flt) AND gated(detail)
+GROUP BY detector;
+
 -- name: findings_over_time
 -- purpose: findings per bucket and detector
 -- params: flt, dets, bucket
@@ -95,11 +104,14 @@ s AS (SELECT * FROM rg_streams()
 i AS (SELECT * FROM rg_inbox()
       WHERE verdict = 'accepted'
         AND rg_keep(stage, baseline, revision, server, client, ts, $flt)),
+e AS (SELECT * FROM rg_server_delivered()
+      WHERE rg_keep(stage, baseline, revision, server, client, ts, $flt)),
 q AS (SELECT epoch_ms(ts) // 10000 AS win, count(*) AS n FROM p
       WHERE is_reconnect(method, last_event_id, status)
       GROUP BY win),
 o AS (SELECT * FROM p WHERE origin IS NOT NULL AND NOT origin_allowed(origin, $origin_patterns))
 SELECT (SELECT count(*) FROM i) AS accepted_receipts,
+       (SELECT count(*) FROM i) + (SELECT count(*) FROM e) AS delivered_events,
        (SELECT count(*) FROM d WHERE tool_class IN ('write', 'paid')) AS write_dispatches,
        (SELECT count(*) FROM s) AS completed_streams,
        (SELECT count(*) FROM r) AS recoveries,
