@@ -193,3 +193,34 @@ def test_tool_class_from_annotations():
     assert tool_class_of(T(idempotentHint=True)) == "write"
     assert tool_class_of(T()) == "write"
     assert tool_class_of(None) == "write"
+
+
+def test_dispatch_fields_from_the_request_and_the_auth_context():
+    from types import SimpleNamespace
+
+    from replaygate.recorder.middleware import _outcome, _principal, _request_digest
+
+    call = {
+        "jsonrpc": "2.0",
+        "id": 41,
+        "method": "tools/call",
+        "params": {"name": "create_ticket", "arguments": {"title": "x"}, "_meta": {"k": 1}},
+    }
+    resend = dict(call, id=42)
+    assert (
+        _request_digest(call)
+        == _request_digest(resend)
+        == payload_digest("create_ticket", {"title": "x"})
+    )
+    token = SimpleNamespace(subject="alice", client_id="app-1")
+    assert _principal({"user": SimpleNamespace(access_token=token)}) == "alice"
+    token.subject = None
+    assert _principal({"user": SimpleNamespace(access_token=token)}) == "app-1"
+    assert _principal({}) is None
+    ok = b'data: {"jsonrpc":"2.0","id":41,"result":{"content":[]}}\n\n'
+    failed = b'{"jsonrpc":"2.0","id":41,"result":{"content":[],"isError":true}}'
+    error = b'{"jsonrpc":"2.0","id":41,"error":{"code":-32602,"message":"bad"}}'
+    assert _outcome(ok, "41") == "executed"
+    assert _outcome(failed, "41") == "rejected"
+    assert _outcome(error, "41") == "rejected"
+    assert _outcome(ok, "7") is None and _outcome(b"", "41") is None
