@@ -27,7 +27,7 @@ def render() -> str:
     for name, q in catalog.detectors().items():
         out.append(
             f"| `{name}` | {', '.join(q.severities)} | {_cell(q.header.get('unit', ''))} "
-            f"| {_cell(q.invariant)} | {', '.join(q.needs)} |"
+            f"| {_cell(q.invariant)} | {', '.join(n.replace('|', ' or ') for n in q.needs)} |"
         )
     out += ["", "## Gates", ""]
     out += [

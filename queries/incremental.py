@@ -44,6 +44,7 @@ SESSION_PREP = {
     "a_streams",
     "a_recoveries",
     "a_resumes",
+    "a_server_missing",
 }
 # Prepared tables with one output row per input row (of `proxy`): recomputed for the
 # affected sessions' rows and for the new rows without a session.
