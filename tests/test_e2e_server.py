@@ -121,7 +121,9 @@ def traffic(tmp_path_factory):
                 stderr=logs.enter_context(open(d / "caddy.log", "w")),  # noqa: SIM115
             )
         )
-        (d / "nginx.conf").write_text(NGINX_CONF.format(d=d, port=nginx_port, server=cross))
+        (d / "nginx.conf").write_text(
+            NGINX_CONF.format(d=d, port=nginx_port, alt_port=_port(), server=cross)
+        )
         procs.append(
             subprocess.Popen(
                 ["nginx", "-c", str(d / "nginx.conf"), "-p", str(d)],
