@@ -100,7 +100,7 @@ def _start(d: Path, name: str, store: str | None, procs: list, logs) -> int:
 def traffic(tmp_path_factory):
     d = tmp_path_factory.mktemp("e2e-server")
     (d / "logs").mkdir()
-    for sub in ("nb", "np", "nf", "nu", "ns"):
+    for sub in ("nb", "np", "nf", "nu", "ns", "alt-logs"):
         (d / sub).mkdir()
     t0 = int(time.time() * 1000) - 60_000
     (d / "logs" / "rollout.jsonl").write_text(
