@@ -1,5 +1,5 @@
-"""Render the audit report (queries/report.py) as Markdown, self-contained HTML or PDF,
-and write an evidence bundle that a later run can verify.
+"""Render the audit report (queries/report.py) as Markdown, self-contained HTML or PDF
+(evidence bundles: dashboard/bundle.py).
 
 Imports plotly, never streamlit, so `replaygate report` works without the UI.
 """
@@ -18,7 +18,6 @@ from pathlib import Path
 import jinja2
 import pandas as pd
 import plotly.graph_objects as go
-import pyarrow.parquet as pq
 from markupsafe import Markup
 from plotly.offline import get_plotlyjs
 
@@ -99,6 +98,7 @@ def to_markdown(doc: dict) -> str:
             + f"; new streams in the window: {md_text(rb['new_streams_in_window'])}, resumed: "
             f"{md_text(rb['new_streams_resumed'])}"
         )
+    out += _history_markdown(doc)
     f = doc["findings"]
     out += ["", f"## Findings in this stage: {f['total']:,}", ""]
     if f["by_detector"]:
@@ -182,6 +182,49 @@ def to_markdown(doc: dict) -> str:
         "",
     ]
     return "\n".join(out)
+
+
+def _history_markdown(doc: dict) -> list[str]:
+    h = doc.get("decision_history") or {"timeline": [], "chain": "intact"}
+    out = ["", "## Decision history", ""]
+    if not h["timeline"]:
+        return out + [
+            "No decision was recorded for this stage (`replaygate gates --record`, "
+            "`watch` and `serve` record them): the decision above is computed from the "
+            f"data as of {doc['as_of']}, not the one in force at any earlier time."
+        ]
+    out += [
+        "What replaygate had recorded, oldest first: each change of the decision and "
+        "each operator action. The decision in force at a time is the newest evaluation "
+        "recorded at or before it.",
+        "",
+        "| recorded (UTC) | event | decision | in force until | data version | "
+        "configuration | evaluations |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for e in h["timeline"]:
+        if e["kind"] == "evaluation":
+            event = f"evaluation ({md_text(e['source'])})"
+            decision = (f"{e['previous']} → " if e["previous"] else "") + f"**{e['decision']}**"
+            until = e["until"] or "now"
+            n = str(e["evaluations"])
+        else:
+            event = f"{e['kind']} by {md_text(e['actor'])}"
+            if e["note"]:
+                event += f": {md_text(e['note'])}"
+            decision = (
+                f"{e['in_force']} overridden to **{e['decision']}**"
+                if e["kind"] == "override"
+                else f"{e['decision']} acknowledged"
+            )
+            until, n = "—", "—"
+        out.append(
+            f"| {e['recorded_at']} | {event} | {decision} | {until} | {e['data_version']} | "
+            f"`{e['config_sha256'][:12]}` | {n} |"
+        )
+    if h["chain"] != "intact":
+        out += ["", f"**The history does not verify: {md_text(h['chain'])}.**"]
+    return out
 
 
 def to_json(doc: dict) -> str:
@@ -349,77 +392,3 @@ def write(doc: dict, fmt: str, out: Path) -> None:
         to_pdf(doc, out)
     else:
         raise ReplaygateError(f"unknown report format {fmt!r}")
-
-
-def _sha(path: Path) -> str:
-    with open(path, "rb") as fh:
-        return hashlib.file_digest(fh, "sha256").hexdigest()
-
-
-def statement(doc: dict, findings_sha: str) -> dict:
-    """An in-toto style test-result statement about the inputs and the decision."""
-    by = {"PASSED": [], "WARNED": [], "FAILED": [], "SKIPPED": []}
-    for g in doc["gates"]:
-        by[STATUS_WORD[g["status"]]].append(g["id"])
-    result = "FAILED" if by["FAILED"] else ("WARNED" if by["WARNED"] else "PASSED")
-    return {
-        "_type": "https://in-toto.io/Statement/v1",
-        "subject": [
-            {"name": f["path"], "digest": {"sha256": f["sha256"]}} for f in doc["inputs"]["files"]
-        ]
-        + [{"name": "findings.parquet", "digest": {"sha256": findings_sha}}],
-        "predicateType": "https://in-toto.io/attestation/test-result/v0.1",
-        "predicate": {
-            "result": result,
-            "configuration": [
-                {
-                    "name": "replaygate configuration",
-                    "digest": {"sha256": doc["configuration"]["sha256"]},
-                }
-            ],
-            "passedTests": by["PASSED"],
-            "warnedTests": by["WARNED"],
-            "failedTests": by["FAILED"],
-            "gates": {g["id"]: STATUS_WORD[g["status"]] for g in doc["gates"]},
-            "decision": doc["decision"],
-            "stage": doc["scope"]["stage"],
-            "asOf": doc["as_of"],
-            "tool": doc["tool"],
-        },
-    }
-
-
-def bundle(doc: dict, con, out_dir: Path) -> list[Path]:
-    """Report (md, json, html), findings as Parquet, input manifest, statement."""
-    out_dir.mkdir(parents=True, exist_ok=True)
-    written = []
-    for fmt in ("md", "json", "html"):
-        p = out_dir / f"report.{fmt}"
-        write(doc, fmt, p)
-        written.append(p)
-    findings = out_dir / "findings.parquet"
-    table = con.execute(
-        """SELECT * FROM findings WHERE stage = $s
-           ORDER BY detector, ts, session_hmac, stream_id, event_id, dispatch_id""",
-        {"s": doc["scope"]["stage"]},
-    ).to_arrow_table()
-    pq.write_table(table, findings)
-    manifest = out_dir / "manifest.json"
-    manifest.write_text(json.dumps(doc["inputs"], indent=2, sort_keys=True) + "\n")
-    st = out_dir / "statement.json"
-    st.write_text(json.dumps(statement(doc, _sha(findings)), indent=2, sort_keys=True) + "\n")
-    return [*written, findings, manifest, st]
-
-
-def verify(bundle_dir: Path, base: Path = Path(".")) -> list[str]:
-    """Differences between a bundle's statement and the files it names (empty: unchanged)."""
-    st = json.loads((bundle_dir / "statement.json").read_text())
-    problems = []
-    for subj in st["subject"]:
-        name = subj["name"]
-        path = bundle_dir / name if name == "findings.parquet" else base / name
-        if not path.exists():
-            problems.append(f"{name}: missing")
-        elif _sha(path) != subj["digest"]["sha256"]:
-            problems.append(f"{name}: content changed")
-    return problems

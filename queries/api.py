@@ -90,3 +90,26 @@ def gates_doc(con, config: Config, stage=None, all_stages=False) -> dict:
             if rb["stage"] == st["stage"] and rb["status"] == "not verifiable":
                 st["reasons"].append(gates.ROLLBACK_NOT_VERIFIABLE.format(stage=rb["stage"]))
     return doc
+
+
+def record_decisions(con, doc: dict, config: Config, source: str, **kw) -> list[dict]:
+    """Append a gates document's decisions to the decision history (queries/history.py).
+    `con` is the connection `doc` was evaluated on; `source` names the caller (gates,
+    watch, serve); `only_changes=True` skips stages whose evaluation is unchanged."""
+    from . import history
+
+    return history.record_evaluation(con, doc, config, source, **kw)
+
+
+def refresh_history_findings(path: str, config: Config) -> bool:
+    """After an append to the history: bring the findings that read it up to date, if
+    the database can be written now (else the next analysis does; False)."""
+    try:
+        con = dbm.connect(path)
+    except ReplaygateError:
+        return False
+    try:
+        runner.analyse(con, config)
+    finally:
+        con.close()
+    return True

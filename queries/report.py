@@ -12,7 +12,7 @@ from replaygate.ingest.config import Config
 from replaygate.ingest.errors import ReplaygateError
 from replaygate.ingest.timefmt import iso_ms as _iso
 
-from . import api, catalog, escape, gates
+from . import api, catalog, escape, gates, history
 
 REPORT_VERSION = "1"
 
@@ -83,6 +83,35 @@ def _findings(con, stage: str, top: int) -> dict:
     }
 
 
+_HISTORY_KEYS = (
+    "seq",
+    "recorded_at",
+    "kind",
+    "source",
+    "release",
+    "decision",
+    "previous",
+    "until",
+    "evaluations",
+    "data_version",
+    "config_sha256",
+    "tool_version",
+    "actor",
+    "note",
+    "in_force",
+)
+
+
+def _decision_history(con, stage: str) -> dict:
+    """When the stage's recorded decision changed, and what operators did about it."""
+    path = history.file_for(con)
+    timeline = history.timeline(path, stage)
+    return {
+        "timeline": [{k: e.get(k) for k in _HISTORY_KEYS} for e in timeline],
+        "chain": history.verify_chain(history.read(path)) or "intact",
+    }
+
+
 def build(
     con,
     config: Config,
@@ -149,6 +178,7 @@ def build(
         "gates": gate_rows,
         "by_revision": st["by_revision"],
         "rollback_verification": doc["rollback_verification"],
+        "decision_history": _decision_history(con, st["stage"]),
         "findings": _findings(con, st["stage"], top),
         "coverage": api.runner.coverage_doc(con),
         "inputs": {"files": _inputs(con), "quarantined_rows": quarantined},

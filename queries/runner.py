@@ -14,7 +14,7 @@ from replaygate.ingest.config import Config
 from replaygate.ingest.contract import RECORD_TYPES
 from replaygate.ingest.db import get_meta, set_meta
 
-from . import capability, catalog, incremental, params
+from . import capability, catalog, history, incremental, params
 
 FINDINGS_DDL = """
 CREATE TABLE IF NOT EXISTS findings (
@@ -39,6 +39,7 @@ _MISSING_LABEL = {
     "dispatches": "no dispatch records",
     "proxy": "no proxy log",
     "rollout": "no rollout log",
+    "decision_history": "no decision recorded",
 }
 
 
@@ -65,7 +66,11 @@ def stamp(con, config: Config) -> str:
 
 
 def is_current(con, config: Config) -> bool:
-    return get_meta(con, "analysis_stamp") == stamp(con, config)
+    return get_meta(con, "analysis_stamp") == stamp(con, config) and _history_current(con)
+
+
+def _history_current(con) -> bool:
+    return get_meta(con, "history_stamp", "0") == history.version(con)
 
 
 def analyse(
@@ -75,11 +80,19 @@ def analyse(
     force: bool = False,
 ) -> dict:
     """Refresh derived tables and findings (skipped when already current)."""
-    if not force and only is None and is_current(con, config):
+    current = get_meta(con, "analysis_stamp") == stamp(con, config)
+    if not force and only is None and current and _history_current(con):
         return summary(con)
     values = params.from_config(config)
     counts = table_counts(con)
+    # Detectors may also read what replaygate itself recorded (queries/history.py).
+    history_version = history.version(con)
+    counts["decision_history"] = history.load_table(con)
+    if not force and only is None and current:
+        _history_only(con, values, counts, history_version)
+        return summary(con)
     if not force and only is None and _incrementally(con, config, counts):
+        set_meta(con, "history_stamp", history_version)
         return summary(con)
     con.execute("BEGIN TRANSACTION")
     try:
@@ -96,54 +109,76 @@ def analyse(
         for name, q in catalog.detectors().items():
             if only and name not in only:
                 continue
-            missing = missing_needs(q, counts)
-            if missing:
-                label = missing_label(missing[0])
-                con.execute("INSERT INTO coverage VALUES ($d, $s, 0, 0)", {"d": name, "s": label})
-                continue
-            t0 = time.perf_counter()
-            plan = capability.plan(con, q)
-            for entry in plan.cannot_tell:
-                con.execute(
-                    "INSERT INTO cannot_tell VALUES ($d, $f, $m, $u)",
-                    {"d": name, "f": entry["file"], "m": entry["missing"], "u": entry["units"]},
-                )
-            n = 0
-            if not plan.skip:
-                made = capability.shadow(con, plan)
-                try:
-                    n = con.execute(
-                        f"INSERT INTO findings BY NAME SELECT $detector AS detector, * "
-                        f"FROM ({q.sql})",
-                        {"detector": name, **params.bind(q, values)},
-                    ).fetchone()[0]
-                finally:
-                    capability.unshadow(con, made)
-            for table, ids in plan.exclude.items():
-                for fid in ids:
-                    con.execute(
-                        "INSERT INTO blind_files VALUES ($d, $t, $f)",
-                        {"d": name, "t": table, "f": fid},
-                    )
-            con.execute(
-                "INSERT INTO coverage VALUES ($d, $st, $n, $s)",
-                {
-                    "d": name,
-                    "st": "cannot tell" if plan.skip else "ok",
-                    "n": n,
-                    "s": time.perf_counter() - t0,
-                },
-            )
+            _run_detector(con, name, q, values, counts)
         _assign_stages(con)
         if only is None:
             set_meta(con, "analysis_stamp", stamp(con, config))
             set_meta(con, "analysis_mode", "full")
+            set_meta(con, "history_stamp", history_version)
             incremental.clear_pending(con)
         con.execute("COMMIT")
     except BaseException:
         con.execute("ROLLBACK")
         raise
     return summary(con)
+
+
+def _history_only(con, values: dict, counts: dict[str, int], version: str) -> None:
+    """Only the decision history moved on: re-run just the detectors that read it."""
+    con.execute("BEGIN TRANSACTION")
+    try:
+        for name, q in catalog.detectors().items():
+            if "decision_history" not in q.needs:
+                continue
+            for table in ("findings", "coverage", "cannot_tell", "blind_files"):
+                con.execute(f"DELETE FROM {table} WHERE detector = $d", {"d": name})
+            _run_detector(con, name, q, values, counts)
+        _assign_stages(con)
+        set_meta(con, "history_stamp", version)
+        con.execute("COMMIT")
+    except BaseException:
+        con.execute("ROLLBACK")
+        raise
+
+
+def _run_detector(con, name: str, q, values: dict, counts: dict[str, int]) -> None:
+    missing = missing_needs(q, counts)
+    if missing:
+        label = missing_label(missing[0])
+        con.execute("INSERT INTO coverage VALUES ($d, $s, 0, 0)", {"d": name, "s": label})
+        return
+    t0 = time.perf_counter()
+    plan = capability.plan(con, q)
+    for entry in plan.cannot_tell:
+        con.execute(
+            "INSERT INTO cannot_tell VALUES ($d, $f, $m, $u)",
+            {"d": name, "f": entry["file"], "m": entry["missing"], "u": entry["units"]},
+        )
+    n = 0
+    if not plan.skip:
+        made = capability.shadow(con, plan)
+        try:
+            n = con.execute(
+                f"INSERT INTO findings BY NAME SELECT $detector AS detector, * FROM ({q.sql})",
+                {"detector": name, **params.bind(q, values)},
+            ).fetchone()[0]
+        finally:
+            capability.unshadow(con, made)
+    for table, ids in plan.exclude.items():
+        for fid in ids:
+            con.execute(
+                "INSERT INTO blind_files VALUES ($d, $t, $f)",
+                {"d": name, "t": table, "f": fid},
+            )
+    con.execute(
+        "INSERT INTO coverage VALUES ($d, $st, $n, $s)",
+        {
+            "d": name,
+            "st": "cannot tell" if plan.skip else "ok",
+            "n": n,
+            "s": time.perf_counter() - t0,
+        },
+    )
 
 
 def _incrementally(con, config: Config, counts: dict[str, int]) -> bool:

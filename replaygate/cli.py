@@ -366,8 +366,24 @@ def findings(db, config_path, as_json, detectors, stage, severity, limit):
     show_default=True,
     help="How to read proxy access logs among PATHS.",
 )
+@click.option(
+    "--record",
+    is_flag=True,
+    help="Append the decisions to the decision history (see `replaygate history`).",
+)
 def gates(
-    paths, db, config_path, as_json, stage, release, all_stages, wait_for, every, junit_file, source
+    paths,
+    db,
+    config_path,
+    as_json,
+    stage,
+    release,
+    all_stages,
+    wait_for,
+    every,
+    junit_file,
+    source,
+    record,
 ):
     """Evaluate the release gates and decide PROCEED, HOLD or ROLLBACK.
 
@@ -384,6 +400,7 @@ def gates(
       replaygate gates --release v2.4.0 --stage canary-5pct --junit gates.xml
       replaygate gates /var/log/mcp/ --release v2.4.0 --stage canary-5pct --wait 30m --every 1m
       replaygate gates --all-stages || echo "not safe to proceed"
+      replaygate gates --stage write-10pct --record   # kept for the audit trail
     """
     from replaygate.queries import api
     from replaygate.queries import gates as gm
@@ -411,6 +428,13 @@ def gates(
         from .junit import render
 
         Path(junit_file).write_text(render(doc), encoding="utf-8")
+    if record:
+        if not wait_for:
+            con.close()  # one connection at a time: the refresh below may write
+        rec = api.open_analysed(db, conf)
+        api.record_decisions(rec, doc, conf, "gates")
+        rec.close()
+        api.refresh_history_findings(db, conf)
     if as_json:
         emit_json(doc)
     else:
@@ -505,9 +529,27 @@ def dashboard(db, config_path, port, host):
     "--verify",
     "verify_dir",
     type=click.Path(file_okay=False, exists=True),
-    help="Check a bundle's inputs and findings against its statement, and exit.",
+    help="Check a bundle's signature and every file against its statement, and exit.",
 )
-def report(db, config_path, stage, fmt, output, bundle, verify_dir):
+@click.option(
+    "--sign-key",
+    metavar="KEY",
+    help="Sign the bundle's statement with this Ed25519 private key (PEM or OpenSSH).",
+)
+@click.option(
+    "--public-key",
+    metavar="PUB",
+    help="With --verify: the signer's Ed25519 public key the signature must match.",
+)
+@click.option(
+    "--inputs",
+    "inputs",
+    multiple=True,
+    type=click.Path(exists=True),
+    metavar="PATH",
+    help="With --verify: look for the recorded inputs here, by content (repeatable).",
+)
+def report(db, config_path, stage, fmt, output, bundle, verify_dir, sign_key, public_key, inputs):
     """Write an audit report: scope, inputs, configuration, methodology, gates,
     decision, rollback verification and findings, with the command that reproduces it.
 
@@ -520,8 +562,8 @@ def report(db, config_path, stage, fmt, output, bundle, verify_dir):
     Examples:
       replaygate report --format html -o audit.html
       replaygate report --stage write-10pct --format md -o ticket.md
-      replaygate report --format pdf -o audit.pdf --bundle evidence/
-      replaygate report --verify evidence/
+      replaygate report --format pdf -o audit.pdf --bundle evidence/ --sign-key ci.pem
+      replaygate report --verify evidence/ --public-key ci.pub --inputs /var/log/mcp
     """
     from pathlib import Path
 
@@ -530,15 +572,14 @@ def report(db, config_path, stage, fmt, output, bundle, verify_dir):
     from replaygate.queries import report as rep
 
     if verify_dir:
-        problems = render.verify(Path(verify_dir))
-        for p in problems:
-            click.echo(p, err=True)
-        if problems:
-            raise ReplaygateError(f"bundle does not verify: {len(problems)} differences")
-        click.echo("bundle verified: inputs and findings unchanged")
+        _verify_bundle(Path(verify_dir), public_key, inputs)
         return
     if not output and not bundle:
         raise click.UsageError("give -o FILE, --bundle DIR, or both")
+    if (public_key or inputs) and not verify_dir:
+        raise click.UsageError("--public-key and --inputs go with --verify")
+    if sign_key and not bundle:
+        raise click.UsageError("--sign-key signs a --bundle")
     conf = load_config(config_path)
     con = api.open_analysed(db, conf)
     doc = rep.build(con, conf, stage, db_path=db, config_path=config_path)
@@ -547,8 +588,37 @@ def report(db, config_path, stage, fmt, output, bundle, verify_dir):
         render.write(doc, fmt, Path(output))
         click.echo(f"wrote {output} ({doc['scope']['stage']}: {doc['decision']})", err=True)
     if bundle:
-        files = render.bundle(doc, con, Path(bundle))
-        click.echo(f"wrote bundle {bundle}: " + ", ".join(f.name for f in files), err=True)
+        from replaygate.dashboard.bundle import bundle as write_bundle
+
+        files = write_bundle(doc, con, conf, Path(bundle), sign_key=sign_key, db_path=db)
+        click.echo(f"wrote bundle {bundle}: " + ", ".join(files), err=True)
+
+
+def _verify_bundle(folder, public_key, inputs) -> None:
+    """`report --verify`: reads only files inside the bundle (and the --inputs given)."""
+    from replaygate.queries import attest
+
+    verdict = attest.verify(folder, public_key=public_key, inputs=list(inputs))
+    for note in verdict.notes:
+        click.echo(note, err=True)
+    for item in verdict.inputs:
+        if item["status"] != "not checked":
+            click.echo(f"input {item['name']}: {item['status']}", err=True)
+    for problem in verdict.problems:
+        click.echo(problem, err=True)
+    if verdict.problems:
+        raise ReplaygateError(f"bundle does not verify: {verdict.problems[0]}")
+    click.echo(f"bundle verified: {verdict.files} files match the statement")
+
+
+def _register_audit_commands() -> None:
+    from .audit import COMMANDS
+
+    for command in COMMANDS:
+        cli.add_command(command)
+
+
+_register_audit_commands()
 
 
 from .rollout_cli import rollout, serve  # noqa: E402 - registered after the core commands

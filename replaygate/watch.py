@@ -127,6 +127,10 @@ class Watcher:
                 self.con = dbm.connect(str(self.work))
             except ReplaygateError as exc:
                 raise ReplaygateError(f"{exc} (is another watch running on {self.db}?)") from None
+            from replaygate.queries import history
+
+            # The decision history belongs to the published database, not to this copy.
+            history.bind(self.con, history.file_for_db(self.db))
         return self.con
 
     def _discard_work(self) -> None:
@@ -209,6 +213,10 @@ class Watcher:
             doc = gates.evaluate(con, self.config, all_stages=True)
         except duckdb.CatalogException:
             return {}  # nothing analysed yet
+        from replaygate.queries.api import record_decisions
+
+        # Each evaluation that differs from the last one recorded joins the history.
+        record_decisions(con, doc, self.config, "watch", only_changes=True)
         return {
             s["stage"]: {
                 "decision": s["decision"],

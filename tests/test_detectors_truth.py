@@ -42,7 +42,10 @@ def test_default_fleet_is_exact(fleet):
 def test_every_detector_is_exercised(fleet):
     con, truth, _ = fleet
     expected = {e["detector"] for f in truth["faults"] for e in f["expect"]}
-    assert expected == set(catalog.detectors())
+    # Detectors of what replaygate itself recorded have no simulated input: their own
+    # tests (test_history.py) build the history they read.
+    of_logs = {n for n, q in catalog.detectors().items() if "decision_history" not in q.needs}
+    assert expected == of_logs
 
 
 def test_every_fault_is_in_truth(fleet):

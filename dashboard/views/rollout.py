@@ -2,7 +2,7 @@
 
 import streamlit as st
 
-from replaygate.dashboard import data, figures, fmt, ui
+from replaygate.dashboard import data, figures, fmt, history, ui
 
 ctx = ui.bootstrap()
 st.title("Rollout")
@@ -75,3 +75,4 @@ st.dataframe(
     width="stretch",
     column_config={"ts": st.column_config.DatetimeColumn("time (UTC)", format="MM-DD HH:mm")},
 )
+history.section(data.store().path, ctx.filters.stage)

@@ -1,0 +1,163 @@
+"""The audit-trail commands: `ack`, `override` (operator actions, append-only) and
+`history` (when each decision changed, and what was in force at any time)."""
+
+from __future__ import annotations
+
+import json
+
+import click
+
+from replaygate.ingest.errors import ReplaygateError
+
+from .cli import CONTEXT, config_option, db_option, emit_json, json_option, load_config
+
+DECISION = click.Choice(["PROCEED", "HOLD", "ROLLBACK"], case_sensitive=False)
+
+
+def _action(kind, db, config_path, as_json, stage, decision, reason, by, release):
+    from replaygate.queries import api, history
+
+    conf = load_config(config_path)
+    row = history.record_action(
+        history.file_for_db(db),
+        kind,
+        stage,
+        by=by,
+        decision=decision.upper() if decision else None,
+        reason=reason,
+        release=release,
+    )
+    # Findings that read the history (proceeded_while_rollback) name this action.
+    api.refresh_history_findings(db, conf)
+    if as_json:
+        emit_json(row)
+    else:
+        verb = "acknowledged" if kind == "ack" else "overrode"
+        click.echo(
+            f"{row['recorded_at']} {row['actor']} {verb} {row['stage']}: "
+            f"{row['in_force']}" + (f" -> {row['decision']}" if kind == "override" else "")
+        )
+
+
+def _action_options(f):
+    f = click.option("--release", metavar="ID", help="Release the stage belongs to.")(f)
+    f = click.option("--by", required=True, metavar="NAME", help="Who acts.")(f)
+    f = click.option("--reason", metavar="TEXT", help="Why (required for override).")(f)
+    f = click.option("--stage", required=True, metavar="NAME", help="The rollout stage.")(f)
+    return json_option(config_option(db_option(f)))
+
+
+@click.command(context_settings=CONTEXT)
+@_action_options
+@click.option("--decision", type=DECISION, help="The decision seen (must be the one in force).")
+def ack(db, config_path, as_json, stage, reason, by, release, decision):
+    """Record that an operator saw the decision in force for a stage.
+
+    \b
+    Appended to the decision history; fails if the stage has no recorded decision
+    or if --decision is not the one in force.
+
+    \b
+    Examples:
+      replaygate ack --stage write-10pct --decision ROLLBACK --by alice
+      replaygate ack --stage write-10pct --by alice --reason "paging the owner"
+    """
+    _action("ack", db, config_path, as_json, stage, decision, reason, by, release)
+
+
+@click.command(context_settings=CONTEXT)
+@_action_options
+@click.option("--decision", type=DECISION, required=True, help="The operator's decision.")
+def override(db, config_path, as_json, stage, reason, by, release, decision):
+    """Record that an operator decides otherwise than the decision in force.
+
+    \b
+    Appended to the decision history with who and why; the recorded evaluation is
+    not changed. A rollout that proceeds while the evaluation said ROLLBACK is still
+    a proceeded_while_rollback finding, naming the override.
+
+    \b
+    Example:
+      replaygate override --stage write-10pct --decision PROCEED \\
+          --reason "duplicate is a test tenant, INC-231" --by alice
+    """
+    if not reason:
+        raise click.UsageError("an override needs --reason")
+    _action("override", db, config_path, as_json, stage, decision, reason, by, release)
+
+
+@click.command(context_settings=CONTEXT)
+@db_option
+@json_option
+@click.option("--stage", metavar="NAME", help="Only this stage.")
+@click.option(
+    "--at",
+    "at",
+    metavar="TIME",
+    help="Show the decision in force at this time (ISO 8601, UTC unless it says).",
+)
+def history(db, as_json, stage, at):
+    """Show the decision history: each change of a stage's decision and every operator
+    action, or (--at) the decision in force at a past time.
+
+    \b
+    Decisions are recorded by `gates --record` (and by watch and serve); the
+    history is never recomputed, so it shows what replaygate said then, on the data
+    and configuration it had then (data version and configuration digest).
+
+    \b
+    Examples:
+      replaygate history --stage write-10pct
+      replaygate history --stage write-10pct --at 2026-11-28T04:30:00Z --json
+    """
+    from replaygate.queries import history as hist
+
+    path = hist.file_for_db(db)
+    broken = hist.verify_chain(hist.read(path))
+    if broken:
+        click.echo(f"warning: {broken}", err=True)
+    if at:
+        when = hist.parse_time(at)
+        stages = [stage] if stage else sorted({r.get("stage") for r in hist.read(path)} - {None})
+        found = {s: hist.in_force(path, s, at=when) for s in stages}
+        if as_json:
+            emit_json({"at": hist.iso(when), "in_force": found})
+            return
+        if not any(found.values()):
+            raise ReplaygateError(f"no decision recorded at or before {hist.iso(when)}")
+        for s, row in found.items():
+            if row is None:
+                click.echo(f"{s}: nothing recorded by then")
+                continue
+            click.echo(
+                f"{s}: {row['decision']} (recorded {row['recorded_at']} by {row['source']}, "
+                f"data version {row['data_version']}, configuration {row['config_sha256'][:12]})"
+            )
+            for r in row["reasons"] or []:
+                click.echo(f"  - {r}")
+        return
+    entries = hist.timeline(path, stage)
+    if as_json:
+        emit_json({"timeline": entries, "chain": broken or "intact"})
+        return
+    if not entries:
+        click.echo("no decision recorded (replaygate gates --record records one)")
+        return
+    for e in entries:
+        if e["kind"] == "evaluation":
+            change = f"{e['previous']} -> " if e["previous"] else ""
+            click.echo(
+                f"{e['recorded_at']}  {e['stage']}: {change}{e['decision']}  "
+                f"({e['source']}, data version {e['data_version']}, "
+                f"{e['evaluations']} evaluation{'s' if e['evaluations'] != 1 else ''})"
+            )
+        else:
+            click.echo(
+                f"{e['recorded_at']}  {e['stage']}: {e['kind']} by {e['actor']} of "
+                f"{e['in_force']}"
+                + (f" -> {e['decision']}" if e["kind"] == "override" else "")
+                + (f": {json.dumps(e['note'])}" if e["note"] else "")
+            )
+
+
+COMMANDS = (ack, override, history)

@@ -1,0 +1,297 @@
+"""Evidence bundles: every file listed with its digest, an Ed25519 signature, tamper
+detection naming the file, inputs by content, and no path outside the bundle."""
+
+from __future__ import annotations
+
+import gzip
+import hashlib
+import json
+import os
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+from cryptography.hazmat.primitives import serialization
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+
+from replaygate.queries import attest
+
+from .conftest import SAMPLE, SAMPLE_CONF
+from .conftest import run_cli as run
+
+ENVELOPE = {"statement.json", "statement.sig", "signer.pub"}
+
+
+def _keypair(folder: Path, name: str) -> tuple[Path, Path]:
+    key = Ed25519PrivateKey.generate()
+    priv, pub = folder / f"{name}.pem", folder / f"{name}.pub"
+    priv.write_bytes(
+        key.private_bytes(
+            serialization.Encoding.PEM,
+            serialization.PrivateFormat.PKCS8,
+            serialization.NoEncryption(),
+        )
+    )
+    pub.write_bytes(attest.public_pem(key.public_key()))
+    return priv, pub
+
+
+@pytest.fixture(scope="module")
+def signed(tmp_path_factory):
+    """A bundle of the sample fleet, built from inputs in a folder of their own, with a
+    recorded decision, signed with a fresh key."""
+    tmp = tmp_path_factory.mktemp("bundle")
+    inputs = tmp / "logs"
+    shutil.copytree(SAMPLE, inputs)
+    db = tmp / "fleet.duckdb"
+    conf = str(inputs / "replaygate.toml")
+    r = run("ingest", str(inputs), "--db", str(db), "--config", conf)
+    assert r.returncode == 0, r.stderr
+    r = run("gates", "--db", str(db), "--config", conf, "--all-stages", "--record")
+    assert r.returncode == 3, r.stderr
+    priv, pub = _keypair(tmp, "signer")
+    out = tmp / "evidence"
+    r = run(
+        "report", "--db", str(db), "--config", conf, "--stage", "write-10pct",
+        "--bundle", str(out), "--sign-key", str(priv),
+    )  # fmt: skip
+    assert r.returncode == 0, r.stderr
+    return {"tmp": tmp, "bundle": out, "pub": pub, "priv": priv, "db": db, "inputs": inputs}
+
+
+def _copy(signed, tmp_path) -> Path:
+    dst = tmp_path / "copy"
+    shutil.copytree(signed["bundle"], dst, symlinks=True)
+    return dst
+
+
+def _verify(folder, pub=None, inputs=()):
+    return attest.verify(folder, public_key=str(pub) if pub else None, inputs=list(inputs))
+
+
+def test_statement_lists_every_file_with_its_digest(signed):
+    out = signed["bundle"]
+    names = set(os.listdir(out))
+    expected = {
+        "report.md",
+        "report.json",
+        "report.html",
+        "findings.parquet",
+        "manifest.json",
+        "configuration.json",
+        "decision_history.jsonl",
+    }
+    assert expected <= names
+    st = json.loads((out / "statement.json").read_bytes())
+    listed = {s["name"]: s["digest"]["sha256"] for s in st["subject"]}
+    assert set(listed) == names - ENVELOPE
+    for name, digest in listed.items():
+        assert hashlib.sha256((out / name).read_bytes()).hexdigest() == digest
+    if "report.pdf" not in names:
+        assert st["predicate"]["notIncluded"] == ["report.pdf: chromium is not installed"]
+    report = json.loads((out / "report.json").read_text())
+    # The configuration file is exactly what the report's configuration digest covers.
+    assert listed["configuration.json"] == report["configuration"]["sha256"]
+    assert st["predicate"]["decision"] == report["decision"] == "ROLLBACK"
+    inputs = {i["name"]: i["digest"]["sha256"] for i in st["predicate"]["inputs"]}
+    assert inputs == {f["path"]: f["sha256"] for f in report["inputs"]["files"]}
+    history = (out / "decision_history.jsonl").read_text().splitlines()
+    assert len(history) == 4 and all(json.loads(h)["source"] == "gates" for h in history)
+
+
+def test_verifies_with_the_signers_key(signed):
+    r = run("report", "--verify", str(signed["bundle"]), "--public-key", str(signed["pub"]))
+    assert r.returncode == 0, r.stderr
+    assert "bundle verified" in r.stdout
+    assert "signature valid" in r.stderr and "the trusted key" in r.stderr
+
+
+def _subjects(signed) -> list[str]:
+    st = json.loads((signed["bundle"] / "statement.json").read_bytes())
+    return [s["name"] for s in st["subject"]]
+
+
+def test_editing_any_file_fails_naming_it(signed, tmp_path):
+    for name in _subjects(signed):
+        b = _copy(signed, tmp_path / name)
+        data = bytearray((b / name).read_bytes())
+        data[len(data) // 2] ^= 0x01
+        (b / name).write_bytes(bytes(data))
+        v = _verify(b, signed["pub"])
+        assert v.problems == [f"{name}: content changed"], name
+
+
+def test_removing_any_file_fails_naming_it(signed, tmp_path):
+    for name in [*_subjects(signed), "statement.json"]:
+        b = _copy(signed, tmp_path / name)
+        (b / name).unlink()
+        v = _verify(b, signed["pub"])
+        assert v.problems and v.problems[0] == f"{name}: missing", (name, v.problems)
+
+
+def test_a_forged_report_fails_on_the_command_line(signed, tmp_path):
+    b = _copy(signed, tmp_path)
+    html = (b / "report.html").read_text()
+    (b / "report.html").write_text(html.replace("ROLLBACK", "PROCEED"))
+    r = run("report", "--verify", str(b), "--public-key", str(signed["pub"]))
+    assert r.returncode == 1
+    assert "bundle does not verify: report.html: content changed" in r.stderr
+
+
+def test_a_changed_signature_fails(signed, tmp_path):
+    b = _copy(signed, tmp_path / "sig")
+    sig = bytearray((b / "statement.sig").read_bytes())
+    sig[0] ^= 0x01
+    (b / "statement.sig").write_bytes(bytes(sig))
+    assert _verify(b, signed["pub"]).problems == [
+        "statement.sig: signature does not match statement.json"
+    ]
+    assert _verify(b).problems == ["statement.sig: signature does not match statement.json"]
+
+    # A statement re-written to match edited files: the signature no longer holds.
+    b = _copy(signed, tmp_path / "restated")
+    st = json.loads((b / "statement.json").read_bytes())
+    (b / "report.md").write_text("# all good: PROCEED\n")
+    for s in st["subject"]:
+        if s["name"] == "report.md":
+            s["digest"]["sha256"] = hashlib.sha256(b"# all good: PROCEED\n").hexdigest()
+    (b / "statement.json").write_bytes(attest.encode(st))
+    assert _verify(b, signed["pub"]).problems == [
+        "statement.sig: signature does not match statement.json"
+    ]
+
+    # Re-signed with another key: fails against the signer's key; without a trusted key
+    # it shows a different fingerprint.
+    other_priv, other_pub = _keypair(tmp_path, "other")
+    key = attest.load_private_key(other_priv)
+    (b / "statement.sig").write_bytes(key.sign((b / "statement.json").read_bytes()))
+    (b / "signer.pub").write_bytes(other_pub.read_bytes())
+    assert _verify(b, signed["pub"]).problems == [
+        "statement.sig: signature does not match statement.json"
+    ]
+    alone = _verify(b)
+    assert alone.ok and "key in the bundle only" in alone.notes[0]
+    real = attest.fingerprint(attest.load_private_key(signed["priv"]).public_key())
+    assert real not in alone.notes[0]
+
+    # No signature where one is expected.
+    b = _copy(signed, tmp_path / "unsigned")
+    (b / "statement.sig").unlink()
+    assert _verify(b, signed["pub"]).problems == [
+        "statement.sig: missing (the bundle is not signed)"
+    ]
+
+
+def test_an_added_file_fails(signed, tmp_path):
+    b = _copy(signed, tmp_path)
+    (b / "notes.txt").write_text("PROCEED after all")
+    assert _verify(b, signed["pub"]).problems == ["notes.txt: not in the statement"]
+
+
+def test_rotated_and_deleted_inputs_still_verify(signed, tmp_path):
+    rotated = tmp_path / "rotated"
+    shutil.copytree(signed["inputs"], rotated)
+    (rotated / "rollout.csv").rename(rotated / "rollout.csv.1")
+    data = (rotated / "sessions.jsonl").read_bytes()
+    (rotated / "sessions.jsonl").unlink()  # deleted
+    (rotated / "dispatches.csv").rename(rotated / "dispatches-2026-11-28.csv")
+    v = _verify(signed["bundle"], signed["pub"], [rotated])
+    assert v.ok, v.problems
+    status = {i["name"].rsplit("/", 1)[-1]: i["status"] for i in v.inputs}
+    assert (
+        status["rollout.csv"].startswith("present at")
+        and "rollout.csv.1" in (status["rollout.csv"])
+    )
+    assert status["sessions.jsonl"] == "not present, digest recorded"
+    assert "dispatches-2026-11-28.csv" in status["dispatches.csv"]
+    # Compressed by rotation: a different content digest, so not present.
+    (rotated / "rollout.csv.1.gz").write_bytes(
+        gzip.compress((rotated / "rollout.csv.1").read_bytes())
+    )
+    (rotated / "rollout.csv.1").unlink()
+    assert _verify(signed["bundle"], signed["pub"], [rotated]).ok
+    del data
+    # Without --inputs nothing outside the bundle is looked at, and it verifies.
+    r = run("report", "--verify", str(signed["bundle"]), "--public-key", str(signed["pub"]))
+    assert r.returncode == 0 and "not looked for" in r.stderr
+
+
+def test_verify_reads_only_files_inside_the_bundle(signed, tmp_path):
+    outside = tmp_path / "outside.txt"
+    outside.write_text("secret")
+    digest = hashlib.sha256(b"secret").hexdigest()
+    b = _copy(signed, tmp_path / "names")
+    st = json.loads((b / "statement.json").read_bytes())
+    st["subject"] += [
+        {"name": "../outside.txt", "digest": {"sha256": digest}},
+        {"name": str(outside), "digest": {"sha256": digest}},
+    ]
+    (b / "statement.json").write_bytes(attest.encode(st))
+    (b / "statement.sig").unlink()
+    (b / "signer.pub").unlink()
+    v = _verify(b)
+    assert v.problems == [
+        "../outside.txt: names a path outside the bundle",
+        f"{outside}: names a path outside the bundle",
+    ]
+    # A link inside the bundle to a file outside with the very same content.
+    b = _copy(signed, tmp_path / "link")
+    (tmp_path / "md-copy").write_bytes((b / "report.md").read_bytes())
+    (b / "report.md").unlink()
+    (b / "report.md").symlink_to(tmp_path / "md-copy")
+    assert _verify(b, signed["pub"]).problems == ["report.md: is a symbolic link"]
+
+
+def test_bundle_never_writes_through_a_link(signed, tmp_path):
+    victim = tmp_path / "victim.txt"
+    victim.write_text("untouched")
+    out = tmp_path / "evidence"
+    out.mkdir()
+    (out / "report.html").symlink_to(victim)
+    (out / "statement.json").symlink_to(victim)
+    r = run(
+        "report", "--db", str(signed["db"]), "--config", SAMPLE_CONF, "--bundle", str(out)
+    )  # fmt: skip
+    assert r.returncode == 0, r.stderr
+    assert victim.read_text() == "untouched"
+    assert not (out / "report.html").is_symlink() and not (out / "statement.json").is_symlink()
+    assert _verify(out).ok
+
+
+def test_bundle_refuses_a_folder_of_other_files_and_the_database(signed, tmp_path):
+    out = tmp_path / "busy"
+    out.mkdir()
+    (out / "keep-me.txt").write_text("mine")
+    r = run("report", "--db", str(signed["db"]), "--config", SAMPLE_CONF, "--bundle", str(out))
+    assert r.returncode == 1 and "holds other files (keep-me.txt)" in r.stderr
+    # A database whose name is a bundle file's, in the bundle folder.
+    here = tmp_path / "here"
+    here.mkdir()
+    shutil.copy(signed["db"], here / "report.json")
+    r = run(
+        "report", "--db", str(here / "report.json"), "--config", SAMPLE_CONF,
+        "--bundle", str(here),
+    )  # fmt: skip
+    assert r.returncode == 1 and "would overwrite" in r.stderr
+
+
+def test_a_third_party_verifies_without_replaygate(signed):
+    """docs/audit.md: openssl for the signature, any SHA-256 tool for the files."""
+    if not shutil.which("openssl"):
+        pytest.skip("openssl not installed")
+    out = signed["bundle"]
+    r = subprocess.run(
+        ["openssl", "pkeyutl", "-verify", "-pubin", "-inkey", str(signed["pub"]), "-rawin"]
+        + ["-in", "statement.json", "-sigfile", "statement.sig"],
+        cwd=out,
+        capture_output=True,
+        text=True,
+    )
+    assert r.returncode == 0 and "Signature Verified Successfully" in r.stdout, r.stderr
+    st = json.loads((out / "statement.json").read_bytes())
+    lines = "".join(f"{s['digest']['sha256']}  {s['name']}\n" for s in st["subject"])
+    r = subprocess.run(
+        ["sha256sum", "-c", "-"], cwd=out, input=lines, capture_output=True, text=True
+    )
+    assert r.returncode == 0, r.stdout + r.stderr
