@@ -3,6 +3,7 @@
 -- severity: critical, high
 -- needs: rollout, decision_history
 -- unit: rollout action
+-- facts: none
 -- purpose: matches each rollout action against the decision in force when it was taken (the newest evaluation recorded at or before it, never a recomputation); critical, or high when an operator had recorded an override of that decision before acting. The detail says who acted and why (rollout actor and note; the override's author and reason)
 WITH moves AS (
     SELECT file_id, pos, ts, stage, action, actor, note
