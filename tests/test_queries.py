@@ -66,6 +66,8 @@ def test_detector_has_a_focused_test(name):
 
 @pytest.mark.parametrize("name", DETECTORS)
 def test_detector_has_a_simulator_fault(name):
+    if "decision_history" in catalog.detectors()[name].needs:
+        pytest.skip("reads what replaygate recorded, not the fleet's logs (test_history.py)")
     assert name in _expected_by_faults(), f"{name}: no fault in sim/faults.py expects it"
 
 
