@@ -10,6 +10,7 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
+from typing import Literal
 from urllib.parse import urlencode
 
 import pandas as pd
@@ -31,7 +32,8 @@ DECISION_ICON = {
     "HOLD": ":material/pause_circle:",
     "ROLLBACK": ":material/undo:",
 }
-STATUS_BADGE = {
+BadgeColor = Literal["green", "red", "orange", "gray"]
+STATUS_BADGE: dict[str, tuple[BadgeColor, str]] = {
     "pass": ("green", ":material/check:"),
     "fail": ("red", ":material/close:"),
     "insufficient": ("orange", ":material/hourglass_empty:"),
@@ -154,19 +156,36 @@ def sidebar_filters(options: dict, windows: dict) -> tuple[Filters, str]:
     ss["flt_server"] = list(f.servers)
     ss["flt_client"] = list(f.clients)
     ss["flt_range"] = preset
-    sync = {"on_change": _widgets_to_url, "args": (lo, hi, windows)}
+    url_args = (lo, hi, windows)  # every filter widget writes the URL
     sb = st.sidebar
     sb.header("Filters")
-    sb.selectbox("Stage", ["(all)", *windows], key="flt_stage", **sync)
-    sb.multiselect("Protocol revision", options["revisions"], key="flt_rev", **sync)
-    sb.multiselect("Server instance", options["servers"], key="flt_server", **sync)
-    sb.multiselect("Client", options["clients"], key="flt_client", **sync)
+    sb.selectbox(
+        "Stage", ["(all)", *windows], key="flt_stage", on_change=_widgets_to_url, args=url_args
+    )
+    sb.multiselect(
+        "Protocol revision",
+        options["revisions"],
+        key="flt_rev",
+        on_change=_widgets_to_url,
+        args=url_args,
+    )
+    sb.multiselect(
+        "Server instance",
+        options["servers"],
+        key="flt_server",
+        on_change=_widgets_to_url,
+        args=url_args,
+    )
+    sb.multiselect(
+        "Client", options["clients"], key="flt_client", on_change=_widgets_to_url, args=url_args
+    )
     sb.segmented_control(
         "Time (UTC; “last” counts back from the newest record)",
         list(state.PRESETS),
         format_func=lambda p: state.PRESETS[p][0],
         key="flt_range",
-        **sync,
+        on_change=_widgets_to_url,
+        args=url_args,
     )
     if preset == "custom" and lo is not None and hi is not None and hi > lo:
         ss["flt_time"] = (f.start or lo, f.end or hi)
@@ -177,7 +196,8 @@ def sidebar_filters(options: dict, windows: dict) -> tuple[Filters, str]:
             step=timedelta(minutes=1),
             format="MM-DD HH:mm",
             key="flt_time",
-            **sync,
+            on_change=_widgets_to_url,
+            args=url_args,
         )
     wanted = state.to_query(f, preset)
     keep = {k: v for k, v in params.items() if k not in state.KEYS}

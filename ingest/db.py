@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import time
 from pathlib import Path
+from typing import overload
 
 import duckdb
 
@@ -133,15 +134,19 @@ def _add_new_fields(con: duckdb.DuckDBPyConnection) -> None:
                 con.execute(f"ALTER TABLE {rt.table} ADD COLUMN {f.name} {f.sql_type}")
 
 
-def get_meta(con, key: str, default: str | None = None) -> str | None:
+@overload
+def get_meta(con: duckdb.DuckDBPyConnection, key: str, default: str) -> str: ...
+@overload
+def get_meta(con: duckdb.DuckDBPyConnection, key: str, default: None = None) -> str | None: ...
+def get_meta(con: duckdb.DuckDBPyConnection, key: str, default: str | None = None) -> str | None:
     try:
         row = con.execute("SELECT value FROM meta WHERE key = $k", {"k": key}).fetchone()
     except duckdb.CatalogException:
         return default
-    return row[0] if row else default
+    return str(row[0]) if row else default
 
 
-def set_meta(con, key: str, value: str) -> None:
+def set_meta(con: duckdb.DuckDBPyConnection, key: str, value: str) -> None:
     con.execute(
         "INSERT INTO meta VALUES ($k, $v) ON CONFLICT (key) DO UPDATE SET value = excluded.value",
         {"k": key, "v": value},

@@ -69,6 +69,13 @@ class Decision:
     def start(self) -> int:
         return self.known.consumed if self.known else 0
 
+    @property
+    def scanned(self) -> Scan:
+        """The scan; every action but `empty` has one."""
+        if self.scan is None:
+            raise ValueError(f"a {self.action} file has no scan")
+        return self.scan
+
 
 def content_chunks(
     path: Path, gz: bool, start: int = 0, state: dict | None = None
@@ -272,7 +279,7 @@ def plan(sources: list, shown: list[str], knowns: list[Known]) -> list[Decision]
     # the one with the most content continues it; the others hold nothing new.
     for fid, idx in claims.items():
         k = by_id[fid]
-        best = max(idx, key=lambda i: (decisions[i].scan.complete, -i))
+        best = max(idx, key=lambda i: (decisions[i].scanned.complete, -i))
         for i in idx:
             if i != best:
                 decisions[i] = Decision(
@@ -305,7 +312,7 @@ def plan(sources: list, shown: list[str], knowns: list[Known]) -> list[Decision]
     first: dict[str, int] = {}
     for i, d in enumerate(decisions):
         if d.action == "new":
-            key = d.scan.raw_digest
+            key = d.scanned.raw_digest
             if key in first:
                 decisions[i] = Decision(
                     "duplicate", d.scan, note=f"same content as {shown[first[key]]}"

@@ -118,7 +118,7 @@ STATUS_WORD = {
 def statement(doc: dict, subjects: list[tuple[str, str]], omitted: list[str]) -> dict:
     """An in-toto test-result statement: the bundle's files, the inputs by content
     digest, the gates and the decision."""
-    by = {"PASSED": [], "WARNED": [], "FAILED": [], "SKIPPED": []}
+    by: dict[str, list[str]] = {"PASSED": [], "WARNED": [], "FAILED": [], "SKIPPED": []}
     for g in doc["gates"]:
         by[STATUS_WORD[g["status"]]].append(g["id"])
     result = "FAILED" if by["FAILED"] else ("WARNED" if by["WARNED"] else "PASSED")

@@ -66,12 +66,13 @@ class Plan:
 
 
 def _files_of(con, table: str) -> list[tuple[int, str]]:
-    return con.execute(
+    rows: list[tuple[int, str]] = con.execute(
         f"""SELECT f.file_id, f.path FROM files f
             WHERE f.status = 'loaded' AND EXISTS (
                 SELECT 1 FROM {table} t WHERE t.file_id = f.file_id)
             ORDER BY f.path"""
     ).fetchall()
+    return rows
 
 
 def _shown(con) -> dict[int, set[str]]:
@@ -85,9 +86,10 @@ def _count(con, u: Units, file_ids: list[int] | None) -> int:
     key = f"DISTINCT ({u.by})" if u.by else "*"
     scope = "true" if file_ids is None else "list_contains($ids, file_id)"
     args = {} if file_ids is None else {"ids": file_ids}
-    return con.execute(
+    row = con.execute(
         f"SELECT count({key}) FROM {u.table} WHERE ({u.where}) AND {scope}", args
-    ).fetchone()[0]
+    ).fetchone()
+    return int(row[0]) if row else 0
 
 
 def plan(con, q) -> Plan:

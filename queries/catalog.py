@@ -22,7 +22,7 @@ class Query:
     kind: str  # prep | detectors | gates
     path: Path
     sql: str
-    header: dict
+    header: dict[str, str]
 
     @property
     def needs(self) -> tuple[str, ...]:

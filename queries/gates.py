@@ -303,8 +303,8 @@ def evaluate(con, config: Config, stage: str | None = None, all_stages: bool = F
         short = [g for g in gates if g["status"] == "insufficient"]
         decision = "ROLLBACK" if failing else ("HOLD" if short else "PROCEED")
         drivers = failing + short  # everything that stands between this stage and PROCEED
-        for g in gates:
-            g["reason"] = reason(g, config)
+        for gate in gates:
+            gate["reason"] = reason(gate, config)
         out.append(
             {
                 "stage": name,
@@ -338,7 +338,7 @@ def resolve_stage(con, stage: str | None = None, release: str | None = None) -> 
     None when neither is given."""
     if stage is None and release is None:
         return None
-    rows = con.execute(
+    rows: list[tuple[str, str | None, str]] = con.execute(
         """SELECT stage, release, stage_name FROM a_stages
            WHERE CASE WHEN $none THEN release IS NULL
                       WHEN $release IS NULL THEN true
@@ -373,7 +373,7 @@ def resolve_stage(con, stage: str | None = None, release: str | None = None) -> 
 
 def worst(decisions: list[str]) -> str:
     order = {"PROCEED": 0, "HOLD": 1, "ROLLBACK": 2}
-    return max(decisions, key=order.get) if decisions else "HOLD"
+    return max(decisions, key=lambda d: order[d]) if decisions else "HOLD"
 
 
 ROLLBACK_NOT_VERIFIABLE = (

@@ -12,7 +12,7 @@ from replaygate.ingest.config import Config
 from replaygate.ingest.errors import ReplaygateError
 from replaygate.ingest.timefmt import iso_ms as _iso
 
-from . import api, catalog, escape, gates, history
+from . import api, catalog, escape, gates, history, runner
 
 REPORT_VERSION = "1"
 
@@ -180,7 +180,7 @@ def build(
         "rollback_verification": doc["rollback_verification"],
         "decision_history": _decision_history(con, st["stage"]),
         "findings": _findings(con, st["stage"], top),
-        "coverage": api.runner.coverage_doc(con),
+        "coverage": runner.coverage_doc(con),
         "inputs": {"files": _inputs(con), "quarantined_rows": quarantined},
         "configuration": {**gates.effective_settings(config), "source": config.source},
         "methodology": methodology,

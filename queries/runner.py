@@ -158,10 +158,11 @@ def _run_detector(con, name: str, q, values: dict, counts: dict[str, int]) -> No
     if not plan.skip:
         made = capability.shadow(con, plan)
         try:
-            n = con.execute(
+            inserted = con.execute(
                 f"INSERT INTO findings BY NAME SELECT $detector AS detector, * FROM ({q.sql})",
                 {"detector": name, **params.bind(q, values)},
-            ).fetchone()[0]
+            ).fetchone()
+            n = inserted[0] if inserted else 0
         finally:
             capability.unshadow(con, made)
     for table, ids in plan.exclude.items():

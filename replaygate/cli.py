@@ -313,7 +313,7 @@ def findings(db, config_path, as_json, detectors, stage, severity, limit):
       replaygate findings --detector replay_gap --detector silent_truncation --json
       replaygate findings --stage resume-read-25pct
     """
-    from replaygate.queries import api, catalog
+    from replaygate.queries import api, catalog, runner
 
     from .render import findings_table
 
@@ -326,7 +326,7 @@ def findings(db, config_path, as_json, detectors, stage, severity, limit):
         emit_json(api.findings_doc(con, detectors=detectors, stage=stage, severity=severity))
     else:
         rows = api.list_findings(con, detectors=detectors, stage=stage, severity=severity)
-        findings_table(rows, limit or 50, api.runner.coverage_doc(con))
+        findings_table(rows, limit or 50, runner.coverage_doc(con))
 
 
 @cli.command(context_settings=CONTEXT)

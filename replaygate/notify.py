@@ -17,6 +17,7 @@ import time
 import urllib.error
 import urllib.parse
 import urllib.request
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 ICON = {
@@ -69,7 +70,7 @@ def _where(url: str) -> str:
 @dataclass
 class Notifier:
     urls: list[str]
-    log: object = field(default=None)  # a callable taking one line
+    log: Callable[[str], object] | None = field(default=None)
     backoff: tuple = BACKOFF
     _q: queue.Queue = field(default_factory=queue.Queue)
     _thread: threading.Thread | None = None
@@ -99,7 +100,10 @@ class Notifier:
         self._thread.join(max(0.0, deadline - time.monotonic()) + 0.5)
 
     def _say(self, line: str) -> None:
-        (self.log or (lambda s: print(s, file=sys.stderr, flush=True)))(line)
+        if self.log is not None:
+            self.log(line)
+        else:
+            print(line, file=sys.stderr, flush=True)
 
     def _run(self) -> None:
         while True:

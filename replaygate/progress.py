@@ -10,6 +10,7 @@ from rich.progress import (
     BarColumn,
     DownloadColumn,
     Progress,
+    TaskID,
     TextColumn,
     TimeRemainingColumn,
     TransferSpeedColumn,
@@ -21,7 +22,7 @@ class RichProgress:
         self.console = Console(stderr=True)
         self.enabled = sys.stderr.isatty()
         self.bar: Progress | None = None
-        self.task = None
+        self.task = TaskID(0)
         self.base = 0
         self._stop = threading.Event()
         self._poller: threading.Thread | None = None
@@ -59,8 +60,9 @@ class RichProgress:
                 pct = poll()
             except Exception:  # noqa: BLE001 - progress is best effort
                 return
-            if pct and pct > 0:
-                self.bar.update(self.task, completed=self.base + size * min(pct, 100) / 100)
+            bar = self.bar
+            if pct and pct > 0 and bar is not None:
+                bar.update(self.task, completed=self.base + size * min(pct, 100) / 100)
 
     def file_done(self, size: int) -> None:
         if self._poller is not None:

@@ -61,6 +61,7 @@ def _placements(f: Fleet, needs: str, end: int) -> tuple[int, str | None, bool]:
     rng = f.rng
     margin = 10 * 60 * SEC
     if needs == "rollback":
+        assert f.rollback_at is not None, "the timeline is laid out first"
         return f.rollback_at - 3 * 60 * SEC, "write-10pct", True
     if needs == "sessionless":
         cands = [st for st in f.stages[:3]]
@@ -80,7 +81,8 @@ def _placements(f: Fleet, needs: str, end: int) -> tuple[int, str | None, bool]:
     if cohort is None:
         return rng.randint(T0 + margin, end - 2 * margin), None, False
     st = f.stage_named(cohort)
-    return rng.randint(st.start + margin, st.end - margin), cohort, st.scope != "shadow"
+    stop = st.end if st.end is not None else end
+    return rng.randint(st.start + margin, stop - margin), cohort, st.scope != "shadow"
 
 
 def simulate(
@@ -118,6 +120,7 @@ def simulate(
     rng = random.Random(seed)
     f = Fleet(out, rng, key, fmt, server_only=server_only)
     end = _timeline(f, n_sessions)
+    assert f.rollback_at is not None
     margin = 15 * 60 * SEC
     starts = sorted(rng.randint(T0, end - margin) for _ in range(n_sessions))
     for t in starts:

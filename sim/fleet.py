@@ -16,7 +16,7 @@ from fnmatch import fnmatchcase
 
 from replaygate.ingest.redact import hmac_hex
 
-from .writers import make_writer
+from .writers import _Base, make_writer
 
 T0 = 1_795_824_000_000  # 2026-11-28T00:00:00Z in epoch ms
 SEC = 1000
@@ -101,7 +101,7 @@ class Fleet:
         self.rng = rng
         self.key = key
         self.fmt = fmt
-        self.writers = {}
+        self.writers: dict[str, _Base] = {}
         self.stages: list[Stage] = []
         self.rollback_at: int | None = None
         self.cohort: dict[str, str | None] = {}
@@ -297,20 +297,22 @@ class Fleet:
         addr=None,
         ua=None,
     ) -> None:
-        has_session = s is not None and session
+        # The session the request names, if it names one.
+        named = s if s is not None and session else None
+        has_session = named is not None
         if origin == "auto":
             origin = s.origin if s else ALLOWED_ORIGINS[0]
         if protocol == "auto":
             protocol = None if (s is None or not has_session or s.missing_version) else s.protocol
-        raw = has_session and s.raw_logged
+        raw = named is not None and named.raw_logged
         row = {
             "ts": t,
             "method": method,
             "status": status,
             "path": "/mcp",
             "duration_ms": float(duration if duration is not None else self.jitter(2, 40)),
-            "session_hmac": s.hmac if has_session and not raw else None,
-            "session_id": s.raw if raw else None,
+            "session_hmac": named.hmac if named is not None and not raw else None,
+            "session_id": named.raw if named is not None and raw else None,
             "origin": origin,
             "protocol_version": protocol,
             "last_event_id": last_event_id,
@@ -324,7 +326,7 @@ class Fleet:
             "retry_after_s": retry_after,
         }
         self.w("proxy", row, file_name if file_name else ("proxy-edge.jsonl" if raw else None))
-        hm = s.hmac if has_session else None
+        hm = named.hmac if named is not None else None
         if self.capture is not None:
             self.capture.append(
                 {

@@ -157,7 +157,7 @@ MIXED = {
 }
 
 
-def make_writer(out: Path, table: str, fmt: str, name: str | None = None):
+def make_writer(out: Path, table: str, fmt: str, name: str | None = None) -> _Base:
     rt = BY_TABLE[table]
     if fmt == "mixed":
         fname, style = MIXED[table]
