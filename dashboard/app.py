@@ -20,6 +20,7 @@ VIEWS = [
     ("findings", "Findings", "search", "findings"),
     ("inspector", "Stream inspector", "account_tree", "inspector"),
     ("datafiles", "Data", "database", "data"),
+    ("guide", "Field guide", "menu_book", "guide"),
 ]
 PAGES = [
     st.Page(

@@ -48,6 +48,17 @@ def _unit_md(item: dict) -> str:
     return ", ".join(f"{k} {md_code(item[k])}" for k in UNIT_KEYS if item[k] is not None)
 
 
+def _guide_anchor(detector: str) -> str:
+    # GitHub's anchor for the heading "Field guide: `<detector>`"; the HTML template sets
+    # the same id.
+    return f"field-guide-{detector}"
+
+
+def _guide_link(detector: str) -> str:
+    return f"[field guide](#{_guide_anchor(detector)})"
+
+
+
 def to_markdown(doc: dict) -> str:
     """The report as Markdown. Every value from the data goes through md_text or
     md_code (queries/escape.py), so no logged field can add or close a construct."""
@@ -102,12 +113,18 @@ def to_markdown(doc: dict) -> str:
     f = doc["findings"]
     out += ["", f"## Findings in this stage: {f['total']:,}", ""]
     if f["by_detector"]:
-        out += ["| detector | findings | by severity |", "|---|---|---|"]
+        out += ["| detector | findings | by severity | field guide |", "|---|---|---|---|"]
         for det, d in f["by_detector"].items():
             sev = ", ".join(f"{md_text(k)} {v}" for k, v in sorted(d["by_severity"].items()))
-            out.append(f"| {md_code(det)} | {d['count']} | {sev} |")
+            out.append(f"| {md_code(det)} | {d['count']} | {sev} | {_guide_link(det)} |")
         for det, d in f["by_detector"].items():
-            out += ["", f"### {md_code(det)}", ""]
+            out += [
+                "",
+                f"### {md_code(det)}",
+                "",
+                f"What it means and the usual fix: {_guide_link(det)}",
+                "",
+            ]
             for item in d.get("top", []):
                 out.append(
                     f"- {md_text(item['ts'])} {md_text(item['severity'])}: "
@@ -150,6 +167,23 @@ def to_markdown(doc: dict) -> str:
             f"| {md_code(fi['path'])} | {md_text(fi['format'])} | {fi['rows']:,} | "
             f"{fi['quarantined']:,} | {md_code(fi['sha256'])} |"
         )
+    if doc.get("field_guide"):
+        out += [
+            "",
+            "## Field guide",
+            "",
+            "For each detector with findings here: the failure it catches in real deployments,",
+            "what it looks like in the dashboard and the usual fix (all detectors:",
+            "docs/field-guide.md).",
+        ]
+        for e in doc["field_guide"]:
+            out += ["", f"### Field guide: {md_code(e['detector'])}", ""]
+            out += [
+                f"- **Seen in the field:** {md_text(e['failure'])}",
+                *([f"- **Public reports:** {md_text(e['reports'])}"] if e["reports"] else []),
+                f"- **In the dashboard:** {md_text(e['dashboard'])}",
+                f"- **Usual fix:** {md_text(e['fix'])}",
+            ]
     c = doc["configuration"]
     out += [
         "",

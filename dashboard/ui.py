@@ -351,6 +351,11 @@ def filter_note(query_name: str, f: Filters) -> None:
         st.caption(f"Not filtered by {', '.join(ignored)}: this shows all of the data.")
 
 
+def guide_link(detector: str) -> str:
+    """The detector's entry on the Field guide page (docs/field-guide.md, in the app)."""
+    return "guide?" + urlencode({"detector": detector})
+
+
 def findings_table(df: pd.DataFrame, key: str, ctx: Ctx, height: int = 360) -> None:
     if df.empty:
         st.success("No findings for these filters.")
@@ -373,6 +378,7 @@ def findings_table(df: pd.DataFrame, key: str, ctx: Ctx, height: int = 360) -> N
             ],
             "detail": df["detail"].map(fmt.detail),
             "revision": df["revision"].map(fmt.blank),
+            "guide": df["detector"].map(guide_link),
         }
     )
     st.dataframe(
@@ -389,6 +395,9 @@ def findings_table(df: pd.DataFrame, key: str, ctx: Ctx, height: int = 360) -> N
                 width="small",
             ),
             "time (UTC)": st.column_config.DatetimeColumn("time (UTC)", format="MM-DD HH:mm:ss"),
+            "guide": st.column_config.LinkColumn(
+                "guide", display_text="field guide ›", help="what it means and the usual fix"
+            ),
             "session": st.column_config.TextColumn(
                 "session", help="HMAC of the session id (shortened)"
             ),

@@ -166,11 +166,21 @@ EVENTS = RecordType(
         _f("event_id", "text", True, doc="SSE id, unique within the session"),
         _f("seq", "int", True, doc="1, 2, 3 ... per stream; the priming event is 0"),
         _f("kind", "enum", True, EVENT_KINDS),
-        _f("disposition", "enum", True, ("sent", "dropped", "coalesced", "replayed")),
+        _f(
+            "disposition",
+            "enum",
+            True,
+            ("sent", "dropped", "coalesced", "replayed", "evicted"),
+        ),
         _f("cumulative", "bool", doc="carries part of the result"),
         _f("message_digest", "text", doc="SHA-256 of the event data"),
         _f("jsonrpc_id", "text", doc="request answered (result/error)"),
-        _f("buffer_depth", "int", doc="outbound queue depth when produced"),
+        _f(
+            "buffer_depth",
+            "int",
+            doc="outbound queue depth when produced; on an `evicted` row (the event left "
+            "the server's replay store), the events the store held then",
+        ),
     ),
 )
 

@@ -1,7 +1,9 @@
 """Load the `.sql` files of queries/sql by name, with their headers.
 
 A header is the leading `-- key: value` comment lines: name, invariant,
-severity, needs (record types read), params (bound `$names`), unit, purpose.
+severity, needs (record types read), params (bound `$names`), unit, purpose; and for
+detectors the field guide's failure, reports, dashboard and fix. A comment line
+indented by two or more spaces after `--` continues the value above it.
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ from pathlib import Path
 
 SQL_DIR = Path(__file__).parent / "sql"
 _HEADER = re.compile(r"^--\s*([a-z_]+):\s*(.*)$")
+_CONTINUED = re.compile(r"^--\s{2,}(\S.*)$")
 _PARAM = re.compile(r"\$([a-z_][a-z0-9_]*)")
 
 
@@ -61,11 +64,17 @@ def split(value: str) -> tuple[str, ...]:
 def parse(path: Path, kind: str) -> Query:
     text = path.read_text(encoding="utf-8")
     header: dict[str, str] = {}
+    key = None
     for line in text.splitlines():
-        m = _HEADER.match(line)
-        if not m:
+        c = _CONTINUED.match(line) if key is not None else None
+        m = None if c else _HEADER.match(line)
+        if c:
+            header[key] = f"{header[key]} {c.group(1).strip()}".strip()
+        elif m:
+            key = m.group(1)
+            header[key] = m.group(2).strip()
+        else:
             break
-        header[m.group(1)] = m.group(2).strip()
     name = header.get("name", path.stem)
     return Query(name, kind, path, text, header)
 

@@ -12,7 +12,7 @@ from replaygate.ingest.config import Config
 from replaygate.ingest.errors import ReplaygateError
 from replaygate.ingest.timefmt import iso_ms as _iso
 
-from . import api, catalog, escape, gates, history, runner
+from . import api, catalog, escape, fieldguide, gates, history, runner
 
 REPORT_VERSION = "1"
 
@@ -168,6 +168,7 @@ def build(
         for g in st["gates"]
     ]
     quarantined = con.execute("SELECT count(*) FROM quarantine").fetchone()[0]
+    found = _findings(con, st["stage"], top)
     return {
         "report_version": REPORT_VERSION,
         "tool": {"name": "replaygate", "version": __version__},
@@ -179,7 +180,10 @@ def build(
         "by_revision": st["by_revision"],
         "rollback_verification": doc["rollback_verification"],
         "decision_history": _decision_history(con, st["stage"]),
-        "findings": _findings(con, st["stage"], top),
+        "findings": found,
+        # The guide entries of the detectors behind this stage's findings (the whole
+        # guide: docs/field-guide.md).
+        "field_guide": [fieldguide.entry(d) for d in found["by_detector"]],
         "coverage": runner.coverage_doc(con),
         "inputs": {"files": _inputs(con), "quarantined_rows": quarantined},
         "configuration": {**gates.effective_settings(config), "source": config.source},

@@ -79,7 +79,9 @@ def _placements(f: Fleet, needs: str, end: int) -> tuple[int, str | None, bool]:
         options = [o for o in options if o is not None]
     cohort = rng.choice(options)
     if cohort is None:
-        return rng.randint(T0 + margin, end - 2 * margin), None, False
+        # Baseline traffic too stays out of the current stage's window: its sessionless
+        # requests (an initialize, a refused Origin) are staged by window.
+        return rng.randint(T0 + margin, f.stages[3].start - margin), None, False
     st = f.stage_named(cohort)
     stop = st.end if st.end is not None else end
     return rng.randint(st.start + margin, stop - margin), cohort, st.scope != "shadow"

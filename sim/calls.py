@@ -17,7 +17,7 @@ from .fleet import TOOLS, Fleet, Sess, sha
 class Brk:
     after: int  # last seq the client received before the break
     inflight: int = 0  # events sent after `after` and lost on the wire
-    mode: str = "resume"  # resume | pending | reject | repost | abandon
+    mode: str = "resume"  # resume | pending | reject | repost | abandon | cursorless
     repost_key: str = "same"  # same | new | none (for mode repost)
     delay: int | None = None  # ms from DISCONNECTED to the reconnect
     cursor: str | None = None  # a Last-Event-ID other than the client's own
@@ -27,6 +27,8 @@ class Brk:
     cross: tuple | None = None  # (stream_id, event_id, seq, digest) replayed from elsewhere
     repost_delay: int | None = None
     at: int | None = None  # the break happens no earlier than this time
+    gap_events: int = 0  # events the tool produces between the break and the reconnect
+    evict_to: int | None = None  # the replay store evicts seqs up to this one before a resume
 
 
 @dataclass
@@ -71,6 +73,7 @@ def call(
     expire_before_result=False,
     priming_lost=False,
     client_cut: int | None = None,
+    post_cursor=None,
 ) -> CallResult:
     """`client_cut`: the client stops reading after this seq without the server noticing
     (the server completes the stream; the client accepts nothing more)."""
@@ -85,7 +88,16 @@ def call(
     n = n or rng.randint(3, 10)
     retry = rng.choice((1000, 2000, 3000))
     t = s.t
-    f.proxy(t, "POST", 200, s, jsonrpc_method="tools/call", request_id=rid, duration=n * 200)
+    f.proxy(
+        t,
+        "POST",
+        200,
+        s,
+        jsonrpc_method="tools/call",
+        request_id=rid,
+        duration=n * 200,
+        last_event_id=post_cursor,
+    )
     t += f.jitter(2, 10)
     f.led_stream(
         s,
@@ -208,10 +220,22 @@ def call(
                     receipt=receipt if hit else None,
                 )
             return result
+        if brk.mode == "cursorless":
+            _cursorless_reopen(f, s, brk, sid, st, retry, rest, dropped, produce)
+            s.t = result.t_end = st["t"]
+            return result
         acked = sorted(received)
         cursor_seq = acked[-2] if brk.ack_lag and len(acked) > 1 else acked[-1]
         cursor = brk.cursor or received[cursor_seq]
         st["t"] += brk.delay if brk.delay is not None else retry + f.jitter(30, 700)
+        if brk.evict_to is not None:
+            # A bounded replay store full of other streams' events drops this one's oldest.
+            evicted_at = st["t"] - 400
+            for q in sorted(events):
+                if q <= brk.evict_to and q not in dropped:
+                    eid, kind, digest = events[q]
+                    evicted_at += 1
+                    f.event(s, evicted_at, sid, eid, q, kind, "evicted", digest=digest, depth=256)
         f.led_stream(
             s,
             st["t"],
@@ -290,6 +314,24 @@ def call(
     s.t = st["t"] + f.jitter(5, 20)
     result.t_end = s.t
     return result
+
+
+def _cursorless_reopen(f: Fleet, s: Sess, brk: Brk, sid, st, retry, rest, dropped, produce):
+    """The tool keeps running after the break; the client re-opens the stream by a GET
+    without Last-Event-ID, so the server has no position to replay from and the stream's
+    events go nowhere until the client gives up on it."""
+    disc = st["t"]
+    for q in rest[: brk.gap_events]:
+        produce(q, "dropped" if q in dropped else "sent")
+    st["t"] = max(st["t"], disc + retry) + f.jitter(30, 700)
+    f.led_stream(s, st["t"], sid, "RESUME_PENDING")
+    f.proxy(st["t"] + 1, "GET", 200, s)
+    st["t"] += f.jitter(10, 150)
+    f.led_stream(s, st["t"], sid, "STREAM_OPEN", method="GET")
+    for q in rest[brk.gap_events :]:
+        produce(q, "dropped" if q in dropped else "sent")
+    st["t"] += f.jitter(500, 3000)
+    f.led_stream(s, st["t"], sid, "CLOSED", close_reason="client_disconnect")
 
 
 def sessionless_call(

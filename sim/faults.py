@@ -195,6 +195,52 @@ def _misrouted(f, t, cohort, resumable):
     return [X(f, "cursor_misrouted", "critical", b.t_end, s.hmac, **stream_unit(s, b.stream_id))]
 
 
+@fault(
+    "cursor_on_post",
+    "any",
+    "004",
+    "the client puts its last event id on its next POST and never on a reconnecting GET",
+)
+def _cursor_on_post(f, t, cohort, resumable):
+    s = session(f, t, cohort, resumable)
+    a = call(f, s, "read", n=5)
+    posted = s.t
+    call(f, s, "read", n=4, post_cursor=a.events[max(a.events)][0])
+    f.delete(s)
+    return [X(f, "cursor_on_post", "low", posted, s.hmac)]
+
+
+@fault(
+    "resume_without_cursor",
+    "resumable",
+    "004",
+    "the client re-opens a broken stream without Last-Event-ID: events sent in the gap are lost",
+)
+def _resume_without_cursor(f, t, cohort, resumable):
+    s = session(f, t, cohort, True)
+    r = call(f, s, "read", n=8, brk=Brk(after=3, inflight=1, mode="cursorless", gap_events=2))
+    f.delete(s)
+    u = stream_unit(s, r.stream_id)
+    return [X(f, "resume_without_cursor", "medium", r.t_end, s.hmac, **u)]
+
+
+@fault(
+    "replay_buffer_exhausted",
+    "resumable",
+    "002",
+    "a bounded replay store evicts the client's cursor before it reconnects: resume rejected",
+)
+def _replay_buffer_exhausted(f, t, cohort, resumable):
+    s = session(f, t, cohort, True)
+    r = call(f, s, "read", n=8, brk=Brk(after=3, inflight=2, mode="reject", evict_to=4))
+    f.delete(s)
+    u = stream_unit(s, r.stream_id)
+    return [
+        X(f, "replay_buffer_exhausted", "high", r.t_end, s.hmac, **u, detail_events_lost=2),
+        X(f, "cursor_rejected", "low", r.t_end, s.hmac, **u),
+    ]
+
+
 @fault("slow_recovery", "resumable", "004", "a broken stream takes 9 s to reopen")
 def _slow(f, t, cohort, resumable):
     s = session(f, t, cohort, True)
@@ -666,6 +712,8 @@ def _rb_cursor(f, t, cohort, resumable):
     return [
         X(f, "rollback_cursor_dropped", "high", r.t_end, s.hmac, **u),
         X(f, "cursor_rejected", "low", r.t_end, s.hmac, **u),
+        # The cursor is one the server produced on that stream: its store no longer held it.
+        X(f, "replay_buffer_exhausted", "high", r.t_end, s.hmac, **u),
     ]
 
 

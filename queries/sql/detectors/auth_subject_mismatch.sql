@@ -1,5 +1,11 @@
 -- name: auth_subject_mismatch
 -- invariant: a session is served only to the token subject that opened it
+-- failure: A request on a session carries another token subject and is served: a session id
+--   alone authorizes access.
+-- dashboard: Overview: the `auth_binding` gate fails; Sessions & proxy lists a `critical` row
+--   per (session, subject).
+-- fix: Bind sessions to the token subject that created them and answer a different subject with
+--   403 or 404.
 -- severity: critical
 -- needs: sessions, proxy
 -- facts: proxy.auth_subject, sessions.auth_subject

@@ -1,5 +1,9 @@
 -- name: conflict_executed
 -- invariant: a reused idempotency key with another payload is never executed
+-- failure: A server accepts a reused idempotency key with a different payload and executes it:
+--   the key protects nothing.
+-- dashboard: Dispatch & idempotency: a `critical` row per key with the executed dispatches.
+-- fix: Store the payload digest with each key and answer a mismatch with 409 without executing.
 -- severity: critical
 -- needs: dispatches
 -- facts: dispatches.payload_digest

@@ -1,5 +1,13 @@
 -- name: cross_stream_acceptance
 -- invariant: a client accepts an event only on the stream the event belongs to
+-- failure: A resume replays an event of another stream (event ids are only unique per stream,
+--   or a shared store is keyed by session alone) and the client accepts it as part of the wrong
+--   request.
+-- dashboard: Overview: the `cross_stream_acceptances` gate fails; Streams & replay lists a
+--   `critical` row per receipt with the event id; the inspector shows the foreign event on the
+--   carrying stream.
+-- fix: Key replay stores by (session, stream, event id); clients check that a replayed event
+--   belongs to the stream they resumed and reject it otherwise.
 -- severity: critical
 -- needs: inbox|events
 -- facts: none

@@ -1,5 +1,11 @@
 -- name: cursor_misrouted
 -- invariant: a stream resumes only from a Last-Event-ID of its own
+-- failure: A client resumes one stream with the Last-Event-ID of another (for example its
+--   standalone GET stream) and the server serves it anyway, mixing two requests' events.
+-- dashboard: Streams & replay: a `critical` row per stream; the detail names the stream the
+--   cursor really belongs to.
+-- fix: Servers resolve a cursor to its own stream and answer a foreign one with an error;
+--   clients keep one cursor per stream.
 -- severity: critical
 -- needs: streams, events
 -- facts: streams.resume_from_event_id

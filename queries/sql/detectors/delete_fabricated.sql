@@ -1,5 +1,11 @@
 -- name: delete_fabricated
 -- invariant: a session is TERMINATED only after a DELETE on it succeeded (2xx)
+-- failure: The server records a session as terminated although no DELETE succeeded (405, a lost
+--   response, none sent): the ledger claims a clean end that did not happen.
+-- dashboard: Sessions & proxy: a `medium` row per session; the inspector shows TERMINATED
+--   without a 2xx DELETE.
+-- fix: Write TERMINATED only when the DELETE was answered 2xx; record expiry as
+--   SESSION_EXPIRED.
 -- severity: medium
 -- needs: sessions, proxy
 -- facts: proxy.session_hmac

@@ -1,5 +1,14 @@
 -- name: dropped_terminal
 -- invariant: a result or error event is never dropped under backpressure
+-- failure: The terminal result or error of a request is dropped, or deleted with the stream's
+--   stored events when the stream closes, before a client that lost the connection could replay
+--   it.
+-- reports: cloudflare/agents PR 1607 (stored events, the final response among them, cleared
+--   when the stream closes)
+-- dashboard: Overview: the `silent_truncations` gate fails; Streams & replay shows a `critical`
+--   row per stream, with a `high` replay gap beside it.
+-- fix: Pin result and error events: deliver them before the connection may close, and keep them
+--   replayable until the session ends or the client acknowledged them.
 -- severity: critical
 -- needs: events
 -- facts: none

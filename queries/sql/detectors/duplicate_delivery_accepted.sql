@@ -1,5 +1,11 @@
 -- name: duplicate_delivery_accepted
 -- invariant: a dedup key (generation, stream_id, event_id, message_digest) is accepted at most once
+-- failure: A client whose persisted cursor lags one event gets the event again on resume and
+--   its dedup check fails, so the same event is processed twice.
+-- dashboard: Streams & replay: a `high` row per dedup key; the inspector shows two accepted
+--   receipts of one event.
+-- fix: Deduplicate on (generation, stream id, event id, message digest) in the client's durable
+--   inbox, and persist the cursor together with the accepted event.
 -- severity: high
 -- needs: inbox
 -- facts: none

@@ -1,5 +1,15 @@
 -- name: duplicate_dispatch
 -- invariant: one logical operation causes at most one executed side effect
+-- failure: A client treats a dropped transport as a failed call and replays a non-idempotent
+--   `tools/call` under a new request id (and no or a new idempotency key): the write executes
+--   twice.
+-- reports: smg-project/smg PR 2441, odysseus-dev/odysseus PR 6150, QwenLM/qwen-code issue 5381,
+--   intent-hq/intent issue 1530 (non-idempotent tool calls replayed after a transport drop)
+-- dashboard: Overview: the `duplicate_dispatches` gate fails; Dispatch & idempotency shows the
+--   share by basis and a `critical` row per logical operation (`high` for basis `suspected`).
+-- fix: Send an idempotency key with every write and reuse it on a re-send; the server returns
+--   the first execution's receipt for a repeated key; a broken stream is resumed, not
+--   re-posted.
 -- severity: critical, high
 -- needs: dispatches
 -- params: retry_window_s, resend_window_s

@@ -1,5 +1,10 @@
 -- name: idempotency_conflict
 -- invariant: an idempotency key is reused only for the same payload (informational when the server refuses it with 409)
+-- failure: A client reuses an idempotency key for a different payload (a key per tool instead
+--   of per operation); the server correctly refuses with 409.
+-- dashboard: Dispatch & idempotency: a `medium` row per key with the conflicting attempts.
+-- fix: Derive the key from the operation (one per logical call), never from the tool or session
+--   alone.
 -- severity: medium
 -- needs: dispatches
 -- facts: dispatches.payload_digest

@@ -1,5 +1,11 @@
 -- name: invalid_origin_accepted
 -- invariant: a request with an Origin outside the allow-list is answered 403
+-- failure: A request with a foreign Origin (DNS rebinding, a proxy that rewrites or strips
+--   Origin) is served instead of refused.
+-- dashboard: Overview: the `invalid_origin_rejection` gate fails; Sessions & proxy lists a
+--   `critical` row per request with its Origin.
+-- fix: Validate Origin against an allow-list on every request and answer 403; make sure the
+--   proxy passes the header through unchanged.
 -- severity: critical
 -- needs: proxy
 -- facts: proxy.origin

@@ -1,5 +1,10 @@
 -- name: obsolete_resume
 -- invariant: clients on 2026-07-28 or later never send Last-Event-ID (that revision has no resumption)
+-- failure: A client on the 2026-07-28 revision still sends Last-Event-ID, although that
+--   revision has no resumption: it believes a broken request can be resumed.
+-- dashboard: Sessions & proxy: a `low` row per client (principal or address).
+-- fix: On 2026-07-28 and later, re-send a broken request with its idempotency key instead of
+--   resuming.
 -- severity: low
 -- needs: proxy
 -- facts: proxy.protocol_version, proxy.last_event_id

@@ -1,5 +1,10 @@
 -- name: priming_lost
 -- invariant: on a resumable session, a stream's client holds a cursor (an accepted event) before the stream can break
+-- failure: The initial empty SSE event (the priming event that gives the client a cursor) is
+--   lost, then the stream breaks: the client has nothing to resume from.
+-- dashboard: Streams & replay: a `medium` row per stream of a resumable session.
+-- fix: Send the priming event first and flush it; a client that never got an event id re-issues
+--   the request (with its idempotency key) instead of resuming.
 -- severity: medium
 -- needs: streams, sessions, inbox|events
 -- facts: sessions.resumable|sessions.protocol_version

@@ -1,5 +1,11 @@
 -- name: reconnect_storm
 -- invariant: reconnects (GET with Last-Event-ID, requests answered 429 or 503) stay within the budget in every 10-second window
+-- failure: After an outage every client reconnects at once (ignoring retry and Retry-After),
+--   and 429/503 answers feed more reconnects.
+-- dashboard: Sessions & proxy: the reconnect chart crosses the budget line; Overview: the
+--   `reconnect_qps` gate fails; a `high` row per 10-second window.
+-- fix: Honour `retry` and Retry-After with jitter and a global reconnect budget on the client;
+--   shed load with 503 and Retry-After on the server.
 -- severity: high
 -- needs: proxy
 -- facts: proxy.last_event_id

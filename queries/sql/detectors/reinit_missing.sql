@@ -1,5 +1,11 @@
 -- name: reinit_missing
 -- invariant: after a 404 on a session, the client stops using it and sends a new initialize within the re-init window
+-- failure: After a 404 on an expired session the client keeps sending on the dead session id,
+--   or gives up, instead of initializing a new session.
+-- dashboard: Overview: the `reinit_after_404` gate fails; Sessions & proxy lists a `high` row
+--   per 404 not followed by an initialize.
+-- fix: On 404 with a session id, drop the session and send a new initialize without one (the
+--   transport specification requires it).
 -- severity: high
 -- needs: proxy
 -- facts: proxy.initialize, proxy.principal|proxy.client_addr

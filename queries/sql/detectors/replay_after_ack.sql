@@ -1,5 +1,10 @@
 -- name: replay_after_ack
 -- invariant: a resume replays only events after the client's acknowledged position (the later of the last acknowledged event the stream recorded and the resume cursor)
+-- failure: A server replays from its own bookmark instead of the client's cursor, re-sending
+--   events the client had already acknowledged.
+-- dashboard: Streams & replay: a `low` row per stream with the replayed seqs and the
+--   acknowledged seq.
+-- fix: Replay strictly after the presented Last-Event-ID; clients deduplicate replays anyway.
 -- severity: low
 -- needs: streams, events
 -- facts: streams.last_acked_event_id|streams.resume_from_event_id

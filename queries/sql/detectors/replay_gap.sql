@@ -1,5 +1,16 @@
 -- name: replay_gap
 -- invariant: a client accepts every event of a stream up to its last accepted one, and on a completed stream every event the server produced; priming and heartbeats aside
+-- failure: A server drops events under backpressure (or a bounded replay buffer evicts them)
+--   and keeps honouring Last-Event-ID: the resumed stream skips them and the client never
+--   learns they existed.
+-- reports: Cocoanetics/SwiftMCP PR 109 and an OloEngine diagnostics server (bounded replay
+--   buffers of 256 or 512 events that evict a reconnecting client's events)
+-- dashboard: Streams & replay: a `high` row per stream when a message, result or cumulative
+--   event is missing (`low` for progress only); the detail lists the missing seqs and kinds;
+--   the inspector shows the hole between accepted events.
+-- fix: Apply backpressure by slowing the producer, never by dropping answer-carrying events;
+--   keep a gapless event log for as long as a cursor can come back, or declare the stream lossy
+--   so clients re-fetch state.
 -- severity: high, low
 -- needs: events, streams
 -- facts: none

@@ -1,5 +1,13 @@
 -- name: retry_not_honored
 -- invariant: a client waits the server's SSE retry before reconnecting a stream
+-- failure: A client ignores the SSE `retry:` directive and reconnects at once, adding load
+--   exactly when the server asked for time.
+-- reports: simonx1/ruby-mcp-client PR 168 (the client ignored the server's SSE `retry:`
+--   directive)
+-- dashboard: Streams & replay: a `low` row per stream with the milliseconds waited and the
+--   retry asked for; Sessions & proxy: reconnect peaks.
+-- fix: Parse `retry:` and wait at least that long (plus jitter) before reconnecting; bound
+--   reconnects with a global budget.
 -- severity: low
 -- needs: streams
 -- facts: streams.retry_ms

@@ -1,5 +1,10 @@
 -- name: rollback_cursor_dropped
 -- invariant: a rollback keeps the cursor index of live sessions: their streams opened before it still resume
+-- failure: A rollback wipes the cursor index, so live sessions opened before it can no longer
+--   resume.
+-- dashboard: Rollout: rollback verification is not verified; a `high` row per stream that got
+--   CURSOR_REJECTED in the hygiene window.
+-- fix: Keep the cursor index of older generations until their sessions expire.
 -- severity: high
 -- needs: rollout, streams, sessions
 -- facts: none

@@ -1,5 +1,11 @@
 -- name: rollback_post_storm
 -- invariant: after a rollback, a broken stream opened before it is resumed, not re-POSTed
+-- failure: After a rollback clients re-POST broken requests instead of resuming them,
+--   re-running operations (writes among them).
+-- dashboard: Rollout: rollback verification is not verified; a `high` row per stream followed
+--   by a re-POST of the same payload.
+-- fix: Keep resumption for streams opened before the rollback, and make writes idempotent so a
+--   re-POST is harmless.
 -- severity: high
 -- needs: rollout, streams, sessions
 -- facts: streams.payload_digest, streams.method

@@ -1,5 +1,11 @@
 -- name: rollback_resumable_new_stream
 -- invariant: after a rollback, streams opened in the hygiene window are never resumed
+-- failure: After a rollback the old version still offers resumption on new streams, so clients
+--   resume against code that no longer supports it.
+-- dashboard: Rollout: rollback verification is not verified; Streams & replay lists a
+--   `critical` row per stream opened in the hygiene window.
+-- fix: Turn resumption off for new streams as part of the rollback and keep it off until the
+--   next stage starts.
 -- severity: critical
 -- needs: rollout, streams
 -- facts: none

@@ -1,5 +1,11 @@
 -- name: session_after_terminal
 -- invariant: nothing is accepted or served on a session after it was terminated or expired
+-- failure: A session keeps being served after DELETE or expiry: a stale node still has it, or
+--   expiry is only enforced on some paths.
+-- dashboard: Overview: the `auth_binding` gate fails; Sessions & proxy lists a `critical` row
+--   per session.
+-- fix: Make termination and expiry authoritative in the shared session store and check it on
+--   every request and replay.
 -- severity: critical
 -- needs: sessions, inbox|proxy
 -- facts: none

@@ -1,5 +1,13 @@
 -- name: silent_truncation
 -- invariant: no operation closes with an accepted result while an answer-changing event of its stream is missing
+-- failure: A stream whose cumulative messages were dropped still delivers its final result, so
+--   the client closes the operation with a complete-looking, wrong answer.
+-- reports: cloudflare/agents PR 1607 (a server clears a stream's stored events when it closes,
+--   so a reconnecting client never gets what it missed)
+-- dashboard: Overview: the `silent_truncations` gate fails; Streams & replay lists a `critical`
+--   row per stream next to its `high` replay gap.
+-- fix: Never drop cumulative or terminal events; when a replay had a gap, make the client
+--   discard the accumulated stream and read the final state explicitly.
 -- severity: critical
 -- needs: events, streams
 -- facts: none

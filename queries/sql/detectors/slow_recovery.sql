@@ -1,5 +1,11 @@
 -- name: slow_recovery
 -- invariant: a disconnected stream is open again within the recovery threshold
+-- failure: Broken streams take many seconds to reopen: long retry values, slow cursor lookups
+--   in a shared store, or a proxy that holds the reconnect.
+-- dashboard: Streams & replay: the recovery histogram has a tail past the threshold line;
+--   Overview: the `recovery_p99` gate fails when the p99 crosses it.
+-- fix: Index the replay store by stream and event id, keep `retry` short, and make sure proxies
+--   do not buffer SSE responses.
 -- severity: medium
 -- needs: streams
 -- facts: none

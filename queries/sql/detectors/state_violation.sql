@@ -1,5 +1,10 @@
 -- name: state_violation
 -- invariant: session and stream ledgers follow the state machines of seed 004 (a repeated state is fine)
+-- failure: Session or stream ledgers skip states (a resume without a disconnect, a stream
+--   opened twice): the recorder or the server's state machine is out of step.
+-- dashboard: Sessions & proxy: a `medium` row per (entity, time) naming the transition.
+-- fix: Fix the writer of the ledger so it records every transition of the state machine in
+--   order.
 -- severity: medium
 -- needs: sessions|streams
 -- facts: none

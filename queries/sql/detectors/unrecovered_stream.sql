@@ -1,5 +1,11 @@
 -- name: unrecovered_stream
 -- invariant: a stream that asked to resume is open again or closed by the end of the data
+-- failure: A client asks to resume and the stream never opens again or closes: the request is
+--   left hanging and its answer never arrives.
+-- dashboard: Streams & replay: a `medium` row per stream with the time it was pending since;
+--   the inspector ends with RESUME_PENDING.
+-- fix: Answer every resume with the replay or with an error; clients time a resume out and
+--   re-issue the request.
 -- severity: medium
 -- needs: streams
 -- facts: none

@@ -1,0 +1,80 @@
+-- name: replay_buffer_exhausted
+-- invariant: a server that issued an event id can replay from it while the session lives; a bounded replay buffer must not reject a cursor it produced
+-- failure: A bounded replay buffer (256 or 512 events) evicts a stream's events before its
+--   client reconnects: the server rejects a cursor it issued itself and the events after it are
+--   gone.
+-- reports: Cocoanetics/SwiftMCP PR 109 and an OloEngine diagnostics server (bounded replay
+--   buffers that evict the cursor of a client that reconnects after enough events)
+-- dashboard: Streams & replay: a `high` row per stream next to its `cursor_rejected`; the
+--   detail gives the cursor's seq, the events lost after it and, when the recorder logged it,
+--   when it was evicted and how full the store was.
+-- fix: Retain per stream rather than globally, size retention by time (the longest reconnect
+--   you accept), never evict a stream that is still open or awaiting a resume, and tell the
+--   client to re-issue the request when its cursor is gone.
+-- severity: high
+-- needs: streams, events
+-- unit: stream
+-- page: streams
+-- The cursor is judged by the event log: an event the server produced on this very stream
+-- (a cursor it never produced, or one of another stream, is a client fault, see
+-- cursor_rejected and cursor_misrouted). Lost events: after the cursor, neither priming
+-- nor heartbeat, never accepted by the client (basis client, when the session has inbox
+-- receipts), else never replayed by the server (basis server).
+WITH ordered AS (
+    SELECT session_hmac, generation, stream_id, state, ts, resume_from_event_id,
+           lead(state) OVER (PARTITION BY session_hmac, generation, stream_id
+                             ORDER BY ts, file_id, pos) AS next_state
+    FROM streams
+),
+rejected AS (
+    SELECT o.session_hmac, o.generation, o.stream_id,
+           arg_min(o.resume_from_event_id, o.ts) AS cursor, min(o.ts) AS ts,
+           count(*) AS rejections
+    FROM ordered o
+    JOIN a_event_index e
+      ON e.session_hmac = o.session_hmac AND e.generation = o.generation
+     AND e.event_id = o.resume_from_event_id AND e.stream_id = o.stream_id
+    WHERE o.state = 'RESUME_PENDING' AND o.next_state = 'CURSOR_REJECTED'
+    GROUP BY ALL
+),
+judged AS (
+    SELECT r.*, e.seq AS cursor_seq,
+           r.session_hmac IN (SELECT session_hmac FROM inbox) AS client_basis
+    FROM rejected r
+    JOIN a_event_index e
+      ON e.session_hmac = r.session_hmac AND e.generation = r.generation
+     AND e.event_id = r.cursor
+),
+accepted AS (
+    SELECT DISTINCT session_hmac, generation, origin_stream_id AS stream_id, seq
+    FROM a_inbox WHERE verdict = 'accepted'
+),
+lost AS (
+    SELECT j.session_hmac, j.generation, j.stream_id, list(x.seq ORDER BY x.seq) AS seqs
+    FROM judged j
+    JOIN a_event_index x
+      ON x.session_hmac = j.session_hmac AND x.generation = j.generation
+     AND x.stream_id = j.stream_id AND x.seq > j.cursor_seq
+    LEFT JOIN accepted a
+      ON a.session_hmac = x.session_hmac AND a.generation = x.generation
+     AND a.stream_id = x.stream_id AND a.seq = x.seq
+    WHERE coalesce(x.kind, '?') NOT IN ('priming', 'heartbeat')
+      AND CASE WHEN j.client_basis THEN a.seq IS NULL ELSE NOT x.replayed END
+    GROUP BY ALL
+),
+evicted AS (
+    SELECT session_hmac, generation, event_id, min(ts) AS evicted_at,
+           max(buffer_depth) AS buffer_depth
+    FROM events WHERE disposition = 'evicted'
+    GROUP BY ALL
+)
+SELECT j.session_hmac, j.generation, j.stream_id, 'high' AS severity, j.ts,
+       json_object('basis', CASE WHEN j.client_basis THEN 'client' ELSE 'server' END,
+                   'cursor', j.cursor, 'cursor_seq', j.cursor_seq,
+                   'events_lost', coalesce(len(l.seqs), 0),
+                   'lost_seqs', coalesce(l.seqs, []),
+                   'evicted_at', v.evicted_at, 'buffer_depth', v.buffer_depth) AS detail
+FROM judged j
+LEFT JOIN lost l USING (session_hmac, generation, stream_id)
+LEFT JOIN evicted v
+  ON v.session_hmac = j.session_hmac AND v.generation = j.generation AND v.event_id = j.cursor

@@ -1,0 +1,87 @@
+-- name: resume_without_cursor
+-- invariant: on a resumable session, a client that holds a cursor for a broken stream presents it (Last-Event-ID) when it re-opens the stream
+-- failure: A client that had received events with ids reconnects without Last-Event-ID, so the
+--   server cannot replay and everything sent in the gap is lost silently.
+-- reports: modelcontextprotocol/inspector issue 723 (reconnects without Last-Event-ID although
+--   events with ids had been received)
+-- dashboard: Streams & replay: a `medium` row per stream with when it broke, when it was
+--   re-opened and the lost seqs; the inspector shows a RESUME_PENDING with no cursor.
+-- fix: Persist the id of the last accepted event per stream and present it on the reconnecting
+--   GET; a client that lost it re-issues the request instead.
+-- severity: medium
+-- needs: streams, events, sessions
+-- unit: stream
+-- page: streams
+-- A re-open is the first RESUME_PENDING, or STREAM_OPEN by GET, after a DISCONNECTED; it
+-- is cursorless when it names no resume_from_event_id. The client held a cursor when it
+-- had accepted an event of the stream before the break (basis client, when the session
+-- has inbox receipts); without receipts, when the server had delivered an event other
+-- than priming (basis server: a priming-only stream is priming_lost's case). Lost: events
+-- after that position, produced before the re-open, never accepted (client) or never
+-- replayed (server); priming and heartbeats never count.
+WITH ordered AS (
+    SELECT session_hmac, generation, stream_id, state, ts, method, resume_from_event_id,
+           last_sent_event_id,
+           k_ AS k,
+           min(CASE WHEN state IN ('RESUME_PENDING', 'STREAM_OPEN') THEN k_ END)
+               OVER (w ROWS BETWEEN 1 FOLLOWING AND UNBOUNDED FOLLOWING) AS reopen_k
+    FROM (SELECT *, row_number() OVER (PARTITION BY session_hmac, generation, stream_id
+                                       ORDER BY ts, file_id, pos) AS k_
+          FROM streams)
+    WINDOW w AS (PARTITION BY session_hmac, generation, stream_id ORDER BY k_)
+),
+reopens AS (
+    SELECT d.session_hmac, d.generation, d.stream_id, d.ts AS disc_ts,
+           d.last_sent_event_id, r.ts AS reopen_ts
+    FROM ordered d
+    JOIN ordered r
+      ON r.session_hmac = d.session_hmac AND r.generation = d.generation
+     AND r.stream_id = d.stream_id AND r.k = d.reopen_k
+    JOIN a_sessions s ON s.session_hmac = d.session_hmac AND s.resumable
+    WHERE d.state = 'DISCONNECTED' AND r.resume_from_event_id IS NULL
+      AND (r.state = 'RESUME_PENDING' OR r.method = 'GET')
+),
+judged AS (
+    SELECT r.*, r.session_hmac IN (SELECT session_hmac FROM inbox) AS client_basis,
+           (SELECT max(i.seq) FROM a_inbox i
+             WHERE i.session_hmac = r.session_hmac AND i.generation = r.generation
+               AND i.origin_stream_id = r.stream_id AND i.verdict = 'accepted'
+               AND i.ts <= r.disc_ts) AS client_pos,
+           coalesce((SELECT max(e.seq) FROM a_event_index e
+                      WHERE e.session_hmac = r.session_hmac AND e.generation = r.generation
+                        AND e.event_id = r.last_sent_event_id),
+                    (SELECT max(v.seq) FROM events v
+                      WHERE v.session_hmac = r.session_hmac AND v.generation = r.generation
+                        AND v.stream_id = r.stream_id AND v.disposition = 'sent'
+                        AND v.ts <= r.disc_ts)) AS server_pos
+    FROM reopens r
+),
+held AS (
+    SELECT *, CASE WHEN client_basis THEN client_pos ELSE server_pos END AS pos
+    FROM judged
+    WHERE CASE WHEN client_basis THEN client_pos IS NOT NULL ELSE server_pos >= 1 END
+),
+accepted AS (
+    SELECT DISTINCT session_hmac, generation, origin_stream_id AS stream_id, seq
+    FROM a_inbox WHERE verdict = 'accepted'
+),
+lost AS (
+    SELECT h.session_hmac, h.generation, h.stream_id, h.disc_ts, h.reopen_ts, h.pos,
+           h.client_basis, x.seq
+    FROM held h
+    JOIN a_event_index x
+      ON x.session_hmac = h.session_hmac AND x.generation = h.generation
+     AND x.stream_id = h.stream_id AND x.seq > h.pos AND x.first_ts < h.reopen_ts
+    LEFT JOIN accepted a
+      ON a.session_hmac = x.session_hmac AND a.generation = x.generation
+     AND a.stream_id = x.stream_id AND a.seq = x.seq
+    WHERE coalesce(x.kind, '?') NOT IN ('priming', 'heartbeat')
+      AND CASE WHEN h.client_basis THEN a.seq IS NULL ELSE NOT x.replayed END
+)
+SELECT session_hmac, generation, stream_id, 'medium' AS severity, min(reopen_ts) AS ts,
+       json_object('basis', CASE WHEN any_value(client_basis) THEN 'client' ELSE 'server' END,
+                   'disconnected_at', min(disc_ts), 'reopened_at', min(reopen_ts),
+                   'cursor_held_seq', min(pos),
+                   'lost_seqs', list(DISTINCT seq ORDER BY seq)) AS detail
+FROM lost
+GROUP BY session_hmac, generation, stream_id
