@@ -17,33 +17,20 @@
 -- page: streams
 -- The cursor is judged by the event log: an event the server produced on this very stream
 -- (a cursor it never produced, or one of another stream, is a client fault, see
--- cursor_rejected and cursor_misrouted). Lost events: after the cursor, neither priming
+-- cursor_rejected and cursor_misrouted). Lost events: after the acknowledged position (the
+-- later of the cursor and the last acknowledged event, see a_resumes), neither priming
 -- nor heartbeat, never accepted by the client (basis client, when the session has inbox
 -- receipts), else never replayed by the server (basis server).
-WITH ordered AS (
-    SELECT session_hmac, generation, stream_id, state, ts, resume_from_event_id,
-           lead(state) OVER (PARTITION BY session_hmac, generation, stream_id
-                             ORDER BY ts, file_id, pos) AS next_state
-    FROM streams
-),
-rejected AS (
-    SELECT o.session_hmac, o.generation, o.stream_id,
-           arg_min(o.resume_from_event_id, o.ts) AS cursor, min(o.ts) AS ts,
-           count(*) AS rejections
-    FROM ordered o
-    JOIN a_event_index e
-      ON e.session_hmac = o.session_hmac AND e.generation = o.generation
-     AND e.event_id = o.resume_from_event_id AND e.stream_id = o.stream_id
-    WHERE o.state = 'RESUME_PENDING' AND o.next_state = 'CURSOR_REJECTED'
+WITH judged AS (
+    -- The first rejected resume of each stream whose cursor the server produced on it;
+    -- lost events are counted from the acknowledged position (a_resumes: defined once).
+    SELECT session_hmac, generation, stream_id,
+           arg_min(resume_from_event_id, ts) AS cursor, arg_min(cursor_seq, ts) AS cursor_seq,
+           arg_min(acked_seq, ts) AS acked_seq, min(ts) AS ts,
+           session_hmac IN (SELECT session_hmac FROM inbox) AS client_basis
+    FROM a_resumes
+    WHERE next_state = 'CURSOR_REJECTED' AND cursor_stream_id = stream_id
     GROUP BY ALL
-),
-judged AS (
-    SELECT r.*, e.seq AS cursor_seq,
-           r.session_hmac IN (SELECT session_hmac FROM inbox) AS client_basis
-    FROM rejected r
-    JOIN a_event_index e
-      ON e.session_hmac = r.session_hmac AND e.generation = r.generation
-     AND e.event_id = r.cursor
 ),
 accepted AS (
     SELECT DISTINCT session_hmac, generation, origin_stream_id AS stream_id, seq
@@ -54,7 +41,7 @@ lost AS (
     FROM judged j
     JOIN a_event_index x
       ON x.session_hmac = j.session_hmac AND x.generation = j.generation
-     AND x.stream_id = j.stream_id AND x.seq > j.cursor_seq
+     AND x.stream_id = j.stream_id AND x.seq > j.acked_seq
     LEFT JOIN accepted a
       ON a.session_hmac = x.session_hmac AND a.generation = x.generation
      AND a.stream_id = x.stream_id AND a.seq = x.seq
