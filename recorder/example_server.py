@@ -2,7 +2,7 @@
 end-to-end test and as a starting point:
 
     python -m replaygate.recorder.example_server --port 8000 --ledger /var/log/mcp \
-        --stage read-25pct [--event-store mypackage.stores:RedisStore]
+        --stage read-25pct [--event-store mypackage.stores:RedisStore | --max-events N]
 
 The HMAC key comes from $REPLAYGATE_HMAC_KEY (required). `--event-store` names the
 operator's own EventStore class (module:attribute, constructed without arguments),
@@ -22,7 +22,7 @@ from mcp.server.mcpserver import Context, MCPServer
 from mcp.server.transport_security import TransportSecuritySettings
 from mcp_types import ToolAnnotations
 
-from . import instrument
+from . import MemoryEventStore, instrument
 
 mcp = MCPServer("replaygate-example")
 READ_ONLY = ToolAnnotations(readOnlyHint=True)
@@ -45,6 +45,14 @@ async def count(n: int, ctx: Context) -> str:
         await ctx.info(f"{i}")
         await asyncio.sleep(0.3)
     return f"counted to {n}"
+
+
+@mcp.tool(annotations=READ_ONLY)
+async def burst(n: int, ctx: Context) -> str:
+    """Log n messages at once (fills a bounded replay store), then answer."""
+    for i in range(1, n + 1):
+        await ctx.info(f"{i}")
+    return f"burst {n}"
 
 
 @mcp.tool()
@@ -79,9 +87,15 @@ def main() -> None:
     ap.add_argument("--stage", default=None, help="rollout stage, for logs without releases")
     ap.add_argument("--retry-ms", type=int, default=500)
     ap.add_argument("--event-store", default=None, help="module:Class of your EventStore")
+    ap.add_argument(
+        "--max-events",
+        type=int,
+        default=100_000,
+        help="bound of the in-memory replay store (without --event-store)",
+    )
     args = ap.parse_args()
     key = os.environ["REPLAYGATE_HMAC_KEY"].encode()
-    store = None
+    store = MemoryEventStore(args.max_events)
     if args.event_store:
         module, _, attr = args.event_store.partition(":")
         store = getattr(importlib.import_module(module), attr)()

@@ -4,12 +4,16 @@ around the SDK's app.
 Per request it puts a holder (the session id) in the recorder's context variable, so
 the event store can attribute events, and watches the exchange: a new Mcp-Session-Id
 in a response opens a session; a successful DELETE ends it; a POST answered with an
-SSE stream opens a stream (stream id = the JSON-RPC request id, as in the SDK); a GET
-with Last-Event-ID resumes one. A stream that ends after its result is CLOSED; one that
-ends before it (cut by the client, or closed by the server to make it reconnect) is
-DISCONNECTED. Every tools/call gets a dispatch record when its outcome is known: when
-its result is stored (even if the client is gone by then), else at the end of the
-response that carried it. The raw session id is only ever hashed.
+SSE stream opens a stream (stream id = the JSON-RPC request id, as in the SDK). A GET
+with Last-Event-ID resumes one: STREAM_OPEN when the event store replayed from the
+cursor, CURSOR_REJECTED (with the cursor) when it no longer held it — the SDK answers
+both with an event stream. A GET without Last-Event-ID after a stream of the session
+broke re-opens that stream without a cursor (RESUME_PENDING, STREAM_OPEN). A stream that
+ends after its result is CLOSED; one that ends before it (cut by the client, or closed
+by the server to make it reconnect) is DISCONNECTED. Every tools/call gets a dispatch
+record when its outcome is known: when its result is stored (even if the client is gone
+by then), else at the end of the response that carried it. The raw session id is only
+ever hashed.
 """
 
 from __future__ import annotations
@@ -50,6 +54,9 @@ class LedgerMiddleware:
         self.rollout_stage = rollout_stage
         # (session, stream) -> the request now carrying it; only that one may end it.
         self.carrier: dict[tuple[str, str], object] = {}
+        # session -> its streams that went DISCONNECTED and were neither resumed nor
+        # closed since, oldest first: what a reconnecting GET re-opens.
+        self.broken: dict[str, dict[str, None]] = {}
         self.writer = writer
         self.store = store
         self.server_instance = server_instance
@@ -79,6 +86,8 @@ class LedgerMiddleware:
             "call": None,
             "sse": False,
             "answer": bytearray(),
+            "cursor": None,  # Last-Event-ID of a resume
+            "opened": False,  # STREAM_OPEN written for the stream this request carries
         }
         method = scope["method"]
         last_event_id = req.get("last-event-id")
@@ -101,7 +110,8 @@ class LedgerMiddleware:
             return {}
 
         if method == "GET" and last_event_id and holder["session"]:
-            stream = self.store.stream_of(last_event_id)
+            # A cursor the recorder no longer knows re-opens the session's broken stream.
+            stream = self.store.stream_of(last_event_id) or self._broken(holder["session"])
             if stream is not None:
                 key = (holder["session"], stream)
                 if key in self.carrier:
@@ -117,7 +127,9 @@ class LedgerMiddleware:
                         close_reason="client_lost",
                     )
                 state["stream"] = stream
+                state["cursor"] = last_event_id
                 self.carrier[key] = state
+                self.broken.get(holder["session"], {}).pop(stream, None)
                 self._row(
                     "streams",
                     holder["session"],
@@ -126,6 +138,9 @@ class LedgerMiddleware:
                     resume_from_event_id=last_event_id,
                     last_acked_event_id=last_event_id,
                 )
+                # STREAM_OPEN or CURSOR_REJECTED once the store says whether it could
+                # replay from the cursor.
+                holder["on_replay"] = lambda served: self._replayed(holder, state, served)
 
         async def watch_send(message):
             if message["type"] == "http.response.start":
@@ -145,6 +160,7 @@ class LedgerMiddleware:
                         if "id" in doc:
                             state["stream"] = str(doc["id"])
                             self.carrier[(session, state["stream"])] = state
+                            state["opened"] = True
                             params = doc.get("params") or {}
                             self._row(
                                 "streams",
@@ -159,17 +175,27 @@ class LedgerMiddleware:
                                 else None,
                                 retry_ms=self.retry_ms,
                             )
-                    elif state["stream"] is not None:
+                    elif method == "GET" and not last_event_id and self._broken(session):
+                        # A GET without Last-Event-ID after a stream of this session broke:
+                        # the client re-opens without its cursor, so nothing can be
+                        # replayed. Linked to the most recently broken stream.
+                        stream = self._broken(session)
+                        self.broken[session].pop(stream)
+                        state["stream"] = stream
+                        self.carrier[(session, stream)] = state
+                        self._row("streams", session, stream_id=stream, state="RESUME_PENDING")
                         self._row(
-                            "streams",
-                            session,
-                            stream_id=state["stream"],
-                            state="STREAM_OPEN",
-                            method="GET",
+                            "streams", session, stream_id=stream, state="STREAM_OPEN", method="GET"
                         )
+                        state["opened"] = True
                 elif method == "GET" and state["stream"] is not None and session:
+                    holder.pop("on_replay", None)
                     self._row(
-                        "streams", session, stream_id=state["stream"], state="CURSOR_REJECTED"
+                        "streams",
+                        session,
+                        stream_id=state["stream"],
+                        state="CURSOR_REJECTED",
+                        resume_from_event_id=state.get("cursor"),
                     )
                     self._row(
                         "streams",
@@ -181,6 +207,7 @@ class LedgerMiddleware:
                     self.carrier.pop((session, state["stream"]), None)
                     state["stream"] = None
                 if method == "DELETE" and session and 200 <= status < 300:
+                    self.broken.pop(session, None)
                     self._row("sessions", session, state="DELETE_REQUESTED")
                     self._row("sessions", session, state="TERMINATED")
             elif message["type"] == "http.response.body":
@@ -218,23 +245,57 @@ class LedgerMiddleware:
             rollout_stage=self.rollout_stage,
         )
 
+    def _broken(self, session: str | None) -> str | None:
+        streams = self.broken.get(session) if session else None
+        return next(reversed(streams)) if streams else None
+
+    def _replayed(self, holder: dict, state: dict, served: str | None) -> None:
+        """The store's answer to a resume: served from the cursor, or not (it no longer
+        holds it: evicted, or never stored)."""
+        holder.pop("on_replay", None)
+        session, stream = holder.get("session"), state["stream"]
+        if not session or stream is None or self.carrier.get((session, stream)) is not state:
+            return
+        if served is not None:
+            self._row("streams", session, stream_id=stream, state="STREAM_OPEN", method="GET")
+            state["opened"] = True
+            return
+        self._row(
+            "streams",
+            session,
+            stream_id=stream,
+            state="CURSOR_REJECTED",
+            resume_from_event_id=state.get("cursor"),
+        )
+        self._row(
+            "streams", session, stream_id=stream, state="CLOSED", close_reason="cursor_rejected"
+        )
+        del self.carrier[(session, stream)]
+        state["stream"] = None
+
     def _end_stream(self, session: str | None, state: dict, reason: str = "network") -> None:
         stream = state["stream"]
         if not session or stream is None or self.carrier.get((session, stream)) is not state:
             return  # ended already, or another request carries the stream now
         del self.carrier[(session, stream)]
+        if state.get("cursor") and not state["opened"]:
+            # A resume that ended before the store answered it: it never re-opened, and
+            # stays RESUME_PENDING (unrecovered) rather than breaking again.
+            return
         if state["delivered"]:
             # Its result went out on this response (a resumed GET may stay open after it
             # until the client hangs up): the operation is complete.
             self._row(
                 "streams", session, stream_id=stream, state="CLOSED", close_reason="completed"
             )
+            self.broken.get(session, {}).pop(stream, None)
         else:
             # Ended before its result: cut by the client, or closed by the server so that
             # the client reconnects after `retry`.
             self._row(
                 "streams", session, stream_id=stream, state="DISCONNECTED", close_reason=reason
             )
+            self.broken.setdefault(session, {})[stream] = None
 
     # -- dispatch records ----------------------------------------------------------------
     def _begin_call(self, scope, holder: dict, state: dict, doc: dict) -> None:

@@ -7,6 +7,8 @@ each stored event (`sent`), and on a resume each event the inner store really re
 (`replayed`, on the stream it was replayed on). Events stored after the cursor that the
 inner store did not replay are then visible in the log itself, so a lossy or crossed
 store is observed, never masked. Per-stream indexes keep a replay of k events O(k).
+An event that leaves the store is logged as `evicted` (with the store's depth when the
+store reports its evictions, as the in-memory one does; else when a resume finds it gone).
 
 The SDK never tells an event store which session an event belongs to. The ledger
 middleware puts a mutable holder in a context variable for each request and fills it
@@ -56,6 +58,9 @@ class MemoryEventStore(EventStore):
 
     def __init__(self, max_events: int = 100_000):
         self.max_events = max_events
+        # Called with (event id, events held) for each event evicted; the recorder
+        # writes it to the event log.
+        self.on_evict: Callable[[str, int], None] | None = None
         self.events: dict[str, tuple[str, object, int]] = {}  # id -> stream, message, pos
         self.streams: dict[str, deque[str]] = {}  # stream -> its event ids, oldest first
         self.first_pos: dict[str, int] = {}  # stream -> position of streams[stream][0]
@@ -76,6 +81,8 @@ class MemoryEventStore(EventStore):
             self.first_pos[stream] += 1
             if not self.streams[stream]:
                 del self.streams[stream], self.first_pos[stream]
+            if self.on_evict is not None:
+                self.on_evict(old, len(self.order))
         return event_id
 
     async def replay_events_after(self, last_event_id, send_callback):
@@ -114,6 +121,12 @@ class RecordingEventStore(EventStore):
         # (session, stream) -> tools/call awaiting its result; set by the middleware.
         self.calls: dict[tuple, dict] = {}
         self.on_result: Callable[[dict, str, str | None], None] | None = None
+        # Events already logged as gone from the store (each is written once).
+        self.evicted: set[str] = set()
+        if hasattr(self.inner, "on_evict"):
+            # A store that says when it evicts (the in-memory one does): its evictions
+            # go to the event log as they happen, with how full the store was.
+            self.inner.on_evict = self._log_eviction
 
     # -- ledger ----------------------------------------------------------------------------
     def _emit(self, holder: dict | None, row: dict) -> None:
@@ -124,6 +137,14 @@ class RecordingEventStore(EventStore):
         row["session_hmac"] = self.writer.session_hmac(session)
         row.setdefault("generation", 1)
         self.writer.write("events", row)
+        event_id, stream_id = row.get("event_id"), row.get("stream_id")
+        known = self.index.get(event_id)
+        if known is not None and known[0] is None:
+            # Stored before its session was known (an initialize): attribute it now, so
+            # its delivery and its eviction are recognised like any other event's.
+            self.index[event_id] = (session, *known[1:])
+            if row.get("kind") in ("result", "error") and row.get("disposition") == "sent":
+                self.results[(session, stream_id)] = event_id
 
     def flush_pending(self) -> None:
         """Write events whose session became known (called by the middleware)."""
@@ -137,6 +158,35 @@ class RecordingEventStore(EventStore):
 
     def result_event(self, session: str, stream_id: str) -> str | None:
         return self.results.get((session, stream_id))
+
+    def _log_eviction(self, event_id: str, depth: int | None) -> None:
+        """An `evicted` row: the event left the replay store, so a resume from it (or
+        from before it) can no longer be served. `buffer_depth` is how many events the
+        store held then (None when the store did not say)."""
+        item = self.index.get(event_id)
+        if item is None or event_id in self.evicted:
+            return
+        session, stream_id, seq, kind, digest = item
+        if session is None:
+            return  # never attributed to a session: nothing to join it to
+        self.evicted.add(event_id)
+        if len(self.evicted) > self.max_events:
+            self.evicted.clear()  # bounded like the index; a repeat row is harmless
+        self.writer.write(
+            "events",
+            {
+                "ts": now_ms(),
+                "session_hmac": self.writer.session_hmac(session),
+                "generation": 1,
+                "stream_id": stream_id,
+                "event_id": event_id,
+                "seq": seq,
+                "kind": kind,
+                "disposition": "evicted",
+                "message_digest": digest,
+                "buffer_depth": depth,
+            },
+        )
 
     def _remember(self, event_id: str, item: tuple) -> None:
         self.index[event_id] = item
@@ -208,6 +258,15 @@ class RecordingEventStore(EventStore):
         for row in rows:
             if resumed is not None:
                 self._emit(holder, {**row, "stream_id": resumed})
+        if stream_id is None and cursor is not None:
+            # The server produced this cursor, yet its store no longer holds it: the
+            # store gave no notice of the eviction, so it is logged now.
+            self._log_eviction(last_event_id, None)
+        # The middleware learns whether the resume was served (it writes STREAM_OPEN)
+        # or not (CURSOR_REJECTED): the SDK answers both with a 200 event stream.
+        outcome = holder.get("on_replay") if holder else None
+        if outcome is not None:
+            outcome(stream_id)
         return stream_id
 
 

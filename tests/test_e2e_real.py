@@ -33,6 +33,7 @@ pytestmark = [
     ),
 ]
 KEY = "e2e-key-not-secret"
+MAX_EVENTS = 64
 STAGE = "e2e-read"
 
 NGINX_CONF = """
@@ -122,6 +123,13 @@ def _wait(port: int) -> None:
         except OSError:
             time.sleep(0.2)
     raise RuntimeError(f"nothing listens on {port}")
+
+
+def _hang_up(conn) -> None:
+    """Close the connection now (FIN on the wire): closing the socket alone waits for the
+    response object's reference to go too."""
+    conn.sock.shutdown(socket.SHUT_RDWR)
+    conn.sock.close()
 
 
 class Client:
@@ -292,6 +300,10 @@ def traffic(tmp_path_factory):
                     str(ledger),
                     "--stage",
                     STAGE,
+                    # A bounded replay store, as real servers have (256, 512 events): the
+                    # burst of step 6c evicts a cursor.
+                    "--max-events",
+                    str(MAX_EVENTS),
                 ],
                 env=env,
                 stdout=subprocess.DEVNULL,
@@ -366,7 +378,51 @@ def traffic(tmp_path_factory):
         # 5. A bad Origin (403, through Caddy) and a bad Host (421, through nginx).
         assert Client(caddy_port, inbox).initialize(Origin="https://evil.example") == 403
         assert Client(nginx_port, inbox).initialize(Host="evil.example") == 421
-        # 6. The SDK's own high-level client, with its default revision (2026-07-28).
+        # 6. Failure modes of public clients and servers (docs/field-guide.md).
+        # 6a. A client that puts its cursor on a POST (and never resumes by GET).
+        e = Client(caddy_port, inbox, agent="e2e-client/7")
+        assert e.initialize() == 200
+        _, r, s = e.call("slow", {"n": 1})
+        last = e.events(r, s)[-1]["id"]
+        rid = e._id()
+        _, r = e.request(
+            "POST",
+            {
+                "jsonrpc": "2.0",
+                "id": rid,
+                "method": "tools/call",
+                "params": {"name": "slow", "arguments": {"n": 1}},
+            },
+            extra={"Last-Event-ID": last},
+        )
+        assert '"done 1"' in e.events(r, str(rid))[-1]["data"]
+        # 6b. A stream cut mid-way, re-opened by a GET without Last-Event-ID: what the
+        # tool sent in the gap is lost.
+        f = Client(nginx_port, inbox, agent="e2e-client/8")
+        assert f.initialize() == 200
+        c, r, s = f.call("slow", {"n": 8})
+        f.events(r, s, limit=3)
+        _hang_up(c)
+        time.sleep(1.2)
+        c, r = f.request("GET")
+        assert r.status == 200
+        time.sleep(0.5)
+        _hang_up(c)
+        # 6c. A stream cut mid-way; a burst on another session fills the bounded replay
+        # store before the client resumes, so its cursor has been evicted.
+        g = Client(nginx_port, inbox, agent="e2e-client/9")
+        assert g.initialize() == 200
+        c, r, s = g.call("slow", {"n": 8})
+        cursor = g.events(r, s, limit=3)[-1]["id"]
+        _hang_up(c)
+        h = Client(nginx_port, inbox, agent="e2e-client/10")
+        assert h.initialize() == 200
+        _, r, s2 = h.call("burst", {"n": MAX_EVENTS + 16})
+        assert '"burst' in h.events(r, s2)[-1]["data"]
+        time.sleep(0.6)
+        _, r = g.request("GET", extra={"Last-Event-ID": cursor})
+        assert r.status == 200 and not [ev for ev in g.events(r, s) if ev.get("data")]
+        # 7. The SDK's own high-level client, with its default revision (2026-07-28).
         from mcp import Client as SdkClient
 
         async def sdk():
@@ -430,16 +486,30 @@ def test_everything_ingests(analysed):
     assert rows["inbox"] >= 15 and rows["streams"] >= 10 and rows["rollout"] == 1
 
 
-def test_findings_are_exactly_the_raw_ids_in_proxy_logs(analysed):
+def test_findings_are_exactly_the_raw_ids_and_the_field_failures(analysed):
     con, _, _ = analysed
     found = con.execute(
-        "SELECT detector, json_extract_string(detail, '$.file') FROM findings ORDER BY 2"
+        "SELECT detector, json_extract_string(detail, '$.file') FROM findings "
+        "WHERE detector = 'raw_session_id_logged' ORDER BY 2"
     ).fetchall()
-    # Both proxies log the Mcp-Session-Id header as it is: the only thing wrong here.
+    # Both proxies log the Mcp-Session-Id header as it is.
     assert found == [
         ("raw_session_id_logged", "caddy-access.log"),
         ("raw_session_id_logged", "nginx-access.log"),
     ]
+    # Besides, exactly the failure modes of step 6: one each.
+    others = dict(
+        con.execute(
+            "SELECT detector, count(*) FROM findings "
+            "WHERE detector <> 'raw_session_id_logged' GROUP BY 1"
+        ).fetchall()
+    )
+    assert others == {
+        "cursor_on_post": 1,
+        "resume_without_cursor": 1,
+        "replay_buffer_exhausted": 1,
+        "cursor_rejected": 1,
+    }
     assert not any(
         KEY in str(v)
         for (v,) in con.execute(
@@ -504,8 +574,45 @@ def test_a_differently_keyed_nginx_format_finds_no_missing_reinit(traffic):
     statuses = dict(con.execute("SELECT status, count(*) FROM proxy GROUP BY 1").fetchall())
     assert statuses[404] == 1
     inits = con.execute("SELECT count(*) FROM proxy WHERE jsonrpc_method = 'initialize'").fetchone()
-    assert inits[0] == 2
+    # b's two (before and after the 404), and the three clients of steps 6b and 6c.
+    assert inits[0] == 5
     found = {r[0] for r in con.execute("SELECT DISTINCT detector FROM findings").fetchall()}
     assert "reinit_missing" not in found
     assert "reinit_missing" not in runner.cannot_tell(con)
     con.close()
+
+
+def test_the_field_failures_as_the_recorder_saw_them(analysed):
+    con, _, _ = analysed
+    post = con.execute(
+        "SELECT detail->>'posts', detail->>'get_resumes' FROM findings "
+        "WHERE detector = 'cursor_on_post'"
+    ).fetchone()
+    assert post == ("1", "0")
+    lost = json.loads(
+        con.execute(
+            "SELECT detail FROM findings WHERE detector = 'resume_without_cursor'"
+        ).fetchone()[0]
+    )
+    # The cursorless GET re-opened the broken stream: events sent in the gap were lost.
+    assert lost["basis"] == "client" and lost["lost_seqs"] and min(lost["lost_seqs"]) >= 3
+    ex = json.loads(
+        con.execute(
+            "SELECT detail FROM findings WHERE detector = 'replay_buffer_exhausted'"
+        ).fetchone()[0]
+    )
+    # The recorder logged the store's eviction of the cursor, with how full it was.
+    assert ex["buffer_depth"] == MAX_EVENTS and ex["evicted_at"] and ex["events_lost"] >= 1
+    pair = con.execute(
+        "SELECT list(s.state ORDER BY s.ts, s.pos), "
+        "list(s.resume_from_event_id ORDER BY s.ts, s.pos) "
+        "FROM streams s JOIN findings f USING (session_hmac, stream_id) "
+        "WHERE f.detector = 'replay_buffer_exhausted' AND state IN "
+        "('RESUME_PENDING', 'CURSOR_REJECTED')"
+    ).fetchone()
+    assert pair[0] == ["RESUME_PENDING", "CURSOR_REJECTED"]
+    assert pair[1][0] == pair[1][1] == ex["cursor"]
+    evicted = con.execute(
+        "SELECT count(*), max(buffer_depth) FROM events WHERE disposition = 'evicted'"
+    ).fetchone()
+    assert evicted[0] >= 16 and evicted[1] == MAX_EVENTS
