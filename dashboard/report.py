@@ -58,7 +58,6 @@ def _guide_link(detector: str) -> str:
     return f"[field guide](#{_guide_anchor(detector)})"
 
 
-
 def to_markdown(doc: dict) -> str:
     """The report as Markdown. Every value from the data goes through md_text or
     md_code (queries/escape.py), so no logged field can add or close a construct."""
