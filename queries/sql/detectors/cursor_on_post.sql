@@ -12,6 +12,7 @@
 -- needs: proxy
 -- unit: session_hmac (else principal, else client_addr)
 -- page: sessions
+-- facts: none
 -- Requests of 2026-07-28 or later are left to obsolete_resume: that revision has no
 -- resumption at all, so there a cursor is wrong on any method.
 WITH posts AS (

@@ -15,6 +15,7 @@
 -- needs: streams, events
 -- unit: stream
 -- page: streams
+-- facts: none
 -- The cursor is judged by the event log: an event the server produced on this very stream
 -- (a cursor it never produced, or one of another stream, is a client fault, see
 -- cursor_rejected and cursor_misrouted). Lost events: after the acknowledged position (the

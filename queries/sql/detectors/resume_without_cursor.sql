@@ -12,6 +12,7 @@
 -- needs: streams, events, sessions
 -- unit: stream
 -- page: streams
+-- facts: none
 -- A re-open is the first RESUME_PENDING, or STREAM_OPEN by GET, after a DISCONNECTED; it
 -- is cursorless when it names no resume_from_event_id. The client held a cursor when it
 -- had accepted an event of the stream before the break (basis client, when the session
