@@ -1,5 +1,13 @@
 -- name: proceeded_while_rollback
 -- invariant: a stage is moved on (rollout action proceed or complete) only while the decision replaygate had recorded for it at that moment is not ROLLBACK
+-- failure: A pipeline or an operator moves a rollout on (proceed, complete) while the
+--   recorded decision for the stage says ROLLBACK: the gate was ignored, overridden or
+--   raced by automation.
+-- dashboard: Rollout: a `critical` row per rollout action (`high` when an override was
+--   recorded first), naming who acted and why; the decision history shows the ROLLBACK
+--   in force at that moment.
+-- fix: Make the pipeline wait on `replaygate gates` (exit 3 blocks the step), and record an
+--   override with its reason before proceeding against a ROLLBACK.
 -- severity: critical, high
 -- needs: rollout, decision_history
 -- unit: rollout action
