@@ -184,6 +184,19 @@ def test_time_values_from_the_url_are_validated(app, sample_db):
     assert int(caption.split()[0].replace(",", "")) > 0
 
 
+def test_data_page_shows_the_source_matrix(app):
+    from replaygate.queries.sources import matrix
+
+    app.run()
+    app.switch_page("views/datafiles.py").run()
+    assert not app.exception
+    (shown,) = [d.value for d in app.dataframe if "recorder + proxy logs" in d.value.columns]
+    assert list(shown["detector"]) == [r["detector"] for r in matrix()]
+    assert (shown["recorder + proxy logs"] == "yes").sum() == sum(
+        r["server_side"] for r in matrix()
+    )
+
+
 def test_findings_page_count_equals_cli(app, sample_db):
     app.switch_page("views/findings.py").run()
     total = len(_cli(sample_db, "findings")["findings"])

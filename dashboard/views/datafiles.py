@@ -3,6 +3,7 @@
 import streamlit as st
 
 from replaygate.dashboard import data, fmt, ui
+from replaygate.queries import sources
 
 ctx = ui.bootstrap()
 st.title("Data")
@@ -57,3 +58,21 @@ if len(d["cannot_tell"]):
         "Units whose verdict needs a fact the file cannot show: neither findings nor passes."
     )
     st.dataframe(d["cannot_tell"], hide_index=True, key="data_cannot_tell", width="stretch")
+st.subheader("What each set of sources can show")
+st.caption(
+    "Which detectors run with proxy logs alone, with the recorder's ledgers and event log "
+    "plus proxy logs, and what client inbox receipts add (docs/sources.md)."
+)
+yes = {True: "yes", False: ""}
+matrix = sources.matrix()
+st.dataframe(
+    {
+        "detector": [r["detector"] for r in matrix],
+        "proxy logs alone": [yes[r["proxy_only"]] for r in matrix],
+        "recorder + proxy logs": [yes[r["server_side"]] for r in matrix],
+        "what client receipts add": [r["client_adds"] for r in matrix],
+    },
+    hide_index=True,
+    key="data_sources_matrix",
+    width="stretch",
+)
