@@ -239,7 +239,7 @@ class _Loader:
             if d.known and (d.known.path != shown or d.action == "moved"):
                 return _Moved(d.known.file_id, src, shown, d)
             return FileResult(shown, "unchanged")
-        sc = d.scan
+        sc = d.scanned
         waits = not src.gzip and src.format != "parquet" and sc.length > sc.complete
         if sc.complete == 0:
             return FileResult(shown, "waiting", note="no complete line yet")
@@ -432,7 +432,7 @@ class _Loader:
 
     def _identity(self, file_id: int, src, shown: str, d: identity.Decision, rows: int) -> None:
         """What identifies the file by content next time (identity.py)."""
-        sc = d.scan
+        sc = d.scanned
         self._exec(
             """UPDATE files SET path = $path, name = $name, abspath = $abs, size = $size,
                    consumed = $consumed, digest = $digest, lines = $lines, rows_read = $rows,

@@ -117,10 +117,10 @@ class RecordingEventStore(EventStore):
         self.order: deque[str] = deque()
         self.seq: dict[tuple, int] = {}
         self.results: dict[tuple, str] = {}  # (session, stream) -> event id of its result
-        self.pending: list[tuple[dict, dict]] = []
+        self.pending: list[tuple[dict | None, dict]] = []
         # (session, stream) -> tools/call awaiting its result; set by the middleware.
         self.calls: dict[tuple, dict] = {}
-        self.on_result: Callable[[dict, str, str | None], None] | None = None
+        self.on_result: Callable[[dict, str, bool], None] | None = None
         # Events already logged as gone from the store (each is written once).
         self.evicted: set[str] = set()
         if hasattr(self.inner, "on_evict"):
