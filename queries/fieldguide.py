@@ -10,6 +10,7 @@ dashboard and the audit report link each finding to its detector's entry.
 from __future__ import annotations
 
 import sys
+from typing import Any
 from pathlib import Path
 
 from . import catalog
@@ -43,7 +44,7 @@ def gates_of(detector: str) -> list[str]:
     return [g.id for g in GATES if detector in g.detectors]
 
 
-def entry(detector: str) -> dict:
+def entry(detector: str) -> dict[str, Any]:
     """One detector's guide entry, from its header."""
     q = catalog.detectors()[detector]
     h = q.header
@@ -58,11 +59,11 @@ def entry(detector: str) -> dict:
     }
 
 
-def entries() -> list[dict]:
+def entries() -> list[dict[str, Any]]:
     return [entry(name) for name in sorted(catalog.detectors())]
 
 
-def entry_markdown(e: dict, heading: str = "##") -> str:
+def entry_markdown(e: dict[str, Any], heading: str = "##") -> str:
     gates = ", ".join(f"`{g}`" for g in e["gates"]) or "none"
     out = [
         f"{heading} `{e['detector']}`",

@@ -137,7 +137,7 @@ class RecordingEventStore(EventStore):
         row["session_hmac"] = self.writer.session_hmac(session)
         row.setdefault("generation", 1)
         self.writer.write("events", row)
-        event_id, stream_id = row.get("event_id"), row.get("stream_id")
+        event_id, stream_id = str(row.get("event_id")), row.get("stream_id")
         known = self.index.get(event_id)
         if known is not None and known[0] is None:
             # Stored before its session was known (an initialize): attribute it now, so
