@@ -10,8 +10,8 @@ dashboard and the audit report link each finding to its detector's entry.
 from __future__ import annotations
 
 import sys
-from typing import Any
 from pathlib import Path
+from typing import Any
 
 from . import catalog
 from .gates import GATES
