@@ -16,7 +16,12 @@ each detector's `-- facts:` header.
 
 from __future__ import annotations
 
+from typing import Any
+
+import duckdb
+
 from .contract import BY_TABLE, RECORD_TYPES
+from .db import one_row
 
 INITIALIZE = "proxy.initialize"
 
@@ -60,7 +65,7 @@ def fact_of_spec(field: str, key: str) -> str | None:
     return f"proxy.{field}"
 
 
-def from_keys(present: set[str], shapes: set[str], user_fields: dict) -> set[str]:
+def from_keys(present: set[str], shapes: set[str], user_fields: dict[str, Any]) -> set[str]:
     """Facts an nginx, Envoy or Caddy log shows by the keys its lines carry."""
     from .adapters import SPECS
 
@@ -78,7 +83,9 @@ def from_keys(present: set[str], shapes: set[str], user_fields: dict) -> set[str
     return out
 
 
-def record(con, file_id: int, tables: list[str], key_facts: set[str]) -> None:
+def record(
+    con: duckdb.DuckDBPyConnection, file_id: int, tables: list[str], key_facts: set[str]
+) -> None:
     """Store the facts a file shows: by its keys (kept from earlier reads of a grown file)
     and by the values of all its rows."""
     con.execute("DELETE FROM file_facts WHERE file_id = $f AND how = 'values'", {"f": file_id})
@@ -94,9 +101,9 @@ def record(con, file_id: int, tables: list[str], key_facts: set[str]) -> None:
             continue
         fields = [f.split(".", 1)[1] for f in facts]
         counts = ", ".join(f"count({c}) > 0" for c in fields)
-        shown = con.execute(
-            f"SELECT {counts} FROM {table} WHERE file_id = $f", {"f": file_id}
-        ).fetchone()
+        shown = one_row(
+            con.execute(f"SELECT {counts} FROM {table} WHERE file_id = $f", {"f": file_id})
+        )
         found = [fact for fact, yes in zip(facts, shown, strict=True) if yes]
         if table == "proxy" and "proxy.jsonrpc_method" in found and not key_facts:
             # A contract-format log names methods: an initialize would show. (An nginx
@@ -111,7 +118,7 @@ def record(con, file_id: int, tables: list[str], key_facts: set[str]) -> None:
             )
 
 
-def shown(con, file_id: int) -> set[str]:
+def shown(con: duckdb.DuckDBPyConnection, file_id: int) -> set[str]:
     return {
         r[0]
         for r in con.execute(
@@ -134,7 +141,7 @@ LABELS = {
 }
 
 
-def proxy_summary(found: set[str]) -> dict:
+def proxy_summary(found: set[str]) -> dict[str, Any]:
     """What `replaygate ingest` reports for a proxy log: facts found and not found."""
     wanted = [f for f in proxy_facts() if f in LABELS]
     return {

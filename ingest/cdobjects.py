@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterable
+from typing import Any
 
 ARGO_GROUP = "argoproj.io/"
 FLAGGER_GROUP = "flagger.app/"
@@ -30,14 +31,14 @@ RELEASE_ANNOTATION = "replaygate.io/release"
 POD_HASH_LABEL = "rollouts-pod-template-hash"
 
 
-def stage_for(weight) -> str:
+def stage_for(weight: float | str) -> str:
     w = float(weight)
     return f"canary-{int(w) if w.is_integer() else w:g}pct"
 
 
-def flatten(docs: Iterable) -> list[dict]:
+def flatten(docs: Iterable[Any]) -> list[dict[str, Any]]:
     """Objects out of `kubectl get -o json` documents (a List, or one object)."""
-    out: list[dict] = []
+    out: list[dict[str, Any]] = []
     for d in docs:
         if isinstance(d, list):
             out += flatten(d)
@@ -49,36 +50,36 @@ def flatten(docs: Iterable) -> list[dict]:
     return out
 
 
-def _meta(obj: dict) -> dict:
+def _meta(obj: dict[str, Any]) -> dict[str, Any]:
     m = obj.get("metadata")
     return m if isinstance(m, dict) else {}
 
 
-def _status(obj: dict) -> dict:
+def _status(obj: dict[str, Any]) -> dict[str, Any]:
     s = obj.get("status")
     return s if isinstance(s, dict) else {}
 
 
-def _labels(obj: dict) -> dict:
+def _labels(obj: dict[str, Any]) -> dict[str, Any]:
     v = _meta(obj).get("labels")
     return v if isinstance(v, dict) else {}
 
 
-def _annotations(obj: dict) -> dict:
+def _annotations(obj: dict[str, Any]) -> dict[str, Any]:
     v = _meta(obj).get("annotations")
     return v if isinstance(v, dict) else {}
 
 
-def _is(obj: dict, group: str, kind: str) -> bool:
+def _is(obj: dict[str, Any], group: str, kind: str) -> bool:
     return str(obj.get("apiVersion", "")).startswith(group) and obj.get("kind") == kind
 
 
-def _ident(obj: dict) -> tuple[str, str]:
+def _ident(obj: dict[str, Any]) -> tuple[str, str]:
     m = _meta(obj)
     return str(m.get("namespace") or ""), str(m.get("name") or "")
 
 
-def _owner(obj: dict) -> str | None:
+def _owner(obj: dict[str, Any]) -> str | None:
     for ref in _meta(obj).get("ownerReferences") or []:
         if isinstance(ref, dict) and ref.get("kind") == "Rollout":
             return ref.get("name")
@@ -88,7 +89,7 @@ def _owner(obj: dict) -> str | None:
 # -- Argo Rollouts -----------------------------------------------------------------------
 
 
-def _weights(rollout: dict) -> list[float | None]:
+def _weights(rollout: dict[str, Any]) -> list[float | None]:
     """Per canary step index, the traffic weight in force during that step."""
     strategy = (rollout.get("spec") or {}).get("strategy") or {}
     steps = (strategy.get("canary") or {}).get("steps") or []
@@ -100,31 +101,33 @@ def _weights(rollout: dict) -> list[float | None]:
     return out
 
 
-def _run_end(run: dict):
+def _run_end(run: dict[str, Any]) -> str | None:
     st = _status(run)
-    ends = [st.get("completedAt")]
+    ends: list[str | None] = [st.get("completedAt")]
     for m in st.get("metricResults") or []:
         for x in m.get("measurements") or []:
             ends.append(x.get("finishedAt"))
-    ends = [e for e in ends if e]
-    return max(ends) if ends else None
+    done = [e for e in ends if e]
+    return max(done) if done else None
 
 
-def _argo(rollout: dict, runs: list[dict], release: str | None, scope: str | None):
+def _argo(
+    rollout: dict[str, Any], runs: list[dict[str, Any]], release: str | None, scope: str | None
+) -> list[dict[str, Any]]:
     ns, name = _ident(rollout)
     st = _status(rollout)
     weights = _weights(rollout)
     current_hash = st.get("currentPodHash")
-    release_of_hash = {}
+    release_of_hash: dict[str, str] = {}
     if current_hash:
         release_of_hash[current_hash] = (
             release or _annotations(rollout).get(RELEASE_ANNOTATION) or current_hash
         )
 
-    def rel(pod_hash):
-        return release or release_of_hash.get(pod_hash) or pod_hash
+    def rel(pod_hash: str | None) -> str | None:
+        return release or release_of_hash.get(pod_hash or "") or pod_hash
 
-    def stage_at(index) -> tuple[str | None, float | None]:
+    def stage_at(index: Any) -> tuple[str | None, float | None]:
         try:
             i = int(index)
         except (TypeError, ValueError):
@@ -132,9 +135,9 @@ def _argo(rollout: dict, runs: list[dict], release: str | None, scope: str | Non
         w = weights[i] if 0 <= i < len(weights) else None
         return (stage_for(w), float(w)) if w is not None else (None, None)
 
-    recs: list[dict] = []
+    recs: list[dict[str, Any]] = []
     note = f"argo rollout {ns}/{name}"
-    starts: list[tuple[str, str, str]] = []  # (ts, release, stage) of each stage start
+    starts: list[tuple[str, str | None, str]] = []  # (ts, release, stage) of each stage start
     for run in sorted(runs, key=lambda r: _status(r).get("startedAt") or ""):
         labels = _labels(run)
         r_st = _status(run)
@@ -158,7 +161,7 @@ def _argo(rollout: dict, runs: list[dict], release: str | None, scope: str | Non
                 "Inconclusive": "hold",
                 "Failed": "rollback",
                 "Error": "rollback",
-            }.get(phase)
+            }.get(phase or "")
             if action and ended:
                 recs.append(_rec(ended, rel(pod_hash), stage, action, note=run_note))
         elif phase in ("Failed", "Error") and ended:
@@ -197,16 +200,16 @@ def _argo(rollout: dict, runs: list[dict], release: str | None, scope: str | Non
     return recs
 
 
-def _cond(status: dict, ctype: str, key: str):
+def _cond(status: dict[str, Any], ctype: str, key: str) -> Any:
     for c in status.get("conditions") or []:
         if isinstance(c, dict) and c.get("type") == ctype:
             return c.get(key)
     return None
 
 
-def _first(values):
-    values = [v for v in values if v]
-    return min(values) if values else None
+def _first(values: list[str | None]) -> str | None:
+    present = [v for v in values if v]
+    return min(present) if present else None
 
 
 # -- Flagger -----------------------------------------------------------------------------
@@ -217,7 +220,7 @@ _ROLLBACK = re.compile(r"^(Rolling back|Canary failed)")
 _PROMOTED = re.compile(r"^Promotion completed")
 
 
-def _event_time(ev: dict):
+def _event_time(ev: dict[str, Any]) -> str | None:
     return (
         ev.get("lastTimestamp")
         or ev.get("eventTime")
@@ -226,14 +229,16 @@ def _event_time(ev: dict):
     )
 
 
-def _flagger(canary: dict, events: list[dict], release: str | None, scope: str | None):
+def _flagger(
+    canary: dict[str, Any], events: list[dict[str, Any]], release: str | None, scope: str | None
+) -> list[dict[str, Any]]:
     ns, name = _ident(canary)
     st = _status(canary)
     r = release or _annotations(canary).get(RELEASE_ANNOTATION) or st.get("lastAppliedSpec")
     if not r:
         return []
     note = f"flagger canary {ns}/{name}"
-    recs: list[dict] = []
+    recs: list[dict[str, Any]] = []
     stage = None
     for ev in sorted(events, key=lambda e: _event_time(e) or ""):
         msg, t = str(ev.get("message") or ""), _event_time(ev)
@@ -262,13 +267,21 @@ def _flagger(canary: dict, events: list[dict], release: str | None, scope: str |
                 "Waiting": "hold",
                 "WaitingPromotion": "hold",
                 "Succeeded": "complete",
-            }.get(phase)
+            }.get(phase or "")
             if action:
                 recs.append(_rec(t, r, stage, action, note=f"{note}: {phase}"))
     return recs
 
 
-def _rec(ts, release, stage, action, percent=None, scope=None, note=None) -> dict:
+def _rec(
+    ts: str,
+    release: str | None,
+    stage: str,
+    action: str,
+    percent: float | None = None,
+    scope: str | None = None,
+    note: str | None = None,
+) -> dict[str, Any]:
     rec = {
         "schema": "mcpRollout.v1",
         "ts": ts,
@@ -283,20 +296,22 @@ def _rec(ts, release, stage, action, percent=None, scope=None, note=None) -> dic
     return {k: v for k, v in rec.items() if v is not None}
 
 
-def records(docs: Iterable, release: str | None = None, scope: str | None = None) -> list[dict]:
+def records(
+    docs: Iterable[Any], release: str | None = None, scope: str | None = None
+) -> list[dict[str, Any]]:
     """Rollout records, oldest first, from `kubectl get -o json` documents."""
     objs = flatten(docs)
-    runs: dict[tuple[str, str], list[dict]] = {}
-    events: dict[tuple[str, str], list[dict]] = {}
+    runs: dict[tuple[str, str], list[dict[str, Any]]] = {}
+    events: dict[tuple[str, str], list[dict[str, Any]]] = {}
     for o in objs:
-        if _is(o, ARGO_GROUP, "AnalysisRun") and _owner(o):
-            runs.setdefault((_ident(o)[0], _owner(o)), []).append(o)
+        if _is(o, ARGO_GROUP, "AnalysisRun") and (owner := _owner(o)):
+            runs.setdefault((_ident(o)[0], owner), []).append(o)
         elif o.get("kind") == "Event":
             inv = o.get("involvedObject") or o.get("regarding") or {}
             if inv.get("kind") == "Canary":
                 key = (str(inv.get("namespace") or ""), str(inv.get("name") or ""))
                 events.setdefault(key, []).append(o)
-    out: list[dict] = []
+    out: list[dict[str, Any]] = []
     for o in objs:
         if _is(o, ARGO_GROUP, "Rollout"):
             out += _argo(o, runs.get(_ident(o), []), release, scope)

@@ -15,6 +15,7 @@ import tomllib
 from dataclasses import asdict, dataclass, field, fields
 from datetime import datetime
 from pathlib import Path
+from typing import Any
 
 from .errors import ReplaygateError
 
@@ -32,11 +33,11 @@ class Config:
     resend_window_s: float = 30.0
     # Overrides only: each gate's default minimum sample is declared in its SQL header
     # (queries/sql/gates), which also checks the gate names.
-    min_samples: dict = field(default_factory=dict)
+    min_samples: dict[str, Any] = field(default_factory=dict)
     # [sources.nginx.fields] / [sources.envoy.fields]: the user's log keys -> the adapter's.
-    sources: dict = field(default_factory=dict)
+    sources: dict[str, Any] = field(default_factory=dict)
     # Plausible record timestamps: outside is a quarantined row, never a stored value.
-    ts_bounds: dict = field(default_factory=lambda: dict(DEFAULT_TS_BOUNDS))
+    ts_bounds: dict[str, Any] = field(default_factory=lambda: dict(DEFAULT_TS_BOUNDS))
     source: str = "built-in defaults"
 
     def field_maps(self) -> dict[str, dict[str, str]]:
@@ -47,7 +48,7 @@ class Config:
         value = os.environ.get(self.hmac_key_env)
         return value.encode("utf-8") if value else None
 
-    def as_dict(self) -> dict:
+    def as_dict(self) -> dict[str, Any]:
         d = asdict(self)
         d.pop("source")
         d["origin_allowlist"] = list(self.origin_allowlist)
@@ -81,14 +82,14 @@ _LOG_KEY = re.compile(r"^[A-Za-z0-9_@:.-]{1,100}$")
 assert set(_TYPES) == {f.name for f in fields(Config)} - {"source"}
 
 
-def _check(key: str, value, types) -> None:
+def _check(key: str, value: object, types: tuple[type, ...]) -> None:
     if isinstance(value, bool) or not isinstance(value, types):
         want = " or ".join(t.__name__ for t in types)
         raise ReplaygateError(f"config: {key} must be {want}, got {type(value).__name__}")
 
 
-def from_mapping(data: dict, source: str = "mapping") -> Config:
-    kwargs: dict = {}
+def from_mapping(data: dict[str, Any], source: str = "mapping") -> Config:
+    kwargs: dict[str, Any] = {}
     for key, value in data.items():
         if key not in _TYPES:
             raise ReplaygateError(f"config: unknown key {key!r} in {source}")
@@ -128,7 +129,7 @@ def from_mapping(data: dict, source: str = "mapping") -> Config:
     return Config(**kwargs, source=source)
 
 
-def _sources(data: dict) -> dict:
+def _sources(data: dict[str, Any]) -> dict[str, Any]:
     from .adapters import FIELD_KEYS
 
     out = {}
@@ -159,7 +160,7 @@ def _sources(data: dict) -> dict:
     return out
 
 
-def _ts_bounds(value: dict) -> dict:
+def _ts_bounds(value: dict[str, Any]) -> dict[str, Any]:
     out = dict(DEFAULT_TS_BOUNDS)
     for key, text in value.items():
         if key not in out:
@@ -179,7 +180,7 @@ def _ts_bounds(value: dict) -> dict:
     return out
 
 
-def load(path: str | os.PathLike | None = None) -> Config:
+def load(path: str | os.PathLike[str] | None = None) -> Config:
     """Load the configuration: an explicit path, else ./replaygate.toml, else defaults."""
     if path is None:
         default = Path("replaygate.toml")

@@ -52,7 +52,14 @@ class RecordType:
         return tuple(f for f in self.fields if not f.secret)
 
 
-def _f(name, type_, required=False, enum=(), doc="", secret=False) -> Field:
+def _f(
+    name: str,
+    type_: str,
+    required: bool = False,
+    enum: tuple[str, ...] | list[str] = (),
+    doc: str = "",
+    secret: bool = False,
+) -> Field:
     return Field(name, type_, required, tuple(enum), doc, secret)
 
 

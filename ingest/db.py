@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 import time
 from pathlib import Path
-from typing import overload
+from typing import Any, overload
 
 import duckdb
 
@@ -132,6 +132,15 @@ def _add_new_fields(con: duckdb.DuckDBPyConnection) -> None:
         for f in rt.stored_fields:
             if (rt.table, f.name) not in have:
                 con.execute(f"ALTER TABLE {rt.table} ADD COLUMN {f.name} {f.sql_type}")
+
+
+def one_row(cur: duckdb.DuckDBPyConnection) -> tuple[Any, ...]:
+    """The row of a query that always returns one (an aggregate, a sequence's next value);
+    DuckDB's fetchone() is typed as optional for the general case."""
+    row = cur.fetchone()
+    if row is None:
+        raise ReplaygateError("the database returned no row where one was due")
+    return row
 
 
 @overload

@@ -20,6 +20,7 @@ import zlib
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import blake3
 
@@ -78,7 +79,7 @@ class Decision:
 
 
 def content_chunks(
-    path: Path, gz: bool, start: int = 0, state: dict | None = None
+    path: Path, gz: bool, start: int = 0, state: dict[str, Any] | None = None
 ) -> Iterator[bytes]:
     """The file's content in chunks (decompressed for gzip) from byte `start`; a broken
     gzip stream ends the content where it breaks (and sets state["truncated"])."""
@@ -121,7 +122,9 @@ def _raw_digest(path: Path) -> str:
     return h.hexdigest()
 
 
-def _buffers(path: Path, gz: bool, state: dict) -> Iterator[tuple[bytes | bytearray, int]]:
+def _buffers(
+    path: Path, gz: bool, state: dict[str, Any]
+) -> Iterator[tuple[bytes | bytearray, int]]:
     """(buffer, length) pairs of the content; plain files are read into one reused
     buffer, so a large file costs no allocation or copy beyond the read."""
     if gz:
@@ -134,7 +137,7 @@ def _buffers(path: Path, gz: bool, state: dict) -> Iterator[tuple[bytes | bytear
             yield buf, n
 
 
-def _hasher():
+def _hasher() -> blake3.blake3:
     # Both cores for a large prefix; BLAKE3's tree mode gives the same digest either way.
     return blake3.blake3(max_threads=blake3.blake3.AUTO)
 
@@ -149,8 +152,9 @@ def scan(path: Path, gz: bool, whole: bool, offsets: set[int]) -> Scan:
     mi = 0
     pos = 0  # bytes hashed
     lines = 0
-    at_nl = (None, 0, 0)  # (hash state, position, lines) at the end of the last newline
-    state: dict = {}
+    # (hash state, position, lines) at the end of the last newline
+    at_nl: tuple[blake3.blake3 | None, int, int] = (None, 0, 0)
+    state: dict[str, Any] = {}
     for buf, n in _buffers(path, gz, state):
         view = memoryview(buf)[:n]
         i = 0
@@ -236,7 +240,7 @@ def first_line(path: Path, gz: bool) -> bytes:
     return buf
 
 
-def plan(sources: list, shown: list[str], knowns: list[Known]) -> list[Decision]:
+def plan(sources: list[Any], shown: list[str], knowns: list[Known]) -> list[Decision]:
     """Decide, for every file of one run, whether it is new, continues a loaded file
     (and from where), or holds nothing new. `sources` are readers.Source objects."""
     by_kind: dict[str, list[Known]] = {}

@@ -14,13 +14,14 @@ import json
 import os
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any
 
 import duckdb
 import pyarrow as pa
 
 from . import validate
 from .contract import ROLLOUT
-from .db import get_meta, set_meta
+from .db import get_meta, one_row, set_meta
 from .errors import ReplaygateError
 
 # The command's verbs and the contract's actions they write.
@@ -59,7 +60,7 @@ def record(
     scope: str | None = None,
     actor: str | None = None,
     note: str | None = None,
-) -> dict:
+) -> dict[str, Any]:
     """One rollout record (not yet validated); absent fields are left out."""
     if isinstance(ts, datetime):
         ts = iso_ms(ts)
@@ -77,7 +78,7 @@ def record(
     return {k: v for k, v in rec.items() if v is not None}
 
 
-def problems(records: list[dict]) -> list[str | None]:
+def problems(records: list[dict[str, Any]]) -> list[str | None]:
     """Per record, the first contract rule it breaks (as ingest would quarantine it), or
     None."""
     if not records:
@@ -88,7 +89,9 @@ def problems(records: list[dict]) -> list[str | None]:
         cols[f"f_{n}"] = pa.array(
             [None if r.get(n) is None else str(r[n]) for r in records], pa.string()
         )
-    if record_schema := {r.get("schema") for r in records} - {ROLLOUT.schema, None}:
+    # Imported JSON may hold any value (a number, an object) as its schema: compared as text.
+    schemas = {str(r["schema"]) for r in records if r.get("schema") is not None}
+    if record_schema := schemas - {ROLLOUT.schema}:
         raise ReplaygateError(f"not a rollout record: schema {sorted(record_schema)[0]!r}")
     con = duckdb.connect()
     con.execute("SET TimeZone = 'UTC'")
@@ -99,7 +102,7 @@ def problems(records: list[dict]) -> list[str | None]:
     return [r[0] for r in rows]
 
 
-def check(records: list[dict]) -> None:
+def check(records: list[dict[str, Any]]) -> None:
     """Raise on the first record that breaks the contract."""
     for i, why in enumerate(problems(records)):
         if why:
@@ -114,15 +117,17 @@ def _norm_ts(ts: str) -> str:
         return ts
 
 
-def line(rec: dict) -> str:
+def line(rec: dict[str, Any]) -> str:
     return json.dumps(rec, separators=(",", ":"), ensure_ascii=False) + "\n"
 
 
-def _key(rec: dict) -> tuple:
+def _key(rec: dict[str, Any]) -> tuple[Any, ...]:
     return tuple(str(rec.get(k)) for k in ("ts", "release", "stage", "action"))
 
 
-def append_file(path: str | os.PathLike, records: list[dict], dedupe: bool = False) -> int:
+def append_file(
+    path: str | os.PathLike[str], records: list[dict[str, Any]], dedupe: bool = False
+) -> int:
     """Append validated records to a JSON Lines rollout log, one whole write; with dedupe,
     records already in the file (same time, release, stage and action) are left out.
     Returns the number written."""
@@ -154,7 +159,10 @@ def _last_byte(p: Path) -> bytes:
 
 
 def insert_db(
-    con, records: list[dict], origin: str = "replaygate rollout", dedupe: bool = False
+    con: duckdb.DuckDBPyConnection,
+    records: list[dict[str, Any]],
+    origin: str = "replaygate rollout",
+    dedupe: bool = False,
 ) -> int:
     """Insert validated records into the `rollout` table, as one input of their own in
     `files`, and mark the data changed (so findings are refreshed); with dedupe, records
@@ -187,7 +195,7 @@ def insert_db(
     con.register("rg_rollout_rows", table)
     con.execute("BEGIN TRANSACTION")
     try:
-        file_id = con.execute("SELECT nextval('file_ids')").fetchone()[0]
+        file_id = one_row(con.execute("SELECT nextval('file_ids')"))[0]
         con.execute(
             """INSERT INTO files (file_id, path, name, format, size, sha256, rows_loaded,
                                   rows_quarantined, rows_by_type, ingested_at, status)

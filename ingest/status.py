@@ -2,16 +2,19 @@
 
 from __future__ import annotations
 
+from typing import Any
+
+import duckdb
+
 from .contract import RECORD_TYPES
+from .db import one_row
 from .timefmt import iso_ms as _iso
 
 
-def status(con) -> dict:
+def status(con: duckdb.DuckDBPyConnection) -> dict[str, Any]:
     tables = []
     for rt in RECORD_TYPES:
-        n, first, last = con.execute(
-            f"SELECT count(*), min(ts), max(ts) FROM {rt.table}"
-        ).fetchone()
+        n, first, last = one_row(con.execute(f"SELECT count(*), min(ts), max(ts) FROM {rt.table}"))
         tables.append(
             {
                 "table": rt.table,
@@ -27,7 +30,7 @@ def status(con) -> dict:
             "SELECT stage, action, ts, scope FROM rollout ORDER BY ts, pos"
         ).fetchall()
     ]
-    q_total = con.execute("SELECT count(*) FROM quarantine").fetchone()[0]
+    q_total = one_row(con.execute("SELECT count(*) FROM quarantine"))[0]
     reasons = [
         {"reason": r, "rows": n}
         for r, n in con.execute(
@@ -35,9 +38,9 @@ def status(con) -> dict:
             "LIMIT 10"
         ).fetchall()
     ]
-    files = con.execute(
-        "SELECT count(*), coalesce(sum(size), 0) FROM files WHERE status = 'loaded'"
-    ).fetchone()
+    files = one_row(
+        con.execute("SELECT count(*), coalesce(sum(size), 0) FROM files WHERE status = 'loaded'")
+    )
     return {
         "tables": tables,
         "rollout": stages,

@@ -77,6 +77,14 @@ def test_rollout_refuses_what_ingest_would_quarantine(tmp_path):
     assert r.returncode == 1 and "--release" in r.stderr
 
 
+def test_a_record_of_another_schema_is_refused_whatever_its_value():
+    # Imported JSON may carry a number or an object as its schema: one error, no TypeError.
+    rec = rolloutlog.record("start", release="r1", stage="canary-5pct", ts="2026-11-30T10:00:00Z")
+    for other in (2, {"v": 1}, [1]):
+        with pytest.raises(ReplaygateError, match="not a rollout record"):
+            rolloutlog.check([rec, {**rec, "schema": other}, {**rec, "schema": "x"}])
+
+
 def test_rollout_into_the_database_is_gated_by_release(tmp_path):
     db = tmp_path / "fleet.duckdb"
     for rel, at in (("v1", "2026-11-30T00:00:00Z"), ("v2", "2026-11-30T01:00:00Z")):
