@@ -4,6 +4,9 @@ list findings, evaluate gates."""
 from __future__ import annotations
 
 import json
+import os
+from collections.abc import Iterable
+from typing import Any
 
 import duckdb
 
@@ -18,14 +21,14 @@ from . import gates, runner
 SEVERITIES = ("critical", "high", "medium", "low")
 
 
-def load_config(path=None) -> Config:
+def load_config(path: str | os.PathLike[str] | None = None) -> Config:
     """The configuration, with its gate names checked against the gates' SQL headers."""
     conf = cfg.load(path)
     gates.min_samples(conf)
     return conf
 
 
-def open_analysed(path: str, config: Config):
+def open_analysed(path: str, config: Config) -> duckdb.DuckDBPyConnection:
     """A connection whose findings are current for this data and configuration."""
     con = dbm.connect(path, read_only=True)
     try:
@@ -46,8 +49,15 @@ def open_analysed(path: str, config: Config):
     return con
 
 
-def list_findings(con, detectors=None, stage=None, severity=None, limit=None) -> list[dict]:
-    where, args = ["true"], {}
+def list_findings(
+    con: duckdb.DuckDBPyConnection,
+    detectors: Iterable[str] | None = None,
+    stage: str | None = None,
+    severity: str | None = None,
+    limit: int | None = None,
+) -> list[dict[str, Any]]:
+    where: list[str] = ["true"]
+    args: dict[str, Any] = {}
     if detectors:
         where.append("list_contains($detectors, detector)")
         args["detectors"] = list(detectors)
@@ -78,11 +88,16 @@ def list_findings(con, detectors=None, stage=None, severity=None, limit=None) ->
     return out
 
 
-def findings_doc(con, **filters) -> dict:
+def findings_doc(con: duckdb.DuckDBPyConnection, **filters: Any) -> dict[str, Any]:
     return {"findings": list_findings(con, **filters), "coverage": runner.coverage_doc(con)}
 
 
-def gates_doc(con, config: Config, stage=None, all_stages=False) -> dict:
+def gates_doc(
+    con: duckdb.DuckDBPyConnection,
+    config: Config,
+    stage: str | None = None,
+    all_stages: bool = False,
+) -> dict[str, Any]:
     doc = gates.evaluate(con, config, stage=stage, all_stages=all_stages)
     doc["rollback_verification"] = gates.rollback_verification(con)
     for st in doc["stages"]:
@@ -92,7 +107,9 @@ def gates_doc(con, config: Config, stage=None, all_stages=False) -> dict:
     return doc
 
 
-def record_decisions(con, doc: dict, config: Config, source: str, **kw) -> list[dict]:
+def record_decisions(
+    con: duckdb.DuckDBPyConnection, doc: dict[str, Any], config: Config, source: str, **kw: Any
+) -> list[dict[str, Any]]:
     """Append a gates document's decisions to the decision history (queries/history.py).
     `con` is the connection `doc` was evaluated on; `source` names the caller (gates,
     watch, serve); `only_changes=True` skips stages whose evaluation is unchanged."""

@@ -19,12 +19,20 @@ import hashlib
 import json
 import os
 import stat
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING, Any, TypeGuard
 
 from replaygate.ingest.errors import ReplaygateError
 
 from . import history
+
+if TYPE_CHECKING:
+    from cryptography.hazmat.primitives.asymmetric.ed25519 import (
+        Ed25519PrivateKey,
+        Ed25519PublicKey,
+    )
 
 STATEMENT = "statement.json"
 SIGNATURE = "statement.sig"
@@ -46,7 +54,7 @@ def sha256_file(path: Path) -> str:
 # -- keys ------------------------------------------------------------------------------
 
 
-def load_private_key(path: str | os.PathLike):
+def load_private_key(path: str | os.PathLike[str]) -> Ed25519PrivateKey:
     """An Ed25519 private key from a PEM (PKCS#8) or OpenSSH file, unencrypted."""
     from cryptography.hazmat.primitives import serialization
     from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
@@ -57,7 +65,7 @@ def load_private_key(path: str | os.PathLike):
         raise ReplaygateError(f"cannot read signing key {path}: {exc.strerror}") from None
     try:
         if data.startswith(b"-----BEGIN OPENSSH"):
-            key = serialization.load_ssh_private_key(data, password=None)
+            key: object = serialization.load_ssh_private_key(data, password=None)
         else:
             key = serialization.load_pem_private_key(data, password=None)
     except (ValueError, TypeError) as exc:
@@ -70,13 +78,13 @@ def load_private_key(path: str | os.PathLike):
     return key
 
 
-def _load_public_key(data: bytes, what: str):
+def _load_public_key(data: bytes, what: str) -> Ed25519PublicKey:
     from cryptography.hazmat.primitives import serialization
     from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 
     try:
         if data.startswith(b"ssh-ed25519"):
-            key = serialization.load_ssh_public_key(data)
+            key: object = serialization.load_ssh_public_key(data)
         else:
             key = serialization.load_pem_public_key(data)
     except (ValueError, TypeError) as exc:
@@ -86,7 +94,7 @@ def _load_public_key(data: bytes, what: str):
     return key
 
 
-def public_pem(key) -> bytes:
+def public_pem(key: Ed25519PublicKey) -> bytes:
     from cryptography.hazmat.primitives import serialization
 
     return key.public_bytes(
@@ -94,7 +102,7 @@ def public_pem(key) -> bytes:
     )
 
 
-def fingerprint(public_key) -> str:
+def fingerprint(public_key: Ed25519PublicKey) -> str:
     """SHA256:<base64> of the raw public key, as OpenSSH shows an Ed25519 key's."""
     from cryptography.hazmat.primitives import serialization
 
@@ -115,7 +123,9 @@ STATUS_WORD = {
 }
 
 
-def statement(doc: dict, subjects: list[tuple[str, str]], omitted: list[str]) -> dict:
+def statement(
+    doc: dict[str, Any], subjects: list[tuple[str, str]], omitted: list[str]
+) -> dict[str, Any]:
     """An in-toto test-result statement: the bundle's files, the inputs by content
     digest, the gates and the decision."""
     by: dict[str, list[str]] = {"PASSED": [], "WARNED": [], "FAILED": [], "SKIPPED": []}
@@ -153,11 +163,11 @@ def statement(doc: dict, subjects: list[tuple[str, str]], omitted: list[str]) ->
     }
 
 
-def encode(st: dict) -> bytes:
+def encode(st: dict[str, Any]) -> bytes:
     return (json.dumps(st, indent=2, sort_keys=True, ensure_ascii=False) + "\n").encode()
 
 
-def sign(data: bytes, key) -> bytes:
+def sign(data: bytes, key: Ed25519PrivateKey) -> bytes:
     return key.sign(data)
 
 
@@ -169,14 +179,14 @@ class Verdict:
     problems: list[str] = field(default_factory=list)  # each fails the bundle, in order
     notes: list[str] = field(default_factory=list)  # what was and was not checked
     files: int = 0
-    inputs: list[dict] = field(default_factory=list)
+    inputs: list[dict[str, Any]] = field(default_factory=list)
 
     @property
     def ok(self) -> bool:
         return not self.problems
 
 
-def _plain_name(name) -> bool:
+def _plain_name(name: object) -> TypeGuard[str]:
     return (
         isinstance(name, str)
         and name not in ("", ".", "..")
@@ -186,7 +196,7 @@ def _plain_name(name) -> bool:
     )
 
 
-def read_inside(folder: Path, name: str) -> bytes:
+def read_inside(folder: Path, name: object) -> bytes:
     """The bytes of a regular file directly inside `folder`, never through a link.
 
     Raises FileNotFoundError, or ValueError saying why the name is refused."""
@@ -227,7 +237,7 @@ def _digest_of_inputs(paths: list[str]) -> dict[str, str]:
     return found
 
 
-def verify(bundle: Path, public_key: str | None = None, inputs: list[str] | tuple = ()) -> Verdict:
+def verify(bundle: Path, public_key: str | None = None, inputs: Sequence[str] = ()) -> Verdict:
     """Check a bundle: the signature, then every file against the statement (in the
     statement's order, so the first problem names the first file that differs), then
     that nothing else is in the folder. Inputs are looked for only where `inputs` says."""

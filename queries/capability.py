@@ -19,8 +19,14 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
+from typing import Any
+
+import duckdb
 
 from replaygate.ingest.capabilities import all_facts
+from replaygate.ingest.db import one_row
+
+from . import catalog
 
 _UNITS = re.compile(r"^(?P<table>[a-z_]+)(?: WHERE (?P<where>.+?))?(?: BY (?P<by>.+))?$")
 
@@ -32,7 +38,7 @@ class Units:
     by: str | None
 
 
-def facts(q) -> tuple[tuple[str, ...], ...]:
+def facts(q: catalog.Query) -> tuple[tuple[str, ...], ...]:
     """The declared facts of a detector: groups of alternatives."""
     raw = q.header.get("facts", "").strip()
     if not raw or raw in ("none", "-"):
@@ -46,7 +52,7 @@ def facts(q) -> tuple[tuple[str, ...], ...]:
     return groups
 
 
-def units(q) -> Units | None:
+def units(q: catalog.Query) -> Units | None:
     raw = q.header.get("units", "").strip()
     if not raw:
         return None
@@ -61,11 +67,11 @@ class Plan:
     """How to run one detector on what the files can show."""
 
     exclude: dict[str, list[int]]  # table -> files left out of its input
-    cannot_tell: list[dict]  # {"file", "missing", "units"}
+    cannot_tell: list[dict[str, Any]]  # {"file", "missing", "units"}
     skip: bool = False  # no file could show a fact: nothing can be judged
 
 
-def _files_of(con, table: str) -> list[tuple[int, str]]:
+def _files_of(con: duckdb.DuckDBPyConnection, table: str) -> list[tuple[int, str]]:
     rows: list[tuple[int, str]] = con.execute(
         f"""SELECT f.file_id, f.path FROM files f
             WHERE f.status = 'loaded' AND EXISTS (
@@ -75,14 +81,14 @@ def _files_of(con, table: str) -> list[tuple[int, str]]:
     return rows
 
 
-def _shown(con) -> dict[int, set[str]]:
+def _shown(con: duckdb.DuckDBPyConnection) -> dict[int, set[str]]:
     out: dict[int, set[str]] = {}
     for fid, fact in con.execute("SELECT file_id, fact FROM file_facts").fetchall():
         out.setdefault(fid, set()).add(fact)
     return out
 
 
-def _count(con, u: Units, file_ids: list[int] | None) -> int:
+def _count(con: duckdb.DuckDBPyConnection, u: Units, file_ids: list[int] | None) -> int:
     key = f"DISTINCT ({u.by})" if u.by else "*"
     scope = "true" if file_ids is None else "list_contains($ids, file_id)"
     args = {} if file_ids is None else {"ids": file_ids}
@@ -92,7 +98,7 @@ def _count(con, u: Units, file_ids: list[int] | None) -> int:
     return int(row[0]) if row else 0
 
 
-def plan(con, q) -> Plan:
+def plan(con: duckdb.DuckDBPyConnection, q: catalog.Query) -> Plan:
     groups = facts(q)
     p = Plan({}, [])
     if not groups:
@@ -125,7 +131,7 @@ def plan(con, q) -> Plan:
     return p
 
 
-def any_blind(con) -> bool:
+def any_blind(con: duckdb.DuckDBPyConnection) -> bool:
     """Does any file lack a fact some detector declares?"""
     from . import catalog
 
@@ -137,11 +143,11 @@ def any_blind(con) -> bool:
     return False
 
 
-def shadow(con, p: Plan) -> list[str]:
+def shadow(con: duckdb.DuckDBPyConnection, p: Plan) -> list[str]:
     """Temporary views that hide the excluded files' rows from a detector."""
     if not p.exclude:
         return []
-    db = con.execute("SELECT current_database()").fetchone()[0]
+    db = one_row(con.execute("SELECT current_database()"))[0]
     made = []
     for table, ids in p.exclude.items():
         listed = ", ".join(str(int(i)) for i in ids)
@@ -153,7 +159,7 @@ def shadow(con, p: Plan) -> list[str]:
     return made
 
 
-def unshadow(con, made: list[str]) -> None:
+def unshadow(con: duckdb.DuckDBPyConnection, made: list[str]) -> None:
     for table in made:
         con.execute(f"DROP VIEW IF EXISTS temp.{table}")
 

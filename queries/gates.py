@@ -10,8 +10,12 @@ from __future__ import annotations
 import hashlib
 import json
 from dataclasses import dataclass
+from typing import Any
+
+import duckdb
 
 from replaygate.ingest.config import Config
+from replaygate.ingest.db import one_row
 from replaygate.ingest.errors import ReplaygateError
 from replaygate.ingest.timefmt import iso_ms as _iso
 
@@ -70,14 +74,14 @@ def min_samples(config: Config) -> dict[str, int]:
     return {g.id: int(config.min_samples.get(g.id, g.min_sample)) for g in GATES}
 
 
-def effective_settings(config: Config) -> dict:
+def effective_settings(config: Config) -> dict[str, Any]:
     """Every setting in force, defaults included, and its SHA-256 (for audit reports)."""
     settings = {**config.as_dict(), "min_samples": min_samples(config)}
     blob = json.dumps(settings, sort_keys=True).encode()
     return {"settings": settings, "sha256": hashlib.sha256(blob).hexdigest()}
 
 
-def _threshold(g: GateDef, config: Config):
+def _threshold(g: GateDef, config: Config) -> float:
     return {
         "count": 0,
         "share": 1.0,
@@ -87,7 +91,13 @@ def _threshold(g: GateDef, config: Config):
 
 
 def status_of(
-    g: GateDef, value, sample: int, failures: int, minimum: int, scope: str | None, config: Config
+    g: GateDef,
+    value: float | None,
+    sample: int,
+    failures: int,
+    minimum: int,
+    scope: str | None,
+    config: Config,
 ) -> str:
     if scope is not None and scope not in g.scopes:
         return "not_applicable"
@@ -102,7 +112,7 @@ def status_of(
     return "fail" if (value or 0) > config.reconnect_budget_qps else "pass"
 
 
-def _stage_sources(con) -> dict[str, dict[str, int]]:
+def _stage_sources(con: duckdb.DuckDBPyConnection) -> dict[str, dict[str, int]]:
     out: dict[str, dict[str, int]] = {}
     for stage, source, n in con.execute("SELECT stage, source, n FROM a_stage_sources").fetchall():
         out.setdefault(stage, {})[source] = n
@@ -132,7 +142,7 @@ def no_evidence(
     return min(gaps, key=len)
 
 
-def _fmt_n(x) -> str:
+def _fmt_n(x: float) -> str:
     return f"{x:,.0f}" if isinstance(x, int) or float(x).is_integer() else f"{x:,.2f}"
 
 
@@ -144,11 +154,11 @@ def _duration(hours: float) -> str:
     return f"{h} h {m} min" if h < 48 else f"{h / 24:.1f} days"
 
 
-def _noun(g: GateDef, n) -> str:
+def _noun(g: GateDef, n: float) -> str:
     return g.failure_noun_one if n == 1 else g.failure_noun
 
 
-def reason(gate: dict, config: Config) -> str:
+def reason(gate: dict[str, Any], config: Config) -> str:
     g = BY_ID[gate["id"]]
     v, n, f = gate["value"], gate["sample"], gate["failures"]
     if gate["status"] == "not_applicable":
@@ -178,7 +188,7 @@ def reason(gate: dict, config: Config) -> str:
     )
 
 
-def display_value(gate: dict) -> str:
+def display_value(gate: dict[str, Any]) -> str:
     """A gate's measured value as people read it (tiles, tables, reports)."""
     v = gate["value"]
     if v is None:
@@ -193,15 +203,17 @@ def display_value(gate: dict) -> str:
     return f"{int(v):,}"
 
 
-def display_threshold(gate: dict) -> str:
+def display_threshold(gate: dict[str, Any]) -> str:
     kind = BY_ID[gate["id"]].kind
     t = gate["threshold"]
     return {"share": "100%", "p99": f"< {t:g} s", "peak": f"≤ {t:g}/s"}.get(kind, f"{t:g}")
 
 
-def _measures(con, config: Config) -> dict[str, dict[str, dict]]:
+def _measures(
+    con: duckdb.DuckDBPyConnection, config: Config
+) -> dict[str, dict[str, dict[str, Any]]]:
     values = params.from_config(config)
-    out: dict[str, dict[str, dict]] = {}
+    out: dict[str, dict[str, dict[str, Any]]] = {}
     for q in catalog.load("gates"):
         g = BY_ID[q.name]
         gate_values = {**values, "detectors": list(g.detectors), "meter": g.meter}
@@ -213,14 +225,16 @@ def _measures(con, config: Config) -> dict[str, dict[str, dict]]:
     return out
 
 
-def _meters(con) -> dict[tuple[str, str], dict]:
+def _meters(con: duckdb.DuckDBPyConnection) -> dict[tuple[str, str], dict[str, Any]]:
     rows = con.execute(
         "SELECT sample, stage, n, n_last_hour FROM a_stage_samples WHERE revision IS NULL"
     ).fetchall()
     return {(s, st): {"observed": n, "last_hour": lh} for s, st, n, lh in rows}
 
 
-def _findings_refs(con, stage: str, detectors: tuple[str, ...], limit: int = 20) -> dict:
+def _findings_refs(
+    con: duckdb.DuckDBPyConnection, stage: str, detectors: tuple[str, ...], limit: int = 20
+) -> dict[str, Any]:
     cur = con.execute(
         """SELECT detector, severity, ts, session_hmac, generation, stream_id, event_id,
                   dispatch_id, idempotency_key
@@ -232,14 +246,21 @@ def _findings_refs(con, stage: str, detectors: tuple[str, ...], limit: int = 20)
     refs = [dict(zip(cols, r, strict=True)) for r in cur.fetchall()]
     for r in refs:
         r["ts"] = _iso(r["ts"])
-    total = con.execute(
-        "SELECT count(*) FROM findings WHERE stage = $stage AND list_contains($d, detector)",
-        {"stage": stage, "d": list(detectors)},
-    ).fetchone()[0]
+    total = one_row(
+        con.execute(
+            "SELECT count(*) FROM findings WHERE stage = $stage AND list_contains($d, detector)",
+            {"stage": stage, "d": list(detectors)},
+        )
+    )[0]
     return {"detectors": list(detectors), "count": total, "findings": refs}
 
 
-def evaluate(con, config: Config, stage: str | None = None, all_stages: bool = False) -> dict:
+def evaluate(
+    con: duckdb.DuckDBPyConnection,
+    config: Config,
+    stage: str | None = None,
+    all_stages: bool = False,
+) -> dict[str, Any]:
     """Gate table and decision per stage (the newest stage unless told otherwise)."""
     stages = con.execute(
         """SELECT stage, scope, start_ts, end_ts, rollback_ts, release, stage_name
@@ -254,7 +275,7 @@ def evaluate(con, config: Config, stage: str | None = None, all_stages: bool = F
     measures = _measures(con, config)
     meters = _meters(con)
     minimums = min_samples(config)
-    data_end = con.execute("SELECT max(ts) FROM proxy").fetchone()[0]
+    data_end = one_row(con.execute("SELECT max(ts) FROM proxy"))[0]
     sources = _stage_sources(con)
     blind = runner.blind_detectors(con)
     out = []
@@ -331,7 +352,9 @@ def evaluate(con, config: Config, stage: str | None = None, all_stages: bool = F
 NO_RELEASE = "-"
 
 
-def resolve_stage(con, stage: str | None = None, release: str | None = None) -> str | None:
+def resolve_stage(
+    con: duckdb.DuckDBPyConnection, stage: str | None = None, release: str | None = None
+) -> str | None:
     """The key of the stage meant by a name and/or a release (see a_stages): a key as
     shown (`name@release`), a name unique across releases, a name within `release` (`-`:
     the stages without a release), or with a release alone, that release's newest stage.
@@ -383,7 +406,9 @@ ROLLBACK_NOT_VERIFIABLE = (
 EXIT_CODES = {"PROCEED": 0, "HOLD": 2, "ROLLBACK": 3}
 
 
-def by_revision(con, stage: str, scope: str | None, config: Config) -> list[dict]:
+def by_revision(
+    con: duckdb.DuckDBPyConnection, stage: str, scope: str | None, config: Config
+) -> list[dict[str, Any]]:
     """Count gates by protocol revision: replay gates mean nothing without resumption."""
     found = con.execute(
         """SELECT coalesce(a.protocol_version,
@@ -428,7 +453,7 @@ def by_revision(con, stage: str, scope: str | None, config: Config) -> list[dict
     return out
 
 
-def rollback_verification(con) -> list[dict]:
+def rollback_verification(con: duckdb.DuckDBPyConnection) -> list[dict[str, Any]]:
     """After each rollback: the three hygiene checks and whether resumption was really
     disabled for new streams. `status` is verified, not verified (a check found
     something) or not verifiable (no stream activity in the hygiene window)."""
@@ -444,28 +469,36 @@ def rollback_verification(con) -> list[dict]:
             "rollback_cursor_dropped",
             "rollback_post_storm",
         ):
-            n = con.execute(
-                """SELECT count(*) FROM findings WHERE detector = $d
+            n = one_row(
+                con.execute(
+                    """SELECT count(*) FROM findings WHERE detector = $d
                    AND json_extract_string(detail, '$.rolled_back_stage') = $s""",
-                {"d": det, "s": stage},
-            ).fetchone()[0]
+                    {"d": det, "s": stage},
+                )
+            )[0]
             checks[det] = n
-        new_streams = con.execute(
-            "SELECT count(*) FROM a_streams WHERE opened_ts >= $t0 AND opened_ts < $t1",
-            {"t0": t0, "t1": t1},
-        ).fetchone()[0]
-        old_disconnects = con.execute(
-            """SELECT count(*) FROM a_recoveries r JOIN a_streams s
+        new_streams = one_row(
+            con.execute(
+                "SELECT count(*) FROM a_streams WHERE opened_ts >= $t0 AND opened_ts < $t1",
+                {"t0": t0, "t1": t1},
+            )
+        )[0]
+        old_disconnects = one_row(
+            con.execute(
+                """SELECT count(*) FROM a_recoveries r JOIN a_streams s
                  USING (session_hmac, generation, stream_id)
                WHERE s.opened_ts < $t0 AND r.disc_ts >= $t0 AND r.disc_ts < $t1""",
-            {"t0": t0, "t1": t1},
-        ).fetchone()[0]
+                {"t0": t0, "t1": t1},
+            )
+        )[0]
         # No stream record in the window: the checks looked at nothing ("no data is never
         # a pass"), so the rollback is not verifiable rather than verified.
-        activity = con.execute(
-            """SELECT count(*) FROM streams WHERE ts >= $t0 AND ($t1 IS NULL OR ts < $t1)""",
-            {"t0": t0, "t1": t1},
-        ).fetchone()[0]
+        activity = one_row(
+            con.execute(
+                """SELECT count(*) FROM streams WHERE ts >= $t0 AND ($t1 IS NULL OR ts < $t1)""",
+                {"t0": t0, "t1": t1},
+            )
+        )[0]
         if activity == 0:
             status = "not verifiable"
         else:

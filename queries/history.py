@@ -20,9 +20,12 @@ import fcntl
 import hashlib
 import json
 import os
+from collections.abc import Callable
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any
 
+import duckdb
 import pyarrow as pa
 
 from replaygate.ingest.config import Config
@@ -72,19 +75,19 @@ _ARROW = pa.schema(
 # -- where the history is --------------------------------------------------------------
 
 
-def file_for_db(db: str | os.PathLike) -> Path:
+def file_for_db(db: str | os.PathLike[str]) -> Path:
     """The history file of a database file."""
     p = Path(db)
     return p.with_name(p.name + SUFFIX)
 
 
-def bind(con, path: Path) -> None:
+def bind(con: duckdb.DuckDBPyConnection, path: Path) -> None:
     """Tell a connection where its history is (for a working copy of a database whose
     history belongs to the published file)."""
     con.execute(f"SET VARIABLE {_VARIABLE} = $p", {"p": str(path)})
 
 
-def file_for(con) -> Path | None:
+def file_for(con: duckdb.DuckDBPyConnection) -> Path | None:
     """The history file of a connection's database (None for an in-memory database)."""
     bound = con.execute(f"SELECT getvariable('{_VARIABLE}')").fetchall()[0][0]
     if bound:
@@ -95,7 +98,7 @@ def file_for(con) -> Path | None:
     return file_for_db(db) if db else None
 
 
-def version(con) -> str:
+def version(con: duckdb.DuckDBPyConnection) -> str:
     """Changes with every append (findings that read the history are current for it)."""
     path = file_for(con)
     try:
@@ -121,21 +124,21 @@ def parse_time(text: str) -> datetime:
     return ts if ts.tzinfo else ts.replace(tzinfo=UTC)
 
 
-def canonical(row: dict) -> bytes:
+def canonical(row: dict[str, Any]) -> bytes:
     """The bytes a row's sha256 is computed over (docs/audit.md)."""
     body = {k: row.get(k) for k in FIELDS}
     return json.dumps(body, sort_keys=True, separators=(",", ":"), ensure_ascii=False).encode()
 
 
-def digest(row: dict) -> str:
+def digest(row: dict[str, Any]) -> str:
     return hashlib.sha256(canonical(row)).hexdigest()
 
 
-def _line(row: dict) -> str:
+def _line(row: dict[str, Any]) -> str:
     return json.dumps({k: row.get(k) for k in (*FIELDS, "sha256")}, ensure_ascii=False) + "\n"
 
 
-def _parse(text: str) -> list[dict]:
+def _parse(text: str) -> list[dict[str, Any]]:
     out = []
     for n, line in enumerate(text.splitlines(), 1):
         if not line.strip():
@@ -153,7 +156,7 @@ def _parse(text: str) -> list[dict]:
 # -- reading ---------------------------------------------------------------------------
 
 
-def read(path: Path | None) -> list[dict]:
+def read(path: Path | None) -> list[dict[str, Any]]:
     """Every row of a history file, oldest first (none if there is no file)."""
     if path is None:
         return []
@@ -163,13 +166,13 @@ def read(path: Path | None) -> list[dict]:
         return []
 
 
-def _valid(rows: list[dict]) -> list[dict]:
+def _valid(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return [r for r in rows if not r.get("unreadable")]
 
 
 def in_force(
     path: Path | None, stage: str, at: datetime | None = None, release: str | None = None
-) -> dict | None:
+) -> dict[str, Any] | None:
     """The newest evaluation of a stage recorded at or before `at` (default: now)."""
     limit = iso(at or datetime.now(UTC))
     found = None
@@ -186,12 +189,12 @@ def in_force(
     return found
 
 
-def timeline(path: Path | None, stage: str | None = None) -> list[dict]:
+def timeline(path: Path | None, stage: str | None = None) -> list[dict[str, Any]]:
     """What an auditor reads: each change of a stage's evaluated decision, and every
     operator action, oldest first. Re-evaluations that kept the decision are folded into
     the change before them (`evaluations` counts them, `until` is the next change)."""
-    out: list[dict] = []
-    last: dict[tuple, dict] = {}
+    out: list[dict[str, Any]] = []
+    last: dict[tuple[Any, ...], dict[str, Any]] = {}
     for r in _valid(read(path)):
         if stage is not None and r.get("stage") != stage:
             continue
@@ -213,7 +216,7 @@ def timeline(path: Path | None, stage: str | None = None) -> list[dict]:
     return out
 
 
-def verify_chain(history: list[dict]) -> str | None:
+def verify_chain(history: list[dict[str, Any]]) -> str | None:
     """The first row whose digest or link does not hold (None: the chain is intact)."""
     prev = None
     for r in history:
@@ -227,10 +230,10 @@ def verify_chain(history: list[dict]) -> str | None:
     return None
 
 
-def load_table(con) -> int:
+def load_table(con: duckdb.DuckDBPyConnection) -> int:
     """(Re)create the `decision_history` table the detectors read; its row count."""
     rows = _valid(read(file_for(con)))
-    cols = {f: [] for f in _ARROW.names}
+    cols: dict[str, list[Any]] = {f: [] for f in _ARROW.names}
     for r in rows:
         for f in _ARROW.names:
             v = r.get(f)
@@ -253,7 +256,9 @@ def _now(now: datetime | None) -> datetime:
     return (now or datetime.now(UTC)).astimezone(UTC)
 
 
-def _append(path: Path | None, make_row) -> dict | None:
+def _append(
+    path: Path | None, make_row: Callable[[list[dict[str, Any]]], dict[str, Any] | None]
+) -> dict[str, Any] | None:
     """Append the row `make_row(existing rows)` returns (None: nothing), under an
     exclusive lock, so appends from several processes keep one chain."""
     if path is None:
@@ -284,17 +289,18 @@ def _append(path: Path | None, make_row) -> dict | None:
     return row
 
 
-def _gate_values(stage: dict) -> dict:
+def _gate_values(stage: dict[str, Any]) -> dict[str, Any]:
     gates = {g["id"]: {k: g.get(k) for k in _GATE_KEYS} for g in stage["gates"]}
     # Through JSON once, so the hashed form is exactly what a read gives back.
-    return json.loads(json.dumps(gates, sort_keys=True, default=str))
+    values: dict[str, Any] = json.loads(json.dumps(gates, sort_keys=True, default=str))
+    return values
 
 
 def _config_digest(config: Config) -> str:
     # The digest the reports show (every setting in force, defaults included).
     from .gates import effective_settings
 
-    return effective_settings(config)["sha256"]
+    return str(effective_settings(config)["sha256"])
 
 
 def _tool_version() -> str:
@@ -304,14 +310,14 @@ def _tool_version() -> str:
 
 
 def record_evaluation(
-    con,
-    doc: dict,
+    con: duckdb.DuckDBPyConnection,
+    doc: dict[str, Any],
     config: Config,
     source: str,
     *,
     now: datetime | None = None,
     only_changes: bool = False,
-) -> list[dict]:
+) -> list[dict[str, Any]]:
     """Append one row per stage of a gates document (`api.gates_doc`) to the history of
     `con`'s database. `con` is the connection the document was evaluated on (its data
     version is recorded). With `only_changes`, a stage whose decision, reasons, gate
@@ -340,7 +346,9 @@ def record_evaluation(
             "in_force": None,
         }
 
-        def make(existing, row=row):
+        def make(
+            existing: list[dict[str, Any]], row: dict[str, Any] = row
+        ) -> dict[str, Any] | None:
             if only_changes:
                 same = [
                     r
@@ -369,7 +377,7 @@ def record_action(
     reason: str | None = None,
     release: str | None = None,
     now: datetime | None = None,
-) -> dict:
+) -> dict[str, Any]:
     """Append an operator action: `ack` (the decision in force was seen) or `override`
     (the operator decides otherwise, with a reason)."""
     if kind not in ("ack", "override"):
@@ -384,7 +392,7 @@ def record_action(
         raise ReplaygateError("an override needs --reason")
     ts = _now(now)
 
-    def make(existing):
+    def make(existing: list[dict[str, Any]]) -> dict[str, Any]:
         current = None
         for r in _valid(existing):
             if (
@@ -421,4 +429,6 @@ def record_action(
             "in_force": current["decision"],
         }
 
-    return _append(path, make)
+    row = _append(path, make)
+    assert row is not None  # make() returns a row or raises
+    return row

@@ -30,7 +30,7 @@ import time
 import duckdb
 
 from replaygate.ingest.config import Config
-from replaygate.ingest.db import get_meta, set_meta
+from replaygate.ingest.db import get_meta, one_row, set_meta
 
 from . import capability, catalog, params
 
@@ -80,14 +80,14 @@ class Fallback(Exception):
     """The incremental run cannot vouch for its result: run a full analysis."""
 
 
-def clear_pending(con) -> None:
+def clear_pending(con: duckdb.DuckDBPyConnection) -> None:
     con.execute("DELETE FROM analysis_pending")
     con.execute("DELETE FROM analysis_pending_rows")
     set_meta(con, "analysis_pending_full", "0")
     set_meta(con, "analysis_noted_through", get_meta(con, "data_version", "0"))
 
 
-def possible(con, config: Config, counts: dict[str, int]) -> bool:
+def possible(con: duckdb.DuckDBPyConnection, config: Config, counts: dict[str, int]) -> bool:
     """Can the last analysis be brought up to date incrementally?"""
     from . import runner
 
@@ -99,10 +99,10 @@ def possible(con, config: Config, counts: dict[str, int]) -> bool:
     if get_meta(con, "analysis_noted_through") != get_meta(con, "data_version", "0"):
         return False  # an ingest that did not note its changes (an older version) ran since
     try:
-        pending = con.execute(
-            "SELECT count(DISTINCT session_hmac) FROM analysis_pending"
-        ).fetchone()[0]
-        fleet = con.execute("SELECT count(*) FROM a_sessions").fetchone()[0]
+        pending = one_row(con.execute("SELECT count(DISTINCT session_hmac) FROM analysis_pending"))[
+            0
+        ]
+        fleet = one_row(con.execute("SELECT count(*) FROM a_sessions"))[0]
         ran = dict(con.execute("SELECT detector, status FROM coverage").fetchall())
     except duckdb.CatalogException:
         return False
@@ -118,7 +118,7 @@ def possible(con, config: Config, counts: dict[str, int]) -> bool:
     return not capability.any_blind(con)
 
 
-def analyse(con, config: Config, counts: dict[str, int]) -> None:
+def analyse(con: duckdb.DuckDBPyConnection, config: Config, counts: dict[str, int]) -> None:
     """Recompute for the pending sessions (inside the caller's transaction)."""
     from . import runner
 
@@ -175,7 +175,7 @@ def analyse(con, config: Config, counts: dict[str, int]) -> None:
                     bound,
                 )
                 _search(con, scoped=False)
-                if con.execute("SELECT count(*) FROM rg_new WHERE session_hmac IS NULL").fetchone()[
+                if one_row(con.execute("SELECT count(*) FROM rg_new WHERE session_hmac IS NULL"))[
                     0
                 ]:
                     raise Fallback(f"{name}: a finding without a session")
@@ -187,9 +187,9 @@ def analyse(con, config: Config, counts: dict[str, int]) -> None:
                     f"FROM ({q.sql})",
                     bound,
                 )
-            n = con.execute(
-                "SELECT count(*) FROM main.findings WHERE detector = $d", {"d": name}
-            ).fetchone()[0]
+            n = one_row(
+                con.execute("SELECT count(*) FROM main.findings WHERE detector = $d", {"d": name})
+            )[0]
             con.execute(
                 "UPDATE coverage SET rows = $n, seconds = $s WHERE detector = $d",
                 {"d": name, "n": n, "s": time.perf_counter() - t0},
@@ -203,18 +203,18 @@ def analyse(con, config: Config, counts: dict[str, int]) -> None:
             con.execute("DROP TABLE IF EXISTS rg_new_rows")
 
 
-def _search(con, scoped: bool) -> None:
+def _search(con: duckdb.DuckDBPyConnection, scoped: bool) -> None:
     con.execute(f"SET search_path = '{SCOPE},main'" if scoped else "SET search_path = 'main'")
 
 
-def _scoped_view(con, table: str, source: str | None = None) -> None:
+def _scoped_view(con: duckdb.DuckDBPyConnection, table: str, source: str | None = None) -> None:
     con.execute(
         f"""CREATE OR REPLACE VIEW {SCOPE}.{table} AS SELECT * FROM main.{source or table}
             WHERE session_hmac IN (SELECT session_hmac FROM rg_affected)"""
     )
 
 
-def _scoped_prep(con, q) -> None:
+def _scoped_prep(con: duckdb.DuckDBPyConnection, q: catalog.Query) -> None:
     """Run a session-local prepare query for the affected sessions, then replace their
     rows in the full table and let later queries see them through a scoped view."""
     tables = list(dict.fromkeys(_CREATES.findall(q.sql)))

@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from replaygate.ingest.config import Config
+
+from .catalog import Query
 
 
 def glob_to_like(pattern: str) -> str:
@@ -11,7 +15,7 @@ def glob_to_like(pattern: str) -> str:
     return escaped.replace("*", "%")
 
 
-def from_config(config: Config) -> dict:
+def from_config(config: Config) -> dict[str, Any]:
     from .gates import min_samples
 
     min_samples(config)  # unknown gate names fail here, before any query runs
@@ -25,6 +29,6 @@ def from_config(config: Config) -> dict:
     }
 
 
-def bind(query, values: dict) -> dict:
+def bind(query: Query, values: dict[str, Any]) -> dict[str, Any]:
     """Only the parameters a query declares (DuckDB rejects unused ones)."""
     return {name: values[name] for name in query.params}

@@ -7,8 +7,12 @@ come from the data (the as-of time is the newest record), never from the clock.
 from __future__ import annotations
 
 import json
+from typing import Any
+
+import duckdb
 
 from replaygate.ingest.config import Config
+from replaygate.ingest.db import one_row
 from replaygate.ingest.errors import ReplaygateError
 from replaygate.ingest.timefmt import iso_ms as _iso
 
@@ -17,7 +21,7 @@ from . import api, catalog, escape, fieldguide, gates, history, runner
 REPORT_VERSION = "1"
 
 
-def _inputs(con) -> list[dict]:
+def _inputs(con: duckdb.DuckDBPyConnection) -> list[dict[str, Any]]:
     rows = con.execute(
         """SELECT path, format, size, sha256, rows_loaded, rows_quarantined, rows_by_type
            FROM files WHERE status = 'loaded' ORDER BY path"""
@@ -36,13 +40,13 @@ def _inputs(con) -> list[dict]:
     ]
 
 
-def _scope(con, stage: dict) -> dict:
+def _scope(con: duckdb.DuckDBPyConnection, stage: dict[str, Any]) -> dict[str, Any]:
     # The stage's cohort: sessions whose cohort key is one of the stage's (macros.sql).
     in_cohort = """stage_key(true, cohort) IN
                    (SELECT key FROM a_stage_windows WHERE stage = $s)"""
-    cohort = con.execute(
-        f"SELECT count(*) FROM a_sessions WHERE {in_cohort}", {"s": stage["stage"]}
-    ).fetchone()[0]
+    cohort = one_row(
+        con.execute(f"SELECT count(*) FROM a_sessions WHERE {in_cohort}", {"s": stage["stage"]})
+    )[0]
     revisions = con.execute(
         f"""SELECT coalesce(protocol_version, 'unknown') AS v, count(*) FROM a_sessions
            WHERE {in_cohort} GROUP BY v ORDER BY v""",
@@ -58,19 +62,19 @@ def _scope(con, stage: dict) -> dict:
     }
 
 
-def _findings(con, stage: str, top: int) -> dict:
+def _findings(con: duckdb.DuckDBPyConnection, stage: str, top: int) -> dict[str, Any]:
     summary = con.execute(
         """SELECT detector, severity, count(*) FROM findings WHERE stage = $s
            GROUP BY ALL ORDER BY detector, severity""",
         {"s": stage},
     ).fetchall()
-    by_detector: dict[str, dict] = {}
+    by_detector: dict[str, dict[str, Any]] = {}
     for det, sev, n in summary:
         by_detector.setdefault(det, {"count": 0, "by_severity": {}})
         by_detector[det]["count"] += n
         by_detector[det]["by_severity"][sev] = n
     rows = api.list_findings(con, stage=stage)
-    tops: dict[str, list] = {}
+    tops: dict[str, list[Any]] = {}
     for f in rows:
         bucket = tops.setdefault(f["detector"], [])
         if len(bucket) < top:
@@ -102,7 +106,7 @@ _HISTORY_KEYS = (
 )
 
 
-def _decision_history(con, stage: str) -> dict:
+def _decision_history(con: duckdb.DuckDBPyConnection, stage: str) -> dict[str, Any]:
     """When the stage's recorded decision changed, and what operators did about it."""
     path = history.file_for(con)
     timeline = history.timeline(path, stage)
@@ -113,14 +117,14 @@ def _decision_history(con, stage: str) -> dict:
 
 
 def build(
-    con,
+    con: duckdb.DuckDBPyConnection,
     config: Config,
     stage: str | None = None,
     *,
     db_path: str = "replaygate.duckdb",
     config_path: str | None = None,
     top: int = 5,
-) -> dict:
+) -> dict[str, Any]:
     """The report document (the JSON format is exactly this)."""
     from replaygate import __version__
 
@@ -128,11 +132,13 @@ def build(
     if not doc["stages"]:
         raise ReplaygateError("no rollout stages in the data: nothing to report on")
     st = doc["stages"][0]
-    as_of = con.execute(
-        "SELECT max(ts) FROM (SELECT max(ts) AS ts FROM proxy UNION ALL "
-        "SELECT max(ts) FROM sessions UNION ALL SELECT max(ts) FROM events "
-        "UNION ALL SELECT max(ts) FROM rollout)"
-    ).fetchone()[0]
+    as_of = one_row(
+        con.execute(
+            "SELECT max(ts) FROM (SELECT max(ts) AS ts FROM proxy UNION ALL "
+            "SELECT max(ts) FROM sessions UNION ALL SELECT max(ts) FROM events "
+            "UNION ALL SELECT max(ts) FROM rollout)"
+        )
+    )[0]
     reproduce = ["replaygate", "report", "--db", db_path, "--stage", st["stage"]]
     if config_path:
         reproduce += ["--config", config_path]
@@ -167,7 +173,7 @@ def build(
         }
         for g in st["gates"]
     ]
-    quarantined = con.execute("SELECT count(*) FROM quarantine").fetchone()[0]
+    quarantined = one_row(con.execute("SELECT count(*) FROM quarantine"))[0]
     found = _findings(con, st["stage"], top)
     return {
         "report_version": REPORT_VERSION,

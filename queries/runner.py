@@ -7,12 +7,13 @@ configuration digest, so readers know whether they are current.
 from __future__ import annotations
 
 import time
+from typing import Any
 
 import duckdb
 
 from replaygate.ingest.config import Config
 from replaygate.ingest.contract import RECORD_TYPES
-from replaygate.ingest.db import get_meta, set_meta
+from replaygate.ingest.db import get_meta, one_row, set_meta
 
 from . import capability, catalog, history, incremental, params
 
@@ -43,14 +44,13 @@ _MISSING_LABEL = {
 }
 
 
-def table_counts(con) -> dict[str, int]:
+def table_counts(con: duckdb.DuckDBPyConnection) -> dict[str, int]:
     return {
-        rt.table: con.execute(f"SELECT count(*) FROM {rt.table}").fetchone()[0]
-        for rt in RECORD_TYPES
+        rt.table: one_row(con.execute(f"SELECT count(*) FROM {rt.table}"))[0] for rt in RECORD_TYPES
     }
 
 
-def missing_needs(q, counts: dict[str, int]) -> list[str]:
+def missing_needs(q: catalog.Query, counts: dict[str, int]) -> list[str]:
     """The needs of a query that the record counts do not meet (a need "a|b" is met by
     either record type)."""
     return [n for n in q.needs if not any(counts.get(t) for t in n.split("|"))]
@@ -61,15 +61,15 @@ def missing_label(need: str) -> str:
     return " and ".join(_MISSING_LABEL[t] for t in need.split("|"))
 
 
-def stamp(con, config: Config) -> str:
+def stamp(con: duckdb.DuckDBPyConnection, config: Config) -> str:
     return f"{get_meta(con, 'data_version', '0')}:{config.digest()}"
 
 
-def is_current(con, config: Config) -> bool:
+def is_current(con: duckdb.DuckDBPyConnection, config: Config) -> bool:
     return get_meta(con, "analysis_stamp") == stamp(con, config) and _history_current(con)
 
 
-def _history_current(con) -> bool:
+def _history_current(con: duckdb.DuckDBPyConnection) -> bool:
     return get_meta(con, "history_stamp", "0") == history.version(con)
 
 
@@ -78,7 +78,7 @@ def analyse(
     config: Config,
     only: list[str] | None = None,
     force: bool = False,
-) -> dict:
+) -> dict[str, Any]:
     """Refresh derived tables and findings (skipped when already current)."""
     current = get_meta(con, "analysis_stamp") == stamp(con, config)
     if not force and only is None and current and _history_current(con):
@@ -123,7 +123,9 @@ def analyse(
     return summary(con)
 
 
-def _history_only(con, values: dict, counts: dict[str, int], version: str) -> None:
+def _history_only(
+    con: duckdb.DuckDBPyConnection, values: dict[str, Any], counts: dict[str, int], version: str
+) -> None:
     """Only the decision history moved on: re-run just the detectors that read it."""
     con.execute("BEGIN TRANSACTION")
     try:
@@ -141,7 +143,13 @@ def _history_only(con, values: dict, counts: dict[str, int], version: str) -> No
         raise
 
 
-def _run_detector(con, name: str, q, values: dict, counts: dict[str, int]) -> None:
+def _run_detector(
+    con: duckdb.DuckDBPyConnection,
+    name: str,
+    q: catalog.Query,
+    values: dict[str, Any],
+    counts: dict[str, int],
+) -> None:
     missing = missing_needs(q, counts)
     if missing:
         label = missing_label(missing[0])
@@ -182,7 +190,7 @@ def _run_detector(con, name: str, q, values: dict, counts: dict[str, int]) -> No
     )
 
 
-def _incrementally(con, config: Config, counts: dict[str, int]) -> bool:
+def _incrementally(con: duckdb.DuckDBPyConnection, config: Config, counts: dict[str, int]) -> bool:
     """Bring the last analysis up to date for what changed (incremental.py), if it can."""
     if not incremental.possible(con, config, counts):
         return False
@@ -204,7 +212,7 @@ def _incrementally(con, config: Config, counts: dict[str, int]) -> bool:
     return True
 
 
-def _assign_stages(con) -> None:
+def _assign_stages(con: duckdb.DuckDBPyConnection) -> None:
     # The same attribution as every gate sample (stage_key in macros.sql).
     con.execute("""
         CREATE OR REPLACE TEMP TABLE rg_staged AS
@@ -219,7 +227,7 @@ def _assign_stages(con) -> None:
     con.execute("DROP TABLE rg_staged")
 
 
-def summary(con) -> dict:
+def summary(con: duckdb.DuckDBPyConnection) -> dict[str, Any]:
     by_sev = dict(
         con.execute("SELECT severity, count(*) FROM findings GROUP BY severity").fetchall()
     )
@@ -227,9 +235,9 @@ def summary(con) -> dict:
     return {"total": total, "by_severity": by_sev}
 
 
-def cannot_tell(con) -> dict[str, list[dict]]:
+def cannot_tell(con: duckdb.DuckDBPyConnection) -> dict[str, list[dict[str, Any]]]:
     """Per detector, the units it could not judge: [{"file", "missing", "units"}]."""
-    out: dict[str, list[dict]] = {}
+    out: dict[str, list[dict[str, Any]]] = {}
     try:
         rows = con.execute(
             "SELECT detector, file, missing, units FROM cannot_tell ORDER BY detector, file"
@@ -241,7 +249,7 @@ def cannot_tell(con) -> dict[str, list[dict]]:
     return out
 
 
-def blind_detectors(con) -> dict[str, str]:
+def blind_detectors(con: duckdb.DuckDBPyConnection) -> dict[str, str]:
     """Detectors that could judge nothing because no file can show a fact they need,
     with what is missing ("proxy.log cannot show proxy.initialize")."""
     rows = con.execute(
@@ -252,15 +260,15 @@ def blind_detectors(con) -> dict[str, str]:
     return dict(rows)
 
 
-def coverage_doc(con) -> dict:
+def coverage_doc(con: duckdb.DuckDBPyConnection) -> dict[str, Any]:
     """`coverage` as `findings --json` prints it: a detector's status, or, when some of
     its units could not be judged, {"status": ..., "cannot_tell": [...]}."""
-    out: dict = dict(coverage(con))
+    out: dict[str, Any] = dict(coverage(con))
     for det, entries in cannot_tell(con).items():
         out[det] = {"status": out.get(det, "not run"), "cannot_tell": entries}
     return out
 
 
-def coverage(con) -> dict[str, str]:
+def coverage(con: duckdb.DuckDBPyConnection) -> dict[str, str]:
     rows = dict(con.execute("SELECT detector, status FROM coverage").fetchall())
     return {name: rows.get(name, "not run") for name in catalog.detectors()}

@@ -4,6 +4,9 @@ inbox receipts add on top of a server's own records."""
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+from typing import Any
+
 from . import catalog, runner
 
 PROXY_ONLY = ("proxy", "rollout")
@@ -23,11 +26,11 @@ CLIENT_ADDS = {
 }
 
 
-def _runs(query, sources) -> bool:
+def _runs(query: catalog.Query, sources: Iterable[str]) -> bool:
     return not runner.missing_needs(query, dict.fromkeys(sources, 1))
 
 
-def matrix() -> list[dict]:
+def matrix() -> list[dict[str, Any]]:
     rows = []
     for name, q in sorted(catalog.detectors().items()):
         rows.append(

@@ -25,7 +25,7 @@ from mcp_types import ToolAnnotations
 from . import MemoryEventStore, instrument
 
 mcp = MCPServer("replaygate-example")
-READ_ONLY = ToolAnnotations(readOnlyHint=True)
+READ_ONLY = ToolAnnotations(read_only_hint=True)
 _tickets = itertools.count(1)
 
 

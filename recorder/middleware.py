@@ -301,10 +301,12 @@ class LedgerMiddleware:
     def _begin_call(self, scope, holder: dict, state: dict, doc: dict) -> None:
         if doc.get("method") != "tools/call" or "id" not in doc:
             return
-        params = doc.get("params") if isinstance(doc.get("params"), dict) else {}
+        raw = doc.get("params")
+        params = raw if isinstance(raw, dict) else {}
         name = str(params.get("name", ""))
-        meta = params.get("_meta") if isinstance(params.get("_meta"), dict) else {}
-        args = params.get("arguments") if isinstance(params.get("arguments"), dict) else {}
+        raw_meta, raw_args = params.get("_meta"), params.get("arguments")
+        meta = raw_meta if isinstance(raw_meta, dict) else {}
+        args = raw_args if isinstance(raw_args, dict) else {}
         req = _headers(scope["headers"])
         key = (
             req.get("idempotency-key")
@@ -375,7 +377,8 @@ class LedgerMiddleware:
 def _request_digest(doc: dict) -> str:
     """payload_digest of a request: a tools/call by its tool and arguments, anything else
     by method and params; never the JSON-RPC id, so a re-send has the same digest."""
-    params = doc.get("params") if isinstance(doc.get("params"), dict) else {}
+    raw = doc.get("params")
+    params = raw if isinstance(raw, dict) else {}
     if doc.get("method") == "tools/call":
         return payload_digest(params.get("name"), params.get("arguments") or {})
     return payload_digest(doc.get("method"), {k: v for k, v in params.items() if k != "_meta"})

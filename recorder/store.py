@@ -26,7 +26,14 @@ import uuid
 from collections import deque
 from collections.abc import Callable
 
-from mcp.server.streamable_http import EventMessage, EventStore
+from mcp.server.streamable_http import (
+    EventCallback,
+    EventId,
+    EventMessage,
+    EventStore,
+    StreamId,
+)
+from mcp_types import JSONRPCMessage
 
 from .ledger import LedgerWriter, now_ms
 
@@ -61,12 +68,14 @@ class MemoryEventStore(EventStore):
         # Called with (event id, events held) for each event evicted; the recorder
         # writes it to the event log.
         self.on_evict: Callable[[str, int], None] | None = None
-        self.events: dict[str, tuple[str, object, int]] = {}  # id -> stream, message, pos
+        self.events: dict[
+            str, tuple[str, JSONRPCMessage | None, int]
+        ] = {}  # id -> stream, message, pos
         self.streams: dict[str, deque[str]] = {}  # stream -> its event ids, oldest first
         self.first_pos: dict[str, int] = {}  # stream -> position of streams[stream][0]
         self.order: deque[str] = deque()
 
-    async def store_event(self, stream_id, message):
+    async def store_event(self, stream_id: StreamId, message: JSONRPCMessage | None) -> EventId:
         event_id = str(uuid.uuid4())
         ids = self.streams.setdefault(stream_id, deque())
         pos = self.first_pos.setdefault(stream_id, 0) + len(ids)
@@ -85,7 +94,9 @@ class MemoryEventStore(EventStore):
                 self.on_evict(old, len(self.order))
         return event_id
 
-    async def replay_events_after(self, last_event_id, send_callback):
+    async def replay_events_after(
+        self, last_event_id: EventId, send_callback: EventCallback
+    ) -> StreamId | None:
         item = self.events.get(last_event_id)
         if item is None:
             return None
@@ -195,7 +206,7 @@ class RecordingEventStore(EventStore):
             self.index.pop(self.order.popleft(), None)
 
     # -- EventStore ------------------------------------------------------------------------
-    async def store_event(self, stream_id, message):
+    async def store_event(self, stream_id: StreamId, message: JSONRPCMessage | None) -> EventId:
         event_id = await self.inner.store_event(stream_id, message)
         holder = current.get()
         session = holder.get("session") if holder else None
@@ -229,7 +240,9 @@ class RecordingEventStore(EventStore):
                 self.on_result(call, kind, _is_error_result(message))
         return event_id
 
-    async def replay_events_after(self, last_event_id, send_callback):
+    async def replay_events_after(
+        self, last_event_id: EventId, send_callback: EventCallback
+    ) -> StreamId | None:
         holder = current.get()
         cursor = self.index.get(last_event_id)
         rows: list[dict] = []

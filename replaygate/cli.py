@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import json
 import sys
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import click
 
@@ -16,16 +18,26 @@ from replaygate.ingest.errors import ReplaygateError
 from . import __version__
 from .duration import Duration
 
+if TYPE_CHECKING:
+    from pathlib import Path
+
+    import duckdb
+
+    from replaygate.ingest.config import Config
+
+# A click command function, as the option decorators below take and return it.
+F = TypeVar("F", bound=Callable[..., Any])
+
 CONTEXT = {"help_option_names": ["-h", "--help"], "max_content_width": 100}
 
 
-def load_config(path):
+def load_config(path: str | None) -> Config:
     from replaygate.queries.api import load_config as load
 
     return load(path)
 
 
-def db_option(f):
+def db_option(f: F) -> F:
     return click.option(
         "--db",
         "db",
@@ -37,7 +49,7 @@ def db_option(f):
     )(f)
 
 
-def config_option(f):
+def config_option(f: F) -> F:
     return click.option(
         "--config",
         "config_path",
@@ -47,11 +59,11 @@ def config_option(f):
     )(f)
 
 
-def json_option(f):
+def json_option(f: F) -> F:
     return click.option("--json", "as_json", is_flag=True, help="One JSON document on stdout.")(f)
 
 
-def emit_json(doc) -> None:
+def emit_json(doc: Any) -> None:
     click.echo(json.dumps(doc, indent=2, default=str))
 
 
@@ -90,7 +102,15 @@ def cli() -> None:
     show_default=True,
     help="How to read proxy access logs (auto: by each line's shape).",
 )
-def ingest(paths, db, config_path, as_json, strict, no_analyse, source):
+def ingest(
+    paths: tuple[str, ...],
+    db: str,
+    config_path: str | None,
+    as_json: bool,
+    strict: bool,
+    no_analyse: bool,
+    source: str,
+) -> None:
     """Load ledgers and logs (files or folders) into the database.
 
     \b
@@ -131,7 +151,7 @@ def ingest(paths, db, config_path, as_json, strict, no_analyse, source):
         )
 
 
-def _analyse(con, conf):
+def _analyse(con: duckdb.DuckDBPyConnection, conf: Config) -> dict[str, Any]:
     """Refresh findings after an ingest."""
     from replaygate.queries import runner
 
@@ -170,7 +190,16 @@ def _analyse(con, conf):
     help="How to read proxy access logs.",
 )
 @click.option("--cycles", type=click.IntRange(1), help="Stop after this many cycles.")
-def watch(paths, db, config_path, every, notify, dashboard_url, source, cycles):
+def watch(
+    paths: tuple[str, ...],
+    db: str,
+    config_path: str | None,
+    every: float,
+    notify: tuple[str, ...],
+    dashboard_url: str,
+    source: str,
+    cycles: int | None,
+) -> None:
     """Ingest what is new, analyse and gate, again and again: one line per cycle.
 
     \b
@@ -193,7 +222,7 @@ def watch(paths, db, config_path, every, notify, dashboard_url, source, cycles):
 @cli.command(context_settings=CONTEXT)
 @db_option
 @json_option
-def status(db, as_json):
+def status(db: str, as_json: bool) -> None:
     """Show what the database holds: rows and time span per record type,
     rollout stages, quarantine summary.
 
@@ -241,8 +270,17 @@ def status(db, as_json):
 @config_option
 @json_option
 def simulate(
-    out, seed, sessions, events, faults, fmt, list_faults, server_only, config_path, as_json
-):
+    out: str,
+    seed: int,
+    sessions: int | None,
+    events: int | None,
+    faults: str,
+    fmt: str,
+    list_faults: bool,
+    server_only: bool,
+    config_path: str | None,
+    as_json: bool,
+) -> None:
     """Write a synthetic MCP fleet's ledgers and logs plus truth.json.
 
     \b
@@ -304,7 +342,15 @@ def simulate(
     default=None,
     help="At most this many rows in the table (not with --json).",
 )
-def findings(db, config_path, as_json, detectors, stage, severity, limit):
+def findings(
+    db: str,
+    config_path: str | None,
+    as_json: bool,
+    detectors: tuple[str, ...],
+    stage: str | None,
+    severity: str | None,
+    limit: int | None,
+) -> None:
     """Run the detectors and list what silently went wrong.
 
     \b
@@ -372,19 +418,19 @@ def findings(db, config_path, as_json, detectors, stage, severity, limit):
     help="Append the decisions to the decision history (see `replaygate history`).",
 )
 def gates(
-    paths,
-    db,
-    config_path,
-    as_json,
-    stage,
-    release,
-    all_stages,
-    wait_for,
-    every,
-    junit_file,
-    source,
-    record,
-):
+    paths: tuple[str, ...],
+    db: str,
+    config_path: str | None,
+    as_json: bool,
+    stage: str | None,
+    release: str | None,
+    all_stages: bool,
+    wait_for: float | None,
+    every: float,
+    junit_file: str | None,
+    source: str,
+    record: bool,
+) -> None:
     """Evaluate the release gates and decide PROCEED, HOLD or ROLLBACK.
 
     \b
@@ -453,7 +499,7 @@ def gates(
     show_default=True,
     help="Address to listen on (loopback by default).",
 )
-def dashboard(db, config_path, port, host):
+def dashboard(db: str, config_path: str | None, port: int, host: str) -> None:
     """Start the Streamlit dashboard on the database.
 
     \b
@@ -549,7 +595,18 @@ def dashboard(db, config_path, port, host):
     metavar="PATH",
     help="With --verify: look for the recorded inputs here, by content (repeatable).",
 )
-def report(db, config_path, stage, fmt, output, bundle, verify_dir, sign_key, public_key, inputs):
+def report(
+    db: str,
+    config_path: str | None,
+    stage: str | None,
+    fmt: str,
+    output: str | None,
+    bundle: str | None,
+    verify_dir: str | None,
+    sign_key: str | None,
+    public_key: str | None,
+    inputs: tuple[str, ...],
+) -> None:
     """Write an audit report: scope, inputs, configuration, methodology, gates,
     decision, rollback verification and findings, with the command that reproduces it.
 
@@ -594,7 +651,7 @@ def report(db, config_path, stage, fmt, output, bundle, verify_dir, sign_key, pu
         click.echo(f"wrote bundle {bundle}: " + ", ".join(files), err=True)
 
 
-def _verify_bundle(folder, public_key, inputs) -> None:
+def _verify_bundle(folder: Path, public_key: str | None, inputs: tuple[str, ...]) -> None:
     """`report --verify`: reads only files inside the bundle (and the --inputs given)."""
     from replaygate.queries import attest
 
@@ -627,11 +684,11 @@ cli.add_command(rollout)
 cli.add_command(serve)
 
 
-def _debug_requested(argv) -> bool:
+def _debug_requested(argv: list[str]) -> bool:
     return "--debug" in argv
 
 
-def main(argv=None) -> None:
+def main(argv: list[str] | None = None) -> None:
     argv = list(sys.argv[1:] if argv is None else argv)
     try:
         rc = cli.main(args=argv, prog_name="replaygate", standalone_mode=False)

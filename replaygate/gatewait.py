@@ -70,10 +70,11 @@ def wait(
                 raise
             doc, missing = None, exc
         if deadline is None:
+            assert doc is not None  # without a deadline, a failed evaluation raised above
             return doc
-        concluded = doc is not None and doc["stages"]
-        decision = doc["stages"][0]["decision"] if concluded else "HOLD"
-        shown = doc["stages"][0]["stage"] if concluded else (stage or release)
+        stages = doc["stages"] if doc is not None else []
+        decision = stages[0]["decision"] if stages else "HOLD"
+        shown = stages[0]["stage"] if stages else (stage or release)
         left = deadline - clock()
         click.echo(
             f"gates {shown}: {decision} (evaluation {n}, {duration.show(max(left, 0))} left)",
@@ -83,5 +84,6 @@ def wait(
             break
         sleep(min(every_s, left))
     if missing is not None:
-        raise ReplaygateError(f"{missing} (waited {duration.show(timeout_s)})")
+        raise ReplaygateError(f"{missing} (waited {duration.show(timeout_s or 0)})")
+    assert doc is not None  # the last evaluation either succeeded or set `missing`
     return doc

@@ -83,7 +83,8 @@ class Handler(BaseHTTPRequestHandler):
             self._send(404, {"error": "not found: GET /gates/{release}/{stage}"})
             return
         release, stage = unquote(parts[2]), unquote(parts[3])
-        ok = (parse_qs(url.query).get("ok") or [None])[0]
+        oks = parse_qs(url.query).get("ok")
+        ok = oks[0] if oks else None
         if ok not in (None, "any", "rollback"):
             self._send(400, {"error": "ok must be any or rollback"})
             return

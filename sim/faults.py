@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 from .calls import Brk, call, sessionless_call
 from .fleet import SEC, Fleet, Sess
@@ -53,7 +54,7 @@ def X(
     unit = {k.replace("detail_", "detail.", 1): v for k, v in unit.items()}
     if keyed:
         unit = {"session_hmac": session, **unit}
-    out = {
+    out: dict[str, Any] = {
         "detector": detector,
         "severity": severity,
         "stage": f.stage_of(session, t),
