@@ -14,6 +14,7 @@ adapters read, ready to paste.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 
 def _h(path: str) -> str:
@@ -204,7 +205,7 @@ def _pick(keys: tuple[Key, ...], present: set[str] | None) -> str | None:
 
 
 def _keyed(
-    name: str, detect: str, fixed: dict[str, str], present: set[str] | None, user: dict
+    name: str, detect: str, fixed: dict[str, str], present: set[str] | None, user: dict[str, Any]
 ) -> Adapter:
     fields = dict(fixed)
     values = {}
@@ -224,7 +225,7 @@ def _keyed(
     return Adapter(name, detect, fields, raw)
 
 
-def nginx(present: set[str] | None = None, user: dict | None = None) -> Adapter:
+def nginx(present: set[str] | None = None, user: dict[str, Any] | None = None) -> Adapter:
     return _keyed(
         "nginx",
         "json_exists(j, '$.msec') AND json_exists(j, '$.request_time')",
@@ -237,7 +238,7 @@ def nginx(present: set[str] | None = None, user: dict | None = None) -> Adapter:
     )
 
 
-def envoy(present: set[str] | None = None, user: dict | None = None) -> Adapter:
+def envoy(present: set[str] | None = None, user: dict[str, Any] | None = None) -> Adapter:
     # START_TIME is already the request start.
     return _keyed(
         "envoy",
@@ -248,7 +249,7 @@ def envoy(present: set[str] | None = None, user: dict | None = None) -> Adapter:
     )
 
 
-def candidate_keys(user_fields: dict | None = None) -> tuple[Key, ...]:
+def candidate_keys(user_fields: dict[str, Any] | None = None) -> tuple[Key, ...]:
     """Every key the nginx and Envoy adapters could read (for the per-file key scan)."""
     user_fields = user_fields or {}
     out: dict[str, Key] = {}
@@ -276,7 +277,9 @@ def _infer_initialize(adapter: Adapter) -> Adapter:
     return Adapter(adapter.name, adapter.detect, fields, adapter.response_session)
 
 
-def build(present: set[str] | None = None, user_fields: dict | None = None) -> dict:
+def build(
+    present: set[str] | None = None, user_fields: dict[str, Any] | None = None
+) -> dict[str, Adapter]:
     """The adapters for one file: nginx and Envoy read only the keys `present` in it
     (all known spellings when None), with the user's own keys first."""
     user_fields = user_fields or {}

@@ -16,16 +16,18 @@ import shutil
 import tempfile
 import zlib
 from collections import Counter
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any, Protocol
 
 import duckdb
 
 from . import adapters, capabilities, identity, readers, validate
 from .config import Config
 from .contract import RECORD_TYPES, RecordType, all_field_names
-from .db import get_meta, set_meta
+from .db import get_meta, one_row, set_meta
 from .errors import ReplaygateError
 from .redact import padded_keys
 
@@ -39,7 +41,7 @@ class FileResult:
     rows: dict[str, int] = field(default_factory=dict)
     quarantined: int = 0
     note: str = ""
-    facts: dict | None = None  # a proxy log: the facts it can show and those it cannot
+    facts: dict[str, Any] | None = None  # a proxy log: the facts it can show and those it cannot
 
 
 @dataclass
@@ -47,10 +49,10 @@ class IngestReport:
     files: list[FileResult] = field(default_factory=list)
     skipped: list[str] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)
-    quarantine_reasons: Counter = field(default_factory=Counter)
+    quarantine_reasons: Counter[str] = field(default_factory=Counter)
 
     def rows_by_type(self) -> dict[str, int]:
-        total: Counter = Counter()
+        total: Counter[str] = Counter()
         for f in self.files:
             total.update(f.rows)
         return dict(total)
@@ -60,15 +62,24 @@ class IngestReport:
         return sum(f.quarantined for f in self.files)
 
 
+class Progress(Protocol):
+    """What an ingest reports its progress to (NullProgress: nothing)."""
+
+    def start(self, total_bytes: int, n_files: int) -> None: ...
+    def file_started(self, name: str, size: int, poll: Callable[[], Any] | None = None) -> None: ...
+    def file_done(self, size: int) -> None: ...
+    def stop(self) -> None: ...
+
+
 class NullProgress:
     def start(self, total_bytes: int, n_files: int) -> None: ...
-    def file_started(self, name: str, size: int, poll=None) -> None: ...
+    def file_started(self, name: str, size: int, poll: Callable[[], Any] | None = None) -> None: ...
     def file_done(self, size: int) -> None: ...
     def stop(self) -> None: ...
 
 
 def discover(
-    paths: list[str | os.PathLike], force_proxy: bool = False
+    paths: list[str | os.PathLike[str]], force_proxy: bool = False
 ) -> tuple[list[readers.Source], list[str]]:
     """Input files under the given paths (folders recursively), and names skipped.
     With force_proxy every file is a JSON Lines proxy access log, whatever its name."""
@@ -224,7 +235,7 @@ class _Loader:
                 self.con.execute(f"DROP TABLE IF EXISTS {t}")
         shutil.rmtree(self.tmp, ignore_errors=True)
 
-    def _exec(self, sql: str, params: dict | None = None):
+    def _exec(self, sql: str, params: dict[str, Any] | None = None) -> duckdb.DuckDBPyConnection:
         return self.con.execute(sql, params or {})
 
     # -- phase 1: outside the transaction -------------------------------------------------
@@ -245,6 +256,7 @@ class _Loader:
             return FileResult(shown, "waiting", note="no complete line yet")
         if d.action == "append":
             k = d.known
+            assert k is not None  # an append continues a known file (identity.plan)
             read_path = self.tmp / f"{n}.tail"
             header = identity.first_line(src.path, src.gzip) if src.format == "csv" else b""
             identity.write_tail(src.path, src.gzip, k.consumed, sc.complete, read_path, header)
@@ -266,7 +278,7 @@ class _Loader:
         if waits:
             staged.info = "the last line has no newline yet: it is read once complete"
         if staged.table:
-            staged.rows_staged = self._exec(f"SELECT count(*) FROM {staged.table}").fetchone()[0]
+            staged.rows_staged = one_row(self._exec(f"SELECT count(*) FROM {staged.table}"))[0]
         return staged
 
     def _drop(self, staged: _Staged) -> None:
@@ -274,7 +286,14 @@ class _Loader:
             if t:
                 self._exec(f"DROP TABLE IF EXISTS {t}")
 
-    def _stage_file(self, src, n: int, shown: str, sha, read_path: Path | None = None) -> _Staged:
+    def _stage_file(
+        self,
+        src: readers.Source,
+        n: int,
+        shown: str,
+        sha: str | None,
+        read_path: Path | None = None,
+    ) -> _Staged:
         """Stage the file, or `read_path` instead: its new lines, already decompressed."""
         staged = _Staged(src, shown, sha or "", None)
         table = f"rg_stage_{n}"
@@ -300,10 +319,12 @@ class _Loader:
                 return staged
         self.temp_tables.append(table)
         if typed is not None:
-            foreign = self._exec(
-                f"SELECT count(*) FROM {table} WHERE rtype IS NOT NULL AND rtype <> $t",
-                {"t": typed.table},
-            ).fetchone()[0]
+            foreign = one_row(
+                self._exec(
+                    f"SELECT count(*) FROM {table} WHERE rtype IS NOT NULL AND rtype <> $t",
+                    {"t": typed.table},
+                )
+            )[0]
             if foreign:
                 # Rows of other types in a prefixed file: read it again, as text.
                 typed = None
@@ -322,7 +343,12 @@ class _Loader:
         return staged
 
     def _stage(
-        self, src, read_path: Path, compression: str, table: str, typed: RecordType | None
+        self,
+        src: readers.Source,
+        read_path: Path,
+        compression: str,
+        table: str,
+        typed: RecordType | None,
     ) -> set[str]:
         """Stage the file; return the facts a proxy log shows by its keys."""
         names = [f.name for f in typed.fields] if typed else all_field_names()
@@ -351,7 +377,7 @@ class _Loader:
             sql = readers.parquet_sql(src, cols, names, self.key_available)
         if typed is not None:
             sql = validate.checked_sql(typed, f"({sql})")
-        params = {"path": str(read_path)}
+        params: dict[str, Any] = {"path": str(read_path)}
         if "$hmac_ipad" in sql:
             params.update(self.params)
         if "$compression" in sql:
@@ -359,7 +385,9 @@ class _Loader:
         self._exec(f"CREATE OR REPLACE TEMP TABLE {table} AS {sql}", params)
         return key_facts
 
-    def _proxy_keys(self, src, read_path: Path, compression: str, forced: str | None):
+    def _proxy_keys(
+        self, src: readers.Source, read_path: Path, compression: str, forced: str | None
+    ) -> tuple[dict[str, adapters.Adapter], set[str]]:
         """Which keys the log's lines carry (its log_format): the adapters read only
         those, and they tell which facts the log can show."""
         keys = adapters.candidate_keys(self.field_maps)
@@ -372,7 +400,7 @@ class _Loader:
         by_name = adapters.build(present, self.field_maps)
         return by_name, capabilities.from_keys(present, shapes, self.field_maps)
 
-    def _proxy_shape(self, src, read_path: Path, compression: str) -> str | None:
+    def _proxy_shape(self, src: readers.Source, read_path: Path, compression: str) -> str | None:
         """None for the contract reader; else the adapter to use ("auto": by line)."""
         if src.format != "jsonl" or src.default_type is None or src.default_type.table != "proxy":
             return None
@@ -411,7 +439,9 @@ class _Loader:
             self._exec("DELETE FROM file_facts WHERE file_id = $f", {"f": old_id})
             self._exec("UPDATE files SET status = 'superseded' WHERE file_id = $f", {"f": old_id})
 
-    def _manifest(self, file_id: int, src, shown: str, sha: str, result: FileResult) -> None:
+    def _manifest(
+        self, file_id: int, src: readers.Source, shown: str, sha: str, result: FileResult
+    ) -> None:
         self._exec(
             """INSERT INTO files (file_id, path, name, format, size, sha256, rows_loaded,
                    rows_quarantined, rows_by_type, ingested_at, status)
@@ -430,7 +460,9 @@ class _Loader:
             },
         )
 
-    def _identity(self, file_id: int, src, shown: str, d: identity.Decision, rows: int) -> None:
+    def _identity(
+        self, file_id: int, src: readers.Source, shown: str, d: identity.Decision, rows: int
+    ) -> None:
         """What identifies the file by content next time (identity.py)."""
         sc = d.scanned
         self._exec(
@@ -458,22 +490,25 @@ class _Loader:
         )
 
     def move(self, mv: _Moved) -> FileResult:
-        self._identity(mv.file_id, mv.src, mv.shown, mv.decision, mv.decision.known.rows)
+        known = mv.decision.known
+        assert known is not None  # a moved file is a known one (identity.plan)
+        self._identity(mv.file_id, mv.src, mv.shown, mv.decision, known.rows)
         return FileResult(mv.shown, "unchanged", note=mv.decision.note)
 
     def load(self, st: _Staged) -> FileResult:
         self._retire(st.replaces)
-        file_id = self._exec("SELECT nextval('file_ids')").fetchone()[0]
-        appending = st.decision is not None and st.decision.action == "append"
+        file_id = one_row(self._exec("SELECT nextval('file_ids')"))[0]
+        d = st.decision if st.decision is not None and st.decision.action == "append" else None
+        appending = d is not None and d.known is not None
         # Appended rows join the file's earlier rows; its new quarantine rows are counted
         # under a fresh id first, then join them too.
-        rows_id = st.decision.known.file_id if appending else file_id
+        rows_id = d.known.file_id if d is not None and d.known is not None else file_id
         result = FileResult(st.shown, "replaced" if st.replaces else "loaded")
         if st.replaces:
             result.note = "content changed since it was last ingested; old rows replaced"
-        if appending:
+        if d is not None and d.known is not None:
             result.status = "appended"
-            result.note = st.decision.note or f"read from line {st.decision.known.lines + 1}"
+            result.note = d.note or f"read from line {d.known.lines + 1}"
         if st.info:
             result.note = f"{result.note}; {st.info}" if result.note else st.info
         for line, reason in st.notes:
@@ -532,7 +567,7 @@ class _Loader:
         if (
             st.src.format != "jsonl"
             or not st.rejects
-            or not self._exec(f"SELECT count(*) FROM {st.rejects}").fetchone()[0]
+            or not one_row(self._exec(f"SELECT count(*) FROM {st.rejects}"))[0]
         ):
             return "rowid + 1"
         # The j-th rejected line (0-based, by line) comes after line - 1 - j kept rows.
@@ -591,22 +626,26 @@ class _Loader:
                 {**base, **shift, "schema": rt.schema, "t": rt.table},
             )
             cols, exprs = validate.target_columns(rt)
-            n = self._exec(
-                f"""INSERT INTO {rt.table} ({", ".join(cols)})
+            n = one_row(
+                self._exec(
+                    f"""INSERT INTO {rt.table} ({", ".join(cols)})
                     SELECT {", ".join(exprs)} FROM {checked} WHERE reason IS NULL""",
-                {"file_id": file_id if rows_id is None else rows_id, "t": rt.table, **shift},
-            ).fetchone()[0]
+                    {"file_id": file_id if rows_id is None else rows_id, "t": rt.table, **shift},
+                )
+            )[0]
             if n:
                 result.rows[rt.table] = n
                 self._note_changes(rt, file_id if rows_id is None else rows_id, st.shift)
             if rt.table == "proxy" and not self.key_available:
-                self.raw_without_key += self._exec(
-                    f"SELECT count(*) FROM {checked} WHERE t_raw_session_id",
-                    {"t": rt.table, **shift},
-                ).fetchone()[0]
+                self.raw_without_key += one_row(
+                    self._exec(
+                        f"SELECT count(*) FROM {checked} WHERE t_raw_session_id",
+                        {"t": rt.table, **shift},
+                    )
+                )[0]
 
 
-def _knowns(con) -> list[identity.Known]:
+def _knowns(con: duckdb.DuckDBPyConnection) -> list[identity.Known]:
     return [
         identity.Known(*r)
         for r in con.execute(
@@ -618,7 +657,7 @@ def _knowns(con) -> list[identity.Known]:
     ]
 
 
-def _rows_by_type(con, file_id: int) -> dict[str, int]:
+def _rows_by_type(con: duckdb.DuckDBPyConnection, file_id: int) -> dict[str, int]:
     import json
 
     row = con.execute(
@@ -637,7 +676,7 @@ def _reason_class(reason: str) -> str:
     return reason.split(":")[0] if reason.startswith("truncated gzip") else reason
 
 
-def _json(d: dict) -> str:
+def _json(d: dict[str, Any]) -> str:
     import json
 
     return json.dumps(d, sort_keys=True)
@@ -645,9 +684,9 @@ def _json(d: dict) -> str:
 
 def ingest(
     con: duckdb.DuckDBPyConnection,
-    paths: list,
+    paths: list[str | os.PathLike[str]],
     config: Config,
-    progress=None,
+    progress: Progress | None = None,
     source: str = "auto",
 ) -> IngestReport:
     """Load files and folders into the database in one transaction.
@@ -679,7 +718,7 @@ def ingest(
     try:
         # Which loaded file each one continues, by content (identity.py).
         decisions = identity.plan(sources, [_display(s.path) for s in sources], _knowns(con))
-        plan: list = []
+        plan: list[_Staged | FileResult | _Moved] = []
         for n, (src, size, d) in enumerate(zip(sources, sizes, decisions, strict=True)):
             # query_progress() may be called from another thread while a query runs.
             progress.file_started(src.name, size, poll=con.query_progress)

@@ -16,7 +16,7 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
-from .adapters import ADAPTERS, Key
+from .adapters import ADAPTERS, Adapter, Key
 from .contract import BY_SCHEMA, BY_TABLE, RECORD_TYPES, RecordType, type_for_filename
 from .redact import hmac_sql, redact_url_sql
 
@@ -215,7 +215,7 @@ def proxylog_sql(
     names: list[str],
     key_available: bool,
     forced: str | None = None,
-    by_name: dict | None = None,
+    by_name: dict[str, Adapter] | None = None,
 ) -> str:
     """A proxy access log whose lines may be Caddy, nginx, Envoy or contract records,
     each mapped by its own shape (or all by `forced`); `by_name`: the adapters built for
