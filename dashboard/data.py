@@ -53,6 +53,7 @@ class Store:
         try:
             con.execute("SET TimeZone = 'UTC'")
             con.execute("SET enable_progress_bar = false")
+            con.execute("SET memory_limit = $m", {"m": dbm.memory_limit()})
             yield con
         finally:
             con.close()

@@ -27,11 +27,9 @@ import duckdb
 from . import adapters, capabilities, identity, readers, validate
 from .config import Config
 from .contract import RECORD_TYPES, RecordType, all_field_names
-from .db import get_meta, one_row, set_meta
+from .db import get_meta, memory_limit, one_row, set_meta
 from .errors import ReplaygateError
 from .redact import padded_keys
-
-INGEST_MEMORY = "1.5GB"
 
 
 @dataclass
@@ -706,9 +704,7 @@ def ingest(
             sources.remove(src)
             unreadable.append(FileResult(_display(src.path), "unreadable", note=why))
     # Bounded memory: staging tables spill to disk beyond this (files larger than RAM).
-    con.execute(
-        "SET memory_limit = $m", {"m": os.environ.get("REPLAYGATE_MEMORY_LIMIT", INGEST_MEMORY)}
-    )
+    con.execute("SET memory_limit = $m", {"m": memory_limit("ingest")})
     # Timestamp plausibility bounds, read by validate.reason_sql.
     for name, key in (("rg_ts_min", "min"), ("rg_ts_max", "max")):
         con.execute(f"SET VARIABLE {name} = CAST($v AS TIMESTAMPTZ)", {"v": config.ts_bounds[key]})
@@ -758,8 +754,7 @@ def ingest(
             raise
     finally:
         con.execute("RESET preserve_insertion_order")
-        if not os.environ.get("REPLAYGATE_MEMORY_LIMIT"):
-            con.execute("RESET memory_limit")
+        con.execute("SET memory_limit = $m", {"m": memory_limit()})
         loader.close()
         progress.stop()
     if loader.raw_without_key:
