@@ -1,11 +1,17 @@
-"""Benchmarks: simulate, bare DuckDB read vs replaygate ingest, detectors, gates, pages.
+"""Benchmarks side by side: simulate, bare DuckDB read vs replaygate ingest, analysis
+(prepare step and detectors), gates, dashboard pages, for one or more fleet sizes.
 
-Each step runs in its own process so wall time and peak memory (max RSS) are its own.
+Each step runs in its own process so wall time, CPU time and peak memory (max RSS) are
+its own; the 1-minute load average is noted before and after each step, because on a
+shared machine the same step can take twice as long from one run to the next (compare
+the ratios, which are measured in the same run).
 
-    python bench/run.py --sizes 1000000 10000000 --out bench/out
+    ./dev bench 1000000 10000000             # or: python bench/run.py 1000000 ...
+    ./dev bench 100000000 --format parquet   # a 100M fleet does not fit as JSON Lines
 
-Results go to <out>/results.json and a markdown table on standard output, the one
-in docs/performance.md. Not a timed test: numbers depend on the machine.
+Fleets are simulated once into <out>/fleet-<n>[-<format>] and reused. Results go to
+<out>/results.json and a markdown table on standard output (docs/performance.md). Not
+a timed test: numbers depend on the machine.
 """
 
 from __future__ import annotations
@@ -16,6 +22,7 @@ import os
 import shutil
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -24,46 +31,101 @@ PY = sys.executable
 ENV = dict(os.environ, REPLAYGATE_HMAC_KEY="bench-key")
 
 
-def timed(cmd: list[str]) -> dict:
-    """Run a command; its wall seconds and peak RSS (MB), from wait4 of that child."""
+def _communicate_without_reaping(proc: subprocess.Popen) -> tuple[bytes, bytes]:
+    """Read a child's output to the end without waiting for it (wait4 reaps it)."""
+    chunks: dict[str, bytes] = {}
+
+    def drain(name, stream):
+        chunks[name] = stream.read()
+
+    threads = [
+        threading.Thread(target=drain, args=("out", proc.stdout)),
+        threading.Thread(target=drain, args=("err", proc.stderr)),
+    ]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    return chunks["out"], chunks["err"]
+
+
+def run_step(cmd: list[str]) -> dict:
+    """Run a command: wall and CPU seconds and peak RSS (MB), from wait4 of that child,
+    and the load average before and after."""
+    load0 = os.getloadavg()[0]
     t0 = time.perf_counter()
     proc = subprocess.Popen(cmd, env=ENV, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    out_b, err_b = _communicate_without_reaping(proc)
     _, status, usage = os.wait4(proc.pid, 0)
+    proc.returncode = os.waitstatus_to_exitcode(status)
     secs = time.perf_counter() - t0
-    out = proc.stdout.read().decode()
-    err = proc.stderr.read().decode()
-    if os.waitstatus_to_exitcode(status) != 0:
-        raise SystemExit(f"failed: {' '.join(cmd)}\n{err[-2000:]}")
-    return {"seconds": round(secs, 2), "peak_mb": round(usage.ru_maxrss / 1024), "out": out}
+    if proc.returncode != 0:
+        raise SystemExit(f"failed: {' '.join(cmd)}\n{err_b.decode()[-2000:]}")
+    return {
+        "seconds": round(secs, 2),
+        "cpu_s": round(usage.ru_utime + usage.ru_stime, 2),
+        "peak_mb": round(usage.ru_maxrss / 1024),
+        "load": [round(load0, 1), round(os.getloadavg()[0], 1)],
+        "out": out_b.decode(),
+    }
 
 
-# The bare read: DuckDB's own reader with the contract's column types given (auto-detection
-# fails on these files, whose null fields are absent), straight into a table.
+def _keep(r: dict) -> dict:
+    return {k: v for k, v in r.items() if k != "out"}
+
+
+# The bare read: DuckDB's own readers with the contract's column types given
+# (auto-detection fails on these files, whose null fields are absent), straight into a
+# table of an on-disk database; the same files ingest finds (load.discover).
 BARE = """
-import duckdb, sys, pathlib
-from replaygate.ingest.contract import type_for_filename
+import duckdb, sys
+from replaygate.ingest.load import discover
 con = duckdb.connect(sys.argv[1])
 con.execute("SET TimeZone = 'UTC'")
 con.execute("SET enable_progress_bar = false")
-for i, f in enumerate(sorted(pathlib.Path(sys.argv[2]).glob('*.jsonl'))):
-    rt = type_for_filename(f.name)
-    cols = {x.name: x.sql_type for x in rt.fields}
-    con.execute(f"CREATE TABLE t{i} AS SELECT * FROM read_json($f, columns = {cols!r}, "
-                "format = 'newline_delimited')", {"f": str(f)})
+sources, _ = discover([sys.argv[2]])
+for i, src in enumerate(sources):
+    if src.default_type is None or src.path.stat().st_size == 0:
+        continue
+    cols = {x.name: x.sql_type for x in src.default_type.fields}
+    if src.format == "jsonl":
+        read = f"read_json($f, columns = {cols!r}, format = 'newline_delimited')"
+    elif src.format == "csv":
+        read = f"read_csv($f, header = true, columns = {cols!r}, auto_detect = false)"
+    else:
+        read = "read_parquet($f)"
+    con.execute(f"CREATE TABLE t{i} AS SELECT * FROM {read}", {"f": str(src.path)})
 con.close()
 """
 
+# Analysis as `replaygate analyse` runs it, with the prepare step timed apart: the
+# runner executes the prep statements in order, so the span from the first to the last
+# request for one is the prepare step.
 ANALYSE = """
 import json, sys, time
 from replaygate.ingest import db, config
 from replaygate.queries import runner, gates
+marks = {}
+load = runner.catalog.load
+def timed_load(kind):
+    queries = load(kind)
+    if kind != "prep":
+        return queries
+    def spans():
+        marks["start"] = time.perf_counter()
+        yield from queries
+        marks["end"] = time.perf_counter()
+    return spans()
+runner.catalog.load = timed_load
 con = db.connect(sys.argv[1])
 conf = config.Config()
 t0 = time.perf_counter(); runner.analyse(con, conf, force=True); t1 = time.perf_counter()
 gates.evaluate(con, conf, all_stages=True); gates.rollback_verification(con)
 t2 = time.perf_counter()
 per = dict(con.execute("SELECT detector, seconds FROM coverage").fetchall())
-print(json.dumps({"detect_s": t1 - t0, "gates_s": t2 - t1, "per_detector": per,
+print(json.dumps({"analyse_s": t1 - t0, "prep_s": marks["end"] - marks["start"],
+                  "detect_s": sum(v or 0 for v in per.values()), "gates_s": t2 - t1,
+                  "per_detector": per,
                   "findings": con.execute("SELECT count(*) FROM findings").fetchone()[0]}))
 """
 
@@ -84,52 +146,61 @@ for p in ["rollout", "streams", "dispatch", "sessions", "findings", "inspector",
 print(json.dumps(out))
 """
 
+PAGE_NAMES = (
+    "overview",
+    "rollout",
+    "streams",
+    "dispatch",
+    "sessions",
+    "findings",
+    "inspector",
+    "datafiles",
+)
 
-def bench_size(n: int, work: Path, keep: bool) -> dict:
-    d = work / f"fleet-{n}"
-    res: dict = {"events_target": n}
+
+def fleet_dir(work: Path, n: int, fmt: str) -> Path:
+    return work / (f"fleet-{n}" if fmt == "jsonl" else f"fleet-{n}-{fmt}")
+
+
+def bench_size(n: int, work: Path, fmt: str, keep: bool, pages: bool) -> dict:
+    d = fleet_dir(work, n, fmt)
+    res: dict = {"events_target": n, "format": fmt}
     if not (d / "truth.json").exists():
         shutil.rmtree(d, ignore_errors=True)
-        r = timed(
-            [
-                PY,
-                "-m",
-                "replaygate",
-                "simulate",
-                "--out",
-                str(d),
-                "--events",
-                str(n),
-                "--format",
-                "jsonl",
-                "--seed",
-                "1",
-                "--json",
-            ]
-        )
-        res["simulate"] = {k: r[k] for k in ("seconds", "peak_mb")}
+        cmd = [PY, "-m", "replaygate", "simulate", "--out", str(d), "--events", str(n)]
+        r = run_step(cmd + ["--format", fmt, "--seed", "1", "--json"])
+        res["simulate"] = _keep(r)
         res["events"] = json.loads(r["out"])["events"]
     else:
         res["events"] = json.loads((d / "truth.json").read_text())["events"]
-    res["input_mb"] = round(sum(f.stat().st_size for f in d.glob("*.jsonl")) / 1e6)
+    res["input_mb"] = round(sum(f.stat().st_size for f in d.iterdir() if f.is_file()) / 1e6)
     bare_db, ours_db = work / f"bare-{n}.duckdb", work / f"ours-{n}.duckdb"
     for p in (bare_db, ours_db):
         p.unlink(missing_ok=True)
-    r = timed([PY, "-c", BARE, str(bare_db), str(d)])
-    res["bare_read_json"] = {k: r[k] for k in ("seconds", "peak_mb")}
-    r = timed(
-        [PY, "-m", "replaygate", "ingest", str(d), "--db", str(ours_db), "--no-analyse", "--json"]
-    )
-    res["ingest"] = {k: r[k] for k in ("seconds", "peak_mb")}
-    res["ingest_ratio"] = round(res["ingest"]["seconds"] / res["bare_read_json"]["seconds"], 2)
-    r = timed([PY, "-c", ANALYSE, str(ours_db)])
-    res["analyse"] = {**json.loads(r["out"]), "peak_mb": r["peak_mb"]}
-    r = timed([PY, "-c", PAGES, str(ours_db), str(ROOT / "dashboard" / "app.py")])
-    res["pages"] = json.loads(r["out"])
+        Path(f"{p}.wal").unlink(missing_ok=True)
+    print(f"{n:,} events: bare read ...", file=sys.stderr, flush=True)
+    res["bare_read"] = _keep(run_step([PY, "-c", BARE, str(bare_db), str(d)]))
+    bare_db.unlink(missing_ok=True)
+    print(f"{n:,} events: ingest ...", file=sys.stderr, flush=True)
+    cmd = [PY, "-m", "replaygate", "ingest", str(d), "--db", str(ours_db), "--no-analyse"]
+    res["ingest"] = _keep(run_step(cmd + ["--json"]))
+    res["ingest_ratio"] = round(res["ingest"]["seconds"] / res["bare_read"]["seconds"], 2)
+    res["ingest_cpu_ratio"] = round(res["ingest"]["cpu_s"] / res["bare_read"]["cpu_s"], 2)
+    res["db_mb"] = round(ours_db.stat().st_size / 1e6)
+    print(f"{n:,} events: analysis ...", file=sys.stderr, flush=True)
+    r = run_step([PY, "-c", ANALYSE, str(ours_db)])
+    res["analyse"] = {**json.loads(r["out"]), **_keep(r)}
+    if pages:
+        print(f"{n:,} events: dashboard pages ...", file=sys.stderr, flush=True)
+        r = run_step([PY, "-c", PAGES, str(ours_db), str(ROOT / "dashboard" / "app.py")])
+        res["pages"] = json.loads(r["out"])
     if not keep:
-        for p in (bare_db, ours_db):
-            p.unlink(missing_ok=True)
+        ours_db.unlink(missing_ok=True)
     return res
+
+
+def _step(r: dict) -> str:
+    return f"{r['seconds']} / {r['cpu_s']} / {r['peak_mb']:,}"
 
 
 def table(results: list[dict]) -> str:
@@ -139,44 +210,40 @@ def table(results: list[dict]) -> str:
     ]
 
     def row(label, f):
-        lines.append(f"| {label} | " + " | ".join(f(r) for r in results) + " |")
+        cells = []
+        for r in results:
+            try:
+                cells.append(f(r))
+            except (KeyError, TypeError, ValueError):
+                cells.append("–")
+        lines.append(f"| {label} | " + " | ".join(cells) + " |")
 
-    row("input (JSON Lines, MB)", lambda r: f"{r['input_mb']:,}")
+    row("input: format, MB", lambda r: f"{r['format']}, {r['input_mb']:,}")
+    row("simulate: s / CPU s / peak MB", lambda r: _step(r["simulate"]))
+    row("bare DuckDB read: s / CPU s / peak MB", lambda r: _step(r["bare_read"]))
+    row("`replaygate ingest`: s / CPU s / peak MB", lambda r: _step(r["ingest"]))
     row(
-        "simulate: s / peak MB",
+        "**ingest ÷ bare** (wall; CPU)",
+        lambda r: f"{r['ingest_ratio']}x; {r['ingest_cpu_ratio']}x",
+    )
+    row("database, MB", lambda r: f"{r['db_mb']:,}")
+    row(
+        "**analysis**: s / CPU s / peak MB",
         lambda r: (
-            f"{r['simulate']['seconds']} / {r['simulate']['peak_mb']}"
-            if "simulate" in r
-            else "(cached)"
+            f"{r['analyse']['analyse_s']:.1f} / {r['analyse']['cpu_s']} / "
+            f"{r['analyse']['peak_mb']:,}"
         ),
     )
+    row("— prepare step: s", lambda r: f"{r['analyse']['prep_s']:.1f}")
+    row("— detectors: s", lambda r: f"{r['analyse']['detect_s']:.1f}")
     row(
-        "bare `CREATE TABLE AS read_json`: s / peak MB",
-        lambda r: f"{r['bare_read_json']['seconds']} / {r['bare_read_json']['peak_mb']}",
-    )
-    row(
-        "replaygate ingest: s / peak MB",
-        lambda r: f"{r['ingest']['seconds']} / {r['ingest']['peak_mb']}",
-    )
-    row("ingest ÷ bare", lambda r: f"{r['ingest_ratio']}x")
-    row("all 29 detectors: s", lambda r: f"{r['analyse']['detect_s']:.1f}")
-    row("gates, all stages: s", lambda r: f"{r['analyse']['gates_s']:.2f}")
-    row(
-        "slowest detector",
-        lambda r: "{} {:.1f} s".format(
+        "— slowest detector",
+        lambda r: "`{}` {:.1f} s".format(
             *max(r["analyse"]["per_detector"].items(), key=lambda kv: kv[1] or 0)
         ),
     )
-    for page in (
-        "overview",
-        "rollout",
-        "streams",
-        "dispatch",
-        "sessions",
-        "findings",
-        "inspector",
-        "datafiles",
-    ):
+    row("gates, all stages, rollback verification: s", lambda r: f"{r['analyse']['gates_s']:.2f}")
+    for page in PAGE_NAMES:
         row(
             f"page {page}: s (cold / cached)",
             lambda r, p=page: (
@@ -185,31 +252,50 @@ def table(results: list[dict]) -> str:
                 else f"{r['pages'][p]['cold']:.2f} / {r['pages'][p]['cached']:.2f}"
             ),
         )
+    row(
+        "load average (1 min) around ingest / analysis",
+        lambda r: "{}–{} / {}–{}".format(*r["ingest"]["load"], *r["analyse"]["load"]),
+    )
     return "\n".join(lines)
 
 
+def growth(results: list[dict]) -> str:
+    """Each step's time (and peak memory) from one size to the next."""
+    out = []
+    for a, b in zip(results, results[1:], strict=False):
+        scale = b["events"] / a["events"]
+        parts = []
+        for label, get in (
+            ("bare read", lambda r: r["bare_read"]["seconds"]),
+            ("ingest", lambda r: r["ingest"]["seconds"]),
+            ("analysis", lambda r: r["analyse"]["analyse_s"]),
+            ("analysis peak MB", lambda r: r["analyse"]["peak_mb"]),
+        ):
+            parts.append(f"{label} x{get(b) / get(a):.1f}")
+        out.append(f"{a['events']:,} -> {b['events']:,} events (x{scale:.1f}): " + ", ".join(parts))
+    return "\n".join(out)
+
+
 def main() -> None:
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--sizes", nargs="+", type=int, default=[1_000_000, 10_000_000])
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("sizes", nargs="*", type=int, help="events per fleet (default 1M and 10M)")
+    ap.add_argument("--sizes", dest="sizes_opt", nargs="+", type=int, help=argparse.SUPPRESS)
+    ap.add_argument("--format", default="jsonl", choices=["jsonl", "csv", "parquet", "mixed"])
     ap.add_argument("--out", default=str(ROOT / "bench" / "out"))
     ap.add_argument("--keep", action="store_true", help="keep the databases")
+    ap.add_argument("--no-pages", action="store_true", help="skip the dashboard pages")
     args = ap.parse_args()
+    sizes = args.sizes or args.sizes_opt or [1_000_000, 10_000_000]
     work = Path(args.out)
     work.mkdir(parents=True, exist_ok=True)
-    results = [bench_size(n, work, args.keep) for n in args.sizes]
-    (work / "results.json").write_text(json.dumps(results, indent=1))
+    results = []
+    for n in sizes:
+        results.append(bench_size(n, work, args.format, args.keep, not args.no_pages))
+        # Written after every size, so a long run that breaks keeps what it measured.
+        (work / "results.json").write_text(json.dumps(results, indent=1))
+    print(f"machine: {os.cpu_count()} cores, load average now {os.getloadavg()[0]:.1f}")
     print(table(results))
-    if len(results) > 1:
-        a, b = results[0], results[-1]
-        scale = b["events"] / a["events"]
-        for key in ("ingest", "bare_read_json"):
-            print(
-                f"{key}: x{b[key]['seconds'] / a[key]['seconds']:.1f} time for x{scale:.1f} events"
-            )
-        print(
-            f"detectors: x{b['analyse']['detect_s'] / a['analyse']['detect_s']:.1f} time "
-            f"for x{scale:.1f} events"
-        )
+    print(growth(results))
 
 
 if __name__ == "__main__":

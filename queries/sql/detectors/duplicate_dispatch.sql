@@ -49,14 +49,19 @@ writes AS (
     SELECT * FROM executed WHERE tool_class IN ('write', 'paid')
 ),
 proxy_broke AS (
-    SELECT DISTINCT d.dispatch_id
+    -- Two equi-joins, not one join with an OR: request ids repeat across sessions
+    -- ("0", "1", ...), so a join on the request id alone pairs every write with every
+    -- failed request of that id in the fleet.
+    SELECT d.dispatch_id
     FROM writes d
-    JOIN proxy p
-      ON p.request_id = d.request_id
-     AND ((d.session_hmac IS NOT NULL AND p.session_hmac = d.session_hmac)
-          OR (d.session_hmac IS NULL AND d.principal IS NOT NULL
-              AND p.principal = d.principal))
+    JOIN proxy p ON p.request_id = d.request_id AND p.session_hmac = d.session_hmac
     WHERE p.status >= 400
+      AND abs(epoch_ms(p.ts) - epoch_ms(d.ts)) <= $retry_window_s * 1000
+    UNION
+    SELECT d.dispatch_id
+    FROM writes d
+    JOIN proxy p ON p.request_id = d.request_id AND p.principal = d.principal
+    WHERE d.session_hmac IS NULL AND p.status >= 400
       AND abs(epoch_ms(p.ts) - epoch_ms(d.ts)) <= $retry_window_s * 1000
 ),
 broken AS (
