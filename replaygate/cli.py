@@ -267,6 +267,13 @@ def status(db: str, as_json: bool) -> None:
     is_flag=True,
     help="Only what an operator of servers and proxies has: no client inbox.",
 )
+@click.option(
+    "--engine",
+    default="auto",
+    show_default=True,
+    type=click.Choice(["auto", "python", "vector"]),
+    help="vector: ordinary traffic written column-wise (auto: vector for large fleets).",
+)
 @config_option
 @json_option
 def simulate(
@@ -278,6 +285,7 @@ def simulate(
     fmt: str,
     list_faults: bool,
     server_only: bool,
+    engine: str,
     config_path: str | None,
     as_json: bool,
 ) -> None:
@@ -294,6 +302,7 @@ def simulate(
       replaygate simulate --out fleet/ --seed 3
       replaygate simulate --out big/ --events 1000000 --faults none --format jsonl
       replaygate simulate --out servers/ --server-only
+      replaygate simulate --out huge/ --events 100000000 --format parquet
     """
     from replaygate.sim import simulate as run
     from replaygate.sim.faults import CATALOGUE
@@ -313,6 +322,7 @@ def simulate(
         fmt=fmt,
         config=load_config(config_path),
         server_only=server_only,
+        engine=engine,
     )
     if as_json:
         emit_json(summary)

@@ -8,9 +8,12 @@ import os
 import random
 from pathlib import Path
 
+import numpy as np
+
 from replaygate.ingest.config import Config
 from replaygate.ingest.errors import ReplaygateError
 
+from . import bulk
 from .faults import CATALOGUE
 from .fleet import SEC, T0, Fleet, Stage
 from .scenarios import normal_session, refused_origin, sessionless
@@ -87,6 +90,56 @@ def _placements(f: Fleet, needs: str, end: int) -> tuple[int, str | None, bool]:
     return rng.randint(st.start + margin, stop - margin), cohort, st.scope != "shadow"
 
 
+MARGIN = 15 * 60 * SEC  # sessions start this long before their stage's window ends
+VECTOR_FROM_SESSIONS = 20_000  # `auto` uses the vector engine from this fleet size
+
+
+def _python_traffic(f: Fleet, n_sessions: int, end: int) -> None:
+    """Ordinary traffic, every session played event by event."""
+    rng = f.rng
+    assert f.rollback_at is not None
+    starts = sorted(rng.randint(T0, end - MARGIN) for _ in range(n_sessions))
+    for t in starts:
+        roll = rng.random()
+        if roll < 0.1:
+            sessionless(f, t)
+            continue
+        if roll < 0.12:
+            refused_origin(f, t)
+        cohort = _cohort(f, t, MARGIN)
+        resumable = cohort is not None and f.stage_named(cohort).scope != "shadow"
+        if f.rollback_at <= t < f.stages[3].start:
+            cohort, resumable = None, False
+        normal_session(f, t, cohort, resumable=resumable)
+
+
+def _vector_traffic(f: Fleet, n_sessions: int, end: int, seed: int) -> None:
+    """The same traffic drawn column-wise: the same shares of sessionless requests, refused
+    Origins, cohorts and hygiene window as _python_traffic, each session a copy of one
+    the Python engine played (bulk.py)."""
+    assert f.rollback_at is not None
+    nrng = np.random.default_rng([seed, 0x5EED])
+    starts = np.sort(nrng.integers(T0, end - MARGIN, n_sessions, endpoint=True))
+    roll = nrng.random(n_sessions)
+    st_start = np.array([s.start for s in f.stages], np.int64)
+    st_end = np.array([s.end if s.end is not None else end + MARGIN for s in f.stages], np.int64)
+    pct = np.array([s.percent for s in f.stages]) / 100
+    win = np.searchsorted(st_start, starts, side="right") - 1
+    w = np.maximum(win, 0)
+    joins = (win >= 0) & (starts < st_end[w] - MARGIN) & (nrng.random(n_sessions) < pct[w])
+    hygiene = (f.rollback_at <= starts) & (starts < f.stages[3].start)
+    names = [name for name, _, _ in bulk.SESSION_POOLS] + [bulk.SESSIONLESS, bulk.REFUSED]
+    pool = np.where(joins & ~hygiene, w + 1, 0)  # the stages' pools follow the baseline's
+    pool = np.where(roll < 0.1, names.index(bulk.SESSIONLESS), pool)
+    refused = (roll >= 0.1) & (roll < 0.12)
+    all_starts = np.concatenate([starts, starts[refused]])
+    all_pools = np.concatenate([pool, np.full(int(refused.sum()), names.index(bulk.REFUSED))])
+    order = np.lexsort((all_pools != names.index(bulk.REFUSED), all_starts))
+    per_pool = min(800, max(40, n_sessions // 40))
+    templates = bulk.capture(f, per_pool, random.Random(f.rng.getrandbits(64)))
+    bulk.write_bulk(f, templates, all_starts[order], all_pools[order], names, nrng, seed)
+
+
 def simulate(
     out: str | os.PathLike,
     seed: int = 7,
@@ -97,12 +150,17 @@ def simulate(
     config: Config | None = None,
     rounds: int | None = None,
     server_only: bool = False,
+    engine: str = "auto",
 ) -> dict:
     """Write a fleet into `out`; returns a summary. truth.json lists every fault.
 
     `server_only`: the fleet of an operator who has only the recorder's ledgers, event
     log and dispatch records plus proxy logs (no client inbox); truth then expects only
-    what those sources show."""
+    what those sources show.
+
+    `engine`: `python` plays every session event by event; `vector` writes ordinary
+    traffic column-wise (bulk.py) and plays only the faults event by event; `auto` picks
+    `vector` from VECTOR_FROM_SESSIONS sessions."""
     config = config or Config()
     if fmt not in ("jsonl", "csv", "parquet", "mixed"):
         raise ReplaygateError(f"unknown format {fmt!r} (jsonl, csv, parquet, mixed)")
@@ -119,24 +177,19 @@ def simulate(
     key = config.hmac_key() or DEMO_KEY.encode()
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
+    if engine == "auto":
+        engine = "vector" if n_sessions >= VECTOR_FROM_SESSIONS else "python"
+    if engine not in ("python", "vector"):
+        raise ReplaygateError(f"unknown engine {engine!r} (auto, python, vector)")
     rng = random.Random(seed)
-    f = Fleet(out, rng, key, fmt, server_only=server_only)
+    # The vector engine's gzip files use a fast compression level: at its sizes the
+    # compression, not the traffic, would take the time.
+    f = Fleet(out, rng, key, fmt, server_only=server_only, gz_level=9 if engine == "python" else 1)
     end = _timeline(f, n_sessions)
-    assert f.rollback_at is not None
-    margin = 15 * 60 * SEC
-    starts = sorted(rng.randint(T0, end - margin) for _ in range(n_sessions))
-    for t in starts:
-        roll = rng.random()
-        if roll < 0.1:
-            sessionless(f, t)
-            continue
-        if roll < 0.12:
-            refused_origin(f, t)
-        cohort = _cohort(f, t, margin)
-        resumable = cohort is not None and f.stage_named(cohort).scope != "shadow"
-        if f.rollback_at <= t < f.stages[3].start:
-            cohort, resumable = None, False
-        normal_session(f, t, cohort, resumable=resumable)
+    if engine == "python":
+        _python_traffic(f, n_sessions, end)
+    else:
+        _vector_traffic(f, n_sessions, end, seed)
     rounds = rounds or max(1, n_sessions // 2000)
     injected = []
     for r in range(rounds):
@@ -181,4 +234,5 @@ def simulate(
         "events": f.events_written,
         "faults": len(injected),
         "findings_expected": len(all_expect),
+        "engine": engine,
     }

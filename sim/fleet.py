@@ -90,8 +90,17 @@ class StageStats:
 
 
 class Fleet:
-    def __init__(self, out, rng: random.Random, key: bytes, fmt: str, server_only: bool = False):
+    def __init__(
+        self,
+        out,
+        rng: random.Random,
+        key: bytes,
+        fmt: str,
+        server_only: bool = False,
+        gz_level: int = 9,
+    ):
         self.out = out
+        self.gz_level = gz_level
         # What an operator who controls only servers and proxies has: the recorder's
         # ledgers, event log and dispatch records, and proxy logs; no client inbox, and
         # dispatch records know only what the server saw (a client's abort is not there).
@@ -108,6 +117,9 @@ class Fleet:
         self.stats: dict[str | None, StageStats] = defaultdict(StageStats)
         self.open_disconnects: dict[tuple, int] = {}
         self.events_written = 0
+        # Events of the vector engine's bulk the gates count as delivered (by stage):
+        # what its sessions' server logs show sent, where no client receipts exist.
+        self.bulk_delivered: dict[str | None, int] = defaultdict(int)
         self.counter = 0
         self.capture: list | None = None  # proxy rows seen while a fault is traced
 
@@ -144,12 +156,17 @@ class Fleet:
         return name if st.start <= ts and (st.end is None or ts < st.end) else None
 
     # -- writing --------------------------------------------------------------------------
-    def w(self, table: str, row: dict, file_name: str | None = None) -> None:
+    def writer(self, table: str, file_name: str | None = None) -> _Base:
         key = file_name or table
         wr = self.writers.get(key)
         if wr is None:
-            wr = self.writers[key] = make_writer(self.out, table, self.fmt, file_name)
-        wr.add(row)
+            wr = self.writers[key] = make_writer(
+                self.out, table, self.fmt, file_name, gz_level=self.gz_level
+            )
+        return wr
+
+    def w(self, table: str, row: dict, file_name: str | None = None) -> None:
+        self.writer(table, file_name).add(row)
 
     def close(self) -> None:
         for wr in self.writers.values():
@@ -501,6 +518,8 @@ class Fleet:
         out: dict = defaultdict(int)
         for stage, st in self.stats.items():
             out[stage] += st.accepted
+        for stage, n in self.bulk_delivered.items():
+            out[stage] += n
         for key, stages in self.server_delivered.items():
             if key not in self.with_receipts:
                 for stage in stages:

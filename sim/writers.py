@@ -14,7 +14,9 @@ import json
 from datetime import UTC, datetime
 from pathlib import Path
 
+import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from replaygate.ingest.contract import BY_TABLE, RecordType
@@ -48,22 +50,63 @@ class _Base:
     def flush(self) -> None:
         raise NotImplementedError
 
+    def write_batch(self, table: pa.Table) -> None:
+        """Write whole columns (the contract's fields, timestamps as epoch ms)."""
+        raise NotImplementedError
+
     def close(self) -> None:
         self.flush()
 
+    def _text_columns(self, table: pa.Table) -> list[tuple[str, pa.Array]]:
+        """Each field as text, null where the value is null. Strings are written as they
+        are: the bulk's values are identifiers and vocabulary that need no escaping."""
+        out = []
+        for f in self.rt.fields:
+            col = table[f.name].combine_chunks()
+            if col.null_count == len(col):
+                continue
+            if f.type == "ts":
+                if self.ts_style == "iso":
+                    ts = col.cast(pa.timestamp("ms", tz="UTC"))
+                    txt = pc.strftime(ts, format="%Y-%m-%dT%H:%M:%SZ")
+                else:
+                    txt = col.cast(pa.string())
+            elif f.type == "bool":
+                txt = pc.if_else(col, "true", "false")
+            elif f.type == "float":
+                txt = col.cast(pa.string())
+                whole = pc.equal(pc.floor(col), col)
+                txt = pc.if_else(whole, pc.binary_join_element_wise(txt, ".0", ""), txt)
+            elif f.type == "int":
+                txt = col.cast(pa.string())
+            else:
+                txt = col
+            out.append((f.name, txt))
+        return out
 
-def _open_text(path: Path):
+    def _write_lines(self, lines: pa.Array) -> None:
+        """Append the rows' lines (each without its newline) to the text file."""
+        if not len(lines):
+            return
+        lines = pc.binary_join_element_wise(lines, "\n", "").cast(pa.large_string())
+        offsets = np.frombuffer(lines.buffers()[1], np.int64)[lines.offset :]
+        data = memoryview(lines.buffers()[2])[offsets[0] : offsets[len(lines)]]
+        self.fh.flush()
+        self.fh.buffer.write(data)
+
+
+def _open_text(path: Path, gz_level: int = 9):
     if path.name.endswith(".gz"):
         raw = open(path, "wb")  # noqa: SIM115 - closed via the wrapper
-        gz = gzip.GzipFile(filename="", mode="wb", fileobj=raw, mtime=0)
+        gz = gzip.GzipFile(filename="", mode="wb", fileobj=raw, mtime=0, compresslevel=gz_level)
         return io.TextIOWrapper(gz, encoding="utf-8", newline=""), raw
     return open(path, "w", encoding="utf-8", newline=""), None  # noqa: SIM115
 
 
 class JsonlWriter(_Base):
-    def __init__(self, path, rt, ts_style="iso", with_schema=False):
+    def __init__(self, path, rt, ts_style="iso", with_schema=False, gz_level=9):
         super().__init__(path, rt, ts_style)
-        self.fh, self.raw = _open_text(path)
+        self.fh, self.raw = _open_text(path, gz_level)
         self.with_schema = with_schema
 
     def flush(self) -> None:
@@ -79,6 +122,17 @@ class JsonlWriter(_Base):
             self.fh.write("\n".join(out) + "\n")
         self.buf.clear()
 
+    def write_batch(self, table: pa.Table) -> None:
+        self.flush()
+        parts = [pa.scalar(f'"schema":"{self.rt.schema}"')] if self.with_schema else []
+        for name, txt in self._text_columns(table):
+            f = self.rt.field(name)
+            if f.type in ("text", "enum", "ts") and not (f.type == "ts" and self.ts_style != "iso"):
+                txt = pc.binary_join_element_wise('"', txt, '"', "")
+            parts.append(pc.binary_join_element_wise(f'"{name}":', txt, ""))
+        body = pc.binary_join_element_wise(*parts, ",", null_handling="skip")
+        self._write_lines(pc.binary_join_element_wise("{", body, "}", ""))
+
     def close(self) -> None:
         super().close()
         self.fh.close()
@@ -87,9 +141,9 @@ class JsonlWriter(_Base):
 
 
 class CsvWriter(_Base):
-    def __init__(self, path, rt, ts_style="iso"):
+    def __init__(self, path, rt, ts_style="iso", gz_level=9):
         super().__init__(path, rt, ts_style)
-        self.fh, self.raw = _open_text(path)
+        self.fh, self.raw = _open_text(path, gz_level)
         self.cols = [f.name for f in rt.fields]
         self.w = csv.writer(self.fh, lineterminator="\n")
         self.w.writerow(self.cols)
@@ -109,6 +163,15 @@ class CsvWriter(_Base):
                     vals.append(v)
             self.w.writerow(vals)
         self.buf.clear()
+
+    def write_batch(self, table: pa.Table) -> None:
+        self.flush()
+        txt = dict(self._text_columns(table))
+        empty = pa.nulls(table.num_rows, pa.string())
+        cols = [txt.get(c, empty) for c in self.cols]
+        self._write_lines(
+            pc.binary_join_element_wise(*cols, ",", null_handling="replace", null_replacement="")
+        )
 
     def close(self) -> None:
         super().close()
@@ -140,6 +203,11 @@ class ParquetWriter(_Base):
         self.w.write_table(pa.table(cols, schema=self.schema))
         self.buf.clear()
 
+    def write_batch(self, table: pa.Table) -> None:
+        self.flush()
+        cols = [table[f.name].cast(self.schema.field(f.name).type) for f in self.rt.fields]
+        self.w.write_table(pa.Table.from_arrays(cols, schema=self.schema))
+
     def close(self) -> None:
         super().close()
         self.w.close()
@@ -157,7 +225,9 @@ MIXED = {
 }
 
 
-def make_writer(out: Path, table: str, fmt: str, name: str | None = None) -> _Base:
+def make_writer(
+    out: Path, table: str, fmt: str, name: str | None = None, gz_level: int = 9
+) -> _Base:
     rt = BY_TABLE[table]
     if fmt == "mixed":
         fname, style = MIXED[table]
@@ -170,5 +240,5 @@ def make_writer(out: Path, table: str, fmt: str, name: str | None = None) -> _Ba
     if fname.endswith(".parquet"):
         return ParquetWriter(path, rt)
     if ".csv" in fname:
-        return CsvWriter(path, rt, style)
-    return JsonlWriter(path, rt, style)
+        return CsvWriter(path, rt, style, gz_level=gz_level)
+    return JsonlWriter(path, rt, style, gz_level=gz_level)

@@ -32,8 +32,9 @@ def build(
     faults: str = "all",
     config: Config | None = None,
     server_only: bool = False,
+    engine: str = "auto",
 ):
-    name = f"fleet-{seed}-{fmt}-{sessions}-{faults.replace(',', '_')[:20]}"
+    name = f"fleet-{seed}-{fmt}-{sessions}-{faults.replace(',', '_')[:20]}-{engine}"
     out = tmp / (name + ("-server" if server_only else ""))
     simulate(
         out,
@@ -43,6 +44,7 @@ def build(
         faults=faults,
         config=config,
         server_only=server_only,
+        engine=engine,
     )
     con = dbm.connect(str(tmp / f"{out.name}.duckdb"))
     ingest(con, [out], config or Config())
