@@ -20,8 +20,10 @@ from __future__ import annotations
 import random
 import re
 from collections import defaultdict
+from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
+from functools import partial
 
 import numpy as np
 import pyarrow as pa
@@ -102,12 +104,11 @@ def capture(base: Fleet, per_pool: int, rng: random.Random) -> Templates:
     """Play `per_pool` sessions of each kind through the per-event path."""
     cf = _Capture(base, rng)
     pools: dict[str, list[int]] = defaultdict(list)
-    plays = [
-        (name, lambda c=c, r=r: normal_session(cf, T0, c, resumable=r))
-        for name, c, r in SESSION_POOLS
+    plays: list[tuple[str, Callable[[], None]]] = [
+        (name, partial(normal_session, cf, T0, c, resumable=r)) for name, c, r in SESSION_POOLS
     ]
-    plays.append((SESSIONLESS, lambda: sessionless(cf, T0)))
-    plays.append((REFUSED, lambda: refused_origin(cf, T0)))
+    plays.append((SESSIONLESS, partial(sessionless, cf, T0)))
+    plays.append((REFUSED, partial(refused_origin, cf, T0)))
     for name, play in plays:
         for _ in range(per_pool if name != REFUSED else max(8, per_pool // 20)):
             cf.tpl += 1
@@ -124,7 +125,7 @@ def _encode(cf: _Capture, n_tpl: int, pools: dict[str, np.ndarray]) -> Templates
     tok_toff: list[int] = []
     tok_tpl: list[int] = []
     per_tpl: dict[tuple[int, str], int] = {}  # (tpl, hash key) -> token number in tpl
-    count = defaultdict(int)
+    count: dict[int, int] = defaultdict(int)
     seen: dict[tuple[int, str], int] = {}  # (tpl, value) -> global token id
     verbatim: set[str] = set()
 

@@ -13,6 +13,7 @@ import io
 import json
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pyarrow as pa
@@ -30,6 +31,8 @@ def iso_ms(ms: int) -> str:
 
 
 class _Base:
+    fh: Any  # the text writers' file; whole batches go to its binary buffer
+
     def __init__(self, path: Path, rt: RecordType, ts_style: str):
         self.path = path
         self.rt = rt
