@@ -137,9 +137,9 @@ if len(worst) > 15:
     )
 
 st.subheader("Audit report")
-cols = st.columns(3)
+report_cols = st.columns(3)
 for col, (f, label, mime) in zip(
-    cols,
+    report_cols,
     [
         ("html", "HTML", "text/html"),
         ("md", "Markdown", "text/markdown"),
