@@ -76,7 +76,8 @@ def _keep(r: dict) -> dict:
 
 # The bare read: DuckDB's own readers with the contract's column types given
 # (auto-detection fails on these files, whose null fields are absent), straight into a
-# table of an on-disk database; the same files ingest finds (load.discover).
+# table of an on-disk database; the same files ingest finds (load.discover). Rows its
+# typed readers cannot take (epoch-ms timestamps in a small proxy log) are skipped.
 BARE = """
 import duckdb, sys
 from replaygate.ingest.load import discover
@@ -89,9 +90,11 @@ for i, src in enumerate(sources):
         continue
     cols = {x.name: x.sql_type for x in src.default_type.fields}
     if src.format == "jsonl":
-        read = f"read_json($f, columns = {cols!r}, format = 'newline_delimited')"
+        read = (f"read_json($f, columns = {cols!r}, format = 'newline_delimited', "
+                "ignore_errors = true)")
     elif src.format == "csv":
-        read = f"read_csv($f, header = true, columns = {cols!r}, auto_detect = false)"
+        read = (f"read_csv($f, header = true, columns = {cols!r}, auto_detect = false, "
+                "ignore_errors = true)")
     else:
         read = "read_parquet($f)"
     con.execute(f"CREATE TABLE t{i} AS SELECT * FROM {read}", {"f": str(src.path)})
