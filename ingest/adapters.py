@@ -14,7 +14,12 @@ adapters read, ready to paste.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+from .capabilities import INITIALIZE
+
+if TYPE_CHECKING:
+    import duckdb
 
 
 def _h(path: str) -> str:
@@ -61,28 +66,23 @@ _CADDY_RESP = (
 )
 
 
-CADDY = Adapter(
-    "caddy",
-    detect="json_exists(j, '$.request.headers') AND json_exists(j, '$.status')",
-    fields={
-        "ts": _start_ms("j->>'$.ts'", "j->>'$.duration'"),
-        "method": "j->>'$.request.method'",
-        "status": "j->>'$.status'",
-        "path": "j->>'$.request.uri'",
-        "duration_ms": "(TRY_CAST(j->>'$.duration' AS DOUBLE) * 1000)::VARCHAR",
-        "session_id": _caddy_header("Mcp-Session-Id"),
-        "origin": _caddy_header("Origin"),
-        "protocol_version": _caddy_header("Mcp-Protocol-Version"),
-        "last_event_id": _caddy_header("Last-Event-Id"),
-        "jsonrpc_method": _caddy_header("Mcp-Method"),
-        "principal": _nz("j->>'$.user_id'"),
-        "client_addr": "coalesce(j->>'$.request.client_ip', j->>'$.request.remote_ip')",
-        "user_agent": _caddy_header("User-Agent"),
-        "retry_after_s": f"j->>'$.resp_headers.{_h('Retry-After')}[0]'",
-        "new_session": f"({_CADDY_RESP}) IS NOT NULL",
-    },
-    response_session=_nz(_CADDY_RESP, ("", REDACTED)),
-)
+_CADDY_FIELDS = {
+    "ts": _start_ms("j->>'$.ts'", "j->>'$.duration'"),
+    "method": "j->>'$.request.method'",
+    "status": "j->>'$.status'",
+    "path": "j->>'$.request.uri'",
+    "duration_ms": "(TRY_CAST(j->>'$.duration' AS DOUBLE) * 1000)::VARCHAR",
+    "session_id": _caddy_header("Mcp-Session-Id"),
+    "origin": _caddy_header("Origin"),
+    "protocol_version": _caddy_header("Mcp-Protocol-Version"),
+    "last_event_id": _caddy_header("Last-Event-Id"),
+    "jsonrpc_method": _caddy_header("Mcp-Method"),
+    "principal": _nz("j->>'$.user_id'"),
+    "client_addr": "coalesce(j->>'$.request.client_ip', j->>'$.request.remote_ip')",
+    "user_agent": _caddy_header("User-Agent"),
+    "retry_after_s": f"j->>'$.resp_headers.{_h('Retry-After')}[0]'",
+    "new_session": f"({_CADDY_RESP}) IS NOT NULL",
+}
 
 # nginx writes "" for an unset variable and "-" for some; Envoy "-" for a missing header.
 _BLANK = ("", "-")
@@ -191,8 +191,6 @@ ENVOY_SPECS = (
     Spec("upstream_host", "upstream", aliases=("upstream",)),
     *_COMMON,
 )
-SPECS = {"nginx": NGINX_SPECS, "envoy": ENVOY_SPECS}
-FIELD_KEYS = {name: tuple(s.key for s in specs) for name, specs in SPECS.items()}
 
 
 def _pick(keys: tuple[Key, ...], present: set[str] | None) -> str | None:
@@ -204,69 +202,16 @@ def _pick(keys: tuple[Key, ...], present: set[str] | None) -> str | None:
     return parts[0] if len(parts) == 1 else f"coalesce({', '.join(parts)})"
 
 
-def _keyed(
-    name: str, detect: str, fixed: dict[str, str], present: set[str] | None, user: dict[str, Any]
-) -> Adapter:
-    fields = dict(fixed)
-    values = {}
-    for spec in SPECS[name]:
-        expr = _pick(spec.keys(user.get(spec.key)), present)
-        values[spec.key] = expr
-        if spec.field and expr is not None:
-            fields[spec.field] = expr
-    issued = values["new_session"]
-    flag = f"(({issued}) IS NOT NULL AND lower({issued}) <> 'false')" if issued else None
-    raw = values["new_session_id"]
-    fields["new_session"] = (
-        " OR ".join(x for x in (flag, f"({raw}) IS NOT NULL" if raw else None) if x) or "false"
-    )
-    fields.setdefault("jsonrpc_method", "NULL")
-    fields.setdefault("session_id", "NULL")
-    return Adapter(name, detect, fields, raw)
-
-
-def nginx(present: set[str] | None = None, user: dict[str, Any] | None = None) -> Adapter:
-    return _keyed(
-        "nginx",
-        "json_exists(j, '$.msec') AND json_exists(j, '$.request_time')",
-        {
-            "ts": _start_ms("j->>'$.msec'", "j->>'$.request_time'"),
-            "duration_ms": "(TRY_CAST(j->>'$.request_time' AS DOUBLE) * 1000)::VARCHAR",
-        },
-        present,
-        user or {},
-    )
-
-
-def envoy(present: set[str] | None = None, user: dict[str, Any] | None = None) -> Adapter:
-    # START_TIME is already the request start.
-    return _keyed(
-        "envoy",
-        "json_exists(j, '$.start_time') AND json_exists(j, '$.response_code')",
-        {"ts": "CAST(round(TRY_CAST(j->>'$.start_time' AS DOUBLE) * 1000) AS BIGINT)::VARCHAR"},
-        present,
-        user or {},
-    )
-
-
-def candidate_keys(user_fields: dict[str, Any] | None = None) -> tuple[Key, ...]:
-    """Every key the nginx and Envoy adapters could read (for the per-file key scan)."""
-    user_fields = user_fields or {}
-    out: dict[str, Key] = {}
-    for name, specs in SPECS.items():
-        for spec in specs:
-            for k in spec.keys(user_fields.get(name, {}).get(spec.key)):
-                out.setdefault(k.path, k)
-    return tuple(out.values())
-
-
 def _infer_initialize(adapter: Adapter) -> Adapter:
     """A proxy does not see the JSON-RPC method in the body. A request without a
     session whose answer carries a new Mcp-Session-Id (or the flag logged in its
     place) is an initialize; otherwise the Mcp-Method header (2026-07-28 clients) names
     the method."""
     fields = dict(adapter.fields)
-    issued = fields.pop("new_session", None) or f"({adapter.response_session}) IS NOT NULL"
+    response = adapter.response_session
+    issued = fields.pop("new_session", None) or (
+        f"({response}) IS NOT NULL" if response else "false"
+    )
     without = f"({fields['session_id']}) IS NULL"
     if "session_hmac" in fields:
         without += f" AND ({fields['session_hmac']}) IS NULL"
@@ -277,53 +222,164 @@ def _infer_initialize(adapter: Adapter) -> Adapter:
     return Adapter(adapter.name, adapter.detect, fields, adapter.response_session)
 
 
+@dataclass(frozen=True)
+class Proxy:
+    """A reverse proxy's JSON access log, declared once: `--source` choices, the shape
+    detection (in SQL, for every line and for sniffing a file), the reading, the facts a
+    log shows, `[sources.<name>.fields]` and the docs all take it from here."""
+
+    name: str  # the `--source` value and the shape's name
+    title: str
+    detect: str  # SQL over `j` (the line as JSON): true for this proxy's lines
+    fixed: dict[str, str]  # proxy field -> SQL text expression over `j`, whatever the keys
+    # Values logged under keys each user names (nginx, Envoy): read by the keys present.
+    specs: tuple[Spec, ...] = ()
+    response_session: str | None = None  # raw session id in a response header (fixed)
+    shows: tuple[str, ...] = ()  # facts every log of this proxy shows, by its format
+    doc: str = ""
+
+    def adapter(
+        self, present: set[str] | None = None, user: dict[str, Any] | None = None
+    ) -> Adapter:
+        """The adapter for one file: only the keys `present` in it (all known spellings
+        when None), with the user's own keys first."""
+        fields = dict(self.fixed)
+        if not self.specs:
+            fields.setdefault("jsonrpc_method", "NULL")
+            fields.setdefault("session_id", "NULL")
+            return Adapter(self.name, self.detect, fields, self.response_session)
+        user = user or {}
+        values = {}
+        for spec in self.specs:
+            expr = _pick(spec.keys(user.get(spec.key)), present)
+            values[spec.key] = expr
+            if spec.field and expr is not None:
+                fields[spec.field] = expr
+        issued = values["new_session"]
+        flag = f"(({issued}) IS NOT NULL AND lower({issued}) <> 'false')" if issued else None
+        raw = values["new_session_id"]
+        fields["new_session"] = (
+            " OR ".join(x for x in (flag, f"({raw}) IS NOT NULL" if raw else None) if x) or "false"
+        )
+        fields.setdefault("jsonrpc_method", "NULL")
+        fields.setdefault("session_id", "NULL")
+        return Adapter(self.name, self.detect, fields, raw)
+
+
+PROXIES: dict[str, Proxy] = {}
+
+
+def register(proxy: Proxy) -> Proxy:
+    PROXIES[proxy.name] = proxy
+    return proxy
+
+
 def build(
     present: set[str] | None = None, user_fields: dict[str, Any] | None = None
 ) -> dict[str, Adapter]:
-    """The adapters for one file: nginx and Envoy read only the keys `present` in it
-    (all known spellings when None), with the user's own keys first."""
+    """The adapters for one file, by name: nginx and Envoy read only the keys `present`
+    in it (all known spellings when None), with the user's own keys first."""
     user_fields = user_fields or {}
-    made = (
-        CADDY,
-        nginx(present, user_fields.get("nginx")),
-        envoy(present, user_fields.get("envoy")),
-    )
-    return {a.name: _infer_initialize(a) for a in made}
+    return {
+        p.name: _infer_initialize(p.adapter(present, user_fields.get(p.name)))
+        for p in PROXIES.values()
+    }
 
 
-ADAPTERS = build()
-SOURCES = ("auto", "contract", *ADAPTERS)
+def sources() -> tuple[str, ...]:
+    """The `--source` choices: by shape, contract records only, or one proxy."""
+    return ("auto", "contract", *PROXIES)
 
 
-def sniff(first_line: str) -> str:
-    """Which shape a file's first record has: contract, or an adapter's name."""
-    import json
-
-    try:
-        rec = json.loads(first_line)
-    except ValueError:
-        return "contract"
-    if not isinstance(rec, dict):
-        return "contract"
-    if isinstance(rec.get("request"), dict) and "headers" in rec["request"]:
-        return "caddy"
-    if "msec" in rec and "request_time" in rec:
-        return "nginx"
-    if "start_time" in rec and "response_code" in rec:
-        return "envoy"
-    return "contract"
+def titles() -> str:
+    return ", ".join(p.title for p in PROXIES.values())
 
 
-def sniff_lines(lines: list[str]) -> str:
+def field_keys() -> dict[str, tuple[str, ...]]:
+    """{proxy: the adapter keys `[sources.<proxy>.fields]` may map a user's key onto}."""
+    return {p.name: tuple(s.key for s in p.specs) for p in PROXIES.values() if p.specs}
+
+
+def candidate_keys(user_fields: dict | None = None) -> tuple[Key, ...]:
+    """Every key the adapters could read (for the per-file key scan)."""
+    user_fields = user_fields or {}
+    out: dict[str, Key] = {}
+    for p in PROXIES.values():
+        for spec in p.specs:
+            for k in spec.keys(user_fields.get(p.name, {}).get(spec.key)):
+                out.setdefault(k.path, k)
+    return tuple(out.values())
+
+
+def shape_case(adapters: list[Adapter], contract: bool) -> str:
+    """SQL over `j`: the name of the first adapter whose shape a line has, 'contract' for
+    a contract record (when `contract`), else NULL."""
+    whens = " ".join(f"WHEN {a.detect} THEN '{a.name}'" for a in adapters)
+    tail = " WHEN json_exists(j, '$.ts') AND json_exists(j, '$.method') THEN 'contract'"
+    return f"CASE WHEN j IS NULL THEN NULL {whens}{tail if contract else ''} END"
+
+
+def sniff(con: duckdb.DuckDBPyConnection, lines: list[str]) -> str:
     """The shape of a file from its first lines: the first line that is a JSON object
-    decides (a cut first line or a byte-order mark must not pick the wrong reader)."""
-    import json
-
+    decides (a cut first line or a byte-order mark must not pick the wrong reader), by
+    the same SQL that reads each line; "contract" unless it is a proxy's."""
+    shape = shape_case(list(build().values()), contract=False)
+    sql = f"""SELECT {shape}, json_type(j) = 'OBJECT'
+              FROM (SELECT try(json(ltrim($line, chr(65279)))) AS j)"""
     for line in lines:
-        try:
-            rec = json.loads(line.lstrip("\ufeff"))
-        except ValueError:
-            continue
-        if isinstance(rec, dict):
-            return sniff(json.dumps(rec))
+        row = con.execute(sql, {"line": line}).fetchone()
+        if row and row[1]:
+            return row[0] or "contract"
     return "contract"
+
+
+# -- the proxies: each declared once -------------------------------------------------------
+register(
+    Proxy(
+        "caddy",
+        "Caddy",
+        detect="json_exists(j, '$.request.headers') AND json_exists(j, '$.status')",
+        fixed=_CADDY_FIELDS,
+        response_session=_nz(_CADDY_RESP, ("", REDACTED)),
+        # Caddy logs every request header.
+        shows=(
+            "proxy.session_hmac",
+            "proxy.origin",
+            "proxy.protocol_version",
+            "proxy.last_event_id",
+            "proxy.jsonrpc_method",
+            "proxy.user_agent",
+            "proxy.client_addr",
+            "proxy.path",
+            "proxy.duration_ms",
+            INITIALIZE,
+        ),
+        doc="its default JSON access log (`log { format json }`)",
+    )
+)
+register(
+    Proxy(
+        "nginx",
+        "nginx",
+        detect="json_exists(j, '$.msec') AND json_exists(j, '$.request_time')",
+        fixed={
+            "ts": _start_ms("j->>'$.msec'", "j->>'$.request_time'"),
+            "duration_ms": "(TRY_CAST(j->>'$.request_time' AS DOUBLE) * 1000)::VARCHAR",
+        },
+        specs=NGINX_SPECS,
+        doc="a JSON `log_format` with `msec` and `request_time`",
+    )
+)
+register(
+    Proxy(
+        "envoy",
+        "Envoy",
+        detect="json_exists(j, '$.start_time') AND json_exists(j, '$.response_code')",
+        # START_TIME is already the request start.
+        fixed={
+            "ts": "CAST(round(TRY_CAST(j->>'$.start_time' AS DOUBLE) * 1000) AS BIGINT)::VARCHAR"
+        },
+        specs=ENVOY_SPECS,
+        doc="a JSON access log with `start_time` and `response_code`",
+    )
+)

@@ -25,20 +25,6 @@ from .db import one_row
 
 INITIALIZE = "proxy.initialize"
 
-# Facts a Caddy access log shows by its format (every request header is logged).
-_CADDY_FACTS = (
-    "proxy.session_hmac",
-    "proxy.origin",
-    "proxy.protocol_version",
-    "proxy.last_event_id",
-    "proxy.jsonrpc_method",
-    "proxy.user_agent",
-    "proxy.client_addr",
-    "proxy.path",
-    "proxy.duration_ms",
-    INITIALIZE,
-)
-
 
 def optional_facts(table: str) -> list[str]:
     rt = BY_TABLE[table]
@@ -66,18 +52,17 @@ def fact_of_spec(field: str, key: str) -> str | None:
 
 
 def from_keys(present: set[str], shapes: set[str], user_fields: dict[str, Any]) -> set[str]:
-    """Facts an nginx, Envoy or Caddy log shows by the keys its lines carry."""
-    from .adapters import SPECS
+    """Facts a proxy log of these shapes shows by its format and the keys its lines carry."""
+    from .adapters import PROXIES
 
     out: set[str] = set()
-    if "caddy" in shapes:
-        out.update(_CADDY_FACTS)
-    for name, specs in SPECS.items():
-        if name not in shapes:
+    for proxy in PROXIES.values():
+        if proxy.name not in shapes:
             continue
-        for spec in specs:
+        out.update(proxy.shows)
+        for spec in proxy.specs:
             fact = fact_of_spec(spec.field, spec.key)
-            keys = spec.keys(user_fields.get(name, {}).get(spec.key))
+            keys = spec.keys(user_fields.get(proxy.name, {}).get(spec.key))
             if fact and any(k.path in present for k in keys):
                 out.add(fact)
     return out

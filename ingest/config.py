@@ -130,13 +130,14 @@ def from_mapping(data: dict[str, Any], source: str = "mapping") -> Config:
 
 
 def _sources(data: dict[str, Any]) -> dict[str, Any]:
-    from .adapters import FIELD_KEYS
+    from .adapters import field_keys
 
+    keys = field_keys()
     out = {}
     for proxy, table in data.items():
-        if proxy not in FIELD_KEYS:
+        if proxy not in keys:
             raise ReplaygateError(
-                f"config: unknown source {proxy!r} in [sources] ({', '.join(FIELD_KEYS)})"
+                f"config: unknown source {proxy!r} in [sources] ({', '.join(keys)})"
             )
         _check(f"sources.{proxy}", table, (dict,))
         for key in table:
@@ -145,10 +146,10 @@ def _sources(data: dict[str, Any]) -> dict[str, Any]:
         fields_ = table.get("fields", {})
         _check(f"sources.{proxy}.fields", fields_, (dict,))
         for ours, theirs in fields_.items():
-            if ours not in FIELD_KEYS[proxy]:
+            if ours not in keys[proxy]:
                 raise ReplaygateError(
                     f"config: unknown {proxy} field {ours!r} in [sources.{proxy}.fields] "
-                    f"({', '.join(FIELD_KEYS[proxy])})"
+                    f"({', '.join(keys[proxy])})"
                 )
             _check(f"sources.{proxy}.fields.{ours}", theirs, (str,))
             if not _LOG_KEY.match(theirs):

@@ -1,20 +1,29 @@
-"""Render docs/contract.md from the declarative contract (`python -m ingest.docs`)."""
+"""Render docs/contract.md from the declarative contract and the reader and adapter
+registries (`python -m replaygate.ingest.docs`)."""
 
 from __future__ import annotations
 
 import sys
 from pathlib import Path
 
+from .adapters import PROXIES
 from .contract import RECORD_TYPES, SQL_TYPES
+from .readers import formats_doc
 
 HEADER = """# Input contract (v1)
 
-Generated from `ingest/contract.py` by `python -m ingest.docs`; a test fails if
-this file and the contract disagree. What each record means is in the seeds
+Generated from `ingest/contract.py` and the format and proxy registries
+(`ingest/readers.py`, `ingest/adapters.py`) by `python -m replaygate.ingest.docs`; a
+test fails if this file and the code disagree. What each record means is in the seeds
 (shared spec); this page is what replaygate accepts and how it stores it.
 
-- Formats: JSON Lines (`.jsonl`, `.ndjson`), CSV with a header row (`.csv`), Parquet
-  (`.parquet`); `.gz` for JSON Lines and CSV. Folders are read recursively.
+- Formats (folders are read recursively):
+{formats}
+- Proxy access logs (`proxy*.jsonl`, any `*.log`): each line is read by its shape, as a
+  contract record or one of these proxies' (`--source {sources}` reads every line as
+  one proxy's, `--source contract` as contract records); docs/sources.md gives the
+  formats:
+{proxies}
 - A record's type is its `schema` field; without one, the file-name prefix decides
   (`sessions`, `streams`, `events`, `inbox`, `dispatches`, `proxy`, `rollout`). One
   JSON Lines file may mix types.
@@ -43,7 +52,8 @@ this file and the contract disagree. What each record means is in the seeds
 
 
 def render() -> str:
-    out = [HEADER]
+    proxies = "\n".join(f"  - {p.title}: {p.doc}." for p in PROXIES.values())
+    out = [HEADER.format(formats=formats_doc(), proxies=proxies, sources="|".join(PROXIES))]
     for rt in RECORD_TYPES:
         out.append(f"\n## `{rt.schema}` — {rt.title}\n")
         out.append(f"Table `{rt.table}`; files named `{rt.table}*`.\n")

@@ -24,6 +24,8 @@ from typing import Any
 
 import blake3
 
+from .readers import FORMATS
+
 CHUNK = 1 << 20
 SCAN_CHUNK = 4 << 20
 
@@ -196,7 +198,7 @@ def continues(known: Known, sc: Scan, kind: str) -> bool:
     """Does content with this scan start with what was read of `known`?"""
     if known.kind != kind or known.digest is None:
         return False
-    if kind == "parquet" and sc.length != known.consumed:
+    if not FORMATS[kind].lines and sc.length != known.consumed:
         return False  # a Parquet file is one whole; it never grows
     return sc.prefixes.get(known.consumed) == known.digest
 
@@ -268,7 +270,7 @@ def plan(sources: list[Any], shown: list[str], knowns: list[Known]) -> list[Deci
                 decisions.append(Decision("unchanged", sc, k))
                 claims.setdefault(k.file_id, []).append(i)
                 continue
-        whole = src.gzip or kind == "parquet"
+        whole = src.gzip or not FORMATS[kind].lines
         sc = scan(src.path, src.gzip, whole, {k.consumed for k in cands})
         match = [k for k in cands if continues(k, sc, kind)]
         if not match:

@@ -100,8 +100,7 @@ def discover(
             src = readers.detect(p, force_proxy)
             if src is None:
                 raise ReplaygateError(
-                    f"{p}: not an input file (expected .jsonl, .ndjson, .csv, .parquet, "
-                    "or .jsonl.gz / .ndjson.gz / .csv.gz)"
+                    f"{p}: not an input file (expected {readers.expected_names()})"
                 )
             found.append(src)
         else:
@@ -191,8 +190,12 @@ class _Staged:
     key_facts: set[str] = field(default_factory=set)  # shown by a proxy log's keys
 
     @property
+    def fmt(self) -> readers.Format:
+        return readers.FORMATS[self.src.format]
+
+    @property
     def shift(self) -> int:
-        return self.line_shift if self.src.format == "jsonl" else self.row_shift
+        return self.row_shift if self.fmt.row_positions else self.line_shift
 
 
 @dataclass
@@ -249,14 +252,15 @@ class _Loader:
                 return _Moved(d.known.file_id, src, shown, d)
             return FileResult(shown, "unchanged")
         sc = d.scanned
-        waits = not src.gzip and src.format != "parquet" and sc.length > sc.complete
+        fmt = readers.FORMATS[src.format]
+        waits = not src.gzip and fmt.lines and sc.length > sc.complete
         if sc.complete == 0:
             return FileResult(shown, "waiting", note="no complete line yet")
         if d.action == "append":
             k = d.known
             assert k is not None  # an append continues a known file (identity.plan)
             read_path = self.tmp / f"{n}.tail"
-            header = identity.first_line(src.path, src.gzip) if src.format == "csv" else b""
+            header = identity.first_line(src.path, src.gzip) if fmt.header else b""
             identity.write_tail(src.path, src.gzip, k.consumed, sc.complete, read_path, header)
             staged = self._stage_file(src, n, shown, "", read_path)
             staged.line_shift = k.lines - (1 if header else 0)
@@ -327,7 +331,7 @@ class _Loader:
                 # Rows of other types in a prefixed file: read it again, as text.
                 typed = None
                 self._stage(src, read_path, compression, table, None)
-        if src.format in ("csv", "jsonl"):
+        if readers.FORMATS[src.format].rejected:
             staged.rejects = f"rg_rejects_{n}"
             # One reason per line: a line can break two rules (bad UTF-8 and a stray
             # delimiter) and must still be counted once.
@@ -348,31 +352,21 @@ class _Loader:
         table: str,
         typed: RecordType | None,
     ) -> set[str]:
-        """Stage the file; return the facts a proxy log shows by its keys."""
-        names = [f.name for f in typed.fields] if typed else all_field_names()
+        """Stage the file with its format's reader; return the facts a proxy log shows
+        by its keys."""
         self._exec("DROP TABLE IF EXISTS rg_rejects")
         self._exec("DROP TABLE IF EXISTS rg_scans")
-        shape = self._proxy_shape(src, read_path, compression)
-        key_facts: set[str] = set()
-        if shape is not None:
-            forced = None if shape == "auto" else shape
-            by_name, key_facts = self._proxy_keys(src, read_path, compression, forced)
-            self._exec("DROP TABLE IF EXISTS rg_rejects")
-            self._exec("DROP TABLE IF EXISTS rg_scans")
-            sql = readers.proxylog_sql(src, names, self.key_available, forced, by_name)
-        elif src.format == "jsonl":
-            sql = readers.jsonl_sql(src, names, self.key_available)
-        elif src.format == "csv":
-            header = readers.csv_header(read_path, compression == "gzip")
-            sql = readers.csv_sql(src, header, names, self.key_available)
-        else:
-            cols = [
-                r[0]
-                for r in self._exec(
-                    "DESCRIBE SELECT * FROM read_parquet($path)", {"path": str(read_path)}
-                ).fetchall()
-            ]
-            sql = readers.parquet_sql(src, cols, names, self.key_available)
+        reading = readers.Reading(
+            src,
+            read_path,
+            compression,
+            [f.name for f in typed.fields] if typed else all_field_names(),
+            self.key_available,
+            self.con,
+            self.source,
+            self.field_maps,
+        )
+        sql = readers.FORMATS[src.format].build(reading)
         if typed is not None:
             sql = validate.checked_sql(typed, f"({sql})")
         params: dict[str, Any] = {"path": str(read_path)}
@@ -381,33 +375,7 @@ class _Loader:
         if "$compression" in sql:
             params["compression"] = compression
         self._exec(f"CREATE OR REPLACE TEMP TABLE {table} AS {sql}", params)
-        return key_facts
-
-    def _proxy_keys(
-        self, src: readers.Source, read_path: Path, compression: str, forced: str | None
-    ) -> tuple[dict[str, adapters.Adapter], set[str]]:
-        """Which keys the log's lines carry (its log_format): the adapters read only
-        those, and they tell which facts the log can show."""
-        keys = adapters.candidate_keys(self.field_maps)
-        row = self._exec(
-            readers.proxy_keys_sql(keys), {"path": str(read_path), "compression": compression}
-        ).fetchone()
-        present = {k.path for k, yes in zip(keys, row or (), strict=False) if yes}
-        lines = readers.first_lines(read_path, compression == "gzip")
-        shapes = {forced} if forced else {adapters.sniff_lines(lines)}
-        by_name = adapters.build(present, self.field_maps)
-        return by_name, capabilities.from_keys(present, shapes, self.field_maps)
-
-    def _proxy_shape(self, src: readers.Source, read_path: Path, compression: str) -> str | None:
-        """None for the contract reader; else the adapter to use ("auto": by line)."""
-        if src.format != "jsonl" or src.default_type is None or src.default_type.table != "proxy":
-            return None
-        if self.source in adapters.ADAPTERS:
-            return self.source
-        if self.source == "contract":
-            return None
-        lines = readers.first_lines(read_path, compression == "gzip")
-        return None if adapters.sniff_lines(lines) == "contract" else "auto"
+        return reading.facts
 
     # -- phase 2: inside the transaction --------------------------------------------------
     def _note_changes(self, rt: RecordType, file_id: int, shift: int) -> None:
@@ -563,7 +531,7 @@ class _Loader:
         """SQL for a staged row's position: rowid + 1, plus the JSON Lines lines the
         reader skipped (rejected) before it."""
         if (
-            st.src.format != "jsonl"
+            st.fmt.row_positions
             or not st.rejects
             or not one_row(self._exec(f"SELECT count(*) FROM {st.rejects}"))[0]
         ):
@@ -579,7 +547,7 @@ class _Loader:
         self, st: _Staged, file_id: int, result: FileResult, rows_id: int | None = None
     ) -> None:
         table = st.table
-        line_col, row_col = ("pos", "NULL") if st.src.format == "jsonl" else ("NULL", "pos")
+        line_col, row_col = ("NULL", "pos") if st.fmt.row_positions else ("pos", "NULL")
         # $shift: the lines (CSV: data rows) before the staged part of the file.
         pos = f"({self._position(st)}) + $shift"
         shift = {"shift": st.shift}
@@ -590,15 +558,9 @@ class _Loader:
             {**base, **shift},
         )
         if st.rejects:
-            what = (
-                "'malformed CSV row: ' || lower(CAST(error_type AS VARCHAR))"
-                if st.src.format == "csv"
-                else "CASE CAST(error_type AS VARCHAR) WHEN 'INVALID ENCODING' THEN "
-                "'invalid UTF-8' WHEN 'LINE SIZE OVER MAXIMUM' THEN 'line too long' "
-                "ELSE 'unreadable line: ' || lower(CAST(error_type AS VARCHAR)) END"
-            )
             self._exec(
-                f"""INSERT INTO quarantine SELECT $f, $p, line + $lines, NULL, NULL, {what}
+                f"""INSERT INTO quarantine
+                   SELECT $f, $p, line + $lines, NULL, NULL, {st.fmt.rejected}
                    FROM {st.rejects}""",
                 {**base, "lines": st.line_shift},
             )
@@ -692,10 +654,10 @@ def ingest(
     `source` forces how proxy access logs are read: an adapter name (caddy, nginx,
     envoy: every given file is then such a log), contract, or auto (by shape).
     """
-    if source not in adapters.SOURCES:
-        raise ReplaygateError(f"unknown source {source!r} ({', '.join(adapters.SOURCES)})")
+    if source not in adapters.sources():
+        raise ReplaygateError(f"unknown source {source!r} ({', '.join(adapters.sources())})")
     progress = progress or NullProgress()
-    sources, skipped = discover(paths, force_proxy=source in adapters.ADAPTERS)
+    sources, skipped = discover(paths, force_proxy=source in adapters.PROXIES)
     report = IngestReport(skipped=skipped)
     unreadable = []
     for src in list(sources):

@@ -13,20 +13,18 @@ import csv
 import gzip
 import io
 import re
-from dataclasses import dataclass
+from collections.abc import Callable
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
-from .adapters import ADAPTERS, Adapter, Key
+from . import adapters, capabilities
 from .contract import BY_SCHEMA, BY_TABLE, RECORD_TYPES, RecordType, type_for_filename
 from .redact import hmac_sql, redact_url_sql
 
-FORMATS = {
-    ".jsonl": "jsonl",
-    ".ndjson": "jsonl",
-    ".log": "jsonl",  # web servers' access logs; read as proxy logs (adapters.py)
-    ".csv": "csv",
-    ".parquet": "parquet",
-}
+if TYPE_CHECKING:
+    import duckdb
+
 SECRET_FIELDS = {f.name for rt in RECORD_TYPES for f in rt.fields if f.secret}
 # A delimiter that never occurs in text, so the CSV reader hands over whole lines.
 _LINE_DELIM = "\x1f"
@@ -35,7 +33,7 @@ _LINE_DELIM = "\x1f"
 @dataclass(frozen=True)
 class Source:
     path: Path
-    format: str  # jsonl | csv | parquet
+    format: str  # a name in FORMATS
     gzip: bool
     default_type: RecordType | None
 
@@ -58,13 +56,14 @@ def detect(path: Path, force_proxy: bool = False) -> Source | None:
     stem = name[:-3] if gz else name
     stem = _ROTATED.sub("", stem)
     if force_proxy:
-        return Source(path, "jsonl", gz, BY_TABLE["proxy"])
-    for ext, fmt in FORMATS.items():
-        if stem.endswith(ext):
-            if gz and fmt == "parquet":
-                return None
-            rt = BY_TABLE["proxy"] if ext == ".log" else type_for_filename(stem)
-            return Source(path, fmt, gz, rt)
+        return Source(path, PROXY_LOG_FORMAT, gz, BY_TABLE["proxy"])
+    for fmt in FORMATS.values():
+        for suffix, table in fmt.suffixes.items():
+            if stem.endswith(suffix):
+                if gz and not fmt.gzip:
+                    return None
+                rt = BY_TABLE[table] if table else type_for_filename(stem)
+                return Source(path, fmt.name, gz, rt)
     return None
 
 
@@ -93,8 +92,10 @@ def _schema_case() -> str:
     return f"CASE schema {whens} END"
 
 
-def _field_exprs(values: dict[str, str], names: list[str], key_available: bool) -> list[str]:
-    """`f_<name>` columns from a mapping of field name -> SQL text expression."""
+def field_columns(values: dict[str, str], names: list[str], key_available: bool) -> list[str]:
+    """`f_<name>` columns from a mapping of field name -> SQL text expression (NULL for
+    the fields it lacks): secret fields hashed (with a `seen_<name>` flag), URLs redacted.
+    Every reader builds its columns with this."""
     out = []
     for n in names:
         expr = values.get(n, "NULL")
@@ -109,8 +110,10 @@ def _field_exprs(values: dict[str, str], names: list[str], key_available: bool) 
     return out
 
 
-def _wrap(inner: str, source: Source) -> str:
-    """Add the record type and the unreadable-record reason around a reader query."""
+def wrap(inner: str, source: Source) -> str:
+    """Add the record type and the unreadable-record reason around a reader query that
+    gives `blank`, `parse_bad` (why a record cannot be read, or NULL), `schema` and the
+    field_columns(); every reader's SQL ends with this."""
     default = f"'{source.default_type.table}'" if source.default_type else "NULL"
     known = ", ".join(f"'{s}'" for s in BY_SCHEMA)
     return f"""
@@ -128,10 +131,40 @@ def _wrap(inner: str, source: Source) -> str:
     """
 
 
-def jsonl_sql(source: Source, names: list[str], key_available: bool) -> str:
+@dataclass
+class Reading:
+    """One file to stage, as a reader sees it: what to read, which fields, and a
+    connection to look into the file first (a CSV header, Parquet columns, proxy keys)."""
+
+    src: Source
+    path: Path  # the file, or its new lines already decompressed
+    compression: str  # gzip | none
+    names: list[str]  # the contract fields to read
+    key_available: bool
+    con: duckdb.DuckDBPyConnection
+    source: str = "auto"  # how proxy logs are read (--source)
+    field_maps: dict = field(default_factory=dict)  # [sources.<proxy>.fields]
+    facts: set[str] = field(default_factory=set)  # what a proxy log shows by its keys
+
+    @property
+    def gz(self) -> bool:
+        return self.compression == "gzip"
+
+    def query(self, sql: str) -> Any:
+        """Run SQL over the file (`$path`, `$compression`)."""
+        params = {"path": str(self.path), "compression": self.compression}
+        return self.con.execute(sql, {k: v for k, v in params.items() if f"${k}" in sql})
+
+
+def jsonl_sql(r: Reading) -> str:
+    """JSON Lines: contract records, or proxy access logs read by their shape."""
+    shape = _proxy_shape(r)
+    if shape is not None:
+        return proxylog_sql(r, None if shape == "auto" else shape)
+    names = r.names
     paths = ", ".join(["'$.schema'"] + [f"'$.{n}'" for n in names])
     values = {n: f"v[{i + 2}]" for i, n in enumerate(names)}
-    cols = ",\n        ".join(_field_exprs(values, names, key_available))
+    cols = ",\n        ".join(field_columns(values, names, r.key_available))
     inner = f"""
     SELECT blank,
         CASE WHEN blank THEN NULL
@@ -144,7 +177,7 @@ def jsonl_sql(source: Source, names: list[str], key_available: bool) -> str:
                try(json_extract_string({_NO_BOM}, [{paths}])) AS v
         FROM {_raw_lines()}
     )"""
-    return _wrap(inner, source)
+    return wrap(inner, r.src)
 
 
 def csv_header(path: Path, gz: bool) -> list[str]:
@@ -155,13 +188,14 @@ def csv_header(path: Path, gz: bool) -> list[str]:
     return next(csv.reader(io.StringIO(first)), [])
 
 
-def csv_sql(source: Source, header: list[str], names: list[str], key_available: bool) -> str:
+def csv_sql(r: Reading) -> str:
+    header = csv_header(r.path, r.gz)
     # Columns are named by position, so no text from the file becomes SQL.
     positions = {name.strip(): i for i, name in enumerate(header)}
-    values = {n: f"c{positions[n]}" for n in names if n in positions}
+    values = {n: f"c{positions[n]}" for n in r.names if n in positions}
     schema = f"c{positions['schema']}" if "schema" in positions else "NULL"
     columns = ", ".join(f"'c{i}': 'VARCHAR'" for i in range(len(header)))
-    cols = ",\n        ".join(_field_exprs(values, names, key_available))
+    cols = ",\n        ".join(field_columns(values, r.names, r.key_available))
     inner = f"""
     SELECT false AS blank, NULL AS parse_bad, {schema} AS schema,
         {cols}
@@ -169,19 +203,19 @@ def csv_sql(source: Source, header: list[str], names: list[str], key_available: 
                   delim = ',', quote = '"', escape = '"', compression = $compression,
                   store_rejects = true, rejects_table = 'rg_rejects',
                   rejects_scan = 'rg_scans')"""
-    return _wrap(inner, source)
+    return wrap(inner, r.src)
 
 
-def parquet_sql(source: Source, columns: list[str], names: list[str], key_available: bool) -> str:
-    present = set(columns)
-    values = {n: f'CAST("{n}" AS VARCHAR)' for n in names if n in present}
+def parquet_sql(r: Reading) -> str:
+    present = {row[0] for row in r.query("DESCRIBE SELECT * FROM read_parquet($path)").fetchall()}
+    values = {n: f'CAST("{n}" AS VARCHAR)' for n in r.names if n in present}
     schema = 'CAST("schema" AS VARCHAR)' if "schema" in present else "NULL"
-    cols = ",\n        ".join(_field_exprs(values, names, key_available))
+    cols = ",\n        ".join(field_columns(values, r.names, r.key_available))
     inner = f"""
     SELECT false AS blank, NULL AS parse_bad, {schema} AS schema,
         {cols}
     FROM read_parquet($path)"""
-    return _wrap(inner, source)
+    return wrap(inner, r.src)
 
 
 def first_lines(path: Path, gz: bool, n: int = 20) -> list[str]:
@@ -202,7 +236,7 @@ def first_lines(path: Path, gz: bool, n: int = 20) -> list[str]:
 KEY_SCAN_LINES = 10_000
 
 
-def proxy_keys_sql(keys: tuple[Key, ...]) -> str:
+def proxy_keys_sql(keys: tuple[adapters.Key, ...]) -> str:
     """One row: for each key, whether any of the first lines of a proxy log has it."""
     cols = ", ".join(f"bool_or({k.exists()})" for k in keys)
     return f"""SELECT {cols} FROM (
@@ -210,34 +244,42 @@ def proxy_keys_sql(keys: tuple[Key, ...]) -> str:
         LIMIT {KEY_SCAN_LINES}) WHERE j IS NOT NULL"""
 
 
-def proxylog_sql(
-    source: Source,
-    names: list[str],
-    key_available: bool,
-    forced: str | None = None,
-    by_name: dict[str, Adapter] | None = None,
-) -> str:
-    """A proxy access log whose lines may be Caddy, nginx, Envoy or contract records,
-    each mapped by its own shape (or all by `forced`); `by_name`: the adapters built for
-    this file (adapters.build)."""
-    by_name = by_name or ADAPTERS
-    adapters = [by_name[forced]] if forced else list(by_name.values())
-    contract = "json_exists(j, '$.ts') AND json_exists(j, '$.method')"
-    shape = "CASE WHEN j IS NULL THEN NULL " + " ".join(
-        f"WHEN {a.detect} THEN '{a.name}'" for a in adapters
-    )
-    shape += " END" if forced else f" WHEN {contract} THEN 'contract' END"
+def _proxy_shape(r: Reading) -> str | None:
+    """None for the contract reader; else the adapter to use ("auto": by line)."""
+    if r.src.default_type is None or r.src.default_type.table != "proxy":
+        return None
+    if r.source in adapters.PROXIES:
+        return r.source
+    if r.source == "contract":
+        return None
+    sniffed = adapters.sniff(r.con, first_lines(r.path, r.gz))
+    return None if sniffed == "contract" else "auto"
+
+
+def proxylog_sql(r: Reading, forced: str | None = None) -> str:
+    """A proxy access log whose lines may be any registered proxy's or contract records,
+    each mapped by its own shape (or all by `forced`). The adapters read only the keys
+    the log's lines carry (its log_format), and tell which facts the log can show."""
+    keys = adapters.candidate_keys(r.field_maps)
+    row = r.query(proxy_keys_sql(keys)).fetchone()
+    present = {k.path for k, yes in zip(keys, row or (), strict=False) if yes}
+    shapes = {forced} if forced else {adapters.sniff(r.con, first_lines(r.path, r.gz))}
+    r.facts = capabilities.from_keys(present, shapes, r.field_maps)
+    # The key scan filled the rejects tables; the reading below fills them again.
+    r.con.execute("DROP TABLE IF EXISTS rg_rejects")
+    r.con.execute("DROP TABLE IF EXISTS rg_scans")
+    by_name = adapters.build(present, r.field_maps)
+    chosen = [by_name[forced]] if forced else list(by_name.values())
+    shape = adapters.shape_case(chosen, contract=not forced)
     values: dict[str, str] = {}
-    for n in names:
-        whens = " ".join(f"WHEN '{a.name}' THEN {a.fields[n]}" for a in adapters if n in a.fields)
+    for n in r.names:
+        whens = " ".join(f"WHEN '{a.name}' THEN {a.fields[n]}" for a in chosen if n in a.fields)
         whens += "" if forced else f" WHEN 'contract' THEN j->>'$.{n}'"
         values[n] = f"(CASE shape {whens} END)" if whens.strip() else "NULL"
-    responses = [
-        f"WHEN '{a.name}' THEN {a.response_session}" for a in adapters if a.response_session
-    ]
+    responses = [f"WHEN '{a.name}' THEN {a.response_session}" for a in chosen if a.response_session]
     response = f"(CASE shape {' '.join(responses)} END)" if responses else "NULL"
     cols = []
-    for expr in _field_exprs(values, names, key_available):
+    for expr in field_columns(values, r.names, r.key_available):
         if expr.endswith(" AS seen_session_id"):
             # A raw id in the response header (a new session) was logged too.
             expr = expr.replace(
@@ -245,7 +287,7 @@ def proxylog_sql(
                 f" IS NOT NULL OR {response} IS NOT NULL AS seen_session_id",
             )
         cols.append(expr)
-    label = forced or "Caddy, nginx, Envoy or contract"
+    label = forced or f"{adapters.titles()} or contract"
     columns = ",\n        ".join(cols)
     inner = f"""
     SELECT blank,
@@ -260,4 +302,109 @@ def proxylog_sql(
             FROM {_raw_lines()}
         )
     )"""
-    return _wrap(inner, source)
+    return wrap(inner, r.src)
+
+
+# -- the input formats: each declared once ------------------------------------------------
+# A rejected line's reason, from the line reader's error type.
+_LINE_REJECT = (
+    "CASE CAST(error_type AS VARCHAR) WHEN 'INVALID ENCODING' THEN 'invalid UTF-8' "
+    "WHEN 'LINE SIZE OVER MAXIMUM' THEN 'line too long' "
+    "ELSE 'unreadable line: ' || lower(CAST(error_type AS VARCHAR)) END"
+)
+
+
+@dataclass(frozen=True)
+class Format:
+    """An input format: how a file is recognised, read and counted. `detect` (by file
+    name), the load (`load.py`), the incremental reading (`identity.py`), the CLI help and
+    docs/contract.md all take it from here."""
+
+    name: str  # stored in the files table (with ".gz")
+    title: str
+    # File-name endings, each with the record type it implies (None: the name's prefix
+    # or each record's `schema` decides).
+    suffixes: dict[str, str | None]
+    build: Callable[[Reading], str]  # the staging SQL (see the module docstring)
+    gzip: bool = True  # may be gzip-compressed
+    lines: bool = True  # text read line by line: grows by appends, its last line may wait
+    header: bool = False  # the first line names the columns (an appended tail needs it)
+    row_positions: bool = False  # a stored row's `pos` is its data row, not its line
+    # SQL for the reason of a line the reader rejected (its `error_type`), or None when
+    # the reader keeps no rejects.
+    rejected: str | None = None
+    doc: str = ""  # what the docs say of it, after the title
+
+
+FORMATS: dict[str, Format] = {}
+
+
+def register(fmt: Format) -> Format:
+    FORMATS[fmt.name] = fmt
+    return fmt
+
+
+register(
+    Format(
+        "jsonl",
+        "JSON Lines",
+        {".jsonl": None, ".ndjson": None, ".log": "proxy"},
+        jsonl_sql,
+        rejected=_LINE_REJECT,
+        doc="one record per line; one file may mix record types",
+    )
+)
+register(
+    Format(
+        "csv",
+        "CSV",
+        {".csv": None},
+        csv_sql,
+        header=True,
+        row_positions=True,
+        rejected="'malformed CSV row: ' || lower(CAST(error_type AS VARCHAR))",
+        doc="with a header row",
+    )
+)
+register(
+    Format(
+        "parquet",
+        "Parquet",
+        {".parquet": None},
+        parquet_sql,
+        gzip=False,
+        lines=False,
+        row_positions=True,
+        doc="columns named as the contract's fields",
+    )
+)
+# What a proxy access log named anything (`--source <proxy>`) is read as.
+PROXY_LOG_FORMAT = "jsonl"
+
+
+def _names(fmt: Format, gz: bool) -> list[str]:
+    return [s + (".gz" if gz else "") for s in fmt.suffixes]
+
+
+def expected_names() -> str:
+    """The file-name endings an input file may have, for messages."""
+    plain = [s for f in FORMATS.values() for s in _names(f, False)]
+    gz = [s for f in FORMATS.values() if f.gzip for s in _names(f, True)]
+    return ", ".join(plain) + (" or " + " / ".join(gz) if gz else "")
+
+
+def formats_doc() -> str:
+    """The formats, one Markdown bullet each (docs/contract.md)."""
+    out = []
+    for f in FORMATS.values():
+        ends = ", ".join(f"`{s}`" + (f" ({t} records)" if t else "") for s, t in f.suffixes.items())
+        gz = ", each also gzip-compressed (`.gz`)" if f.gzip else ""
+        out.append(f"  - {f.title}: {ends}{gz}; {f.doc}.")
+    return "\n".join(out)
+
+
+def formats_help() -> str:
+    """The formats, for the CLI's help."""
+    return "; ".join(
+        f"{f.title} ({', '.join(f.suffixes)}{', .gz' if f.gzip else ''})" for f in FORMATS.values()
+    )

@@ -59,6 +59,19 @@ def config_option(f: F) -> F:
     )(f)
 
 
+def source_option(help: str) -> Callable[[F], F]:
+    """`--source`: how proxy access logs are read; the choices are the registered proxies."""
+    from replaygate.ingest.adapters import sources
+
+    return click.option(
+        "--source",
+        type=click.Choice(sources()),
+        default="auto",
+        show_default=True,
+        help=help,
+    )
+
+
 def json_option(f: F) -> F:
     return click.option("--json", "as_json", is_flag=True, help="One JSON document on stdout.")(f)
 
@@ -95,13 +108,7 @@ def cli() -> None:
     is_flag=True,
     help="Only load; run the detectors later (findings, gates, dashboard do).",
 )
-@click.option(
-    "--source",
-    type=click.Choice(["auto", "contract", "caddy", "nginx", "envoy"]),
-    default="auto",
-    show_default=True,
-    help="How to read proxy access logs (auto: by each line's shape).",
-)
+@source_option("How to read proxy access logs (auto: by each line's shape).")
 def ingest(
     paths: tuple[str, ...],
     db: str,
@@ -182,13 +189,7 @@ def _analyse(con: duckdb.DuckDBPyConnection, conf: Config) -> dict[str, Any]:
     show_default=True,
     help="Where the dashboard runs, for the links in notifications.",
 )
-@click.option(
-    "--source",
-    type=click.Choice(["auto", "contract", "caddy", "nginx", "envoy"]),
-    default="auto",
-    show_default=True,
-    help="How to read proxy access logs.",
-)
+@source_option("How to read proxy access logs.")
 @click.option("--cycles", type=click.IntRange(1), help="Stop after this many cycles.")
 def watch(
     paths: tuple[str, ...],
@@ -415,13 +416,7 @@ def findings(
     metavar="FILE",
     help="Also write the evaluation as JUnit XML.",
 )
-@click.option(
-    "--source",
-    type=click.Choice(["auto", "contract", "caddy", "nginx", "envoy"]),
-    default="auto",
-    show_default=True,
-    help="How to read proxy access logs among PATHS.",
-)
+@source_option("How to read proxy access logs among PATHS.")
 @click.option(
     "--record",
     is_flag=True,

@@ -1,0 +1,153 @@
+"""The format and proxy registries: a format or a proxy registered in one place is
+found by name, read, counted, offered as `--source` and documented; the CLI, the
+folder discovery and docs/contract.md agree with the registries."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from replaygate.ingest import adapters, readers
+from replaygate.ingest import db as dbm
+from replaygate.ingest.config import Config
+from replaygate.ingest.errors import ReplaygateError
+from replaygate.ingest.load import discover, ingest
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def _tsv_sql(r: readers.Reading) -> str:
+    """A toy reader: tab-separated values with a header row."""
+    header = r.path.read_text(encoding="utf-8").splitlines()[0].split("\t")
+    values = {n: f"c{header.index(n)}" for n in r.names if n in header}
+    columns = ", ".join(f"'c{i}': 'VARCHAR'" for i in range(len(header)))
+    cols = ", ".join(readers.field_columns(values, r.names, r.key_available))
+    inner = f"""SELECT false AS blank, NULL AS parse_bad, NULL AS schema, {cols}
+        FROM read_csv($path, header = true, delim = '\t', quote = '', auto_detect = false,
+                      columns = {{{columns}}})"""
+    return readers.wrap(inner, r.src)
+
+
+TSV = readers.Format(
+    "tsv", "Tab-separated values", {".tsv": None}, _tsv_sql, gzip=False, row_positions=True
+)
+
+# A toy proxy: Traefik's JSON access log with request headers kept.
+TRAEFIK = adapters.Proxy(
+    "traefik",
+    "Traefik",
+    detect="json_exists(j, '$.RequestMethod') AND json_exists(j, '$.DownstreamStatus')",
+    fixed={
+        "ts": "j->>'$.StartUTC'",
+        "method": "j->>'$.RequestMethod'",
+        "status": "j->>'$.DownstreamStatus'",
+        "path": "j->>'$.RequestPath'",
+        "session_id": "j->>'$.\"request_Mcp-Session-Id\"'",
+    },
+    shows=("proxy.session_hmac",),
+    doc="a JSON access log with request headers kept",
+)
+
+
+@pytest.fixture
+def toy_format(monkeypatch):
+    monkeypatch.setitem(readers.FORMATS, TSV.name, TSV)
+    return TSV
+
+
+@pytest.fixture
+def toy_proxy(monkeypatch):
+    monkeypatch.setitem(adapters.PROXIES, TRAEFIK.name, TRAEFIK)
+    return TRAEFIK
+
+
+def test_a_registered_format_is_discovered_read_and_counted(toy_format, tmp_path):
+    path = tmp_path / "sessions-a.tsv"
+    rows = [
+        ["ts", "session_hmac", "generation", "state"],
+        ["2026-11-30T10:00:00Z", "s1", "1", "SESSION_ACTIVE"],
+        ["not a time", "s2", "1", "SESSION_ACTIVE"],
+        ["2026-11-30T10:00:01Z", "s3", "1", "SESSION_ACTIVE"],
+    ]
+    path.write_text("".join("\t".join(r) + "\n" for r in rows), encoding="utf-8")
+    found, skipped = discover([tmp_path])
+    assert [(s.name, s.format) for s in found] == [("sessions-a.tsv", "tsv")] and not skipped
+    con = dbm.connect(str(tmp_path / "a.duckdb"))
+    report = ingest(con, [tmp_path], Config())
+    assert report.rows_by_type() == {"sessions": 2}
+    # The format's positions are data rows: the bad one is row 2, not line 3.
+    assert con.execute('SELECT line, "row" FROM quarantine').fetchall() == [(None, 2)]
+    assert con.execute("SELECT format FROM files").fetchone() == ("tsv",)
+    assert ".tsv" in readers.expected_names() and "Tab-separated values" in readers.formats_doc()
+    # gzip=False: a compressed one is no input file.
+    gz = tmp_path / "x.tsv.gz"
+    gz.write_bytes(b"")
+    with pytest.raises(ReplaygateError, match=r"not an input file \(expected .*\.tsv"):
+        discover([gz])
+
+
+def test_without_its_registration_the_format_is_no_input(tmp_path):
+    (tmp_path / "sessions-a.tsv").write_text("ts\n", encoding="utf-8")
+    assert discover([tmp_path]) == ([], [str(tmp_path / "sessions-a.tsv")])
+
+
+def _traefik_line(i: int, session: str | None) -> str:
+    rec = {
+        "StartUTC": f"2026-11-30T10:00:0{i}Z",
+        "RequestMethod": "POST",
+        "DownstreamStatus": 200,
+        "RequestPath": "/mcp",
+    }
+    if session:
+        rec["request_Mcp-Session-Id"] = session
+    return json.dumps(rec)
+
+
+def test_a_registered_proxy_is_sniffed_read_and_offered(toy_proxy, tmp_path, monkeypatch):
+    monkeypatch.setenv("REPLAYGATE_HMAC_KEY", "k")
+    log = tmp_path / "access.log"
+    log.write_text(
+        "\n".join([_traefik_line(1, "raw-1"), _traefik_line(2, None), '{"other": 1}']) + "\n",
+        encoding="utf-8",
+    )
+    assert "traefik" in adapters.sources() and "Traefik" in adapters.titles()
+    con = dbm.connect(str(tmp_path / "a.duckdb"))
+    assert adapters.sniff(con, log.read_text().splitlines()) == "traefik"
+    report = ingest(con, [log], Config())
+    assert report.rows_by_type() == {"proxy": 2}
+    assert con.execute("SELECT count(session_hmac) FROM proxy").fetchone() == (1,)
+    reasons = [r for (r,) in con.execute("SELECT reason FROM quarantine").fetchall()]
+    assert len(reasons) == 1 and "Traefik" in reasons[0]
+    facts = {f for (f,) in con.execute("SELECT fact FROM file_facts").fetchall()}
+    assert "proxy.session_hmac" in facts
+    # Forced: any file name is a Traefik log.
+    other = tmp_path / "x" / "whatever.txt"
+    other.parent.mkdir()
+    other.write_text(_traefik_line(3, "raw-3") + "\n", encoding="utf-8")
+    con2 = dbm.connect(str(tmp_path / "b.duckdb"))
+    assert ingest(con2, [other], Config(), source="traefik").rows_by_type() == {"proxy": 1}
+
+
+def test_cli_source_choices_are_the_registered_proxies():
+    from replaygate.cli import cli
+
+    for name in ("ingest", "watch", "gates"):
+        (opt,) = [p for p in cli.commands[name].params if p.name == "source"]
+        assert tuple(opt.type.choices) == adapters.sources()
+    assert adapters.sources() == ("auto", "contract", "caddy", "nginx", "envoy")
+
+
+def test_docs_name_every_format_and_proxy():
+    contract = (ROOT / "docs" / "contract.md").read_text(encoding="utf-8")
+    sources = (ROOT / "docs" / "sources.md").read_text(encoding="utf-8")
+    for fmt in readers.FORMATS.values():
+        assert all(f"`{s}`" in contract for s in fmt.suffixes), fmt.name
+    for proxy in adapters.PROXIES.values():
+        assert f"{proxy.title}: {proxy.doc}" in contract, proxy.name
+        assert f"\n## {proxy.title}\n" in sources, f"docs/sources.md: a section for {proxy.title}"
+
+
+def test_config_field_maps_are_for_proxies_with_keys():
+    assert set(adapters.field_keys()) == {p.name for p in adapters.PROXIES.values() if p.specs}
