@@ -23,18 +23,9 @@ from plotly.offline import get_plotlyjs
 
 from replaygate.ingest.errors import ReplaygateError
 from replaygate.queries.escape import md_code, md_code_block, md_text
+from replaygate.queries.runner import UNIT_COLUMNS
 
 from . import figures
-
-# The fields that name a finding's unit, in the order they are shown.
-UNIT_KEYS = (
-    "session_hmac",
-    "generation",
-    "stream_id",
-    "event_id",
-    "dispatch_id",
-    "idempotency_key",
-)
 
 STATUS_WORD = {
     "pass": "PASSED",
@@ -45,7 +36,7 @@ STATUS_WORD = {
 
 
 def _unit_md(item: dict) -> str:
-    return ", ".join(f"{k} {md_code(item[k])}" for k in UNIT_KEYS if item[k] is not None)
+    return ", ".join(f"{k} {md_code(item[k])}" for k in UNIT_COLUMNS if item[k] is not None)
 
 
 def _guide_anchor(detector: str) -> str:
@@ -339,7 +330,7 @@ def to_html(doc: dict) -> str:
     return template.render(
         doc=doc,
         s=doc["scope"],
-        unit_keys=UNIT_KEYS,
+        unit_keys=UNIT_COLUMNS,
         css=Markup(_CSS),
         # plotly's own output: its JSON escapes '<', so data cannot close the script.
         plotly_js=Markup(plotly_js),

@@ -69,8 +69,7 @@ def list_findings(
             raise ReplaygateError(f"unknown severity {severity!r} ({', '.join(SEVERITIES)})")
         where.append("list_contains($sev, severity)")
         args["sev"] = list(SEVERITIES[: SEVERITIES.index(severity) + 1])
-    sql = f"""SELECT detector, severity, ts, stage, session_hmac, generation, stream_id,
-                     event_id, dispatch_id, idempotency_key, detail
+    sql = f"""SELECT detector, severity, ts, stage, {", ".join(runner.UNIT_COLUMNS)}, detail
               FROM findings WHERE {" AND ".join(where)}
               ORDER BY CASE severity WHEN 'critical' THEN 0 WHEN 'high' THEN 1
                        WHEN 'medium' THEN 2 ELSE 3 END, ts, detector"""

@@ -236,8 +236,7 @@ def _findings_refs(
     con: duckdb.DuckDBPyConnection, stage: str, detectors: tuple[str, ...], limit: int = 20
 ) -> dict[str, Any]:
     cur = con.execute(
-        """SELECT detector, severity, ts, session_hmac, generation, stream_id, event_id,
-                  dispatch_id, idempotency_key
+        f"""SELECT detector, severity, ts, {", ".join(runner.UNIT_COLUMNS)}
            FROM findings WHERE stage = $stage AND list_contains($d, detector)
            ORDER BY ts, detector LIMIT $limit""",
         {"stage": stage, "d": list(detectors), "limit": limit},

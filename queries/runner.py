@@ -17,6 +17,17 @@ from replaygate.ingest.db import get_meta, one_row, set_meta
 
 from . import capability, catalog, history, incremental, params
 
+# The columns that name a finding's unit (its session, stream, event or dispatch), in
+# the order they are shown.
+UNIT_COLUMNS = (
+    "session_hmac",
+    "generation",
+    "stream_id",
+    "event_id",
+    "dispatch_id",
+    "idempotency_key",
+)
+
 FINDINGS_DDL = """
 CREATE TABLE IF NOT EXISTS findings (
     detector VARCHAR, severity VARCHAR, ts TIMESTAMPTZ, stage VARCHAR,

@@ -9,7 +9,8 @@ import click
 
 from replaygate.ingest.errors import ReplaygateError
 
-from .cli import CONTEXT, config_option, db_option, emit_json, json_option, load_config
+from .cli import load_config
+from .options import CONTEXT, config_option, db_option, emit_json, json_option
 
 DECISION = click.Choice(["PROCEED", "HOLD", "ROLLBACK"], case_sensitive=False)
 

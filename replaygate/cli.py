@@ -6,10 +6,8 @@ traceback. `--json` puts exactly one JSON document on standard output.
 
 from __future__ import annotations
 
-import json
 import sys
-from collections.abc import Callable
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any
 
 import click
 
@@ -17,6 +15,14 @@ from replaygate.ingest.errors import ReplaygateError
 
 from . import __version__
 from .duration import Duration
+from .options import (
+    CONTEXT,
+    config_option,
+    db_option,
+    emit_json,
+    json_option,
+    source_option,
+)
 
 if TYPE_CHECKING:
     from pathlib import Path
@@ -25,59 +31,11 @@ if TYPE_CHECKING:
 
     from replaygate.ingest.config import Config
 
-# A click command function, as the option decorators below take and return it.
-F = TypeVar("F", bound=Callable[..., Any])
-
-CONTEXT = {"help_option_names": ["-h", "--help"], "max_content_width": 100}
-
 
 def load_config(path: str | None) -> Config:
     from replaygate.queries.api import load_config as load
 
     return load(path)
-
-
-def db_option(f: F) -> F:
-    return click.option(
-        "--db",
-        "db",
-        metavar="FILE",
-        envvar="REPLAYGATE_DB",
-        default="replaygate.duckdb",
-        show_default=True,
-        help="DuckDB file ($REPLAYGATE_DB).",
-    )(f)
-
-
-def config_option(f: F) -> F:
-    return click.option(
-        "--config",
-        "config_path",
-        metavar="FILE",
-        default=None,
-        help="TOML configuration (default: ./replaygate.toml if present).",
-    )(f)
-
-
-def source_option(help: str) -> Callable[[F], F]:
-    """`--source`: how proxy access logs are read; the choices are the registered proxies."""
-    from replaygate.ingest.adapters import sources
-
-    return click.option(
-        "--source",
-        type=click.Choice(sources()),
-        default="auto",
-        show_default=True,
-        help=help,
-    )
-
-
-def json_option(f: F) -> F:
-    return click.option("--json", "as_json", is_flag=True, help="One JSON document on stdout.")(f)
-
-
-def emit_json(doc: Any) -> None:
-    click.echo(json.dumps(doc, indent=2, default=str))
 
 
 @click.group(context_settings=CONTEXT)

@@ -10,7 +10,7 @@ import click
 
 from replaygate.ingest.errors import ReplaygateError
 
-CONTEXT = {"help_option_names": ["-h", "--help"], "max_content_width": 100}
+from .options import CONTEXT, config_option, db_option
 
 
 @click.group(context_settings=CONTEXT)
@@ -43,15 +43,7 @@ def _destination(f):
         type=click.Path(dir_okay=False),
         help="Append to this JSON Lines rollout log instead of the database.",
     )(f)
-    return click.option(
-        "--db",
-        "db",
-        metavar="FILE",
-        envvar="REPLAYGATE_DB",
-        default="replaygate.duckdb",
-        show_default=True,
-        help="DuckDB file ($REPLAYGATE_DB).",
-    )(f)
+    return db_option(f)
 
 
 def _write(records: list[dict], db: str, to_file: str | None, dedupe: bool = False) -> int:
@@ -182,22 +174,8 @@ def import_(paths, release, scope, as_json, db, to_file):
 
 
 @click.command(context_settings=CONTEXT)
-@click.option(
-    "--db",
-    "db",
-    metavar="FILE",
-    envvar="REPLAYGATE_DB",
-    default="replaygate.duckdb",
-    show_default=True,
-    help="DuckDB file ($REPLAYGATE_DB).",
-)
-@click.option(
-    "--config",
-    "config_path",
-    metavar="FILE",
-    default=None,
-    help="TOML configuration (default: ./replaygate.toml if present).",
-)
+@db_option
+@config_option
 @click.option(
     "--host",
     default="127.0.0.1",

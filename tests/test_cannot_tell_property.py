@@ -28,16 +28,7 @@ ABSENCE_RULES = {
     ("reinit_missing", "proxy.principal"),
 }
 TABLES = ("sessions", "streams", "events", "inbox", "dispatches", "proxy")
-KEY = (
-    "detector",
-    "session_hmac",
-    "generation",
-    "stream_id",
-    "event_id",
-    "dispatch_id",
-    "idempotency_key",
-    "ts",
-)
+KEY = ("detector", *runner.UNIT_COLUMNS, "ts")
 
 
 def _findings(folder, db) -> dict[tuple, str | None]:

@@ -7,6 +7,8 @@ import shutil
 
 import pytest
 
+from replaygate.queries.runner import UNIT_COLUMNS
+
 from .conftest import SAMPLE
 from .conftest import run_cli as run
 
@@ -96,19 +98,7 @@ def test_findings_json_shape_and_filters(sample_db):
     r = run("findings", "--db", str(sample_db), "--json")
     assert r.returncode == 0, r.stderr
     doc = json.loads(r.stdout)
-    keys = {
-        "detector",
-        "severity",
-        "ts",
-        "stage",
-        "session_hmac",
-        "generation",
-        "stream_id",
-        "event_id",
-        "dispatch_id",
-        "idempotency_key",
-        "detail",
-    }
+    keys = {"detector", "severity", "ts", "stage", *UNIT_COLUMNS, "detail"}
     assert doc["findings"] and all(set(f) == keys for f in doc["findings"])
     # The sample has every input; no decision was recorded on it (nothing to match).
     coverage = dict(doc["coverage"])

@@ -1,0 +1,58 @@
+"""Options and output shared by the `replaygate` commands (the main group, `rollout`,
+`serve`, `audit`): each option spelled once."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from typing import Any, TypeVar
+
+import click
+
+# A click command function, as the option decorators below take and return it.
+F = TypeVar("F", bound=Callable[..., Any])
+
+CONTEXT = {"help_option_names": ["-h", "--help"], "max_content_width": 100}
+
+
+def db_option(f: F) -> F:
+    return click.option(
+        "--db",
+        "db",
+        metavar="FILE",
+        envvar="REPLAYGATE_DB",
+        default="replaygate.duckdb",
+        show_default=True,
+        help="DuckDB file ($REPLAYGATE_DB).",
+    )(f)
+
+
+def config_option(f: F) -> F:
+    return click.option(
+        "--config",
+        "config_path",
+        metavar="FILE",
+        default=None,
+        help="TOML configuration (default: ./replaygate.toml if present).",
+    )(f)
+
+
+def source_option(help: str) -> Callable[[F], F]:
+    """`--source`: how proxy access logs are read; the choices are the registered proxies."""
+    from replaygate.ingest.adapters import sources
+
+    return click.option(
+        "--source",
+        type=click.Choice(sources()),
+        default="auto",
+        show_default=True,
+        help=help,
+    )
+
+
+def json_option(f: F) -> F:
+    return click.option("--json", "as_json", is_flag=True, help="One JSON document on stdout.")(f)
+
+
+def emit_json(doc: Any) -> None:
+    click.echo(json.dumps(doc, indent=2, default=str))
