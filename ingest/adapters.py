@@ -300,7 +300,7 @@ def field_keys() -> dict[str, tuple[str, ...]]:
     return {p.name: tuple(s.key for s in p.specs) for p in PROXIES.values() if p.specs}
 
 
-def candidate_keys(user_fields: dict | None = None) -> tuple[Key, ...]:
+def candidate_keys(user_fields: dict[str, dict[str, str]] | None = None) -> tuple[Key, ...]:
     """Every key the adapters could read (for the per-file key scan)."""
     user_fields = user_fields or {}
     out: dict[str, Key] = {}

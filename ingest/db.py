@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, overload
 
@@ -165,6 +167,19 @@ def get_meta(con: duckdb.DuckDBPyConnection, key: str, default: str | None = Non
     except duckdb.CatalogException:
         return default
     return str(row[0]) if row else default
+
+
+@contextlib.contextmanager
+def transaction(con: duckdb.DuckDBPyConnection) -> Iterator[None]:
+    """One transaction: committed when the block ends, rolled back when it raises
+    (whatever it raises, an interrupt too), so a failed write leaves nothing behind."""
+    con.execute("BEGIN TRANSACTION")
+    try:
+        yield
+        con.execute("COMMIT")
+    except BaseException:
+        con.execute("ROLLBACK")
+        raise
 
 
 def set_meta(con: duckdb.DuckDBPyConnection, key: str, value: str) -> None:

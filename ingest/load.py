@@ -27,7 +27,7 @@ import duckdb
 from . import adapters, capabilities, identity, readers, validate
 from .config import Config
 from .contract import RECORD_TYPES, RecordType, all_field_names
-from .db import get_meta, memory_limit, one_row, set_meta
+from .db import get_meta, memory_limit, one_row, set_meta, transaction
 from .errors import ReplaygateError
 from .redact import padded_keys
 
@@ -690,8 +690,7 @@ def ingest(
         # Staging needed the reader's order (rowid = position); the copy does not, and is
         # faster without it.
         con.execute("SET preserve_insertion_order = false")
-        con.execute("BEGIN TRANSACTION")
-        try:
+        with transaction(con):
             changed = False
             report.files.extend(unreadable)
             for item in plan:
@@ -710,10 +709,6 @@ def ingest(
                     # Every change since the last analysis is noted (queries/incremental.py).
                     set_meta(con, "analysis_noted_through", str(version))
                 set_meta(con, "data_version", str(version))
-            con.execute("COMMIT")
-        except BaseException:
-            con.execute("ROLLBACK")
-            raise
     finally:
         con.execute("RESET preserve_insertion_order")
         con.execute("SET memory_limit = $m", {"m": memory_limit()})

@@ -143,7 +143,7 @@ class Reading:
     key_available: bool
     con: duckdb.DuckDBPyConnection
     source: str = "auto"  # how proxy logs are read (--source)
-    field_maps: dict = field(default_factory=dict)  # [sources.<proxy>.fields]
+    field_maps: dict[str, dict[str, str]] = field(default_factory=dict)  # [sources.<proxy>.fields]
     facts: set[str] = field(default_factory=set)  # what a proxy log shows by its keys
 
     @property

@@ -21,7 +21,7 @@ import pyarrow as pa
 
 from . import validate
 from .contract import ROLLOUT
-from .db import get_meta, one_row, set_meta
+from .db import get_meta, one_row, set_meta, transaction
 from .errors import ReplaygateError
 
 # The command's verbs and the contract's actions they write.
@@ -193,38 +193,34 @@ def insert_db(
         }
     )
     con.register("rg_rollout_rows", table)
-    con.execute("BEGIN TRANSACTION")
     try:
-        file_id = one_row(con.execute("SELECT nextval('file_ids')"))[0]
-        con.execute(
-            """INSERT INTO files (file_id, path, name, format, size, sha256, rows_loaded,
-                                  rows_quarantined, rows_by_type, ingested_at, status)
-               VALUES ($id, $path, $name, 'jsonl', $size, $sha, $n, 0, $by_type,
-                       now(), 'loaded')""",
-            {
-                "id": file_id,
-                "path": f"({origin})",
-                "name": f"rollout records written by {origin}",
-                "size": len(text.encode()),
-                "sha": hashlib.sha256(text.encode()).hexdigest(),
-                "n": len(records),
-                "by_type": json.dumps({"rollout": len(records)}),
-            },
-        )
-        cols, exprs = validate.target_columns(ROLLOUT)
-        con.execute(
-            f"""INSERT INTO rollout ({", ".join(cols)})
-                SELECT {", ".join(exprs)}
-                FROM ({validate.checked_sql(ROLLOUT, "rg_rollout_rows")})""",
-            {"file_id": file_id},
-        )
-        set_meta(con, "data_version", str(int(get_meta(con, "data_version", "0")) + 1))
-        # Stage windows change with the rollout log: the next analysis is a full one.
-        set_meta(con, "analysis_pending_full", "1")
-        con.execute("COMMIT")
-    except BaseException:
-        con.execute("ROLLBACK")
-        raise
+        with transaction(con):
+            file_id = one_row(con.execute("SELECT nextval('file_ids')"))[0]
+            con.execute(
+                """INSERT INTO files (file_id, path, name, format, size, sha256, rows_loaded,
+                                      rows_quarantined, rows_by_type, ingested_at, status)
+                   VALUES ($id, $path, $name, 'jsonl', $size, $sha, $n, 0, $by_type,
+                           now(), 'loaded')""",
+                {
+                    "id": file_id,
+                    "path": f"({origin})",
+                    "name": f"rollout records written by {origin}",
+                    "size": len(text.encode()),
+                    "sha": hashlib.sha256(text.encode()).hexdigest(),
+                    "n": len(records),
+                    "by_type": json.dumps({"rollout": len(records)}),
+                },
+            )
+            cols, exprs = validate.target_columns(ROLLOUT)
+            con.execute(
+                f"""INSERT INTO rollout ({", ".join(cols)})
+                    SELECT {", ".join(exprs)}
+                    FROM ({validate.checked_sql(ROLLOUT, "rg_rollout_rows")})""",
+                {"file_id": file_id},
+            )
+            set_meta(con, "data_version", str(int(get_meta(con, "data_version", "0")) + 1))
+            # Stage windows change with the rollout log: the next analysis is a full one.
+            set_meta(con, "analysis_pending_full", "1")
     finally:
         con.unregister("rg_rollout_rows")
     return len(records)

@@ -13,7 +13,7 @@ import duckdb
 
 from replaygate.ingest.config import Config
 from replaygate.ingest.contract import RECORD_TYPES
-from replaygate.ingest.db import get_meta, one_row, set_meta
+from replaygate.ingest.db import get_meta, one_row, set_meta, transaction
 
 from . import capability, catalog, history, incremental, params
 
@@ -105,8 +105,7 @@ def analyse(
     if not force and only is None and _incrementally(con, config, counts):
         set_meta(con, "history_stamp", history_version)
         return summary(con)
-    con.execute("BEGIN TRANSACTION")
-    try:
+    with transaction(con):
         for stmt in FINDINGS_DDL.split(";"):
             if stmt.strip():
                 con.execute(stmt)
@@ -127,10 +126,6 @@ def analyse(
             set_meta(con, "analysis_mode", "full")
             set_meta(con, "history_stamp", history_version)
             incremental.clear_pending(con)
-        con.execute("COMMIT")
-    except BaseException:
-        con.execute("ROLLBACK")
-        raise
     return summary(con)
 
 
@@ -138,8 +133,7 @@ def _history_only(
     con: duckdb.DuckDBPyConnection, values: dict[str, Any], counts: dict[str, int], version: str
 ) -> None:
     """Only the decision history moved on: re-run just the detectors that read it."""
-    con.execute("BEGIN TRANSACTION")
-    try:
+    with transaction(con):
         for name, q in catalog.detectors().items():
             if "decision_history" not in q.needs:
                 continue
@@ -148,10 +142,6 @@ def _history_only(
             _run_detector(con, name, q, values, counts)
         _assign_stages(con)
         set_meta(con, "history_stamp", version)
-        con.execute("COMMIT")
-    except BaseException:
-        con.execute("ROLLBACK")
-        raise
 
 
 def _run_detector(
@@ -205,21 +195,16 @@ def _incrementally(con: duckdb.DuckDBPyConnection, config: Config, counts: dict[
     """Bring the last analysis up to date for what changed (incremental.py), if it can."""
     if not incremental.possible(con, config, counts):
         return False
-    con.execute("BEGIN TRANSACTION")
     try:
-        incremental.analyse(con, config, counts)
-        _assign_stages(con)
-        set_meta(con, "analysis_stamp", stamp(con, config))
-        set_meta(con, "analysis_mode", "incremental")
-        incremental.clear_pending(con)
-        con.execute("COMMIT")
+        with transaction(con):
+            incremental.analyse(con, config, counts)
+            _assign_stages(con)
+            set_meta(con, "analysis_stamp", stamp(con, config))
+            set_meta(con, "analysis_mode", "incremental")
+            incremental.clear_pending(con)
     except (incremental.Fallback, duckdb.Error):
-        # Whatever went wrong, a full analysis gives the right answer.
-        con.execute("ROLLBACK")
+        # Whatever went wrong (rolled back), a full analysis gives the right answer.
         return False
-    except BaseException:
-        con.execute("ROLLBACK")
-        raise
     return True
 
 

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import os
 import shutil
-import socket
 import subprocess
 import sys
 import time
@@ -15,6 +14,7 @@ import pytest
 from replaygate.dashboard.report import CHROMIUM_FLAGS
 
 from .conftest import ROOT, SAMPLE
+from .procs import free_port, wait_port
 
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 pytestmark = [
@@ -24,12 +24,6 @@ pytestmark = [
 PAGES = ["overview", "rollout", "streams", "dispatch", "sessions", "findings", "inspector", "data"]
 # The flags of a headless chromium on a machine with no network, as reports use them.
 FLAGS = [f for f in CHROMIUM_FLAGS if f not in ("--headless", "--no-pdf-header-footer")]
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 @pytest.fixture(scope="module")
@@ -42,7 +36,7 @@ def server(sample_db):
 
 def _start(db, **env_extra):
     env = dict(os.environ, REPLAYGATE_HMAC_KEY="replaygate-demo-key", **env_extra)
-    port = _free_port()
+    port = free_port()
     proc = subprocess.Popen(
         [
             sys.executable,
@@ -61,14 +55,9 @@ def _start(db, **env_extra):
         stderr=subprocess.DEVNULL,
     )
     url = f"http://127.0.0.1:{port}"
-    deadline = time.time() + 60
-    while time.time() < deadline:
-        try:
-            with socket.create_connection(("127.0.0.1", port), timeout=1):
-                break
-        except OSError:
-            time.sleep(0.5)
-    else:
+    try:
+        wait_port(port, 60)
+    except RuntimeError:
         proc.kill()
         pytest.fail("dashboard did not start")
     return proc, url

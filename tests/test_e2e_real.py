@@ -24,6 +24,10 @@ from pathlib import Path
 
 import pytest
 
+from .procs import free_port as _port
+from .procs import stop
+from .procs import wait_port as _wait
+
 pytest.importorskip("mcp")
 pytestmark = [
     pytest.mark.slow,
@@ -106,23 +110,6 @@ http://127.0.0.1:{port} {{
   }}
 }}
 """
-
-
-def _port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def _wait(port: int) -> None:
-    deadline = time.time() + 30
-    while time.time() < deadline:
-        try:
-            with socket.create_connection(("127.0.0.1", port), timeout=1):
-                return
-        except OSError:
-            time.sleep(0.2)
-    raise RuntimeError(f"nothing listens on {port}")
 
 
 def _hang_up(conn) -> None:
@@ -433,13 +420,7 @@ def traffic(tmp_path_factory):
         sdk_result = asyncio.run(sdk())
         elapsed = time.time() - started
     finally:
-        for p in procs:
-            p.terminate()
-        for p in procs:
-            try:
-                p.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                p.kill()
+        stop(procs)
         logs.close()
     # Keep real captured lines as adapter fixtures when asked (a maintainer's refresh).
     if os.environ.get("REPLAYGATE_CAPTURE_FIXTURES"):

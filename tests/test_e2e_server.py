@@ -26,7 +26,10 @@ from pathlib import Path
 
 import pytest
 
-from .test_e2e_real import CADDYFILE, KEY, NGINX_CONF, Client, _port, _wait
+from .procs import free_port as _port
+from .procs import stop
+from .procs import wait_port as _wait
+from .test_e2e_real import CADDYFILE, KEY, NGINX_CONF, Client
 
 pytest.importorskip("mcp")
 pytestmark = [
@@ -186,13 +189,7 @@ def traffic(tmp_path_factory):
             seen["blind"].append((k.hmac(), s, s2))
         time.sleep(1.0)  # the first attempts finish on the server
     finally:
-        for p in procs:
-            p.terminate()
-        for p in procs:
-            try:
-                p.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                p.kill()
+        stop(procs)
         logs.close()
     return d, seen
 

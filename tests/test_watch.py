@@ -21,6 +21,8 @@ import pytest
 from replaygate.duration import parse
 from replaygate.notify import message, slack_escape
 
+from .procs import watch_cycle
+
 SAMPLE = Path(__file__).resolve().parent.parent / "sample_data"
 CONF = str(SAMPLE / "replaygate.toml")
 # A proxy record inside the open stage's window that carries a raw session id: the
@@ -86,13 +88,6 @@ def _wait(pred, timeout: float, what: str):
     raise AssertionError(f"timed out waiting for {what}")
 
 
-def _cycle(db: Path) -> int:
-    try:
-        return json.loads(Path(f"{db}.watch.json").read_text())["cycle"]
-    except (OSError, ValueError, KeyError):
-        return 0
-
-
 def test_watch_against_a_writer_notifies_one_decision_change_once(tmp_path):
     logs = tmp_path / "logs"
     _plain_copy(logs)
@@ -118,12 +113,12 @@ def test_watch_against_a_writer_notifies_one_decision_change_once(tmp_path):
         text=True,
     )
     try:
-        _wait(lambda: _cycle(db) >= 2, 120, "two quiet cycles")
+        _wait(lambda: watch_cycle(db) >= 2, 120, "two quiet cycles")
         go.touch()
         assert writer.wait(60) == 0
         _wait(lambda: Receiver.accepted, 180, "the notification")
-        seen = _cycle(db)
-        _wait(lambda: _cycle(db) >= seen + 3, 120, "three more cycles")
+        seen = watch_cycle(db)
+        _wait(lambda: watch_cycle(db) >= seen + 3, 120, "three more cycles")
     finally:
         watch.send_signal(signal.SIGTERM)
         out, err = watch.communicate(timeout=120)

@@ -4,10 +4,8 @@ ten cycles (the data changing in most of them) no page shows an error or a busy 
 from __future__ import annotations
 
 import gzip
-import json
 import os
 import shutil
-import socket
 import subprocess
 import sys
 import threading
@@ -16,7 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from .test_browser import CHROMIUM, FLAGS, _free_port
+from .procs import free_port, wait_port, watch_cycle
+from .test_browser import CHROMIUM, FLAGS
 
 pytestmark = [
     pytest.mark.browser,
@@ -44,13 +43,6 @@ def _grow(logs: Path, data: dict[str, bytes], frac: float) -> None:
             fh.write(content[fh.tell() : n])
 
 
-def _cycle(db: Path) -> int:
-    try:
-        return json.loads(Path(f"{db}.watch.json").read_text())["cycle"]
-    except (OSError, ValueError, KeyError):
-        return 0
-
-
 def test_dashboard_through_ten_watch_cycles(tmp_path):
     from playwright.sync_api import sync_playwright
 
@@ -68,20 +60,14 @@ def test_dashboard_through_ten_watch_cycles(tmp_path):
         check=True,
         capture_output=True,
     )
-    port = _free_port()
+    port = free_port()
     dash = subprocess.Popen(
         [*cli, "dashboard", "--db", str(db), "--config", CONF, "--port", str(port)],
         env=env,
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
     )
-    deadline = time.monotonic() + 90
-    while time.monotonic() < deadline:
-        try:
-            with socket.create_connection(("127.0.0.1", port), timeout=1):
-                break
-        except OSError:
-            time.sleep(0.5)
+    wait_port(port, 90)
     watch = subprocess.Popen(
         [*cli, "watch", str(logs), "--db", str(db), "--config", CONF, "--every", "1s"],
         env=env,
@@ -108,7 +94,7 @@ def test_dashboard_through_ten_watch_cycles(tmp_path):
             page = browser.new_page(viewport={"width": 1280, "height": 900})
             deadline = time.monotonic() + 600
             pages = ["", "findings", "data", "rollout"]
-            while (_cycle(db) < 10 or loads < 8) and time.monotonic() < deadline:
+            while (watch_cycle(db) < 10 or loads < 8) and time.monotonic() < deadline:
                 page.goto(f"{url}/{pages[loads % len(pages)]}", timeout=60_000)
                 page.wait_for_selector("[data-testid='stMainBlockContainer'] h1", timeout=60_000)
                 page.wait_for_function(
@@ -123,7 +109,7 @@ def test_dashboard_through_ten_watch_cycles(tmp_path):
                 assert not errors, [e.inner_text()[:300] for e in errors]
                 assert "An ingest is writing the database" not in body
                 loads += 1
-                seen_cycles.add(_cycle(db))
+                seen_cycles.add(watch_cycle(db))
             browser.close()
     finally:
         done.set()
