@@ -356,6 +356,15 @@ def guide_link(detector: str) -> str:
     return "guide?" + urlencode({"detector": detector})
 
 
+def findings_section(
+    ctx: Ctx, f: Filters, detectors: tuple[str, ...], found: pd.DataFrame, page: str
+) -> None:
+    """A page's closing "Findings" section: the per-detector summary, then the rows."""
+    st.subheader("Findings")
+    summary_table(data.finding_summary(ctx.stamp, f, detectors), key=f"{page}_summary")
+    findings_table(found, key=f"{page}_findings", ctx=ctx)
+
+
 def findings_table(df: pd.DataFrame, key: str, ctx: Ctx, height: int = 360) -> None:
     if df.empty:
         st.success("No findings for these filters.")

@@ -257,29 +257,19 @@ def _resume(sid, cursor, after=None, gap=1500, retry=1000, acked=None, h=S):
 def test_cursor_misrouted(tmp_path):
     events = [ev(0, "A", 1, "message"), ev(50, "B", 1, "message")]
     inbox = [rc(1, "A", "A:1"), rc(51, "B", "B:1")]
-    got = findings(
-        tmp_path / "a",
-        sessions=[active()],
-        events=events,
-        inbox=inbox,
-        streams=_resume("B", "A:1", "STREAM_OPEN"),
-    )
+
+    def resumed(name: str, cursor: str, after: str) -> dict:
+        """Stream B resumed with `cursor`, then `after`."""
+        streams = _resume("B", cursor, after)
+        return findings(
+            tmp_path / name, sessions=[active()], events=events, inbox=inbox, streams=streams
+        )
+
+    got = resumed("a", "A:1", "STREAM_OPEN")
     assert [f["stream_id"] for f in got["cursor_misrouted"]] == ["B"]
-    own = findings(
-        tmp_path / "b",
-        sessions=[active()],
-        events=events,
-        inbox=inbox,
-        streams=_resume("B", "B:1", "STREAM_OPEN"),
-    )
+    own = resumed("b", "B:1", "STREAM_OPEN")
     assert "cursor_misrouted" not in own
-    refused = findings(
-        tmp_path / "c",
-        sessions=[active()],
-        events=events,
-        inbox=inbox,
-        streams=_resume("B", "A:1", "CURSOR_REJECTED"),
-    )
+    refused = resumed("c", "A:1", "CURSOR_REJECTED")
     assert "cursor_misrouted" not in refused
     assert len(refused["cursor_rejected"]) == 1
 

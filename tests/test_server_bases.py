@@ -142,25 +142,17 @@ def test_a_break_only_the_proxy_saw_makes_a_retry(tmp_path):
         ), other
 
 
+def _resent_on_a_session():
+    """The same payload sent twice on one session 2 s apart, each under its own key."""
+    common = {"payload_digest": "p", "session_hmac": S, "generation": 1}
+    return (
+        dp(0, "d1", request_id="3", idempotency_key="k1", **common),
+        dp(2000, "d2", request_id="4", idempotency_key="k2", **common),
+    )
+
+
 def test_a_proxy_break_on_a_session_matches_by_session(tmp_path):
-    first = dp(
-        0,
-        "d1",
-        payload_digest="p",
-        request_id="3",
-        session_hmac=S,
-        generation=1,
-        idempotency_key="k1",
-    )
-    again = dp(
-        2000,
-        "d2",
-        payload_digest="p",
-        request_id="4",
-        session_hmac=S,
-        generation=1,
-        idempotency_key="k2",
-    )
+    first, again = _resent_on_a_session()
     cut = px(-5, status=502, session_hmac=S, request_id="3")
     got = findings(
         tmp_path / "a", sessions=[active(principal=None)], dispatches=[first, again], proxy=[cut]
@@ -177,24 +169,7 @@ def test_a_proxy_break_on_a_session_matches_by_session(tmp_path):
 
 
 def test_retry_matches_on_session_when_there_is_no_principal(tmp_path):
-    first = dp(
-        0,
-        "d1",
-        payload_digest="p",
-        request_id="3",
-        session_hmac=S,
-        generation=1,
-        idempotency_key="k1",
-    )
-    again = dp(
-        2000,
-        "d2",
-        payload_digest="p",
-        request_id="4",
-        session_hmac=S,
-        generation=1,
-        idempotency_key="k2",
-    )
+    first, again = _resent_on_a_session()
     streams = [
         stm(-10, "3", "STREAM_OPEN", method="POST", request_id="3"),
         stm(500, "3", "DISCONNECTED", close_reason="network"),

@@ -70,6 +70,4 @@ st.caption(
     "2026-07-28 readiness: that revision has no sessions and no resumption, so a "
     "re-send is only safe with the same idempotency key."
 )
-st.subheader("Findings")
-ui.summary_table(data.finding_summary(ctx.stamp, f, DETECTORS), key="dispatch_summary")
-ui.findings_table(found, key="dispatch_findings", ctx=ctx)
+ui.findings_section(ctx, f, DETECTORS, found, "dispatch")

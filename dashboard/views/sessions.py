@@ -46,6 +46,4 @@ st.plotly_chart(
     ),
     key="sessions_status",
 )
-st.subheader("Findings")
-ui.summary_table(data.finding_summary(ctx.stamp, f, DETECTORS), key="sessions_summary")
-ui.findings_table(found, key="sessions_findings", ctx=ctx)
+ui.findings_section(ctx, f, DETECTORS, found, "sessions")

@@ -62,6 +62,4 @@ with right:
         ),
         key="streams_resumes",
     )
-st.subheader("Findings")
-ui.summary_table(data.finding_summary(ctx.stamp, f, DETECTORS), key="streams_summary")
-ui.findings_table(found, key="streams_findings", ctx=ctx)
+ui.findings_section(ctx, f, DETECTORS, found, "streams")
