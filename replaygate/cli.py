@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any
 import click
 
 from replaygate.ingest.errors import ReplaygateError
+from replaygate.ingest.readers import formats_help
 
 from . import __version__
 from .duration import Duration
@@ -79,7 +80,7 @@ def ingest(
     """Load ledgers and logs (files or folders) into the database.
 
     \b
-    JSON Lines (.jsonl, .ndjson), CSV and Parquet; .gz for the text formats.
+    {formats}.
     Re-ingesting the same content adds nothing; a changed file replaces its rows.
     Malformed rows go to the quarantine table with file, line and reason.
 
@@ -114,6 +115,10 @@ def ingest(
             f"{len(unreadable)} of {len(report.files)} files could not be read "
             f"(first: {unreadable[0].path}: {unreadable[0].note or 'unreadable'})"
         )
+
+
+# The formats the help names are the registered ones (ingest/readers.py).
+ingest.help = (ingest.help or "").replace("{formats}", formats_help())
 
 
 def _analyse(con: duckdb.DuckDBPyConnection, conf: Config) -> dict[str, Any]:

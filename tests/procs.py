@@ -4,12 +4,24 @@ on it, stopping what was started, and the cycle a running `watch` has reached.""
 from __future__ import annotations
 
 import json
+import shutil
 import socket
 import subprocess
 import time
 from pathlib import Path
 
+import pytest
+
 from replaygate.watch import heartbeat_path
+
+# The marks of a test module that runs real Caddy and nginx (Debian's) in front of a server.
+REAL_PROXIES = [
+    pytest.mark.slow,
+    pytest.mark.skipif(
+        not (shutil.which("caddy") and shutil.which("nginx")),
+        reason="Debian's caddy and nginx are not installed",
+    ),
+]
 
 
 def free_port() -> int:

@@ -111,14 +111,20 @@ def _stream_events(kinds, drops=()):
 KINDS = ["priming", "progress", "message", "progress", "result"]
 
 
-def test_replay_gap_high_and_silent_truncation(tmp_path):
-    got = findings(
+def _received_all_but(tmp_path, missing: int) -> dict:
+    """Findings on a completed stream of KINDS whose client received all but one event."""
+    received = [i for i in range(len(KINDS)) if i != missing]
+    return findings(
         tmp_path,
         sessions=[active()],
         streams=completed_stream(),
         events=_stream_events(KINDS),
-        inbox=[rc(10 * i + 5, "1", f"1:{i}") for i in (0, 1, 3, 4)],
+        inbox=[rc(10 * i + 5, "1", f"1:{i}") for i in received],
     )
+
+
+def test_replay_gap_high_and_silent_truncation(tmp_path):
+    got = _received_all_but(tmp_path, 2)
     gap = got["replay_gap"]
     assert len(gap) == 1 and gap[0]["severity"] == "high"
     assert gap[0]["detail"]["missing_seqs"] == [2]
@@ -126,13 +132,7 @@ def test_replay_gap_high_and_silent_truncation(tmp_path):
 
 
 def test_replay_gap_low_for_progress_only(tmp_path):
-    got = findings(
-        tmp_path,
-        sessions=[active()],
-        streams=completed_stream(),
-        events=_stream_events(KINDS),
-        inbox=[rc(10 * i + 5, "1", f"1:{i}") for i in (0, 2, 3, 4)],
-    )
+    got = _received_all_but(tmp_path, 1)
     assert [f["severity"] for f in got["replay_gap"]] == ["low"]
     assert "silent_truncation" not in got
 

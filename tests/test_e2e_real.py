@@ -24,18 +24,12 @@ from pathlib import Path
 
 import pytest
 
+from .procs import REAL_PROXIES, stop
 from .procs import free_port as _port
-from .procs import stop
 from .procs import wait_port as _wait
 
 pytest.importorskip("mcp")
-pytestmark = [
-    pytest.mark.slow,
-    pytest.mark.skipif(
-        not (shutil.which("caddy") and shutil.which("nginx")),
-        reason="Debian's caddy and nginx are not installed",
-    ),
-]
+pytestmark = REAL_PROXIES
 KEY = "e2e-key-not-secret"
 MAX_EVENTS = 64
 STAGE = "e2e-read"

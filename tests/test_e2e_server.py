@@ -18,7 +18,6 @@ import hashlib
 import hmac
 import json
 import os
-import shutil
 import subprocess
 import sys
 import time
@@ -26,19 +25,13 @@ from pathlib import Path
 
 import pytest
 
+from .procs import REAL_PROXIES, stop
 from .procs import free_port as _port
-from .procs import stop
 from .procs import wait_port as _wait
 from .test_e2e_real import CADDYFILE, KEY, NGINX_CONF, Client
 
 pytest.importorskip("mcp")
-pytestmark = [
-    pytest.mark.slow,
-    pytest.mark.skipif(
-        not (shutil.which("caddy") and shutil.which("nginx")),
-        reason="Debian's caddy and nginx are not installed",
-    ),
-]
+pytestmark = REAL_PROXIES
 ROOT = Path(__file__).resolve().parent.parent
 STAGE = "e2e-server"
 RESUMED = 6
