@@ -65,6 +65,9 @@ ALTER TABLE files ADD COLUMN IF NOT EXISTS digest VARCHAR;
 ALTER TABLE files ADD COLUMN IF NOT EXISTS lines BIGINT;
 ALTER TABLE files ADD COLUMN IF NOT EXISTS rows_read BIGINT;
 ALTER TABLE files ADD COLUMN IF NOT EXISTS raw_digest VARCHAR;
+-- Rows whose raw session id was dropped because no HMAC key was set: once a key is set,
+-- the file is read again and its ids hashed (identity.plan).
+ALTER TABLE files ADD COLUMN IF NOT EXISTS ids_dropped BIGINT;
 -- Sessions whose rows arrived since the last analysis (queries/incremental.py).
 CREATE TABLE IF NOT EXISTS analysis_pending (session_hmac VARCHAR);
 -- Where the new rows of each file start (rows after from_pos are new).

@@ -37,12 +37,18 @@ test fails if this file and the code disagree. What each record means is in the 
   its HMAC-SHA256 (key from the env var named by `hmac_key_env`, default
   `REPLAYGATE_HMAC_KEY`) in `session_hmac`, and sets `raw_session_id = true` so the
   `raw_session_id_logged` finding can name the file. Without a key the id is dropped,
-  with a warning.
+  with a warning, and `files.ids_dropped` counts those rows; once the key is set,
+  ingesting the same files again reads them again and hashes the ids (rows replaced).
 - Rows that break the contract go to table `quarantine` (file, line or row, record
   type, reason) and are counted in the ingest summary; they never stop the rest. That
   includes lines that are not JSON, lines with invalid UTF-8 or over 32 MB, malformed CSV
-  rows, and the break of a truncated gzip (what decompresses before it is loaded). The
-  quarantine keeps no content of the row: it may hold secrets.
+  rows, and the break of a truncated or corrupt gzip stream (the complete lines before
+  it are loaded; the break, with any partial line, is one row). The quarantine keeps no
+  content of the row: it may hold secrets.
+- Lines end at LF (a CRLF's CR and a bare CR inside a JSON line are whitespace); a line
+  of only spaces, tabs and CRs is blank. For every file read, rows loaded + quarantined
+  + blank = lines (CSV and Parquet: data rows); `ingest --json` reports `lines` and
+  `blank` per file.
 - Rollout stages are scoped by `release`: a stage runs from its `start` to the next
   `start` of the same release, or its own `rollback` or `complete`, and is named
   `stage@release` where the gates, findings and reports show it (the name alone when the

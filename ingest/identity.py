@@ -43,6 +43,7 @@ class Known:
     lines: int
     rows: int
     raw_digest: str | None  # of the on-disk bytes last read (gzip: compressed)
+    ids_dropped: int = 0  # rows whose raw session id was dropped: no HMAC key was set
 
 
 @dataclass
@@ -54,7 +55,9 @@ class Scan:
     digest: str = ""  # of content[:complete]
     lines: int = 0  # newlines in content[:complete]
     raw_digest: str = ""
-    truncated: bool = False  # a gzip stream that breaks off
+    truncated: bool = False  # a gzip stream that breaks off (content ends at the break)
+    broken: str | None = None  # truncated | corrupt | check (see break_reason)
+    tail_open: bool = False  # content[:complete] ends without a newline (a whole .gz)
     prefixes: dict[int, str] = field(default_factory=dict)  # offset -> digest of content[:offset]
 
 
@@ -62,7 +65,7 @@ class Scan:
 class Decision:
     """What to do with one file on disk."""
 
-    action: str  # new | append | unchanged | moved | duplicate | empty
+    action: str  # new | append | unchanged | moved | duplicate | empty | unreadable
     scan: Scan | None = None
     known: Known | None = None  # the file it continues (append, unchanged, moved)
     retire: list[int] = field(default_factory=list)  # file ids whose path now holds new content
@@ -83,8 +86,9 @@ class Decision:
 def content_chunks(
     path: Path, gz: bool, start: int = 0, state: dict[str, Any] | None = None
 ) -> Iterator[bytes]:
-    """The file's content in chunks (decompressed for gzip) from byte `start`; a broken
-    gzip stream ends the content where it breaks (and sets state["truncated"])."""
+    """The file's content in chunks (decompressed for gzip) from byte `start`. A broken
+    gzip stream ends the content exactly where zlib stops trusting it, and sets
+    state["truncated"] and state["break"] (why, for the quarantine row)."""
     state = {} if state is None else state
     with open(path, "rb") as fh:
         if not gz:
@@ -92,28 +96,113 @@ def content_chunks(
             while chunk := fh.read(CHUNK):
                 yield chunk
             return
-        d = zlib.decompressobj(16 + zlib.MAX_WBITS)
+        d = zlib.decompressobj(_GZIP)
         skip = start
         while True:
             raw = fh.read(CHUNK)
-            try:
-                data = d.decompress(raw) if raw else d.flush()
-                # Concatenated gzip members (`cat a.gz b.gz`) are one stream to gzip(1).
-                while d.eof and d.unused_data:
-                    rest = d.unused_data
-                    d = zlib.decompressobj(16 + zlib.MAX_WBITS)
-                    data += d.decompress(rest)
-            except zlib.error:
-                state["truncated"] = True
-                return
+            if raw:
+                data, d, why = _inflate(d, raw)
+            else:
+                data, why = d.flush(), None if d.eof else "truncated"
             if skip:
                 cut = min(skip, len(data))
                 data, skip = data[cut:], skip - cut
             if data:
                 yield data
-            if not raw:
-                state["truncated"] = not d.eof
+            if why or not raw:
+                state["truncated"] = why is not None
+                state["break"] = why
                 return
+
+
+_GZIP = 16 + zlib.MAX_WBITS
+
+
+def _members(d, raw: bytes):
+    """Inflate `raw`; concatenated gzip members (`cat a.gz b.gz`) are one stream to
+    gzip(1). Returns (output, the decompressor to go on with)."""
+    out = d.decompress(raw)
+    while d.eof and d.unused_data:
+        rest = d.unused_data
+        d = zlib.decompressobj(_GZIP)
+        out += d.decompress(rest)
+    return out, d
+
+
+def _inflate(d, raw: bytes):
+    """(output, decompressor, None), or on a zlib error (output up to the byte where
+    the stream fails, None, why). zlib drops a call's output when it raises, so the
+    failing chunk is fed again in small steps, then byte by byte, to keep every line
+    that decompressed before the damage."""
+    saved = d.copy()
+    try:
+        out, d = _members(d, raw)
+        return out, d, None
+    except zlib.error:
+        pass
+    d, out = saved, bytearray()
+    pos, step = 0, 4096
+    while pos < len(raw):
+        piece = raw[pos : pos + step]
+        before = d.copy()
+        try:
+            data, d = _members(d, piece)
+        except zlib.error as exc:
+            if step > 1:
+                d, step = before, 1  # the error is in this piece: go byte by byte
+                continue
+            # "incorrect data check" / "incorrect length check": the trailer's CRC or
+            # length disagrees with what decompressed; anything else: bad deflate data.
+            return bytes(out), None, "check" if "check" in str(exc) else "corrupt"
+        out += data
+        pos += len(piece)
+    return bytes(out), d, None
+
+
+def lf_only(path: Path, gz: bool, out: Path, bare_cr: bytes = b" ") -> None:
+    """Copy the content with CRLF as LF and any other CR as `bare_cr`: a space for JSON
+    Lines (JSON whitespace: lines end at LF only), LF for CSV (a row ends at a bare CR,
+    as Python's csv module reads it)."""
+    held = b""
+    with open(out, "wb") as dst:
+        for chunk in content_chunks(path, gz):
+            chunk = held + chunk
+            # A CR at the end of a chunk is decided by the next chunk's first byte.
+            held = b"\r" if chunk.endswith(b"\r") else b""
+            if held:
+                chunk = chunk[:-1]
+            dst.write(chunk.replace(b"\r\n", b"\n").replace(b"\r", bare_cr))
+        dst.write(bare_cr if held else b"")
+
+
+def long_lines(path: Path, gz: bool, limit: int, start: int = 0) -> list[int]:
+    """Line numbers (1-based, from `start`) of lines longer than `limit` bytes. A line
+    that long spans chunks (CHUNK < limit), so only chunk edges are looked at."""
+    out: list[int] = []
+    line, run = 1, 0  # the current line's number and its bytes so far
+    for chunk in content_chunks(path, gz, start):
+        first = chunk.find(b"\n")
+        if first < 0:
+            run += len(chunk)
+            continue
+        if run + first > limit:
+            out.append(line)
+        line += chunk.count(b"\n")
+        run = len(chunk) - chunk.rfind(b"\n") - 1
+    if run > limit:
+        out.append(line)
+    return out
+
+
+def break_reason(broken: str, lines: int) -> str:
+    """The quarantine reason for a gzip stream that breaks after `lines` complete lines
+    (a partial line before the break is part of the break, counted once)."""
+    if broken == "check":
+        return (
+            f"corrupt gzip: its data check fails at the end (after line {lines}); "
+            "rows read from it may be damaged"
+        )
+    return f"{broken} gzip: the stream breaks after line {lines}"
 
 
 def _raw_digest(path: Path) -> str:
@@ -179,16 +268,18 @@ def scan(path: Path, gz: bool, whole: bool, offsets: set[int]) -> Scan:
         view.release()
     out.length = pos
     full = h.hexdigest()
-    if whole or at_nl[1] == pos:
+    if (whole and not state.get("truncated")) or at_nl[1] == pos:
         out.complete, out.digest = pos, full
         out.lines = lines
     elif at_nl[0] is not None:
         out.complete, out.digest, out.lines = at_nl[1], at_nl[0].hexdigest(), at_nl[2]
     else:
         out.complete, out.digest, out.lines = 0, _hasher().hexdigest(), 0
+    out.tail_open = out.complete > at_nl[1]
     if gz:
         out.raw_digest = _raw_digest(path)
         out.truncated = bool(state.get("truncated"))
+        out.broken = state.get("break")
     else:
         out.raw_digest = full
     return out
@@ -242,44 +333,30 @@ def first_line(path: Path, gz: bool) -> bytes:
     return buf
 
 
-def plan(sources: list[Any], shown: list[str], knowns: list[Known]) -> list[Decision]:
+REHASH_NOTE = "read again to hash the session ids dropped when it was loaded without a key"
+
+
+def plan(
+    sources: list[Any], shown: list[str], knowns: list[Known], rehash: bool = False
+) -> list[Decision]:
     """Decide, for every file of one run, whether it is new, continues a loaded file
-    (and from where), or holds nothing new. `sources` are readers.Source objects."""
+    (and from where), or holds nothing new. `sources` are readers.Source objects.
+    `rehash`: an HMAC key is set, so a loaded file whose raw session ids were dropped
+    (loaded without the key) is read again whole and replaces its old rows."""
     by_kind: dict[str, list[Known]] = {}
     for k in knowns:
         by_kind.setdefault(k.kind, []).append(k)
     abspaths = [str(s.path.resolve()) for s in sources]
     decisions: list[Decision] = []
     claims: dict[int, list[int]] = {}  # known file id -> indexes of files continuing it
+    rereads: dict[int, list[int]] = {}  # known file id -> indexes of files reading it again
     for i, src in enumerate(sources):
-        if src.path.stat().st_size == 0:
-            # Nothing to read, and every empty file has the same digest: not a duplicate.
-            decisions.append(Decision("empty", note="empty file"))
-            continue
-        kind = src.format
-        cands = by_kind.get(kind, [])
-        if src.gzip and cands:
-            # A rotated .gz seen before: the compressed bytes say so without inflating.
-            raw = _raw_digest(src.path)
-            same = [k for k in cands if k.raw_digest == raw]
-            if same:
-                k = same[0]
-                sc = Scan(length=k.consumed, complete=k.consumed, digest=k.digest or "")
-                sc.lines, sc.raw_digest = k.lines, raw
-                sc.prefixes[k.consumed] = k.digest or ""
-                decisions.append(Decision("unchanged", sc, k))
-                claims.setdefault(k.file_id, []).append(i)
-                continue
-        whole = src.gzip or not FORMATS[kind].lines
-        sc = scan(src.path, src.gzip, whole, {k.consumed for k in cands})
-        match = [k for k in cands if continues(k, sc, kind)]
-        if not match:
-            decisions.append(Decision("new", sc))
-            continue
-        k = max(match, key=lambda k: k.consumed)
-        action = "append" if sc.complete > k.consumed else "unchanged"
-        decisions.append(Decision(action, sc, k))
-        claims.setdefault(k.file_id, []).append(i)
+        try:
+            decisions.append(_decide(src, i, by_kind, rehash, claims, rereads))
+        except OSError as exc:
+            # Gone or denied since it was found (rotated away, mode changed): this file
+            # costs only itself.
+            decisions.append(Decision("unreadable", note=f"unreadable file ({type(exc).__name__})"))
     by_id = {k.file_id: k for k in knowns}
     # A loaded file continued by several files (a copy, or a .gz next to its original):
     # the one with the most content continues it; the others hold nothing new.
@@ -302,18 +379,30 @@ def plan(sources: list[Any], shown: list[str], knowns: list[Known]) -> list[Deci
                 decisions[best] = Decision("moved", d.scan, k, note=f"renamed from {k.path}")
             else:
                 d.note = f"renamed from {k.path}"
+    # A file read again whose content is here more than once: the one with the most
+    # content replaces it; the others hold nothing new.
+    for idx in rereads.values():
+        best = max(idx, key=lambda i: (decisions[i].scanned.complete, -i))
+        for i in idx:
+            if i != best:
+                decisions[i] = Decision(
+                    "duplicate", decisions[i].scan, note=f"same content as {shown[best]}"
+                )
     # New content where a loaded file used to be, whose old content is nowhere in this
     # run: the file was rewritten, and its old rows are replaced.
     continued = set(claims)
     for i, d in enumerate(decisions):
         if d.action != "new":
             continue
-        d.retire = [
-            k.file_id
-            for k in knowns
-            if k.file_id not in continued
-            and (k.abspath == abspaths[i] or (k.abspath is None and k.path == shown[i]))
-        ]
+        d.retire = sorted(
+            set(d.retire)
+            | {
+                k.file_id
+                for k in knowns
+                if k.file_id not in continued
+                and (k.abspath == abspaths[i] or (k.abspath is None and k.path == shown[i]))
+            }
+        )
     # Identical new files in one run: the first is loaded, the others are duplicates.
     first: dict[str, int] = {}
     for i, d in enumerate(decisions):
@@ -326,6 +415,38 @@ def plan(sources: list[Any], shown: list[str], knowns: list[Known]) -> list[Deci
             else:
                 first[key] = i
     return decisions
+
+
+def _decide(src, i: int, by_kind, rehash: bool, claims: dict, rereads: dict) -> Decision:
+    """plan's decision for one file (the loaded file it continues noted in `claims`,
+    or in `rereads` when it is read again to hash its ids)."""
+    if src.path.stat().st_size == 0:
+        # Nothing to read, and every empty file has the same digest: not a duplicate.
+        return Decision("empty", note="empty file")
+    kind = src.format
+    cands = by_kind.get(kind, [])
+    if src.gzip and cands:
+        # A rotated .gz seen before: the compressed bytes say so without inflating.
+        raw = _raw_digest(src.path)
+        same = [k for k in cands if k.raw_digest == raw and not (rehash and k.ids_dropped)]
+        if same:
+            k = same[0]
+            sc = Scan(length=k.consumed, complete=k.consumed, digest=k.digest or "")
+            sc.lines, sc.raw_digest = k.lines, raw
+            sc.prefixes[k.consumed] = k.digest or ""
+            claims.setdefault(k.file_id, []).append(i)
+            return Decision("unchanged", sc, k)
+    whole = src.gzip or not FORMATS[kind].lines
+    sc = scan(src.path, src.gzip, whole, {k.consumed for k in cands})
+    match = [k for k in cands if continues(k, sc, kind)]
+    if not match:
+        return Decision("new", sc)
+    k = max(match, key=lambda k: k.consumed)
+    if rehash and k.ids_dropped:
+        rereads.setdefault(k.file_id, []).append(i)
+        return Decision("new", sc, retire=[k.file_id], note=REHASH_NOTE)
+    claims.setdefault(k.file_id, []).append(i)
+    return Decision("append" if sc.complete > k.consumed else "unchanged", sc, k)
 
 
 def _still_there(k: Known) -> bool:

@@ -40,6 +40,10 @@ class FileResult:
     quarantined: int = 0
     note: str = ""
     facts: dict[str, Any] | None = None  # a proxy log: the facts it can show and those it cannot
+    # What was read this time, so that rows + quarantined + blank = lines can be checked:
+    # JSON Lines: lines (a gzip stream's break is one); CSV and Parquet: data rows.
+    lines: int | None = None
+    blank: int = 0
 
 
 @dataclass
@@ -150,18 +154,49 @@ def _display(path: Path) -> str:
 
 
 def _gunzip_prefix(path: Path, out: Path) -> int:
-    """Decompress what can be decompressed; return the number of complete lines."""
-    d = zlib.decompressobj(16 + zlib.MAX_WBITS)
-    lines = 0
-    with open(path, "rb") as src, open(out, "wb") as dst:
-        try:
-            while chunk := src.read(1 << 20):
-                data = d.decompress(chunk)
-                lines += data.count(b"\n")
-                dst.write(data)
-        except zlib.error:
-            pass
+    """Decompress the complete lines before a gzip stream breaks into `out`; return how
+    many there are (a partial line at the break is left out: it is part of the break)."""
+    end = lines = complete = 0
+    with open(out, "wb") as dst:
+        for chunk in identity.content_chunks(path, True):
+            lines += chunk.count(b"\n")
+            dst.write(chunk)
+            end += len(chunk)
+            nl = chunk.rfind(b"\n")
+            if nl >= 0:
+                complete = end - len(chunk) + nl + 1
+    with open(out, "r+b") as dst:
+        dst.truncate(complete)
     return lines
+
+
+_TRIMMED = "rtrim(csv_line, chr(13) || chr(10))"
+_LINES_IN_RECORD = f"1 + length({_TRIMMED}) - length(replace({_TRIMMED}, chr(10), ''))"
+
+
+def _parquet_epochs(path: Path, out: Path) -> None:
+    """A copy of a Parquet file whose timestamp columns hold epoch milliseconds (as
+    doubles: a value far out of range stays a number, for validation to reject)."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+    import pyarrow.parquet as pq
+
+    per_ms = {"s": 1e-3, "ms": 1.0, "us": 1e3, "ns": 1e6}
+    src = pq.ParquetFile(path)
+    fields = []
+    for f in src.schema_arrow:
+        ts = pa.types.is_timestamp(f.type)
+        fields.append(pa.field(f.name, pa.float64()) if ts else f)
+    schema = pa.schema(fields)
+    with pq.ParquetWriter(out, schema) as w:
+        for batch in src.iter_batches():
+            cols = []
+            for f, col in zip(src.schema_arrow, batch.columns, strict=True):
+                if pa.types.is_timestamp(f.type):
+                    raw = pc.cast(col.view(pa.int64()), pa.float64(), safe=False)
+                    col = pc.divide(raw, per_ms[f.type.unit])
+                cols.append(col)
+            w.write_batch(pa.record_batch(cols, schema=schema))
 
 
 @dataclass
@@ -187,6 +222,8 @@ class _Staged:
     row_shift: int = 0
     rows_staged: int = 0
     info: str = ""  # a note for the report that is not a quarantine row
+    ids_dropped: int = 0  # rows whose raw session id was dropped (no HMAC key)
+    lines: int | None = None  # lines read (JSON Lines; CSV and Parquet: data rows)
     key_facts: set[str] = field(default_factory=set)  # shown by a proxy log's keys
 
     @property
@@ -245,6 +282,8 @@ class _Loader:
     ) -> _Staged | FileResult | _Moved:
         """Read what is new in one file into a staging table, as `d` (identity.plan) says."""
         shown = _display(src.path)
+        if d.action == "unreadable":
+            return FileResult(shown, "unreadable", note=d.note)
         if d.action in ("empty", "duplicate"):
             return FileResult(shown, d.action, note=d.note)
         if d.action in ("unchanged", "moved"):
@@ -254,6 +293,11 @@ class _Loader:
         sc = d.scanned
         fmt = readers.FORMATS[src.format]
         waits = not src.gzip and fmt.lines and sc.length > sc.complete
+        if sc.complete == 0 and src.gzip and sc.broken:
+            # Not one line before the break: the file is its break.
+            staged = _Staged(src, shown, _sha256(src.path), None, decision=d)
+            staged.notes.append((1, identity.break_reason(sc.broken, 0)))
+            return staged
         if sc.complete == 0:
             return FileResult(shown, "waiting", note="no complete line yet")
         if d.action == "append":
@@ -265,6 +309,13 @@ class _Loader:
             staged = self._stage_file(src, n, shown, "", read_path)
             staged.line_shift = k.lines - (1 if header else 0)
             staged.row_shift = k.rows
+        elif src.gzip and sc.broken:
+            # Read the complete lines before the break; the break is one quarantine row.
+            read_path = self.tmp / f"{n}.part"
+            identity.write_tail(src.path, True, 0, sc.complete, read_path)
+            staged = self._stage_file(src, n, shown, None, read_path)
+            staged.sha = _sha256(src.path)
+            staged.replaces = list(d.retire)
         else:
             read_path = None
             if waits:
@@ -276,12 +327,66 @@ class _Loader:
                 staged = self._stage_file(src, n, shown, None, read_path)
                 staged.sha = digest.result()
             staged.replaces = list(d.retire)
+        if src.format == "jsonl" and staged.table and self._split_at_cr(staged, sc, d):
+            # DuckDB also ends a line at a CR (a bare one, or a CRLF's in a file of LF
+            # lines): read a copy whose lines end only at LF, as `wc -l` counts them.
+            cr_path = self.tmp / f"{n}.lf"
+            identity.lf_only(read_path or src.path, src.gzip and not read_path, cr_path)
+            fresh = self._stage_file(src, n, shown, None, cr_path)
+            fresh.sha, fresh.replaces = staged.sha, staged.replaces
+            fresh.line_shift, fresh.row_shift = staged.line_shift, staged.row_shift
+            staged = fresh
         staged.decision = d
+        if src.gzip and sc.broken:
+            staged.notes.append((sc.lines + 1, identity.break_reason(sc.broken, sc.lines)))
         if waits:
             staged.info = "the last line has no newline yet: it is read once complete"
         if staged.table:
             staged.rows_staged = one_row(self._exec(f"SELECT count(*) FROM {staged.table}"))[0]
+            if src.format == "jsonl":
+                # Lines as the scan counted them, not as the reader returned them.
+                staged.lines = self._find_lost_lines(staged, sc, read_path) + len(staged.notes)
+            else:
+                # A data row is a staged row or a rejected record; a break is one more.
+                rejected = 0
+                if staged.rejects:
+                    rejected = one_row(self._exec(f"SELECT count(*) FROM {staged.rejects}"))[0]
+                staged.lines = staged.rows_staged + rejected + len(staged.notes)
         return staged
+
+    @staticmethod
+    def _expected_lines(sc: identity.Scan, d: identity.Decision | None) -> int:
+        """The lines of what is read this time, as the scan counted them."""
+        lines = sc.lines - (d.known.lines if d and d.action == "append" else 0)
+        return lines + (1 if sc.tail_open else 0)
+
+    def _split_at_cr(self, st: _Staged, sc: identity.Scan, d: identity.Decision) -> bool:
+        """Did the reader return more lines than there are (a bare CR split one)?"""
+        got = one_row(
+            self._exec(
+                f"SELECT (SELECT count(*) FROM {st.table}) + (SELECT count(*) FROM {st.rejects})"
+            )
+        )[0]
+        return got > self._expected_lines(sc, d)
+
+    def _find_lost_lines(self, st: _Staged, sc: identity.Scan, read_path: Path | None) -> int:
+        """Every line read is a staged row or a rejected line. DuckDB's reader loses a
+        line over 2 GiB without rejecting it (and the rows after it shift up): if lines
+        are missing, find the overlong ones and reject them, so they are quarantined and
+        the positions after them are right."""
+        expected = self._expected_lines(sc, st.decision)
+        rejected = one_row(self._exec(f"SELECT count(*) FROM {st.rejects}"))[0]
+        if st.rows_staged + rejected >= expected:
+            return expected
+        path, gz = (read_path, False) if read_path else (st.src.path, st.src.gzip)
+        long = identity.long_lines(path, gz, readers.MAX_LINE)
+        self._exec(
+            f"""INSERT INTO {st.rejects} SELECT line, 'LINE SIZE OVER MAXIMUM', 1
+                FROM unnest($lines) AS t(line)
+                WHERE line NOT IN (SELECT line FROM {st.rejects})""",
+            {"lines": long},
+        )
+        return expected
 
     def _drop(self, staged: _Staged) -> None:
         for t in (staged.table, staged.rejects):
@@ -305,20 +410,36 @@ class _Loader:
         try:
             staged.key_facts = self._stage(src, read_path, compression, table, typed)
         except duckdb.Error as exc:
-            if compression != "gzip":
+            if src.format == "parquet" and isinstance(exc, duckdb.ConversionException):
+                # A timestamp beyond what DuckDB holds (2^62 ms) fails the whole read:
+                # read it as its epoch number instead, one row's bad value.
+                read_path = self.tmp / f"{n}.parquet"
+                _parquet_epochs(src.path, read_path)
+                try:
+                    staged.key_facts = self._stage(src, read_path, "none", table, typed)
+                except duckdb.Error as exc2:
+                    staged.notes.append((None, _unreadable(exc2)))
+                    return staged
+            elif src.format in ("jsonl", "csv") and read_path.suffix != ".lf":
+                # DuckDB's reader gives up on some mixes of LF, CRLF and bare CR (one
+                # file of LF lines with a CRLF row): read a copy with LF line ends only.
+                lf_path = self.tmp / f"{n}.lf"
+                bare_cr = b" " if src.format == "jsonl" else b"\n"
+                identity.lf_only(read_path, compression == "gzip", lf_path, bare_cr)
+                read_path, compression = lf_path, "none"
+                try:
+                    staged.key_facts = self._stage(src, read_path, compression, table, typed)
+                except duckdb.Error as exc2:
+                    staged.notes.append((None, _unreadable(exc2)))
+                    return staged
+            elif compression != "gzip":
                 staged.notes.append((None, _unreadable(exc)))
                 return staged
-            # A truncated gzip: keep what decompresses, quarantine the break.
-            read_path = self.tmp / f"{n}.part"
-            lines = _gunzip_prefix(src.path, read_path)
-            reason = f"truncated gzip: the stream breaks after line {lines}"
-            staged.notes.append((lines + 1, reason))
-            compression = "none"
-            try:
-                staged.key_facts = self._stage(src, read_path, compression, table, typed)
-            except duckdb.Error as exc2:
-                staged.notes.append((None, _unreadable(exc2)))
-                return staged
+            else:
+                staged.key_facts = self._restage_gzip(staged, src, n, table, typed)
+                if staged.notes[-1][0] is None:
+                    return staged
+                read_path, compression = self.tmp / f"{n}.part", "none"
         self.temp_tables.append(table)
         if typed is not None:
             foreign = one_row(
@@ -337,12 +458,28 @@ class _Loader:
             # delimiter) and must still be counted once.
             self._exec(
                 f"CREATE OR REPLACE TEMP TABLE {staged.rejects} AS "
-                "SELECT line, min(error_type) AS error_type FROM rg_rejects GROUP BY line"
+                "SELECT line, min(error_type) AS error_type, "
+                # The physical lines a rejected CSV record covers (an open quote joins
+                # the lines after it into one record).
+                f"coalesce(max({_LINES_IN_RECORD}), 1) AS spans "
+                "FROM rg_rejects GROUP BY line"
             )
             self.temp_tables.append(staged.rejects)
         staged.table = table
         staged.typed = typed
         return staged
+
+    def _restage_gzip(self, staged: _Staged, src, n: int, table: str, typed) -> set[str]:
+        """A gzip stream DuckDB cannot read to the end: keep the complete lines that
+        decompress, quarantine the break (a note whose line is None: unreadable)."""
+        read_path = self.tmp / f"{n}.part"
+        lines = _gunzip_prefix(src.path, read_path)
+        staged.notes.append((lines + 1, identity.break_reason("corrupt", lines)))
+        try:
+            return self._stage(src, read_path, "none", table, typed)
+        except duckdb.Error as exc:
+            staged.notes.append((None, _unreadable(exc)))
+            return set()
 
     def _stage(
         self,
@@ -406,13 +543,19 @@ class _Loader:
             self._exec("UPDATE files SET status = 'superseded' WHERE file_id = $f", {"f": old_id})
 
     def _manifest(
-        self, file_id: int, src: readers.Source, shown: str, sha: str, result: FileResult
+        self,
+        file_id: int,
+        src: readers.Source,
+        shown: str,
+        sha: str,
+        result: FileResult,
+        dropped: int = 0,
     ) -> None:
         self._exec(
             """INSERT INTO files (file_id, path, name, format, size, sha256, rows_loaded,
-                   rows_quarantined, rows_by_type, ingested_at, status)
+                   rows_quarantined, rows_by_type, ingested_at, status, ids_dropped)
                VALUES ($id, $path, $name, $fmt, $size, $sha, $loaded, $q, $rows, now(),
-                   'loaded')""",
+                   'loaded', $dropped)""",
             {
                 "id": file_id,
                 "path": shown,
@@ -423,6 +566,7 @@ class _Loader:
                 "loaded": sum(result.rows.values()),
                 "q": result.quarantined,
                 "rows": _json(result.rows),
+                "dropped": dropped,
             },
         )
 
@@ -471,7 +615,9 @@ class _Loader:
         rows_id = d.known.file_id if d is not None and d.known is not None else file_id
         result = FileResult(st.shown, "replaced" if st.replaces else "loaded")
         if st.replaces:
-            result.note = "content changed since it was last ingested; old rows replaced"
+            result.note = (st.decision.note if st.decision else "") or (
+                "content changed since it was last ingested; old rows replaced"
+            )
         if d is not None and d.known is not None:
             result.status = "appended"
             result.note = d.note or f"read from line {d.known.lines + 1}"
@@ -486,6 +632,11 @@ class _Loader:
             result.status = "unreadable"
         else:
             self._insert(st, file_id, result, rows_id)
+            result.lines = st.lines
+            if st.src.format == "jsonl":
+                result.blank = one_row(self._exec(f"SELECT count(*) FROM {st.table} WHERE blank"))[
+                    0
+                ]
         for reason, n in self._exec(
             "SELECT reason, count(*) FROM quarantine WHERE file_id = $f GROUP BY ALL",
             {"f": file_id},
@@ -499,7 +650,7 @@ class _Loader:
             )
             self._extend(rows_id, st, result)
         else:
-            self._manifest(file_id, st.src, st.shown, st.sha, result)
+            self._manifest(file_id, st.src, st.shown, st.sha, result, st.ids_dropped)
         if st.decision is not None and st.table is not None:
             self._identity(rows_id, st.src, st.shown, st.decision, st.row_shift + st.rows_staged)
         if st.table is not None:
@@ -514,12 +665,14 @@ class _Loader:
         self._exec(
             """UPDATE files SET rows_loaded = rows_loaded + $loaded,
                    rows_quarantined = rows_quarantined + $q,
+                   ids_dropped = coalesce(ids_dropped, 0) + $dropped,
                    rows_by_type = $rows, format = $fmt, sha256 = '', ingested_at = now()
                WHERE file_id = $id""",
             {
                 "id": file_id,
                 "loaded": sum(result.rows.values()),
                 "q": result.quarantined,
+                "dropped": st.ids_dropped,
                 "fmt": st.src.format + (".gz" if st.src.gzip else ""),
                 "rows": _json(
                     dict(Counter(_rows_by_type(self.con, file_id)) + Counter(result.rows))
@@ -597,12 +750,13 @@ class _Loader:
                 result.rows[rt.table] = n
                 self._note_changes(rt, file_id if rows_id is None else rows_id, st.shift)
             if rt.table == "proxy" and not self.key_available:
-                self.raw_without_key += one_row(
+                st.ids_dropped += one_row(
                     self._exec(
                         f"SELECT count(*) FROM {checked} WHERE t_raw_session_id",
                         {"t": rt.table, **shift},
                     )
                 )[0]
+        self.raw_without_key += st.ids_dropped
 
 
 def _knowns(con: duckdb.DuckDBPyConnection) -> list[identity.Known]:
@@ -610,7 +764,8 @@ def _knowns(con: duckdb.DuckDBPyConnection) -> list[identity.Known]:
         identity.Known(*r)
         for r in con.execute(
             """SELECT file_id, path, abspath, replace(format, '.gz', ''), consumed, digest,
-                      coalesce(lines, 0), coalesce(rows_read, 0), raw_digest
+                      coalesce(lines, 0), coalesce(rows_read, 0), raw_digest,
+                      coalesce(ids_dropped, 0)
                FROM files WHERE status = 'loaded' AND consumed IS NOT NULL
                ORDER BY file_id"""
         ).fetchall()
@@ -633,7 +788,9 @@ def _unreadable(exc: Exception) -> str:
 
 def _reason_class(reason: str) -> str:
     """Group reasons for the summary (line numbers inside a reason are not a class)."""
-    return reason.split(":")[0] if reason.startswith("truncated gzip") else reason
+    if reason.startswith("malformed CSV row") and reason.endswith(" one row)"):
+        return reason.split(" (a quote left open")[0]
+    return reason.split(":")[0] if reason.startswith(("truncated gzip", "corrupt gzip")) else reason
 
 
 def _json(d: dict[str, Any]) -> str:
@@ -675,7 +832,9 @@ def ingest(
     loader = _Loader(con, config, report, source)
     try:
         # Which loaded file each one continues, by content (identity.py).
-        decisions = identity.plan(sources, [_display(s.path) for s in sources], _knowns(con))
+        decisions = identity.plan(
+            sources, [_display(s.path) for s in sources], _knowns(con), loader.key_available
+        )
         plan: list[_Staged | FileResult | _Moved] = []
         for n, (src, size, d) in enumerate(zip(sources, sizes, decisions, strict=True)):
             # query_progress() may be called from another thread while a query runs.
@@ -718,7 +877,7 @@ def ingest(
         report.warnings.append(
             f"{loader.raw_without_key} proxy records carried a raw session id, but no HMAC key "
             f"is set in ${config.hmac_key_env}: the ids were discarded, not stored, and these "
-            "requests cannot be joined to the ledgers. Re-ingesting the same files adds "
-            "nothing: set the key and ingest them into a new database."
+            "requests cannot be joined to the ledgers. Set the key and ingest the same "
+            "files again: they are read again and their ids hashed (their rows replaced)."
         )
     return report

@@ -67,6 +67,9 @@ def detect(path: Path, force_proxy: bool = False) -> Source | None:
     return None
 
 
+# A blank line: nothing but JSON's insignificant whitespace (a CRLF file leaves a CR).
+_BLANK = "raw IS NULL OR trim(raw, ' ' || chr(9) || chr(13)) = ''"
+
 # A line without a leading byte-order mark (editors and some loggers write one).
 _NO_BOM = "CASE WHEN starts_with(raw, chr(65279)) THEN substr(raw, 2) ELSE raw END"
 
@@ -173,7 +176,7 @@ def jsonl_sql(r: Reading) -> str:
         CASE WHEN blank THEN NULL ELSE v[1] END AS schema,
         {cols}
     FROM (
-        SELECT raw, raw IS NULL OR trim(raw) = '' AS blank,
+        SELECT raw, {_BLANK} AS blank,
                try(json_extract_string({_NO_BOM}, [{paths}])) AS v
         FROM {_raw_lines()}
     )"""
@@ -298,7 +301,7 @@ def proxylog_sql(r: Reading, forced: str | None = None) -> str:
         {columns}
     FROM (
         SELECT *, {shape} AS shape FROM (
-            SELECT raw IS NULL OR trim(raw) = '' AS blank, try(json({_NO_BOM})) AS j
+            SELECT {_BLANK} AS blank, try(json({_NO_BOM})) AS j
             FROM {_raw_lines()}
         )
     )"""
@@ -362,7 +365,10 @@ register(
         csv_sql,
         header=True,
         row_positions=True,
-        rejected="'malformed CSV row: ' || lower(CAST(error_type AS VARCHAR))",
+        # A record an open quote joined over several lines names them (spans: load.py).
+        rejected="'malformed CSV row: ' || lower(CAST(error_type AS VARCHAR)) || CASE "
+        "WHEN spans > 1 THEN ' (a quote left open makes lines ' || (line + $lines) "
+        "|| '-' || (line + $lines + spans - 1) || ' one row)' ELSE '' END",
         doc="with a header row",
     )
 )

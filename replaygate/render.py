@@ -29,6 +29,8 @@ def ingest_summary(report, analysed=None, as_dict: bool = False):
                     "status": f.status,
                     "rows": f.rows,
                     "quarantined": f.quarantined,
+                    "blank": f.blank,
+                    "lines": f.lines,
                     "note": f.note or None,
                     **({"facts": f.facts} if f.facts is not None else {}),
                 }
@@ -68,6 +70,7 @@ def ingest_summary(report, analysed=None, as_dict: bool = False):
         for reason, n in report.quarantine_reasons.most_common(8):
             q.add_row(_t(reason), f"{n:,}")
         console.print(q)
+    _lines_table(report.files)
     for f in report.files:
         if f.note:
             console.print(f"{_t(f.path)}: {_t(f.note)}")
@@ -82,6 +85,24 @@ def ingest_summary(report, analysed=None, as_dict: bool = False):
         console.print(f"skipped {len(report.skipped)} files that are not input files")
     if analysed:
         console.print(f"findings: {analysed.get('total', 0):,} (replaygate findings)")
+
+
+def _lines_table(files, limit: int = 20) -> None:
+    """Per file with quarantined rows or blank lines: loaded + quarantined + blank =
+    lines, so the count can be checked (all files: `ingest --json`)."""
+    shown = [f for f in files if f.lines is not None and (f.quarantined or f.blank)]
+    if not shown:
+        return
+    t = Table(title="lines read (loaded + quarantined + blank)", title_justify="left")
+    t.add_column("file")
+    for col in ("lines", "loaded", "quarantined", "blank"):
+        t.add_column(col, justify="right")
+    for f in shown[:limit]:
+        loaded = sum(f.rows.values())
+        t.add_row(_t(f.path), f"{f.lines:,}", f"{loaded:,}", f"{f.quarantined:,}", f"{f.blank:,}")
+    console.print(t)
+    if len(shown) > limit:
+        console.print(f"... and {len(shown) - limit} more files (ingest --json lists them)")
 
 
 def status_table(doc: dict) -> None:

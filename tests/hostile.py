@@ -13,6 +13,8 @@ import gzip
 import io
 import json
 import shutil
+import struct
+import zlib
 from pathlib import Path
 
 from .conftest import SAMPLE
@@ -145,7 +147,8 @@ def out_of_range_numbers(dest: Path) -> Path:
 def unreadable_files(dest: Path) -> Path:
     """Good files next to files that cannot be read at all."""
     dest.mkdir(parents=True, exist_ok=True)
-    (dest / "sessions-good.jsonl").write_bytes(lines([session_record() for _ in range(4)]))
+    good = lines([session_record() for _ in range(4)])
+    (dest / "sessions-good.jsonl").write_bytes(good + b"\n \t\n")  # and 2 blank lines
     (dest / "dispatches-badutf8.csv").write_bytes(b"ts,dispatch_id\xff\xfe,outcome\n1,2,3\n")
     (dest / "sessions-plain.jsonl.gz").write_bytes(lines([session_record()]))
     (dest / "streams-short.csv.gz").write_bytes(gz(b"ts,session_hmac\n" * 50)[:20])
@@ -184,3 +187,124 @@ def odd_folder(dest: Path, outside: Path) -> Path:
     (dest / "broken.jsonl").symlink_to(dest / "nowhere.jsonl")
     os.mkfifo(dest / "pipe.jsonl")
     return dest
+
+
+RAW_ID = "RAWSESSION-0123456789"
+
+
+def proxy_with_raw_ids(dest: Path, gzipped: bool = False) -> Path:
+    """A proxy log whose records carry the raw Mcp-Session-Id (what an access log
+    writes when nobody configured it not to)."""
+    base = {"ts": "2026-11-29T07:45:01.123Z", "method": "POST", "status": 200, "path": "/mcp"}
+    data = lines([base | {"session_id": f"{RAW_ID}-{i % 2}"} for i in range(4)])
+    name = "proxy-raw.jsonl" + (".gz" if gzipped else "")
+    (dest / name).write_bytes(gz(data) if gzipped else data)
+    return dest / name
+
+
+# -- broken gzip streams ------------------------------------------------------------------
+def _session_lines(n: int) -> bytes:
+    return lines(session_record(generation=i) for i in range(n))
+
+
+def gzip_truncated(dest: Path, n: int = 20_000) -> tuple[Path, bytes]:
+    """A gzip cut in the middle of its compressed bytes (a copy that did not finish);
+    returns the path and what zlib decompresses before the cut."""
+    comp = gz(_session_lines(n))
+    cut = comp[: len(comp) // 2]
+    (dest / "sessions-truncated.jsonl.gz").write_bytes(cut)
+    return dest / "sessions-truncated.jsonl.gz", zlib.decompressobj(16 + zlib.MAX_WBITS).decompress(
+        cut
+    )
+
+
+def gzip_corrupt_midstream(dest: Path, n: int = 20_000) -> tuple[Path, bytes]:
+    """A gzip whose deflate data breaks in the middle of a line (a block with the
+    reserved type 3 follows), with ~n/2 good lines after the damage; returns the path
+    and the content before the damage."""
+    data = _session_lines(n)
+    cut = len(data) // 2 + 17  # inside a line
+    c = zlib.compressobj(6, zlib.DEFLATED, 16 + zlib.MAX_WBITS)
+    head = c.compress(data[:cut]) + c.flush(zlib.Z_FULL_FLUSH)
+    # A byte-aligned block header: BFINAL=0, BTYPE=11 (reserved): "invalid block type".
+    body = head + b"\x06" + c.compress(data[cut:]) + c.flush()
+    (dest / "sessions-corrupt.jsonl.gz").write_bytes(body)
+    return dest / "sessions-corrupt.jsonl.gz", data[:cut]
+
+
+def gzip_bad_check(dest: Path, n: int = 2_000) -> tuple[Path, bytes]:
+    """A gzip whose content decompresses whole but whose CRC trailer disagrees."""
+    data = _session_lines(n)
+    comp = bytearray(gz(data))
+    comp[-8] ^= 0xFF  # first byte of the CRC-32
+    (dest / "sessions-badcrc.jsonl.gz").write_bytes(bytes(comp))
+    return dest / "sessions-badcrc.jsonl.gz", data
+
+
+def gzip_with_huge_line(dest: Path, size: int = (2 << 30) + 4096) -> Path:
+    """A .gz holding 2 good lines, one line of `size` bytes, then 3 good lines, written
+    streaming: one block compressed once and repeated (a full flush makes each block's
+    compressed bytes independent of what came before), so nothing near `size` is held
+    in memory."""
+    good = _session_lines(1)
+    block = b"a" * (16 << 20)
+    once = zlib.compressobj(1, zlib.DEFLATED, -zlib.MAX_WBITS)
+    packed = once.compress(block) + once.flush(zlib.Z_FULL_FLUSH)
+    c = zlib.compressobj(1, zlib.DEFLATED, -zlib.MAX_WBITS)
+    path = dest / "sessions-huge.jsonl.gz"
+    crc, total = 0, 0
+    with open(path, "wb") as fh:
+        fh.write(b"\x1f\x8b\x08\x00\x00\x00\x00\x00\x00\xff")  # gzip header, mtime 0
+
+        def put(raw: bytes, packed_raw: bytes | None = None) -> None:
+            nonlocal crc, total
+            fh.write(packed_raw if packed_raw is not None else c.compress(raw))
+            crc = zlib.crc32(raw, crc)
+            total += len(raw)
+
+        put(good * 2 + b'{"pad": "')
+        fh.write(c.flush(zlib.Z_FULL_FLUSH))
+        left = size - len(b'{"pad": "') - len(b'"}')
+        while left >= len(block):
+            put(block, packed)
+            left -= len(block)
+        put(b"a" * left + b'"}\n' + good * 3)
+        fh.write(c.flush())
+        fh.write(struct.pack("<II", crc & 0xFFFFFFFF, total & 0xFFFFFFFF))
+    return path
+
+
+def parquet_far_timestamps(dest: Path) -> Path:
+    """One Parquet file per timestamp unit, 3 good rows and one ts of 2^62 units."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    good_ms = 1_764_402_301_123
+    for unit, per_ms in (("ns", 10**6), ("us", 10**3), ("ms", 1)):
+        ts = pa.array([good_ms * per_ms] * 3 + [2**62], pa.timestamp(unit, tz="UTC"))
+        n = len(ts)
+        table = pa.table(
+            {"ts": ts, "session_hmac": ["a" * 64] * n, "generation": [1] * n}
+            | {"state": ["SESSION_ACTIVE"] * n}
+        )
+        pq.write_table(table, dest / f"sessions-ts-{unit}.parquet")
+    return dest
+
+
+def mixed_line_endings(dest: Path) -> Path:
+    """JSON Lines ended by LF, one by CRLF (files concatenated), a bare CR inside a
+    line (JSON whitespace) and a whitespace-only line: 6 lines by `wc -l`."""
+    rec = json.dumps(session_record()).encode()
+    body = rec + b"\n" + rec + b"\r\n" + rec.replace(b", ", b",\r ", 1) + b"\n \t\r\n" + rec
+    (dest / "sessions-endings.jsonl").write_bytes(body + b"\n" + b"{\n")
+    return dest / "sessions-endings.jsonl"
+
+
+def csv_unterminated_quote(dest: Path) -> Path:
+    """A CSV whose 2nd data row opens a quote that never closes: the rest of the file
+    is inside it (2 data rows by the CSV grammar, 4 lines after the header)."""
+    good = "2026-11-29T07:45:01.000Z,h,1,SESSION_ACTIVE\n"
+    text = "ts,session_hmac,generation,state\n" + good
+    text += '2026-11-29T07:45:02.000Z,"h,1,SESSION_ACTIVE\n' + good + good
+    (dest / "sessions-openquote.csv").write_text(text)
+    return dest / "sessions-openquote.csv"
