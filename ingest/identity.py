@@ -118,7 +118,7 @@ def content_chunks(
 _GZIP = 16 + zlib.MAX_WBITS
 
 
-def _members(d, raw: bytes):
+def _members(d: Any, raw: bytes) -> tuple[bytes, Any]:
     """Inflate `raw`; concatenated gzip members (`cat a.gz b.gz`) are one stream to
     gzip(1). Returns (output, the decompressor to go on with)."""
     out = d.decompress(raw)
@@ -129,15 +129,15 @@ def _members(d, raw: bytes):
     return out, d
 
 
-def _inflate(d, raw: bytes):
+def _inflate(d: Any, raw: bytes) -> tuple[bytes, Any, str | None]:
     """(output, decompressor, None), or on a zlib error (output up to the byte where
     the stream fails, None, why). zlib drops a call's output when it raises, so the
     failing chunk is fed again in small steps, then byte by byte, to keep every line
     that decompressed before the damage."""
     saved = d.copy()
     try:
-        out, d = _members(d, raw)
-        return out, d, None
+        whole, d = _members(d, raw)
+        return whole, d, None
     except zlib.error:
         pass
     d, out = saved, bytearray()
@@ -417,7 +417,14 @@ def plan(
     return decisions
 
 
-def _decide(src, i: int, by_kind, rehash: bool, claims: dict, rereads: dict) -> Decision:
+def _decide(
+    src: Any,
+    i: int,
+    by_kind: dict[str, list[Known]],
+    rehash: bool,
+    claims: dict[int, list[int]],
+    rereads: dict[int, list[int]],
+) -> Decision:
     """plan's decision for one file (the loaded file it continues noted in `claims`,
     or in `rereads` when it is read again to hash its ids)."""
     if src.path.stat().st_size == 0:

@@ -327,11 +327,14 @@ class _Loader:
                 staged = self._stage_file(src, n, shown, None, read_path)
                 staged.sha = digest.result()
             staged.replaces = list(d.retire)
-        if src.format == "jsonl" and staged.table and self._split_at_cr(staged, sc, d):
-            # DuckDB also ends a line at a CR (a bare one, or a CRLF's in a file of LF
-            # lines): read a copy whose lines end only at LF, as `wc -l` counts them.
+        if staged.table and self._split_at_cr(staged, sc, d):
+            # DuckDB's reader ends a line at a CR (a bare one, or a CRLF's in a file of
+            # LF lines) in some places and not in others: read a copy whose lines end
+            # at LF only (JSON Lines: as `wc -l` counts them; CSV: as Python reads it).
             cr_path = self.tmp / f"{n}.lf"
-            identity.lf_only(read_path or src.path, src.gzip and not read_path, cr_path)
+            bare_cr = b" " if src.format == "jsonl" else b"\n"
+            lf_src = read_path or src.path
+            identity.lf_only(lf_src, src.gzip and not read_path, cr_path, bare_cr)
             fresh = self._stage_file(src, n, shown, None, cr_path)
             fresh.sha, fresh.replaces = staged.sha, staged.replaces
             fresh.line_shift, fresh.row_shift = staged.line_shift, staged.row_shift
@@ -357,17 +360,25 @@ class _Loader:
     @staticmethod
     def _expected_lines(sc: identity.Scan, d: identity.Decision | None) -> int:
         """The lines of what is read this time, as the scan counted them."""
-        lines = sc.lines - (d.known.lines if d and d.action == "append" else 0)
+        append = d is not None and d.action == "append" and d.known is not None
+        lines = sc.lines - (d.known.lines if append and d and d.known else 0)
         return lines + (1 if sc.tail_open else 0)
 
     def _split_at_cr(self, st: _Staged, sc: identity.Scan, d: identity.Decision) -> bool:
-        """Did the reader return more lines than there are (a bare CR split one)?"""
+        """Did the reader split a line at a CR (JSON Lines: more lines than there are),
+        or a CSV record's end at a CR go unnoticed (a rejected record holds a CR)?"""
+        if st.src.format == "csv":
+            return bool(
+                st.rejects and one_row(self._exec(f"SELECT bool_or(has_cr) FROM {st.rejects}"))[0]
+            )
+        if st.src.format != "jsonl":
+            return False
         got = one_row(
             self._exec(
                 f"SELECT (SELECT count(*) FROM {st.table}) + (SELECT count(*) FROM {st.rejects})"
             )
         )[0]
-        return got > self._expected_lines(sc, d)
+        return bool(got > self._expected_lines(sc, d))
 
     def _find_lost_lines(self, st: _Staged, sc: identity.Scan, read_path: Path | None) -> int:
         """Every line read is a staged row or a rejected line. DuckDB's reader loses a
@@ -381,7 +392,7 @@ class _Loader:
         path, gz = (read_path, False) if read_path else (st.src.path, st.src.gzip)
         long = identity.long_lines(path, gz, readers.MAX_LINE)
         self._exec(
-            f"""INSERT INTO {st.rejects} SELECT line, 'LINE SIZE OVER MAXIMUM', 1
+            f"""INSERT INTO {st.rejects} SELECT line, 'LINE SIZE OVER MAXIMUM', 1, false
                 FROM unnest($lines) AS t(line)
                 WHERE line NOT IN (SELECT line FROM {st.rejects})""",
             {"lines": long},
@@ -461,7 +472,8 @@ class _Loader:
                 "SELECT line, min(error_type) AS error_type, "
                 # The physical lines a rejected CSV record covers (an open quote joins
                 # the lines after it into one record).
-                f"coalesce(max({_LINES_IN_RECORD}), 1) AS spans "
+                f"coalesce(max({_LINES_IN_RECORD}), 1) AS spans, "
+                "coalesce(bool_or(contains(csv_line, chr(13))), false) AS has_cr "
                 "FROM rg_rejects GROUP BY line"
             )
             self.temp_tables.append(staged.rejects)
@@ -469,7 +481,9 @@ class _Loader:
         staged.typed = typed
         return staged
 
-    def _restage_gzip(self, staged: _Staged, src, n: int, table: str, typed) -> set[str]:
+    def _restage_gzip(
+        self, staged: _Staged, src: readers.Source, n: int, table: str, typed: RecordType | None
+    ) -> set[str]:
         """A gzip stream DuckDB cannot read to the end: keep the complete lines that
         decompress, quarantine the break (a note whose line is None: unreadable)."""
         read_path = self.tmp / f"{n}.part"
