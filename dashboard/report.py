@@ -121,6 +121,22 @@ def to_markdown(doc: dict) -> str:
                     f"{_unit_md(item) or '—'}; "
                     f"evidence {md_code(json.dumps(item['detail'], sort_keys=True))}"
                 )
+    if doc.get("cannot_tell"):
+        out += [
+            "",
+            "## Cannot tell in this stage",
+            "",
+            "This stage's units whose verdict needs a fact the file cannot show: neither "
+            "findings nor passes.",
+            "",
+            "| detector | file | cannot show | units |",
+            "|---|---|---|---|",
+        ]
+        for e in doc["cannot_tell"]:
+            out.append(
+                f"| {md_code(e['detector'])} | {md_code(e['file'])} | {md_code(e['missing'])} | "
+                f"{e['units']:,} |"
+            )
     blind = [
         (det, e)
         for det, c in sorted(doc.get("coverage", {}).items())
@@ -132,7 +148,8 @@ def to_markdown(doc: dict) -> str:
             "",
             "## Cannot tell",
             "",
-            "Units whose verdict needs a fact the file cannot show: neither findings nor passes.",
+            "Units whose verdict needs a fact the file cannot show, in the whole database: "
+            "neither findings nor passes.",
             "",
             "| detector | file | cannot show | units |",
             "|---|---|---|---|",

@@ -67,7 +67,7 @@ class Plan:
     """How to run one detector on what the files can show."""
 
     exclude: dict[str, list[int]]  # table -> files left out of its input
-    cannot_tell: list[dict[str, Any]]  # {"file", "missing", "units"}
+    cannot_tell: list[dict[str, Any]]  # {"file", "missing", "units", "scope": unit files or None}
     skip: bool = False  # no file could show a fact: nothing can be judged
 
 
@@ -122,29 +122,69 @@ def plan(con: duckdb.DuckDBPyConnection, q: catalog.Query) -> Plan:
                 p.exclude[table].append(fid)
                 n = _count(con, u, [fid])
                 if n:
-                    p.cannot_tell.append({"file": path, "missing": missing, "units": n})
+                    p.cannot_tell.append(
+                        {"file": path, "missing": missing, "units": n, "scope": [fid]}
+                    )
         elif len(blind) == len(files):
             p.skip = True
             n = _count(con, u, None) if u is not None else 0
             for _, path in blind:
-                p.cannot_tell.append({"file": path, "missing": missing, "units": n})
+                p.cannot_tell.append({"file": path, "missing": missing, "units": n, "scope": None})
     return p
 
 
-def any_blind(con: duckdb.DuckDBPyConnection) -> bool:
-    """Does any file lack a fact some detector declares?"""
-    from . import catalog
+def stage_units_sql(u: Units | None, scope: list[int] | None) -> str:
+    """A query of (stage, units): the units of a cannot_tell entry by the rollout stage
+    they belong to, by the same attribution as findings and gate samples (`attributed`
+    in macros.sql): a unit's rows by their session's cohort and time. A unit whose rows
+    fall in several stages counts in each; units in no stage are not listed."""
+    if u is None:
+        return "SELECT NULL::VARCHAR AS stage, 0::BIGINT AS units WHERE false"
+    key = f"({u.by})" if u.by else "NULL"
+    count = "count(DISTINCT t.u_key)" if u.by else "count(*)"
+    where = "true" if scope is None else "list_contains($ids, file_id)"
+    return f"""
+        SELECT w.stage, {count}::BIGINT AS units
+        FROM (SELECT session_hmac AS u_session, ts AS u_ts, {key} AS u_key
+              FROM {u.table} WHERE ({u.where}) AND {where}) t
+        LEFT JOIN a_sessions a ON a.session_hmac = t.u_session
+        JOIN a_stage_windows w
+          ON attributed(w.key, w.start_ts, w.end_ts, a.session_hmac IS NOT NULL, a.cohort,
+                        t.u_ts)
+        GROUP BY w.stage"""
 
-    for q in catalog.detectors().values():
-        if facts(q):
-            p = plan(con, q)
-            if p.cannot_tell or p.exclude or p.skip:
-                return True
-    return False
+
+def scope_args(entry: dict[str, Any]) -> dict[str, Any]:
+    return {} if entry.get("scope") is None else {"ids": entry["scope"]}
 
 
-def shadow(con: duckdb.DuckDBPyConnection, p: Plan) -> list[str]:
-    """Temporary views that hide the excluded files' rows from a detector."""
+def same_as_recorded(con: duckdb.DuckDBPyConnection, now: dict[str, Plan]) -> bool:
+    """Do these plans leave out the same files and skip the same detectors as the ones the
+    last analysis ran with (`blind_files`, coverage `cannot tell`)? Then an incremental
+    run can apply them as they are."""
+    excluded: dict[str, set[tuple[str, int]]] = {}
+    for det, table, fid in con.execute(
+        "SELECT detector, source, file_id FROM blind_files"
+    ).fetchall():
+        excluded.setdefault(det, set()).add((table, fid))
+    skipped = {
+        r[0]
+        for r in con.execute(
+            "SELECT detector FROM coverage WHERE status = 'cannot tell'"
+        ).fetchall()
+    }
+    for name, p in now.items():
+        mine = {(t, f) for t, ids in p.exclude.items() for f in ids}
+        if mine != excluded.pop(name, set()) or p.skip != (name in skipped):
+            return False
+    return not excluded
+
+
+def shadow(con: duckdb.DuckDBPyConnection, p: Plan, scope: str = "true") -> list[str]:
+    """Temporary views that hide the excluded files' rows from a detector (temporary
+    views come first whatever the search path). `scope`: a predicate on the rows as
+    well, the incremental run's sessions (a view may not read another view of the same
+    name, so it reads the table itself)."""
     if not p.exclude:
         return []
     db = one_row(con.execute("SELECT current_database()"))[0]
@@ -153,7 +193,7 @@ def shadow(con: duckdb.DuckDBPyConnection, p: Plan) -> list[str]:
         listed = ", ".join(str(int(i)) for i in ids)
         con.execute(
             f'CREATE OR REPLACE TEMP VIEW {table} AS SELECT * FROM "{db}".main.{table} '
-            f"WHERE file_id NOT IN ({listed})"
+            f"WHERE file_id NOT IN ({listed}) AND ({scope})"
         )
         made.append(table)
     return made

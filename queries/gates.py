@@ -159,6 +159,14 @@ def _noun(g: GateDef, n: float) -> str:
 
 
 def reason(gate: dict[str, Any], config: Config) -> str:
+    text = _reason(gate, config)
+    blind = gate.get("cannot_tell") or 0
+    if blind and not gate.get("no_evidence"):
+        text += f"; {_fmt_n(blind)} {'unit' if blind == 1 else 'units'} in this stage cannot tell"
+    return text
+
+
+def _reason(gate: dict[str, Any], config: Config) -> str:
     g = BY_ID[gate["id"]]
     v, n, f = gate["value"], gate["sample"], gate["failures"]
     if gate["status"] == "not_applicable":
@@ -277,6 +285,7 @@ def evaluate(
     data_end = one_row(con.execute("SELECT max(ts) FROM proxy"))[0]
     sources = _stage_sources(con)
     blind = runner.blind_detectors(con)
+    unjudged = runner.cannot_tell_by_stage(con)
     out = []
     for name, scope, start, end, rollback_ts, release, stage_name in stages:
         if name not in chosen:
@@ -308,6 +317,10 @@ def evaluate(
                 ),
                 "exercised": sample > 0,
                 "no_evidence": blind_why if st == "insufficient" else None,
+                # units of its detectors in this stage that no file could show
+                "cannot_tell": sum(
+                    e["units"] for e in unjudged.get(name, []) if e["detector"] in g.detectors
+                ),
             }
             if g.meter and minimum:
                 meter = dict(meters.get((g.meter, name), {"observed": 0, "last_hour": 0}))
@@ -341,6 +354,7 @@ def evaluate(
                 "decision": decision,
                 "reasons": [g["reason"] for g in drivers],
                 "gates": gates,
+                "cannot_tell": unjudged.get(name, []),
                 "by_revision": by_revision(con, name, scope, config),
             }
         )

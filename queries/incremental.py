@@ -13,11 +13,12 @@ in a full analysis. Stages are then assigned to all findings as always.
 
 A full analysis runs instead when there is no earlier analysis to build on, an ingest
 since then did not note what it changed, the configuration changed, the rollout log
-changed or rows were replaced, a detector's coverage would change, a file cannot show a
-fact a detector needs ("cannot tell", capability.py), or the noted sessions
-are a large share of the fleet. Anything unexpected during an incremental run (a
-session-local table without `session_hmac`, a session-local finding without a session)
-rolls it back and falls back to a full one.
+changed or rows were replaced, a detector's coverage would change, the files that cannot
+show a fact a detector needs are no longer the ones it left out ("cannot tell",
+capability.py: the same ones are left out again, and their `cannot_tell` counts are
+recounted), or the noted sessions are a large share of the fleet. Anything unexpected
+during an incremental run (a session-local table without `session_hmac`, a session-local
+finding without a session) rolls it back and falls back to a full one.
 The result equals a from-scratch analysis (tests/test_incremental.py checks it).
 """
 
@@ -57,9 +58,12 @@ SESSION_DETECTORS = {
     "delete_fabricated",
     "dropped_terminal",
     "duplicate_delivery_accepted",
+    "missing_protocol_version",
     "priming_lost",
     "replay_after_ack",
+    "replay_buffer_exhausted",
     "replay_gap",
+    "resume_without_cursor",
     "retry_not_honored",
     "rollback_cursor_dropped",
     "rollback_post_storm",
@@ -87,8 +91,25 @@ def clear_pending(con: duckdb.DuckDBPyConnection) -> None:
     set_meta(con, "analysis_noted_through", get_meta(con, "data_version", "0"))
 
 
-def possible(con: duckdb.DuckDBPyConnection, config: Config, counts: dict[str, int]) -> bool:
-    """Can the last analysis be brought up to date incrementally?"""
+def plans(con: duckdb.DuckDBPyConnection, counts: dict[str, int]) -> dict[str, capability.Plan]:
+    """What each detector that runs and declares facts may look at (capability.py)."""
+    from . import runner
+
+    return {
+        name: capability.plan(con, q)
+        for name, q in catalog.detectors().items()
+        if capability.facts(q) and not runner.missing_needs(q, counts)
+    }
+
+
+def possible(
+    con: duckdb.DuckDBPyConnection,
+    config: Config,
+    counts: dict[str, int],
+    blind: dict[str, capability.Plan] | None = None,
+) -> bool:
+    """Can the last analysis be brought up to date incrementally? `blind`: the plans of
+    `plans()` (computed here when not given)."""
     from . import runner
 
     last = get_meta(con, "analysis_stamp")
@@ -108,20 +129,31 @@ def possible(con: duckdb.DuckDBPyConnection, config: Config, counts: dict[str, i
         return False
     if not fleet or pending > MAX_SHARE * fleet:
         return False
+    blind = plans(con, counts) if blind is None else blind
     for name, q in catalog.detectors().items():
         missing = runner.missing_needs(q, counts)
+        p = blind.get(name)
         now = runner.missing_label(missing[0]) if missing else "ok"
+        if p is not None and p.skip:
+            now = "cannot tell"
         if ran.get(name) != now:
             return False
-    # Files that cannot show a fact a detector needs change what it may look at: the
-    # full analysis applies that (capability.py).
-    return not capability.any_blind(con)
+    # Files that cannot show a fact a detector needs are left out of its input: the run
+    # can apply that as the last analysis did, not a change of it (capability.py).
+    return capability.same_as_recorded(con, blind)
 
 
-def analyse(con: duckdb.DuckDBPyConnection, config: Config, counts: dict[str, int]) -> None:
-    """Recompute for the pending sessions (inside the caller's transaction)."""
+def analyse(
+    con: duckdb.DuckDBPyConnection,
+    config: Config,
+    counts: dict[str, int],
+    blind: dict[str, capability.Plan] | None = None,
+) -> None:
+    """Recompute for the pending sessions (inside the caller's transaction). `blind`: the
+    plans of `plans()`, as `possible()` accepted them."""
     from . import runner
 
+    blind = plans(con, counts) if blind is None else blind
     values = params.from_config(config)
     con.execute(
         "CREATE OR REPLACE TEMP TABLE rg_affected AS "
@@ -145,10 +177,10 @@ def analyse(con: duckdb.DuckDBPyConnection, config: Config, counts: dict[str, in
                 )
                 con.execute(
                     f"""CREATE OR REPLACE VIEW {SCOPE}.{base} AS
-                        SELECT * FROM main.{base}
+                        SELECT * FROM {_base(con, base)}
                         WHERE session_hmac IN (SELECT session_hmac FROM rg_affected)
                         UNION ALL
-                        SELECT t.* FROM main.{base} t
+                        SELECT t.* FROM {_base(con, base)} t
                         JOIN rg_new_rows r ON t.file_id = r.file_id AND t.pos > r.from_pos
                         WHERE t.session_hmac IS NULL"""
                 )
@@ -162,6 +194,15 @@ def analyse(con: duckdb.DuckDBPyConnection, config: Config, counts: dict[str, in
                 continue
             t0 = time.perf_counter()
             bound = {"detector": name, **params.bind(q, values)}
+            plan = blind.get(name)
+            if plan is not None:
+                # The same files are left out as in the last analysis (possible()); the
+                # counts of what they hide grew with them.
+                for table in ("cannot_tell", "cannot_tell_stages"):
+                    con.execute(f"DELETE FROM main.{table} WHERE detector = $d", {"d": name})
+                runner.record_cannot_tell(con, name, q, plan)
+                if plan.skip:
+                    continue
             if name in SESSION_DETECTORS:
                 con.execute(
                     """DELETE FROM main.findings WHERE detector = $d
@@ -169,12 +210,16 @@ def analyse(con: duckdb.DuckDBPyConnection, config: Config, counts: dict[str, in
                     {"d": name},
                 )
                 _search(con, scoped=True)
-                con.execute(
-                    f"""CREATE OR REPLACE TEMP TABLE rg_new AS
-                        SELECT $detector AS detector, * FROM ({q.sql})""",
-                    bound,
-                )
-                _search(con, scoped=False)
+                made = capability.shadow(con, plan, _IN_SCOPE) if plan else []
+                try:
+                    con.execute(
+                        f"""CREATE OR REPLACE TEMP TABLE rg_new AS
+                            SELECT $detector AS detector, * FROM ({q.sql})""",
+                        bound,
+                    )
+                finally:
+                    capability.unshadow(con, made)
+                    _search(con, scoped=False)
                 if one_row(con.execute("SELECT count(*) FROM rg_new WHERE session_hmac IS NULL"))[
                     0
                 ]:
@@ -182,11 +227,15 @@ def analyse(con: duckdb.DuckDBPyConnection, config: Config, counts: dict[str, in
                 con.execute("INSERT INTO main.findings BY NAME SELECT * FROM rg_new")
             else:
                 con.execute("DELETE FROM main.findings WHERE detector = $d", {"d": name})
-                con.execute(
-                    f"INSERT INTO main.findings BY NAME SELECT $detector AS detector, * "
-                    f"FROM ({q.sql})",
-                    bound,
-                )
+                made = capability.shadow(con, plan) if plan else []
+                try:
+                    con.execute(
+                        f"INSERT INTO main.findings BY NAME SELECT $detector AS detector, * "
+                        f"FROM ({q.sql})",
+                        bound,
+                    )
+                finally:
+                    capability.unshadow(con, made)
             n = one_row(
                 con.execute("SELECT count(*) FROM main.findings WHERE detector = $d", {"d": name})
             )[0]
@@ -203,14 +252,30 @@ def analyse(con: duckdb.DuckDBPyConnection, config: Config, counts: dict[str, in
             con.execute("DROP TABLE IF EXISTS rg_new_rows")
 
 
+def reset(con: duckdb.DuckDBPyConnection) -> None:
+    """After a rollback: an aborted transaction refused the run's own clean-up, so the
+    search path may still name the scope the rollback removed."""
+    con.execute("RESET search_path")
+
+
 def _search(con: duckdb.DuckDBPyConnection, scoped: bool) -> None:
     con.execute(f"SET search_path = '{SCOPE},main'" if scoped else "SET search_path = 'main'")
 
 
+def _base(con: duckdb.DuckDBPyConnection, table: str) -> str:
+    """A table of the database itself: `main.x` alone would also find a temporary view `x`
+    (capability.shadow), which reads this scope's view of it."""
+    db = one_row(con.execute("SELECT current_database()"))[0]
+    return f'"{db}".main.{table}'
+
+
+_IN_SCOPE = "session_hmac IN (SELECT session_hmac FROM rg_affected)"
+
+
 def _scoped_view(con: duckdb.DuckDBPyConnection, table: str, source: str | None = None) -> None:
     con.execute(
-        f"""CREATE OR REPLACE VIEW {SCOPE}.{table} AS SELECT * FROM main.{source or table}
-            WHERE session_hmac IN (SELECT session_hmac FROM rg_affected)"""
+        f"""CREATE OR REPLACE VIEW {SCOPE}.{table} AS SELECT * FROM {_base(con, source or table)}
+            WHERE {_IN_SCOPE}"""
     )
 
 

@@ -191,6 +191,8 @@ def build(
         # guide: docs/field-guide.md).
         "field_guide": [fieldguide.entry(d) for d in found["by_detector"]],
         "coverage": runner.coverage_doc(con),
+        # This stage's units that no file could show a needed fact for (by the stage rule).
+        "cannot_tell": st["cannot_tell"],
         "inputs": {"files": _inputs(con), "quarantined_rows": quarantined},
         "configuration": {**gates.effective_settings(config), "source": config.source},
         "methodology": methodology,

@@ -39,6 +39,9 @@ CREATE TABLE IF NOT EXISTS coverage (detector VARCHAR, status VARCHAR, rows BIGI
 -- Units a detector could not judge: the file and the fact it cannot show (capability.py).
 CREATE TABLE IF NOT EXISTS cannot_tell (detector VARCHAR, file VARCHAR, missing VARCHAR,
                                         units BIGINT);
+-- The same units by the rollout stage they belong to (the stage rule of macros.sql).
+CREATE TABLE IF NOT EXISTS cannot_tell_stages (detector VARCHAR, file VARCHAR,
+                                               missing VARCHAR, stage VARCHAR, units BIGINT);
 -- Files left out of a detector's input because they cannot show a fact it needs (the
 -- gates count only the units its detectors could judge).
 CREATE TABLE IF NOT EXISTS blind_files (detector VARCHAR, source VARCHAR, file_id BIGINT);
@@ -96,6 +99,10 @@ def analyse(
         return summary(con)
     values = params.from_config(config)
     counts = table_counts(con)
+    # Tables added since the database was last analysed exist before any path writes.
+    for stmt in FINDINGS_DDL.split(";"):
+        if stmt.strip():
+            con.execute(stmt)
     # Detectors may also read what replaygate itself recorded (queries/history.py).
     history_version = history.version(con)
     counts["decision_history"] = history.load_table(con)
@@ -115,6 +122,7 @@ def analyse(
         con.execute("DELETE FROM findings")
         con.execute("DELETE FROM coverage")
         con.execute("DELETE FROM cannot_tell")
+        con.execute("DELETE FROM cannot_tell_stages")
         con.execute("DELETE FROM blind_files")
         for name, q in catalog.detectors().items():
             if only and name not in only:
@@ -137,7 +145,13 @@ def _history_only(
         for name, q in catalog.detectors().items():
             if "decision_history" not in q.needs:
                 continue
-            for table in ("findings", "coverage", "cannot_tell", "blind_files"):
+            for table in (
+                "findings",
+                "coverage",
+                "cannot_tell",
+                "cannot_tell_stages",
+                "blind_files",
+            ):
                 con.execute(f"DELETE FROM {table} WHERE detector = $d", {"d": name})
             _run_detector(con, name, q, values, counts)
         _assign_stages(con)
@@ -158,11 +172,7 @@ def _run_detector(
         return
     t0 = time.perf_counter()
     plan = capability.plan(con, q)
-    for entry in plan.cannot_tell:
-        con.execute(
-            "INSERT INTO cannot_tell VALUES ($d, $f, $m, $u)",
-            {"d": name, "f": entry["file"], "m": entry["missing"], "u": entry["units"]},
-        )
+    record_cannot_tell(con, name, q, plan)
     n = 0
     if not plan.skip:
         made = capability.shadow(con, plan)
@@ -191,20 +201,42 @@ def _run_detector(
     )
 
 
+def record_cannot_tell(
+    con: duckdb.DuckDBPyConnection, name: str, q: catalog.Query, plan: capability.Plan
+) -> None:
+    """Store a detector's units that no file could show a needed fact for, whole and by
+    the rollout stage they belong to (after the prepare step: it reads the stages)."""
+    for entry in plan.cannot_tell:
+        con.execute(
+            "INSERT INTO cannot_tell VALUES ($d, $f, $m, $u)",
+            {"d": name, "f": entry["file"], "m": entry["missing"], "u": entry["units"]},
+        )
+        con.execute(
+            "INSERT INTO cannot_tell_stages SELECT $d, $f, $m, stage, units FROM "
+            f"({capability.stage_units_sql(capability.units(q), entry['scope'])})",
+            {"d": name, "f": entry["file"], "m": entry["missing"], **capability.scope_args(entry)},
+        )
+
+
 def _incrementally(con: duckdb.DuckDBPyConnection, config: Config, counts: dict[str, int]) -> bool:
     """Bring the last analysis up to date for what changed (incremental.py), if it can."""
-    if not incremental.possible(con, config, counts):
+    blind = incremental.plans(con, counts)
+    if not incremental.possible(con, config, counts, blind):
         return False
     try:
         with transaction(con):
-            incremental.analyse(con, config, counts)
+            incremental.analyse(con, config, counts, blind)
             _assign_stages(con)
             set_meta(con, "analysis_stamp", stamp(con, config))
             set_meta(con, "analysis_mode", "incremental")
             incremental.clear_pending(con)
     except (incremental.Fallback, duckdb.Error):
         # Whatever went wrong (rolled back), a full analysis gives the right answer.
+        incremental.reset(con)
         return False
+    except BaseException:
+        incremental.reset(con)
+        raise
     return True
 
 
@@ -242,6 +274,24 @@ def cannot_tell(con: duckdb.DuckDBPyConnection) -> dict[str, list[dict[str, Any]
         return out
     for det, file, missing, n in rows:
         out.setdefault(det, []).append({"file": file, "missing": missing, "units": n})
+    return out
+
+
+def cannot_tell_by_stage(con: duckdb.DuckDBPyConnection) -> dict[str, list[dict[str, Any]]]:
+    """Per rollout stage, the units of that stage its detectors could not judge:
+    [{"detector", "file", "missing", "units"}]."""
+    out: dict[str, list[dict[str, Any]]] = {}
+    try:
+        rows = con.execute(
+            """SELECT stage, detector, file, missing, units FROM cannot_tell_stages
+               ORDER BY stage, detector, file, missing"""
+        ).fetchall()
+    except duckdb.CatalogException:  # a database analysed before this table existed
+        return out
+    for stage, det, file, missing, n in rows:
+        out.setdefault(stage, []).append(
+            {"detector": det, "file": file, "missing": missing, "units": n}
+        )
     return out
 
 

@@ -218,6 +218,13 @@ def gates_report(doc: dict) -> None:
                 ub,
             )
         console.print(t)
+        for e in st.get("cannot_tell", []):
+            console.print(
+                escape(
+                    f"  cannot tell in this stage: {e['detector']}, {e['units']:,} units: "
+                    f"{one_line(e['file'])} cannot show {e['missing']}"
+                )
+            )
     for rb in doc.get("rollback_verification", []):
         ok = "[green]verified[/]" if rb["verified"] else f"[bold red]{rb['status']}[/]"
         console.print(

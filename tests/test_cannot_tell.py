@@ -17,6 +17,7 @@ from .test_detectors_focused import (
     ROLLOUT,
     S2,
     S,
+    T,
     _resume,
     active,
     dp,
@@ -88,6 +89,15 @@ CASES = {
         {"dispatches": [*_A, dp(50, "d2", idempotency_key="k", payload_digest="p2")]},
         ["dispatches.payload_digest"],
     ),
+    "duplicate_dispatch": (
+        {
+            "dispatches": [
+                dp(0, "d1", principal="u", payload_digest="p", http_status=502),
+                dp(900, "d2", principal="u", payload_digest="p"),
+            ]
+        },
+        ["dispatches.payload_digest"],
+    ),
     "idempotency_conflict": (
         {
             "dispatches": [
@@ -155,6 +165,37 @@ CASES = {
         {"rollout": ROLLOUT, "sessions": [active()], "streams": _OLD},
         ["streams.payload_digest"],
     ),
+    "cursor_on_post": (
+        {"proxy": [px(0, session_hmac=S, last_event_id="1:3", jsonrpc_method="tools/call")]},
+        ["proxy.last_event_id"],
+    ),
+    "resume_without_cursor": (
+        {
+            "sessions": [active()],
+            "streams": [
+                *_resume("1", "1:1", "STREAM_OPEN"),
+                stm(0, "2", "STREAM_OPEN", method="POST"),
+                stm(100, "2", "DISCONNECTED", close_reason="network"),
+                stm(1600, "2", "RESUME_PENDING"),
+                stm(1650, "2", "STREAM_OPEN", method="GET"),
+            ],
+            "events": [ev(10, "2", 1, "message"), ev(500, "2", 2, "message")],
+        },
+        ["streams.resume_from_event_id"],
+    ),
+    "replay_buffer_exhausted": (
+        {
+            "sessions": [active()],
+            "streams": [
+                stm(0, "1", "STREAM_OPEN", method="POST"),
+                stm(100, "1", "DISCONNECTED", close_reason="network"),
+                stm(1500, "1", "RESUME_PENDING", resume_from_event_id="1:1"),
+                stm(1510, "1", "CURSOR_REJECTED"),
+            ],
+            "events": [ev(10, "1", 1, "message"), ev(90, "1", 2, "message")],
+        },
+        ["streams.resume_from_event_id"],
+    ),
     "priming_lost": (
         {
             "sessions": [active()],
@@ -196,8 +237,6 @@ def test_removing_the_fact_turns_units_into_cannot_tell(tmp_path, name):
 def test_facts_headers_name_known_facts():
     known = set(all_facts())
     for name, q in catalog.detectors().items():
-        if name == "duplicate_dispatch":
-            continue  # its basis joins are declared by its own header when it has one
         assert "facts" in q.header, f"{name} declares no facts (write `-- facts: none`)"
         for group in capability.facts(q):
             assert set(group) <= known
@@ -235,6 +274,76 @@ def test_a_gate_whose_detector_cannot_see_is_never_a_pass(tmp_path):
     g = next(g for g in stage["gates"] if g["id"] == "reinit_after_404")
     assert g["status"] == "insufficient"
     assert "cannot show proxy.initialize" in g["reason"]
+
+
+def test_cannot_tell_is_attributed_to_the_stages_of_its_units(tmp_path):
+    from replaygate.dashboard import report as render
+    from replaygate.queries import gates as gm
+    from replaygate.queries import report
+
+    # Two sessionless writes without payload digests: one in each stage's window.
+    tables, drop = CASES["duplicate_dispatch"]
+    rollout = [
+        {"ts": T - 60_000, "stage": "a", "action": "start", "scope": "write"},
+        {"ts": T + 500, "stage": "b", "action": "start", "scope": "write"},
+    ]
+    # ... and a stream of a session stamped for stage a, broken in a's window: its units
+    # are a's by the session's cohort (the re-open, after a's window, belongs to no stage).
+    streams = [
+        stm(400, "1", "STREAM_OPEN", method="POST"),
+        stm(450, "1", "DISCONNECTED", close_reason="network"),
+        stm(1600, "1", "RESUME_PENDING"),
+    ]
+    run(
+        tmp_path,
+        rollout=rollout,
+        sessions=[active(rollout_stage="a")],
+        streams=streams,
+        **_without(tables, drop),
+    )
+    con = dbm.connect(str(tmp_path / "t.duckdb"), read_only=True)
+    by_stage = {s["stage"]: s for s in gm.evaluate(con, Config(), all_stages=True)["stages"]}
+    seen = {
+        stage: sorted((e["detector"], e["missing"], e["units"]) for e in s["cannot_tell"])
+        for stage, s in by_stage.items()
+    }
+    assert seen == {
+        "a": [
+            ("duplicate_dispatch", "dispatches.payload_digest", 1),
+            ("retry_not_honored", "streams.retry_ms", 1),
+            ("rollback_post_storm", "streams.payload_digest", 1),
+        ],
+        "b": [("duplicate_dispatch", "dispatches.payload_digest", 1)],
+    }
+    for stage in ("a", "b"):
+        gate = next(g for g in by_stage[stage]["gates"] if g["id"] == "duplicate_dispatches")
+        assert gate["cannot_tell"] == 1
+        # No dispatch file shows digests: nothing judged, so never a pass.
+        assert gate["status"] == "insufficient"
+    doc = report.build(con, Config(), "b")
+    con.close()
+    assert doc["cannot_tell"] == by_stage["b"]["cannot_tell"]
+    md = render.to_markdown(doc)
+    assert "## Cannot tell in this stage" in md
+    assert "Cannot tell in this stage" in render.to_html(doc)
+
+
+def test_a_gate_says_how_many_of_its_units_in_the_stage_cannot_tell():
+    from replaygate.queries import gates as gm
+
+    gate = {
+        "id": "duplicate_dispatches",
+        "status": "pass",
+        "value": 0,
+        "sample": 40,
+        "min_sample": 10,
+        "failures": 0,
+    }
+    assert not gm.reason(gate, Config()).endswith("cannot tell")
+    gate["cannot_tell"] = 3
+    assert gm.reason(gate, Config()) == (
+        gm.reason({**gate, "cannot_tell": 0}, Config()) + "; 3 units in this stage cannot tell"
+    )
 
 
 def test_the_capability_table_in_the_docs_is_true():

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import shutil
+from pathlib import Path
 
 import pytest
 
@@ -103,7 +104,16 @@ def test_findings_json_shape_and_filters(sample_db):
     # The sample has every input; no decision was recorded on it (nothing to match).
     coverage = dict(doc["coverage"])
     assert coverage.pop("proceeded_while_rollback") == "no decision recorded"
-    assert set(coverage.values()) == {"ok"}
+    statuses = {d: c["status"] if isinstance(c, dict) else c for d, c in coverage.items()}
+    assert set(statuses.values()) == {"ok"}
+    # The edge proxy log records no Last-Event-ID: its POSTs' cursors cannot be seen.
+    blind = {
+        (d, Path(e["file"]).name, e["missing"])
+        for d, c in coverage.items()
+        if isinstance(c, dict)
+        for e in c["cannot_tell"]
+    }
+    assert blind == {("cursor_on_post", "proxy-edge.jsonl", "proxy.last_event_id")}
     crit = json.loads(
         run("findings", "--db", str(sample_db), "--json", "--severity", "critical").stdout
     )["findings"]

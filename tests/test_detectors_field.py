@@ -4,7 +4,8 @@ server's ledgers and proxy logs alone (basis server)."""
 
 from __future__ import annotations
 
-from replaygate.queries import catalog
+from replaygate.ingest import db as dbm
+from replaygate.queries import catalog, runner
 from replaygate.queries.gates import GATES
 
 from .test_detectors_focused import S2, S, active, ev, findings, px, rc, stm
@@ -52,7 +53,18 @@ def _cursorless(reopen=None, cursor=None, disc=100):
     elif reopen == "open":
         rows.append(stm(1500, "1", "STREAM_OPEN", method="GET", resume_from_event_id=cursor))
     rows.append(stm(3000, "1", "CLOSED", close_reason="client_disconnect"))
-    return rows
+    return rows + WITNESS
+
+
+# Another stream of the same ledger resumed with a cursor: the ledger records cursors, so
+# a re-open without one is the client's (a ledger that never shows one is `cannot_tell`).
+WITNESS = [
+    stm(0, "7", "STREAM_OPEN", method="POST", retry_ms=1000),
+    stm(50, "7", "DISCONNECTED", close_reason="network"),
+    stm(1200, "7", "RESUME_PENDING", resume_from_event_id="7:1"),
+    stm(1210, "7", "STREAM_OPEN", method="GET"),
+    stm(1300, "7", "CLOSED", close_reason="completed"),
+]
 
 
 EVENTS = [
@@ -124,6 +136,19 @@ def test_resume_without_cursor_near_misses(tmp_path):
     # never re-opened (closed, then re-POSTed as a new stream)
     got = findings(tmp_path / "e", sessions=[active()], streams=_cursorless(None), **base)
     assert "resume_without_cursor" not in got
+
+
+def test_resume_without_cursor_in_a_ledger_without_cursors_is_cannot_tell(tmp_path):
+    # The same cursorless re-open in a ledger that records no cursor at all: the
+    # ledger cannot show one, so the stream is neither a finding nor dropped.
+    streams = [r for r in _cursorless("pending") if r["stream_id"] != "7"]
+    tmp_path.mkdir(parents=True, exist_ok=True)
+    got = findings(tmp_path, sessions=[active()], streams=streams, events=EVENTS)
+    assert "resume_without_cursor" not in got
+    con = dbm.connect(str(tmp_path / "t.duckdb"), read_only=True)
+    (entry,) = runner.cannot_tell(con)["resume_without_cursor"]
+    con.close()
+    assert (entry["missing"], entry["units"]) == ("streams.resume_from_event_id", 1)
 
 
 def test_resume_without_cursor_server_basis_needs_more_than_priming(tmp_path):

@@ -398,7 +398,7 @@ def test_duplicate_dispatch_inbox_basis(tmp_path):
         sessions=[active()],
         events=events,
         inbox=inbox,
-        dispatches=[dp(0, "d0", cls="read", tool="get_status")],
+        dispatches=[dp(0, "d0", cls="read", tool="get_status", payload_digest="s")],
     )
     assert [f["detail"]["basis"] for f in got["duplicate_dispatch"]] == ["inbox"]
     assert len(got["duplicate_delivery_accepted"]) == 1
@@ -725,7 +725,9 @@ def test_dedup_property(tmp_path_factory, verdicts):
 
 @pytest.mark.parametrize("name", ["replay_gap", "cursor_misrouted", "delete_fabricated"])
 def test_missing_inputs_are_reported_as_coverage(tmp_path, name):
-    (tmp_path / "dispatches.jsonl").write_text(json.dumps(dp(0, "d1", idempotency_key="k")) + "\n")
+    # A dispatch record with its payload digest: duplicate_dispatch can judge it.
+    one = dp(0, "d1", idempotency_key="k", payload_digest="p")
+    (tmp_path / "dispatches.jsonl").write_text(json.dumps(one) + "\n")
     con = dbm.connect(str(tmp_path / "t.duckdb"))
     ingest(con, [tmp_path], Config())
     runner.analyse(con, Config())

@@ -235,6 +235,8 @@ def _analysis_state(con) -> dict:
     out["coverage"] = con.execute(
         "SELECT detector, status, rows FROM coverage ORDER BY 1"
     ).fetchall()
+    for t in ("cannot_tell", "cannot_tell_stages", "blind_files"):
+        out[t] = sorted(con.execute(f"SELECT * FROM {t}").fetchall(), key=repr)
     for (t,) in con.execute(
         "SELECT table_name FROM information_schema.tables WHERE table_name LIKE 'a\\_%' ESCAPE '\\'"
     ).fetchall():
@@ -245,6 +247,14 @@ def _analysis_state(con) -> dict:
             g["evidence"] = sorted(map(repr, g.get("evidence") or []))
     out["gates"] = json.dumps(doc, sort_keys=True, default=str)
     return out
+
+
+def _without_version(data: bytes, lines: int) -> bytes:
+    rows = [json.loads(line) for line in data.splitlines()[:lines]]
+    return b"".join(
+        json.dumps({k: v for k, v in r.items() if k != "protocol_version"}).encode() + b"\n"
+        for r in rows
+    )
 
 
 def _line_one(data: dict) -> bytes:
@@ -259,6 +269,12 @@ def test_analysis_after_appends_follows_what_changed_and_equals_a_full_one(tmp_p
         "proxy-access.jsonl": _content("proxy-access.jsonl.gz"),
         "streams.csv": _content("streams.csv.gz"),
         "dispatches.csv": _content("dispatches.csv"),
+        # A log that cannot show Last-Event-ID: left out of the detectors that need it
+        # in every run, its units `cannot_tell`, recounted as it grows.
+        "proxy-edge.jsonl": _content("proxy-edge.jsonl"),
+        # One that cannot show MCP-Protocol-Version, with session ids: left out of a
+        # session-local detector (missing_protocol_version) in the scoped run as well.
+        "proxy-old.jsonl": _without_version(_content("proxy-access.jsonl.gz"), 400),
     }
     live = tmp_path / "live"
     live.mkdir()
@@ -282,6 +298,8 @@ def test_analysis_after_appends_follows_what_changed_and_equals_a_full_one(tmp_p
         for key in scratch:
             assert after_append[key] == scratch[key], (step, key)
     assert len(scratch["findings"]) > 20
+    assert {r[0] for r in scratch["blind_files"]} >= {"missing_protocol_version", "reconnect_storm"}
+    assert scratch["cannot_tell"]
     # Anything unexpected in an incremental run: rolled back, then a full one.
     import duckdb
 
@@ -292,6 +310,19 @@ def test_analysis_after_appends_follows_what_changed_and_equals_a_full_one(tmp_p
     ingest(con, [live], CONF)
     with pytest.MonkeyPatch.context() as mp:
         mp.setattr(incremental, "_scoped_prep", broken)
+        runner.analyse(con, CONF)
+    assert get_meta(con, "analysis_mode") == "full" and runner.is_current(con, CONF)
+    # A statement that fails inside the scope aborts the transaction, which then refuses
+    # the run's clean-up: the full analysis after the rollback still reads the tables.
+
+    def failing(con, q):
+        incremental._search(con, scoped=True)
+        con.execute("SELECT * FROM no_such_table")
+
+    (live / "sessions.jsonl").write_bytes(data["sessions.jsonl"] + _line_one(data) * 2)
+    ingest(con, [live], CONF)
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(incremental, "_scoped_prep", failing)
         runner.analyse(con, CONF)
     assert get_meta(con, "analysis_mode") == "full" and runner.is_current(con, CONF)
     # A change nobody noted (a database last written by an older version): a full one.

@@ -277,6 +277,12 @@ ORDER BY path, line, "row" LIMIT 5000;
 SELECT detector, status, rows, seconds FROM coverage ORDER BY detector;
 
 -- name: cannot_tell
--- purpose: units a detector could not judge: the file and the fact it cannot show
+-- purpose: units a detector could not judge: the file, the fact it cannot show, and how
+--          many of the units belong to each rollout stage (cannot_tell_stages)
 -- filters: none
-SELECT detector, file, missing AS cannot_show, units FROM cannot_tell ORDER BY detector, file;
+SELECT t.detector, t.file, t.missing AS cannot_show, t.units,
+       coalesce(string_agg(s.stage || ': ' || s.units, ', ' ORDER BY s.stage), '') AS by_stage
+FROM cannot_tell t
+LEFT JOIN cannot_tell_stages s USING (detector, file, missing)
+GROUP BY t.detector, t.file, t.missing, t.units
+ORDER BY t.detector, t.file;

@@ -12,7 +12,10 @@
 -- needs: proxy
 -- unit: session_hmac (else principal, else client_addr)
 -- page: sessions
--- facts: none
+-- facts: proxy.last_event_id
+-- units: proxy WHERE method = 'POST' AND coalesce(protocol_version, '') < '2026-07-28' BY coalesce(session_hmac, principal, client_addr, '')
+-- A log that cannot show Last-Event-ID cannot show a cursor on a POST: its POSTs are
+-- `cannot_tell`, not clean.
 -- Requests of 2026-07-28 or later are left to obsolete_resume: that revision has no
 -- resumption at all, so there a cursor is wrong on any method.
 WITH posts AS (

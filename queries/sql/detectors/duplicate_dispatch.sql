@@ -15,6 +15,8 @@
 -- params: retry_window_s, resend_window_s
 -- unit: logical operation (per basis: key and payload / inbox dedup key / first attempt of a re-send)
 -- page: dispatch
+-- facts: dispatches.payload_digest
+-- units: dispatches WHERE outcome = 'executed' AND tool_class IN ('write', 'paid') BY dispatch_id
 -- Basis `idempotency_key`: one key and payload executed twice. Basis `inbox`: one accepted
 -- dedup key dispatched twice. Basis `retry`: a write re-sent after its first attempt broke
 -- executed again under a different or no key; the first attempt broke when its stream
@@ -24,6 +26,8 @@
 -- write executed twice for the same session (else principal), tool and payload, the
 -- second starting within the re-send window of the end of the first, with no evidence of
 -- a break: what a blind re-send looks like to a server whose proxies log 200.
+-- The re-send bases match attempts by payload digest: a dispatch file that records none
+-- cannot show a re-send, so its executed writes are `cannot_tell`, not silently clean.
 WITH stream_of AS (
     SELECT session_hmac, generation, request_id, min(opened_ts) AS opened_ts,
            max(last_ts) AS last_ts, bool_or(disconnected) AS disconnected

@@ -15,13 +15,15 @@
 -- needs: streams, events
 -- unit: stream
 -- page: streams
--- facts: none
+-- facts: streams.resume_from_event_id
+-- units: streams WHERE state = 'CURSOR_REJECTED' BY session_hmac, generation, stream_id
 -- The cursor is judged by the event log: an event the server produced on this very stream
 -- (a cursor it never produced, or one of another stream, is a client fault, see
 -- cursor_rejected and cursor_misrouted). Lost events: after the acknowledged position (the
 -- later of the cursor and the last acknowledged event, see a_resumes), neither priming
 -- nor heartbeat, never accepted by the client (basis client, when the session has inbox
--- receipts), else never replayed by the server (basis server).
+-- receipts), else never replayed by the server (basis server). A ledger that records no
+-- resume cursor cannot show which cursor was rejected: its rejections are `cannot_tell`.
 WITH judged AS (
     -- The first rejected resume of each stream whose cursor the server produced on it;
     -- lost events are counted from the acknowledged position (a_resumes: defined once).

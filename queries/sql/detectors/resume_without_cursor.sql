@@ -12,14 +12,18 @@
 -- needs: streams, events, sessions
 -- unit: stream
 -- page: streams
--- facts: none
+-- facts: streams.resume_from_event_id, sessions.resumable|sessions.protocol_version
+-- units: streams WHERE state = 'DISCONNECTED' BY session_hmac, generation, stream_id
 -- A re-open is the first RESUME_PENDING, or STREAM_OPEN by GET, after a DISCONNECTED; it
 -- is cursorless when it names no resume_from_event_id. The client held a cursor when it
 -- had accepted an event of the stream before the break (basis client, when the session
 -- has inbox receipts); without receipts, when the server had delivered an event other
 -- than priming (basis server: a priming-only stream is priming_lost's case). Lost: events
 -- after that position, produced before the re-open, never accepted (client) or never
--- replayed (server); priming and heartbeats never count.
+-- replayed (server); priming and heartbeats never count. A ledger that never records a
+-- resume cursor cannot tell a cursorless re-open from one it did not log, and sessions
+-- that say neither whether they are resumable nor their revision cannot show that a
+-- cursor was owed: such streams are `cannot_tell`.
 WITH ordered AS (
     SELECT session_hmac, generation, stream_id, state, ts, method, resume_from_event_id,
            last_sent_event_id,
