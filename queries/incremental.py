@@ -3,8 +3,8 @@
 Ingest notes the sessions of the rows it adds (`analysis_pending`). Most prepared tables
 and detectors are *session-local*: a session's rows out depend only on that session's
 rows in. Those are recomputed for the noted sessions alone, by running their unchanged
-SQL against views of the tables that hold only those sessions (schema `rg_scope`, first
-on the search path), and their old rows for those sessions are replaced. Prepared
+SQL against copies of the tables that hold only those sessions' rows (schema `rg_scope`,
+first on the search path), and their old rows for those sessions are replaced. Prepared
 tables with one row out per row in (ROW_PREP) are recomputed for those sessions' rows
 and for the new rows without a session (ingest notes where each file's new rows start,
 in `analysis_pending_rows`). Everything else (stage windows, per-stage samples, source
@@ -159,7 +159,7 @@ def analyse(
         "CREATE OR REPLACE TEMP TABLE rg_affected AS "
         "SELECT DISTINCT session_hmac FROM analysis_pending"
     )
-    con.execute(f"DROP SCHEMA IF EXISTS {SCOPE} CASCADE")
+    _drop_scope(con)
     con.execute(f"CREATE SCHEMA {SCOPE}")
     try:
         for table in ("sessions", "streams", "events", "inbox", "dispatches", "proxy"):
@@ -176,10 +176,7 @@ def analyse(
                     {"t": base},
                 )
                 con.execute(
-                    f"""CREATE OR REPLACE VIEW {SCOPE}.{base} AS
-                        SELECT * FROM {_base(con, base)}
-                        WHERE session_hmac IN (SELECT session_hmac FROM rg_affected)
-                        UNION ALL
+                    f"""INSERT INTO {SCOPE}.{base}
                         SELECT t.* FROM {_base(con, base)} t
                         JOIN rg_new_rows r ON t.file_id = r.file_id AND t.pos > r.from_pos
                         WHERE t.session_hmac IS NULL"""
@@ -247,9 +244,21 @@ def analyse(
         # After a failed statement the transaction is aborted and the caller rolls back.
         with contextlib.suppress(duckdb.Error):
             _search(con, scoped=False)
-            con.execute(f"DROP SCHEMA IF EXISTS {SCOPE} CASCADE")
+            _drop_scope(con)
             con.execute("DROP TABLE IF EXISTS rg_new")
             con.execute("DROP TABLE IF EXISTS rg_new_rows")
+
+
+def _drop_scope(con: duckdb.DuckDBPyConnection) -> None:
+    # Its tables one by one: a table created and dropped with its schema in one
+    # transaction makes DuckDB refuse the commit.
+    for (t,) in con.execute(
+        "SELECT table_name FROM duckdb_tables() WHERE schema_name = $s "
+        "AND database_name = current_database()",
+        {"s": SCOPE},
+    ).fetchall():
+        con.execute(f"DROP TABLE {SCOPE}.{t}")
+    con.execute(f"DROP SCHEMA IF EXISTS {SCOPE} CASCADE")
 
 
 def reset(con: duckdb.DuckDBPyConnection) -> None:
@@ -273,15 +282,17 @@ _IN_SCOPE = "session_hmac IN (SELECT session_hmac FROM rg_affected)"
 
 
 def _scoped_view(con: duckdb.DuckDBPyConnection, table: str, source: str | None = None) -> None:
+    # A table, not a view: every scoped query after it reads the affected sessions' rows
+    # without scanning the whole table again.
     con.execute(
-        f"""CREATE OR REPLACE VIEW {SCOPE}.{table} AS SELECT * FROM {_base(con, source or table)}
+        f"""CREATE OR REPLACE TABLE {SCOPE}.{table} AS SELECT * FROM {_base(con, source or table)}
             WHERE {_IN_SCOPE}"""
     )
 
 
 def _scoped_prep(con: duckdb.DuckDBPyConnection, q: catalog.Query) -> None:
     """Run a session-local prepare query for the affected sessions, then replace their
-    rows in the full table and let later queries see them through a scoped view."""
+    rows in the full table; later scoped queries read the scoped rows."""
     tables = list(dict.fromkeys(_CREATES.findall(q.sql)))
     _search(con, scoped=True)
     try:
@@ -304,5 +315,5 @@ def _scoped_prep(con: duckdb.DuckDBPyConnection, q: catalog.Query) -> None:
             f"DELETE FROM main.{t} WHERE session_hmac IN (SELECT session_hmac FROM rg_affected)"
         )
         con.execute(f"INSERT INTO main.{t} BY NAME SELECT * FROM {SCOPE}.{t}")
-        con.execute(f"DROP TABLE {SCOPE}.{t}")
-        _scoped_view(con, t)
+        # What later scoped queries read: the affected sessions' rows, as in main now.
+        con.execute(f"DELETE FROM {SCOPE}.{t} WHERE NOT coalesce({_IN_SCOPE}, false)")
