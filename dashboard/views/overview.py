@@ -1,6 +1,8 @@
 """Overview: the decision of the stage that needs attention, why (each reason linked to its
 evidence), the gates, canary against baseline, and the worst findings."""
 
+from datetime import datetime
+
 import streamlit as st
 
 from replaygate.dashboard import data, fmt, ui
@@ -100,7 +102,15 @@ for j, gate in enumerate(stage["gates"]):
     ui.gate_tile(cols[j % 5], gate, ctx, name)
 
 st.subheader("Canary against baseline")
-start, end = ctx.windows[name]
+if name in ctx.windows:
+    start, end = ctx.windows[name]
+else:
+    # A live ingest added the stage after the sidebar read the windows: take the window from
+    # the same evaluation as the decision (UTC, naive like the stored timestamps).
+    start, end = (
+        None if v is None else datetime.fromisoformat(v).replace(tzinfo=None)
+        for v in (window["start"], window["end"])
+    )
 flt = ctx.filters.with_(stage=name)
 canary = data.gate_measures(ctx.stamp, flt, stage["scope"])
 base = data.gate_measures(ctx.stamp, flt.with_(stage=None, baseline=True, start=start, end=end))
