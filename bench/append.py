@@ -25,7 +25,8 @@ import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from run import PY, timed  # noqa: E402
+from run import PY  # noqa: E402
+from run import run_step as timed  # noqa: E402
 
 ANALYSE = """
 import json, sys, time
@@ -48,7 +49,7 @@ def cut(src: Path, dst: Path, frac: float) -> bytes:
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--events", type=int, default=1_000_000)
-    ap.add_argument("--share", type=float, default=0.01, help="appended share (0.01 = 1 %)")
+    ap.add_argument("--share", type=float, default=0.01, help="appended share (0.01 = 1 %%)")
     ap.add_argument("--out", default="bench/out")
     args = ap.parse_args()
     work = Path(args.out)
