@@ -210,7 +210,7 @@ def _raw_digest(path: Path) -> str:
     with open(path, "rb") as fh:
         while chunk := fh.read(CHUNK):
             h.update(chunk)
-    return h.hexdigest()
+    return str(h.hexdigest())
 
 
 def _buffers(
