@@ -161,13 +161,28 @@ PAGE_NAMES = (
 )
 
 
+def _commit() -> str:
+    r = subprocess.run(
+        ["git", "-C", str(ROOT), "rev-parse", "--short", "HEAD"], capture_output=True, text=True
+    )
+    return r.stdout.strip() or "unknown"
+
+
 def fleet_dir(work: Path, n: int, fmt: str) -> Path:
     return work / (f"fleet-{n}" if fmt == "jsonl" else f"fleet-{n}-{fmt}")
 
 
-def bench_size(n: int, work: Path, fmt: str, keep: bool, pages: bool) -> dict:
+def bench_size(n: int, work: Path, fmt: str, keep: bool, pages: bool, save=None) -> dict:
+    """Measure one size; `save(res)` is called after every step, so a long run that is
+    stopped or breaks keeps what it measured."""
     d = fleet_dir(work, n, fmt)
-    res: dict = {"events_target": n, "format": fmt}
+    res: dict = {
+        "events_target": n,
+        "format": fmt,
+        "commit": _commit(),
+        "memory_limit": os.environ.get("REPLAYGATE_MEMORY_LIMIT", "default"),
+    }
+    save = save or (lambda r: None)
     if not (d / "truth.json").exists():
         shutil.rmtree(d, ignore_errors=True)
         cmd = [PY, "-m", "replaygate", "simulate", "--out", str(d), "--events", str(n)]
@@ -183,6 +198,7 @@ def bench_size(n: int, work: Path, fmt: str, keep: bool, pages: bool) -> dict:
         Path(f"{p}.wal").unlink(missing_ok=True)
     print(f"{n:,} events: bare read ...", file=sys.stderr, flush=True)
     res["bare_read"] = _keep(run_step([PY, "-c", BARE, str(bare_db), str(d)]))
+    save(res)
     bare_db.unlink(missing_ok=True)
     print(f"{n:,} events: ingest ...", file=sys.stderr, flush=True)
     cmd = [PY, "-m", "replaygate", "ingest", str(d), "--db", str(ours_db), "--no-analyse"]
@@ -190,9 +206,11 @@ def bench_size(n: int, work: Path, fmt: str, keep: bool, pages: bool) -> dict:
     res["ingest_ratio"] = round(res["ingest"]["seconds"] / res["bare_read"]["seconds"], 2)
     res["ingest_cpu_ratio"] = round(res["ingest"]["cpu_s"] / res["bare_read"]["cpu_s"], 2)
     res["db_mb"] = round(ours_db.stat().st_size / 1e6)
+    save(res)
     print(f"{n:,} events: analysis ...", file=sys.stderr, flush=True)
     r = run_step([PY, "-c", ANALYSE, str(ours_db)])
     res["analyse"] = {**json.loads(r["out"]), **_keep(r)}
+    save(res)
     if pages:
         print(f"{n:,} events: dashboard pages ...", file=sys.stderr, flush=True)
         r = run_step([PY, "-c", PAGES, str(ours_db), str(ROOT / "dashboard" / "app.py")])
@@ -292,9 +310,12 @@ def main() -> None:
     work = Path(args.out)
     work.mkdir(parents=True, exist_ok=True)
     results = []
+
+    def save(res: dict) -> None:  # the sizes done so far and the one being measured
+        (work / "results.json").write_text(json.dumps([*results, res], indent=1))
+
     for n in sizes:
-        results.append(bench_size(n, work, args.format, args.keep, not args.no_pages))
-        # Written after every size, so a long run that breaks keeps what it measured.
+        results.append(bench_size(n, work, args.format, args.keep, not args.no_pages, save))
         (work / "results.json").write_text(json.dumps(results, indent=1))
     print(f"machine: {os.cpu_count()} cores, load average now {os.getloadavg()[0]:.1f}")
     print(table(results))
