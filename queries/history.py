@@ -26,7 +26,6 @@ from pathlib import Path
 from typing import Any
 
 import duckdb
-import pyarrow as pa
 
 from replaygate.ingest.config import Config
 from replaygate.ingest.db import get_meta
@@ -67,8 +66,13 @@ SELECT seq, recorded_at::TIMESTAMPTZ AS recorded_at, kind, source, stage, releas
        config_sha256, tool_version, actor, note, in_force, prev_sha256, sha256
 FROM rg_history_rows
 """
-_ARROW = pa.schema(
-    [(f, pa.int64() if f == "seq" else pa.string()) for f in FIELDS] + [("sha256", pa.string())]
+_COLUMNS = (*FIELDS, "sha256")
+# The file's rows as read, before _TABLE types them. Bound parameters, not Arrow: building
+# an Arrow array from Python values imports pandas (0.7 s), more than the few rows cost.
+_ROWS = (
+    "CREATE OR REPLACE TEMP TABLE rg_history_rows ("
+    + ", ".join(f"{f} {'BIGINT' if f == 'seq' else 'VARCHAR'}" for f in _COLUMNS)
+    + ")"
 )
 
 
@@ -233,19 +237,23 @@ def verify_chain(history: list[dict[str, Any]]) -> str | None:
 def load_table(con: duckdb.DuckDBPyConnection) -> int:
     """(Re)create the `decision_history` table the detectors read; its row count."""
     rows = _valid(read(file_for(con)))
-    cols: dict[str, list[Any]] = {f: [] for f in _ARROW.names}
-    for r in rows:
-        for f in _ARROW.names:
-            v = r.get(f)
-            if f in ("reasons", "gates") and v is not None:
-                v = json.dumps(v, sort_keys=True)
-            cols[f].append(v if f == "seq" or v is None else str(v))
-    rg_history_rows = pa.table(cols, schema=_ARROW)  # noqa: F841 - read by name below
-    con.register("rg_history_rows", rg_history_rows)
+
+    def cell(r: dict[str, Any], f: str) -> Any:
+        v = r.get(f)
+        if f in ("reasons", "gates") and v is not None:
+            v = json.dumps(v, sort_keys=True)
+        return v if f == "seq" or v is None else str(v)
+
+    con.execute(_ROWS)
     try:
+        if rows:
+            con.executemany(
+                f"INSERT INTO rg_history_rows VALUES ({', '.join('?' * len(_COLUMNS))})",
+                [[cell(r, f) for f in _COLUMNS] for r in rows],
+            )
         con.execute(_TABLE)
     finally:
-        con.unregister("rg_history_rows")
+        con.execute("DROP TABLE IF EXISTS rg_history_rows")
     return len(rows)
 
 

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import json
 import shutil
+import subprocess
+import sys
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
@@ -388,4 +390,27 @@ def test_rollout_page_shows_the_history_and_the_decision_in_force(sample_db, tmp
     assert "<b>mallory</b>" in list(hist["by"])
     assert dict(zip(in_force["stage"], in_force["in force"], strict=True))["write-10pct"] == (
         "ROLLBACK"
+    )
+
+
+def test_analysis_reads_the_history_without_importing_pandas(tmp_path, sample_db):
+    # Building Arrow arrays from Python values imports pandas: 0.7 s of every re-analysis
+    # that `watch` runs in a fresh process, more than a small append's own work.
+    db = tmp_path / "h.duckdb"
+    shutil.copy(sample_db, db)
+    con = dbm.connect(str(db))
+    history.record_evaluation(con, _doc("s", "ROLLBACK"), Config(), "gates", now=_at(1))
+    history.record_evaluation(con, _doc("s", "HOLD"), Config(), "gates", now=_at(2))
+    con.close()
+    code = (
+        "import sys; from replaygate.ingest import db as dbm; "
+        "from replaygate.ingest.config import Config; from replaygate.queries import runner; "
+        "con = dbm.connect(sys.argv[1]); runner.analyse(con, Config(), force=True); "
+        "rows = con.execute('SELECT stage, decision, reasons::VARCHAR FROM decision_history "
+        "ORDER BY seq').fetchall(); print(rows); assert 'pandas' not in sys.modules"
+    )
+    r = subprocess.run([sys.executable, "-c", code, str(db)], capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.strip() == str(
+        [("s", "ROLLBACK", '["a reason"]'), ("s", "HOLD", '["a reason"]')]
     )
