@@ -69,11 +69,23 @@ def from_keys(present: set[str], shapes: set[str], user_fields: dict[str, Any]) 
 
 
 def record(
-    con: duckdb.DuckDBPyConnection, file_id: int, tables: list[str], key_facts: set[str]
+    con: duckdb.DuckDBPyConnection,
+    file_id: int,
+    tables: list[str],
+    key_facts: set[str],
+    grown: bool = False,
 ) -> None:
     """Store the facts a file shows: by its keys (kept from earlier reads of a grown file)
-    and by the values of all its rows."""
-    con.execute("DELETE FROM file_facts WHERE file_id = $f AND how = 'values'", {"f": file_id})
+    and by the values of all its rows. `grown`: rows were only added, so what its earlier
+    rows showed still holds and only the facts not shown yet are looked for."""
+    if not grown:
+        con.execute("DELETE FROM file_facts WHERE file_id = $f AND how = 'values'", {"f": file_id})
+    known = {
+        r[0]
+        for r in con.execute(
+            "SELECT fact FROM file_facts WHERE file_id = $f AND how = 'values'", {"f": file_id}
+        ).fetchall()
+    }
     for fact in sorted(key_facts):
         con.execute(
             """INSERT INTO file_facts SELECT $f, $fact, 'keys' WHERE NOT EXISTS (
@@ -81,7 +93,7 @@ def record(
             {"f": file_id, "fact": fact},
         )
     for table in tables:
-        facts = optional_facts(table)
+        facts = [f for f in optional_facts(table) if f not in known]
         if not facts:
             continue
         fields = [f.split(".", 1)[1] for f in facts]

@@ -205,6 +205,18 @@ def break_reason(broken: str, lines: int) -> str:
     return f"{broken} gzip: the stream breaks after line {lines}"
 
 
+def _count_lines(path: Path, start: int, end: int) -> int:
+    """Newlines in a plain file's bytes [start, end)."""
+    n = 0
+    with open(path, "rb") as fh:
+        fh.seek(start)
+        left = end - start
+        while left > 0 and (chunk := fh.read(min(SCAN_CHUNK, left))):
+            n += chunk.count(b"\n")
+            left -= len(chunk)
+    return n
+
+
 def _raw_digest(path: Path) -> str:
     h = blake3.blake3()
     with open(path, "rb") as fh:
@@ -233,13 +245,25 @@ def _hasher() -> blake3.blake3:
     return blake3.blake3(max_threads=blake3.blake3.AUTO)
 
 
-def scan(path: Path, gz: bool, whole: bool, offsets: set[int]) -> Scan:
+def scan(
+    path: Path,
+    gz: bool,
+    whole: bool,
+    offsets: set[int],
+    lines_at: dict[tuple[int, str], int] | None = None,
+) -> Scan:
     """Digest the content once, noting the digest at each of `offsets` (the consumed
     lengths of known files), the digest at the end of the last complete line, and the
-    lines up to there. `whole`: the content is complete even without a final newline."""
+    lines up to there. `whole`: the content is complete even without a final newline.
+    `lines_at`: the lines of known prefixes, by (length, digest); a plain file's lines
+    are then not counted up to the last of them, and a prefix whose digest matches
+    takes its known count (an append costs the digest of what was read, not a count)."""
     out = Scan()
     h = _hasher()
     marks = sorted(o for o in offsets if o > 0)
+    size = 0 if gz else path.stat().st_size
+    skip_to = max((o for o, _ in lines_at or {} if 0 < o <= size), default=0)
+    anchor = (0, 0)  # (offset, lines) of the longest known prefix the content starts with
     mi = 0
     pos = 0  # bytes hashed
     lines = 0
@@ -255,7 +279,8 @@ def scan(path: Path, gz: bool, whole: bool, offsets: set[int]) -> Scan:
             nl = buf.rfind(b"\n", i, end)
             if nl >= 0:
                 h.update(view[i : nl + 1])
-                lines += buf.count(b"\n", i, nl + 1)
+                if pos >= skip_to:
+                    lines += buf.count(b"\n", i, nl + 1)
                 at_nl = (h.copy(), pos + nl + 1 - i, lines)
                 h.update(view[nl + 1 : end])
             else:
@@ -264,9 +289,18 @@ def scan(path: Path, gz: bool, whole: bool, offsets: set[int]) -> Scan:
             i = end
             while mi < len(marks) and marks[mi] == pos:
                 out.prefixes[marks[mi]] = h.hexdigest()
+                known = (lines_at or {}).get((pos, out.prefixes[pos]))
+                if known is not None and pos <= skip_to:
+                    anchor = (pos, known)
                 mi += 1
         view.release()
     out.length = pos
+    if skip_to:
+        # Lines not counted in the pass: those after the longest matching known prefix,
+        # up to where counting began (nothing, for a file that only grew).
+        prefix = anchor[1] + _count_lines(path, anchor[0], min(skip_to, pos))
+        lines += prefix
+        at_nl = (at_nl[0], at_nl[1], at_nl[2] + prefix)
     full = h.hexdigest()
     if (whole and not state.get("truncated")) or at_nl[1] == pos:
         out.complete, out.digest = pos, full
@@ -444,7 +478,8 @@ def _decide(
             claims.setdefault(k.file_id, []).append(i)
             return Decision("unchanged", sc, k)
     whole = src.gzip or not FORMATS[kind].lines
-    sc = scan(src.path, src.gzip, whole, {k.consumed for k in cands})
+    lines_at = {(k.consumed, k.digest): k.lines for k in cands if k.digest}
+    sc = scan(src.path, src.gzip, whole, {k.consumed for k in cands}, lines_at)
     match = [k for k in cands if continues(k, sc, kind)]
     if not match:
         return Decision("new", sc)

@@ -669,7 +669,7 @@ class _Loader:
             self._identity(rows_id, st.src, st.shown, st.decision, st.row_shift + st.rows_staged)
         if st.table is not None:
             tables = list(_rows_by_type(self.con, rows_id)) or list(result.rows)
-            capabilities.record(self.con, rows_id, tables, st.key_facts)
+            capabilities.record(self.con, rows_id, tables, st.key_facts, grown=appending)
             if "proxy" in tables:
                 result.facts = capabilities.proxy_summary(capabilities.shown(self.con, rows_id))
         return result

@@ -10,9 +10,12 @@ import shutil
 from pathlib import Path
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from replaygate.ingest import config as cfg
 from replaygate.ingest import db as dbm
+from replaygate.ingest import identity
 from replaygate.ingest.contract import RECORD_TYPES
 from replaygate.ingest.db import get_meta
 from replaygate.ingest.load import ingest
@@ -57,6 +60,12 @@ def _snapshot(con) -> dict:
     out["files"] = con.execute(
         """SELECT path, rows_loaded, rows_quarantined, rows_by_type::VARCHAR FROM files
            WHERE status = 'loaded' ORDER BY path"""
+    ).fetchall()
+    # What each file can show (capability.py leaves files out by it): a grown file keeps
+    # what its earlier rows showed and adds what only its new rows show.
+    out["file_facts"] = con.execute(
+        """SELECT f.path, x.fact, x.how FROM file_facts x JOIN files f USING (file_id)
+           WHERE f.status = 'loaded' ORDER BY ALL"""
     ).fetchall()
     runner.analyse(con, CONF)
     rows = con.execute("SELECT * EXCLUDE (detail), detail FROM findings").fetchall()
@@ -350,3 +359,37 @@ def test_logrotate_names_are_input_files(tmp_path, name, table, gz):
 
     src = detect(tmp_path / name)
     assert src is not None and src.default_type.table == table and src.gzip == gz
+
+
+@settings(max_examples=150, deadline=None)
+@given(
+    lines=st.lists(st.binary(max_size=40).map(lambda b: b.replace(b"\n", b"")), max_size=60),
+    cut=st.floats(0, 1),
+    tail=st.binary(max_size=30),
+    change=st.booleans(),
+    other=st.integers(0, 400),
+)
+def test_scan_counts_lines_the_same_with_known_prefixes(
+    tmp_path_factory, lines, cut, tail, change, other
+):
+    # A known prefix's count replaces counting it again; a prefix that changed, or one of
+    # another file, is counted in full. Either way the figures equal a plain scan's.
+    content = b"".join(line + b"\n" for line in lines) + tail
+    end = content.rfind(b"\n", 0, int(len(content) * cut) + 1) + 1
+    p = tmp_path_factory.mktemp("scan") / "f.jsonl"
+    p.write_bytes(content[:end])
+    first = identity.scan(p, False, False, set())
+    if change and end:
+        content = b"#" + content[1:]
+    p.write_bytes(content)
+    offsets = {first.complete, other}
+    known = {(first.complete, first.digest): first.lines, (other, "0" * 64): 10**6}
+    plain = identity.scan(p, False, False, offsets)
+    fast = identity.scan(p, False, False, offsets, known)
+    assert (fast.lines, fast.complete, fast.digest, fast.prefixes) == (
+        plain.lines,
+        plain.complete,
+        plain.digest,
+        plain.prefixes,
+    )
+    assert fast.lines == content[: fast.complete].count(b"\n")
