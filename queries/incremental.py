@@ -7,7 +7,9 @@ SQL against copies of the tables that hold only those sessions' rows (schema `rg
 first on the search path), and their old rows for those sessions are replaced. Prepared
 tables with one row out per row in (ROW_PREP) are recomputed for those sessions' rows
 and for the new rows without a session (ingest notes where each file's new rows start,
-in `analysis_pending_rows`). Everything else (stage windows, per-stage samples, source
+in `analysis_pending_rows`). `duplicate_dispatch`, whose findings belong to groups of
+dispatches across sessions, recomputes the groups that hold a changed dispatch
+(groups.py). Everything else (stage windows, per-stage samples, source
 counts, idempotency keys, fleet-wide rates, proxy-log checks) is recomputed whole, as
 in a full analysis. Stages are then assigned to all findings as always.
 
@@ -33,7 +35,7 @@ import duckdb
 from replaygate.ingest.config import Config
 from replaygate.ingest.db import get_meta, one_row, set_meta
 
-from . import capability, catalog, params
+from . import capability, catalog, groups, params
 
 # Prepared tables and detectors whose output for a session depends only on that
 # session's rows (and on the stage windows, which a rollout change recomputes in full).
@@ -222,6 +224,8 @@ def analyse(
                 ]:
                     raise Fallback(f"{name}: a finding without a session")
                 con.execute("INSERT INTO main.findings BY NAME SELECT * FROM rg_new")
+            elif name in groups.DETECTORS:
+                groups.rerun(con, name, q.sql, bound, plan, lambda t: _base(con, t))
             else:
                 con.execute("DELETE FROM main.findings WHERE detector = $d", {"d": name})
                 made = capability.shadow(con, plan) if plan else []

@@ -7,6 +7,7 @@ import gzip
 import json
 import os
 import shutil
+from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
@@ -393,3 +394,75 @@ def test_scan_counts_lines_the_same_with_known_prefixes(
         plain.prefixes,
     )
     assert fast.lines == content[: fast.complete].count(b"\n")
+
+
+def _dispatch(ts, did, tool, session, principal, request, key, payload, status=200) -> bytes:
+    cells = [ts, did, "executed", tool, "write", session or "", 1 if session else ""]
+    cells += [principal or "", request, key or "", payload, f"rcpt-{did}", "", status]
+    return (",".join(map(str, cells)) + "\n").encode()
+
+
+def test_duplicate_dispatch_groups_across_sessions_after_appends(tmp_path):
+    # duplicate_dispatch's groups span sessions: a re-send from a new session of a write
+    # whose first attempt had no session, a key reused in another session, a sessionless
+    # principal's blind re-send, then a proxy error that turns it into a retry. Each
+    # append is analysed incrementally (queries/groups.py) and equals a full analysis.
+    live = tmp_path / "live"
+    shutil.copytree(SAMPLE, live, ignore=shutil.ignore_patterns("*.md", "*.json", "*.toml"))
+    con = dbm.connect(str(tmp_path / "t.duckdb"))
+    ingest(con, [live], CONF)
+    runner.analyse(con, CONF)
+    broke = con.execute(
+        """SELECT epoch_ms(ts), tool_name, principal, payload_digest FROM dispatches
+           WHERE session_hmac IS NULL AND http_status >= 400 AND tool_class = 'write'
+           ORDER BY ts LIMIT 1"""
+    ).fetchone()
+    keyed = con.execute(
+        """SELECT epoch_ms(ts), tool_name, principal, idempotency_key, payload_digest
+           FROM dispatches WHERE session_hmac IS NOT NULL AND idempotency_key IS NOT NULL
+             AND outcome = 'executed' ORDER BY ts LIMIT 1"""
+    ).fetchone()
+    keyed_first = con.execute(
+        "SELECT min(dispatch_id) FROM dispatches WHERE idempotency_key = $k", {"k": keyed[3]}
+    ).fetchone()[0]
+    t0 = keyed[0] + 60_000
+    new_session = "ab" * 32
+    steps = [
+        ("dispatches.csv", _dispatch(broke[0] + 5000, "d-x1", broke[1], new_session,
+                                     broke[2], "r-x1", "idem-other", broke[3])
+                           + _dispatch(keyed[0] + 1000, "d-x2", keyed[1], "cd" * 32,
+                                       keyed[2], "r-x2", keyed[3], keyed[4])),
+        ("dispatches.csv", _dispatch(t0, "d-x3", "pay", None, "svc-x", "r-x3", None, "p1")),
+        ("dispatches.csv", _dispatch(t0 + 2000, "d-x4", "pay", None, "svc-x", "r-x4", None, "p1")),
+        ("proxy-edge.jsonl", json.dumps({
+            "ts": datetime.fromtimestamp((t0 + 100) / 1000, UTC).isoformat(),
+            "method": "POST", "status": 502, "path": "/mcp",
+            "jsonrpc_method": "tools/call", "request_id": "r-x3", "principal": "svc-x",
+        }).encode() + b"\n"),
+    ]  # fmt: skip
+    bases = []
+    for name, rows in steps:
+        with open(live / name, "ab") as fh:
+            fh.write(rows)
+        ingest(con, [live], CONF)
+        runner.analyse(con, CONF)
+        assert get_meta(con, "analysis_mode") == "incremental"
+        after_append = _analysis_state(con)
+        bases.append(
+            con.execute(
+                """SELECT dispatch_id, detail->>'basis' FROM findings
+                   WHERE detector = 'duplicate_dispatch' AND dispatch_id LIKE 'd-x%'
+                      OR detail->>'$.dispatches' LIKE '%d-x%' ORDER BY ALL"""
+            ).fetchall()
+        )
+        runner.analyse(con, CONF, force=True)
+        assert after_append == _analysis_state(con), name
+    con.close()
+    x1 = ("d-00000053", "retry")  # the sessionless first attempt, re-sent from a session
+    x2 = (keyed_first, "idempotency_key")
+    assert bases == [
+        [x2, x1],
+        [x2, x1],
+        [x2, x1, ("d-x3", "suspected")],
+        [x2, x1, ("d-x3", "retry")],
+    ]

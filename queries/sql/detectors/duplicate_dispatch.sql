@@ -38,11 +38,8 @@ executed AS (
            coalesce(s.opened_ts, d.ts) AS start_ts,
            coalesce(s.last_ts, d.ts) AS end_ts,
            coalesce(s.disconnected, false) AS stream_broke,
-           -- who re-sends: the principal across sessions, else the session (null-safe)
-           CASE WHEN d.principal IS NOT NULL THEN 'p:' || d.principal
-                WHEN d.session_hmac IS NOT NULL THEN 's:' || d.session_hmac END AS sender,
-           CASE WHEN d.session_hmac IS NOT NULL THEN 's:' || d.session_hmac
-                WHEN d.principal IS NOT NULL THEN 'p:' || d.principal END AS caller
+           dispatch_sender(d.principal, d.session_hmac) AS sender,
+           dispatch_caller(d.principal, d.session_hmac) AS caller
     FROM dispatches d
     LEFT JOIN stream_of s
       ON s.session_hmac = d.session_hmac AND s.generation = d.generation

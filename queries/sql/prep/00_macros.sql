@@ -14,6 +14,18 @@ CREATE OR REPLACE MACRO record_revision(session_hmac, protocol_version) AS
     CASE WHEN session_hmac IS NULL THEN sessionless_revision()
          ELSE coalesce(protocol_version, 'unknown') END;
 
+-- Who re-sends a write (duplicate_dispatch, basis `retry`): the principal across its
+-- sessions, else the session; null when the record names neither.
+CREATE OR REPLACE MACRO dispatch_sender(principal, session_hmac) AS
+    CASE WHEN principal IS NOT NULL THEN 'p:' || principal
+         WHEN session_hmac IS NOT NULL THEN 's:' || session_hmac END;
+
+-- Who re-sends blindly (duplicate_dispatch, basis `suspected`): the session, else the
+-- principal.
+CREATE OR REPLACE MACRO dispatch_caller(principal, session_hmac) AS
+    CASE WHEN session_hmac IS NOT NULL THEN 's:' || session_hmac
+         WHEN principal IS NOT NULL THEN 'p:' || principal END;
+
 -- A reconnect as the load budget counts it: a resuming GET, or a request turned away
 -- with 429 or 503 (the client will come back).
 CREATE OR REPLACE MACRO is_reconnect(method, last_event_id, status) AS
