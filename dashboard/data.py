@@ -102,8 +102,12 @@ def gates_doc(stamp: str, stage: str | None, all_stages: bool = False) -> dict:
 def gate_measures(stamp: str, f: Filters, scope: str | None = None) -> list[dict]:
     """Every gate's measure under the filters (equal to the decision's under a stage alone)."""
     s = store()
+    decided = None
+    if views.stage_alone(f):
+        doc = gates_doc(stamp, f.stage)
+        decided = next((x for x in doc.get("stages", []) if x["stage"] == f.stage), None)
     with _named() as con:
-        return views.gate_measures(con, s.config, f, scope)
+        return views.gate_measures(con, s.config, f, scope, decided)
 
 
 @st.cache_data(show_spinner=False)

@@ -61,12 +61,38 @@ def finding_counts(con: duckdb.DuckDBPyConnection, f: Filters) -> dict[str, int]
     return {r[0]: int(r[1]) for r in rows}
 
 
+# What a gate of the dashboard carries from a gate of `gates.evaluate`.
+_DECIDED = ("id", "status", "value", "threshold", "sample", "min_sample", "failures",
+            "no_evidence", "reason")  # fmt: skip
+
+
+def stage_alone(f: Filters) -> bool:
+    """Is the filter one stage and nothing else (where the decision's gates are the
+    measures)?"""
+    return f.active() == ("stage",) and not f.baseline
+
+
 def gate_measures(
-    con: duckdb.DuckDBPyConnection, config: Config, f: Filters, scope: str | None = None
+    con: duckdb.DuckDBPyConnection,
+    config: Config,
+    f: Filters,
+    scope: str | None = None,
+    decided: dict[str, Any] | None = None,
 ) -> list[dict[str, Any]]:
-    """Every gate under the filter, in the shape of a gate of `gates.evaluate`."""
-    m = measures(con, config, f)
+    """Every gate under the filter, in the shape of a gate of `gates.evaluate`.
+    `decided`: that stage's evaluation, when the filter is the stage alone: its gates are
+    the measures by definition, read from the prepared samples instead of every record
+    again (seconds on a large fleet)."""
     found = finding_counts(con, f)
+    if decided is not None and stage_alone(f) and decided.get("stage") == f.stage:
+        by_id = {g.id: g for g in gates.GATES}
+        return [
+            {**{k: g.get(k) for k in _DECIDED}, "detectors": list(by_id[g["id"]].detectors),
+             "findings": sum(found.get(d, 0) for d in by_id[g["id"]].detectors)}
+            for g in decided["gates"]
+        ]  # fmt: skip
+    m = measures(con, config, f)
+    minimums = gates.min_samples(config)
     # Which sources could be judged: the stage's window, else the whole database.
     sources = gates._stage_sources(con).get(f.stage, {}) if f.stage else runner.table_counts(con)
     out = []
@@ -80,7 +106,7 @@ def gate_measures(
             value = None if not sample else (sample - failures) / sample
         elif g.kind == "count":
             failures = int(value or 0)
-        minimum = config.min_samples.get(g.id, 0)
+        minimum = minimums[g.id]
         status = gates.status_of(g, value, sample, failures, minimum, scope, config)
         blind = gates.no_evidence(g, sources)
         if blind and status == "pass":

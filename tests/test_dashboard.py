@@ -318,3 +318,30 @@ def test_while_an_ingest_writes_the_dashboard_says_so(monkeypatch, sample_db, tm
     finally:
         holder.kill()
         holder.wait()
+
+
+@pytest.mark.parametrize("stage", SAMPLE_STAGES)
+def test_gate_measures_from_the_records_equal_the_decision(sample_db, stage):
+    # Under a stage alone the dashboard takes the decision's gates as its measures; the
+    # measures recomputed from the records (every other filter) must agree with them.
+    from replaygate.ingest import db as dbm
+    from replaygate.queries import api, named, views
+    from replaygate.queries.filters import Filters
+
+    from .conftest import SAMPLE_CONF
+
+    config = api.load_config(SAMPLE_CONF)
+    con = dbm.connect(str(sample_db), read_only=True)
+    named.prepare(con)
+    decided = api.gates_doc(con, config, stage=stage)["stages"][0]
+    f = Filters(stage=stage)
+    fields = ("id", "status", "value", "sample", "failures", "min_sample", "no_evidence")
+    recomputed = views.gate_measures(con, config, f, decided["scope"])
+    taken = views.gate_measures(con, config, f, decided["scope"], decided)
+    assert [{k: g[k] for k in fields} for g in recomputed] == [
+        {k: g[k] for k in fields} for g in decided["gates"]
+    ]
+    assert [(g["detectors"], g["findings"]) for g in recomputed] == [
+        (g["detectors"], g["findings"]) for g in taken
+    ]
+    con.close()
