@@ -104,7 +104,7 @@ def gate_measures(stamp: str, f: Filters, scope: str | None = None) -> list[dict
     s = store()
     decided = None
     if views.stage_alone(f):
-        doc = gates_doc(stamp, f.stage)
+        doc = gates_doc(stamp, None, True)  # the Overview's and Rollout's, cached once
         decided = next((x for x in doc.get("stages", []) if x["stage"] == f.stage), None)
     with _named() as con:
         return views.gate_measures(con, s.config, f, scope, decided)
