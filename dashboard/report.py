@@ -172,7 +172,13 @@ def to_markdown(doc: dict) -> str:
     for fi in doc["inputs"]["files"]:
         out.append(
             f"| {md_code(fi['path'])} | {md_text(fi['format'])} | {fi['rows']:,} | "
-            f"{fi['quarantined']:,} | {md_code(fi['sha256'])} |"
+            f"{fi['quarantined']:,} | "
+            + (
+                md_code(fi["sha256"])
+                if fi["sha256"]
+                else "not available: changed or gone since read"
+            )
+            + " |"
         )
     if doc.get("field_guide"):
         out += [

@@ -15,6 +15,7 @@ BLAKE3 keeps that cheap next to the cost of parsing what is new.
 
 from __future__ import annotations
 
+import hashlib
 import os
 import zlib
 from collections.abc import Iterator
@@ -317,6 +318,34 @@ def scan(
     else:
         out.raw_digest = full
     return out
+
+
+def read_sha256(
+    abspath: str | None, consumed: int | None, digest: str | None, gz: bool, raw: str | None
+) -> str | None:
+    """SHA-256 of what was read of a file (its first `consumed` bytes; a .gz file whole),
+    for a manifest row an append left without one; None when the file is gone or its read
+    part no longer has the digest it was read with (the bytes hashed would not be the
+    bytes read)."""
+    if not abspath or consumed is None or not digest:
+        return None
+    path = Path(abspath)
+    sha, h = hashlib.sha256(), _hasher()
+    try:
+        with open(path, "rb") as fh:
+            left = None if gz else consumed
+            while chunk := fh.read(CHUNK if left is None else min(CHUNK, left)):
+                sha.update(chunk)
+                if left is not None:
+                    h.update(chunk)
+                    left -= len(chunk)
+                    if not left:
+                        break
+    except OSError:
+        return None
+    if gz:
+        return sha.hexdigest() if _raw_digest(path) == raw else None
+    return sha.hexdigest() if left == 0 and h.hexdigest() == digest else None
 
 
 def continues(known: Known, sc: Scan, kind: str) -> bool:

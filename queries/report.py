@@ -11,6 +11,7 @@ from typing import Any
 
 import duckdb
 
+from replaygate.ingest import identity
 from replaygate.ingest.config import Config
 from replaygate.ingest.db import one_row
 from replaygate.ingest.errors import ReplaygateError
@@ -23,21 +24,31 @@ REPORT_VERSION = "1"
 
 def _inputs(con: duckdb.DuckDBPyConnection) -> list[dict[str, Any]]:
     rows = con.execute(
-        """SELECT path, format, size, sha256, rows_loaded, rows_quarantined, rows_by_type
+        """SELECT path, format, size, sha256, rows_loaded, rows_quarantined, rows_by_type,
+                  abspath, consumed, digest, raw_digest
            FROM files WHERE status = 'loaded' ORDER BY path"""
     ).fetchall()
-    return [
-        {
-            "path": p,
-            "format": f,
-            "bytes": z,
-            "sha256": s,
-            "rows": r,
-            "quarantined": q,
-            "rows_by_type": json.loads(t) if t else {},
-        }
-        for p, f, z, s, r, q, t in rows
-    ]
+    out = []
+    for p, f, z, s, r, q, t, abspath, consumed, digest, raw in rows:
+        gz = (f or "").endswith(".gz")
+        if not s:
+            # A file read again after it grew: the ingest left its SHA-256 to whoever
+            # needs it (hashing the whole file again every cycle would cost the append
+            # more than its own rows): what was read of it, if it is still there unchanged.
+            s = identity.read_sha256(abspath, consumed, digest, gz, raw)
+            z = z if gz or s is None else consumed
+        out.append(
+            {
+                "path": p,
+                "format": f,
+                "bytes": z,
+                "sha256": s,
+                "rows": r,
+                "quarantined": q,
+                "rows_by_type": json.loads(t) if t else {},
+            }
+        )
+    return out
 
 
 def _scope(con: duckdb.DuckDBPyConnection, stage: dict[str, Any]) -> dict[str, Any]:

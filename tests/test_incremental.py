@@ -466,3 +466,28 @@ def test_duplicate_dispatch_groups_across_sessions_after_appends(tmp_path):
         [x2, x1, ("d-x3", "suspected")],
         [x2, x1, ("d-x3", "retry")],
     ]
+
+
+def test_report_hashes_what_was_read_of_a_grown_file(tmp_path):
+    # An append leaves files.sha256 empty (hashing the whole file each cycle would cost
+    # more than the append); the report hashes what was read, or says it cannot.
+    import hashlib
+
+    from replaygate.queries import report
+
+    events = _content("events.jsonl.gz")
+    live = tmp_path / "live"
+    live.mkdir()
+    _write(live / "events.jsonl", _cut(events, 0.5))
+    con = dbm.connect(str(tmp_path / "t.duckdb"))
+    ingest(con, [live], CONF)
+    grown = _cut(events, 0.8) + b'{"partial": '  # a writer mid-line: not read yet
+    _write(live / "events.jsonl", grown)
+    ingest(con, [live], CONF)
+    (row,) = report._inputs(con)
+    read = grown[: grown.rfind(b"\n") + 1]  # complete lines only
+    assert (row["sha256"], row["bytes"]) == (hashlib.sha256(read).hexdigest(), len(read))
+    _write(live / "events.jsonl", b"x" + grown[1:])  # what was read is not there any more
+    (row,) = report._inputs(con)
+    assert row["sha256"] is None
+    con.close()
