@@ -256,7 +256,7 @@ def bench_size(
     else:
         res["events"] = json.loads((d / "truth.json").read_text())["events"]
     if batches > 1:
-        d = batched(d, batches)
+        d = d if d.name.endswith(f"-{batches}batches") else batched(d, batches)
         res["batches"] = batches
     res["input_mb"] = round(sum(f.stat().st_size for f in d.rglob("*") if f.is_file()) / 1e6)
     bare_db, ours_db = work / f"bare-{n}.duckdb", work / f"ours-{n}.duckdb"
