@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import multiprocessing
 import os
 import shutil
 import subprocess
@@ -256,7 +257,15 @@ def bench_size(
     else:
         res["events"] = json.loads((d / "truth.json").read_text())["events"]
     if batches > 1:
-        d = d if d.name.endswith(f"-{batches}batches") else batched(d, batches)
+        if not d.name.endswith(f"-{batches}batches"):
+            # In a process of its own: a child's peak RSS (wait4) starts at the bench's
+            # RSS when it forks, and the split holds gigabytes.
+            split = multiprocessing.get_context("spawn").Process(target=batched, args=(d, batches))
+            split.start()
+            split.join()
+            if split.exitcode:
+                raise SystemExit(f"splitting {d} into batches failed")
+            d = d.with_name(f"{d.name}-{batches}batches")
         res["batches"] = batches
     res["input_mb"] = round(sum(f.stat().st_size for f in d.rglob("*") if f.is_file()) / 1e6)
     bare_db, ours_db = work / f"bare-{n}.duckdb", work / f"ours-{n}.duckdb"
