@@ -13,6 +13,7 @@ Results are cached per data version, so a new ingest invalidates them.
 from __future__ import annotations
 
 import contextlib
+import io
 import os
 import time
 
@@ -22,7 +23,7 @@ import streamlit as st
 
 from replaygate.ingest import db as dbm
 from replaygate.ingest.config import Config
-from replaygate.queries import api, named, runner, views
+from replaygate.queries import api, escape, named, runner, views
 from replaygate.queries.api import load_config
 from replaygate.queries.filters import Filters
 
@@ -147,6 +148,26 @@ def freshness(stamp: str) -> pd.DataFrame:
 @st.cache_data(show_spinner=False)
 def findings(stamp: str, f: Filters, detectors: tuple[str, ...] = ()) -> pd.DataFrame:
     return _df("findings", flt=f, dets=list(detectors))
+
+
+@st.cache_data(show_spinner=False)
+def findings_of_severity(
+    stamp: str, f: Filters, detectors: tuple[str, ...], severities: tuple[str, ...]
+) -> pd.DataFrame:
+    df = findings(stamp, f, detectors)
+    return df[df["severity"].isin(severities)] if severities else df
+
+
+@st.cache_data(show_spinner=False)
+def findings_files(
+    stamp: str, f: Filters, detectors: tuple[str, ...], severities: tuple[str, ...]
+) -> tuple[bytes, bytes]:
+    """The Findings page's downloads (CSV with formula cells neutralised, Parquet), made
+    once per data version and filter rather than on every rerun of the page."""
+    df = findings_of_severity(stamp, f, detectors, severities)
+    buf = io.BytesIO()
+    df.to_parquet(buf, index=False)
+    return escape.csv_bytes(df), buf.getvalue()
 
 
 @st.cache_data(show_spinner=False)

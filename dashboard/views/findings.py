@@ -1,11 +1,9 @@
 """Findings: every finding, filterable, downloadable as CSV or Parquet."""
 
-import io
-
 import streamlit as st
 
 from replaygate.dashboard import data, fmt, ui
-from replaygate.queries import catalog, escape
+from replaygate.queries import catalog
 
 ctx = ui.bootstrap()
 st.title("Findings")
@@ -20,24 +18,19 @@ if ",".join(detectors) != st.query_params.get("det", ""):
 severities = st.multiselect(
     "Severity", ["critical", "high", "medium", "low"], key="findings_severity"
 )
-df = data.findings(ctx.stamp, ctx.filters, tuple(detectors))
-if severities:
-    df = df[df["severity"].isin(severities)]
+df = data.findings_of_severity(ctx.stamp, ctx.filters, tuple(detectors), tuple(severities))
 where = ctx.filters.stage or "all stages"
 st.caption(f"{fmt.count(len(df))} findings · {where}")
 ui.summary_table(
     data.finding_summary(ctx.stamp, ctx.filters, tuple(detectors)), key="findings_summary"
 )
 ui.findings_table(df, key="findings_table", ctx=ctx, height=520)
+csv, parquet = data.findings_files(ctx.stamp, ctx.filters, tuple(detectors), tuple(severities))
 left, right = st.columns(2)
-left.download_button(
-    "Download CSV", escape.csv_bytes(df), "findings.csv", "text/csv", key="findings_csv"
-)
-buf = io.BytesIO()
-df.to_parquet(buf, index=False)
+left.download_button("Download CSV", csv, "findings.csv", "text/csv", key="findings_csv")
 right.download_button(
     "Download Parquet",
-    buf.getvalue(),
+    parquet,
     "findings.parquet",
     "application/octet-stream",
     key="findings_parquet",
