@@ -130,6 +130,7 @@ def analyse(
             _run_detector(con, name, q, values, counts)
         _assign_stages(con)
         if only is None:
+            _fleet_measures(con, config)
             set_meta(con, "analysis_stamp", stamp(con, config))
             set_meta(con, "analysis_mode", "full")
             set_meta(con, "history_stamp", history_version)
@@ -227,6 +228,7 @@ def _incrementally(con: duckdb.DuckDBPyConnection, config: Config, counts: dict[
         with transaction(con):
             incremental.analyse(con, config, counts, blind)
             _assign_stages(con)
+            _fleet_measures(con, config)
             set_meta(con, "analysis_stamp", stamp(con, config))
             set_meta(con, "analysis_mode", "incremental")
             incremental.clear_pending(con)
@@ -238,6 +240,15 @@ def _incrementally(con: duckdb.DuckDBPyConnection, config: Config, counts: dict[
         incremental.reset(con)
         raise
     return True
+
+
+def _fleet_measures(con: duckdb.DuckDBPyConnection, config: Config) -> None:
+    """Every gate's measure over the whole fleet, as the dashboard shows it when nothing is
+    filtered (views.py): kept with the analysis, so a page's first view does not read every
+    record of a large fleet again."""
+    from . import views
+
+    views.store_fleet_measures(con, config)
 
 
 def _assign_stages(con: duckdb.DuckDBPyConnection) -> None:

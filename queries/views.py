@@ -8,6 +8,7 @@ the same measure for that slice.
 
 from __future__ import annotations
 
+import contextlib
 from typing import Any
 
 import duckdb
@@ -45,14 +46,33 @@ def detectors_for(page: str) -> tuple[str, ...]:
     return tuple(sorted(n for n, q in catalog.detectors().items() if q.header.get("page") == page))
 
 
+FLEET_MEASURES = "a_fleet_measures"
+
+
 def measures(con: duckdb.DuckDBPyConnection, config: Config, f: Filters) -> dict[str, Any]:
-    cur = named.execute(
-        con, "measures", flt=f, origin_patterns=from_config(config)["origin_patterns"]
-    )
+    cur = None
+    if not f.active() and runner.is_current(con, config):
+        # Nothing filtered: what the analysis kept (store_fleet_measures), if it is current.
+        with contextlib.suppress(duckdb.CatalogException):
+            cur = con.execute(f"SELECT * FROM {FLEET_MEASURES}")
+    if cur is None:
+        cur = named.execute(
+            con, "measures", flt=f, origin_patterns=from_config(config)["origin_patterns"]
+        )
     cols = [d[0] for d in cur.description]
     row = cur.fetchone()
     assert row is not None  # an aggregate query always returns its one row
     return dict(zip(cols, row, strict=True))
+
+
+def store_fleet_measures(con: duckdb.DuckDBPyConnection, config: Config) -> None:
+    """Keep the unfiltered measures in the database (part of every analysis)."""
+    named.prepare(con)
+    q = named.get("measures")
+    args = named.bind(
+        q, {"flt": Filters(), "origin_patterns": from_config(config)["origin_patterns"]}
+    )
+    con.execute(f"CREATE OR REPLACE TABLE {FLEET_MEASURES} AS {q.body()}", args)
 
 
 def finding_counts(con: duckdb.DuckDBPyConnection, f: Filters) -> dict[str, int]:

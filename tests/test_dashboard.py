@@ -345,3 +345,31 @@ def test_gate_measures_from_the_records_equal_the_decision(sample_db, stage):
         (g["detectors"], g["findings"]) for g in taken
     ]
     con.close()
+
+
+def test_unfiltered_measures_kept_by_the_analysis_equal_the_records(sample_db, tmp_path):
+    # With nothing filtered the dashboard reads the measures the analysis kept; they must
+    # be what the records give, and stop being read once the analysis is not current.
+    import shutil
+
+    from replaygate.ingest import db as dbm
+    from replaygate.ingest.db import set_meta
+    from replaygate.queries import api, named, views
+    from replaygate.queries.filters import Filters
+
+    from .conftest import SAMPLE_CONF
+
+    config = api.load_config(SAMPLE_CONF)
+    db = tmp_path / "m.duckdb"
+    shutil.copy(sample_db, db)
+    con = dbm.connect(str(db))
+    named.prepare(con)
+    kept = views.measures(con, config, Filters())
+    con.execute(f"DROP TABLE {views.FLEET_MEASURES}")
+    assert kept == views.measures(con, config, Filters())
+    views.store_fleet_measures(con, config)
+    con.execute(f"UPDATE {views.FLEET_MEASURES} SET proxy_records = -1")
+    assert views.measures(con, config, Filters())["proxy_records"] == -1
+    set_meta(con, "analysis_stamp", "stale")
+    assert views.measures(con, config, Filters()) == kept
+    con.close()
