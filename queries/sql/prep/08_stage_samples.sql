@@ -34,8 +34,13 @@ staged AS (
     JOIN a_stage_windows w
       ON attributed(w.key, w.start_ts, w.end_ts, a.session_hmac IS NOT NULL, a.cohort, f.ts)
 ),
+-- the newest sample of each kind per stage, for the last hour (a group, not a window: the
+-- window function partitioned every fact)
+last AS (
+    SELECT sample, stage, max(ts) AS last_ts_all FROM staged GROUP BY ALL
+),
 revised AS (
-    SELECT *, max(ts) OVER (PARTITION BY sample, stage) AS last_ts_all FROM staged
+    SELECT * FROM staged JOIN last USING (sample, stage)
 )
 SELECT sample, stage, revision, count(*) AS n, min(ts) AS first_ts, max(ts) AS last_ts,
        count(*) FILTER (WHERE ts > last_ts_all - INTERVAL 1 HOUR) AS n_last_hour,
