@@ -7,7 +7,7 @@ shared machine the same step can take twice as long from one run to the next (co
 the ratios, which are measured in the same run).
 
     ./dev bench 1000000 10000000             # or: python bench/run.py 1000000 ...
-    ./dev bench 100000000 --format parquet   # a 100M fleet does not fit as JSON Lines
+    ./dev bench 100000000 --format parquet --batches 10   # 100M: Parquet, in 10 ingest runs
 
 Fleets are simulated once into <out>/fleet-<n>[-<format>] and reused. Results go to
 <out>/results.json and a markdown table on standard output (docs/performance.md). Not
