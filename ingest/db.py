@@ -5,12 +5,14 @@ from __future__ import annotations
 import contextlib
 import os
 import time
+import weakref
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, overload
 
 import duckdb
 
+from . import lock
 from .contract import DERIVED, PROVENANCE, RECORD_TYPES
 from .errors import ReplaygateError
 
@@ -92,12 +94,51 @@ def table_ddl() -> list[str]:
     return out
 
 
-def connect(path: str | None = None, read_only: bool = False) -> duckdb.DuckDBPyConnection:
+def connect(
+    path: str | None = None, read_only: bool = False, role: str | None = None
+) -> duckdb.DuckDBPyConnection:
+    """A connection to a database file. With a `role` (`ingest`, `rollout`, `record`,
+    `watch`: a write of data) it holds the database's writer lock (ingest/lock.py) until
+    `close(con)` or until the connection is gone. Without one it may write only derived
+    tables (the analysis), which DuckDB's own file lock serialises."""
     path = path or default_db_path()
     if read_only and path != ":memory:" and not Path(path).exists():
         raise ReplaygateError(f"no database at {path} (run `replaygate ingest` first)")
+    held = None
     if not read_only and path != ":memory:":
         Path(path).parent.mkdir(parents=True, exist_ok=True)
+        if role is not None:
+            held = lock.acquire(path, role)
+    try:
+        con = _open(path, read_only)
+    except BaseException:
+        if held is not None:
+            held.release()
+        raise
+    if held is not None:
+        _LOCKS[id(con)] = weakref.finalize(con, _drop_lock, id(con), held)
+    return con
+
+
+# The writer lock of each connection that holds one (by id: connections are not hashable
+# keys here, and the finalizer removes the entry with the lock).
+_LOCKS: dict[int, weakref.finalize] = {}  # type: ignore[type-arg]
+
+
+def _drop_lock(key: int, held: lock.Lock) -> None:
+    _LOCKS.pop(key, None)
+    held.release()
+
+
+def close(con: duckdb.DuckDBPyConnection) -> None:
+    """Close a connection and release the writer lock it holds, now."""
+    con.close()
+    fin = _LOCKS.get(id(con))
+    if fin is not None:
+        fin()
+
+
+def _open(path: str, read_only: bool) -> duckdb.DuckDBPyConnection:
     deadline = time.monotonic() + (10 if not read_only else 0)
     while True:
         try:

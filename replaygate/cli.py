@@ -97,9 +97,10 @@ def ingest(
     from .render import ingest_summary
 
     conf = load_config(config_path)
-    con = dbm.connect(db)
+    con = dbm.connect(db, role="ingest")
     report = run_ingest(con, list(paths), conf, progress=RichProgress(), source=source)
     analysed = None if no_analyse else _analyse(con, conf)
+    dbm.close(con)
     if as_json:
         emit_json(ingest_summary(report, analysed, as_dict=True))
     else:

@@ -20,12 +20,12 @@ def ingest_paths(db: str, paths: list[str], conf, source: str = "auto") -> None:
     from replaygate.ingest.load import ingest
     from replaygate.queries import runner
 
-    con = dbm.connect(db)
+    con = dbm.connect(db, role="ingest")
     try:
         report = ingest(con, list(paths), conf, source=source)
         runner.analyse(con, conf)
     finally:
-        con.close()
+        dbm.close(con)
     for w in report.warnings:
         click.echo(f"warning: {w}", err=True)
 

@@ -53,11 +53,11 @@ def _write(records: list[dict], db: str, to_file: str | None, dedupe: bool = Fal
         return rolloutlog.append_file(to_file, records, dedupe=dedupe)
     from replaygate.ingest import db as dbm
 
-    con = dbm.connect(db)
+    con = dbm.connect(db, role="rollout")
     try:
         return rolloutlog.insert_db(con, records, dedupe=dedupe)
     finally:
-        con.close()
+        dbm.close(con)
 
 
 def _ts(value: str | None) -> str | None:

@@ -28,6 +28,7 @@ from pathlib import Path
 import duckdb
 
 from replaygate.ingest import db as dbm
+from replaygate.ingest import lock as dblock
 from replaygate.ingest.config import Config
 from replaygate.ingest.contract import RECORD_TYPES
 from replaygate.ingest.errors import ReplaygateError
@@ -112,9 +113,17 @@ class Watcher:
         self.con: duckdb.DuckDBPyConnection | None = None
         self.started = False
         self.known: dict[str, dict] | None = None  # stage -> {decision, gates}
+        self.lock: dblock.Lock | None = None
 
     # -- storage ---------------------------------------------------------------------------
+    def own(self) -> None:
+        """Take the database's writer lock for as long as watch runs (ingest/lock.py): a
+        write beside watch would be lost at its next publish, so others are refused."""
+        if self.lock is None:
+            self.lock = dblock.acquire(self.db, dblock.WATCH, wait=0)
+
     def _open(self) -> duckdb.DuckDBPyConnection:
+        self.own()
         if self.con is None:
             if not self.started:
                 # Start from what readers see (a copy left by a watch that was killed may
@@ -124,7 +133,7 @@ class Watcher:
                     shutil.copyfile(self.db, self.work)
                 self.started = True
             try:
-                self.con = dbm.connect(str(self.work))
+                self.con = dbm.connect(str(self.work), role=dblock.WATCH)
             except ReplaygateError as exc:
                 raise ReplaygateError(f"{exc} (is another watch running on {self.db}?)") from None
             from replaygate.queries import history
@@ -158,7 +167,10 @@ class Watcher:
             self.con = None
         # The working copy is closed and checkpointed; the next watch starts from the
         # published database.
-        self._discard_work()
+        if self.lock is not None:
+            self._discard_work()
+            self.lock.release()
+            self.lock = None
 
     # -- one cycle -------------------------------------------------------------------------
     def cycle(self, n: int) -> Cycle:
@@ -260,6 +272,7 @@ class Watcher:
     # -- the loop --------------------------------------------------------------------------
     def run(self, stop: threading.Event, cycles: int | None = None) -> int:
         """Run until `stop` is set (or `cycles` cycles ran); the number of cycles run."""
+        self.own()
         self.notifier.start()
         n = 0
         start = time.monotonic()
