@@ -1,0 +1,343 @@
+"""End to end against an implementation nobody here wrote: a server and clients on the
+official TypeScript SDK (npm `@modelcontextprotocol/sdk`; tests/node/ts_server.mjs and
+ts_client.mjs) behind real Caddy and nginx, each logging in the formats of
+docs/sources.md, raw and redacting. The clients call, cut a stream and resume it, re-send
+a write blindly, DELETE a session and reuse it, let the server expire one, send foreign
+Origins to a server with DNS-rebinding protection on and to one with it off, and storm
+the server with cursor-less re-opens. Every request they make is written to a ground
+truth; replaygate reads each proxy log alone (no ledgers: a TypeScript shop has only its
+proxies) and its reading is held against that truth."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import subprocess
+import time
+from collections import Counter
+from pathlib import Path
+
+import pytest
+
+from . import nodejs
+from .procs import REAL_PROXIES, stop
+from .procs import free_port as _port
+from .procs import wait_port as _wait
+
+pytestmark = [*REAL_PROXIES, nodejs.needs(nodejs.SDK)]
+STAGE = "ts-e2e"
+IDLE_MS = 3000
+KEY = "typescript-e2e-key-not-secret"
+
+# docs/sources.md's nginx format (raw ids), and its redacting variant without njs: no
+# session id, a flag for "a new session was issued".
+NGINX_CONF = """
+daemon off; worker_processes 1; user root; pid {d}/nginx.pid; error_log {d}/nginx-error.log;
+events {{}}
+http {{
+  client_body_temp_path {d}/nb; proxy_temp_path {d}/np; fastcgi_temp_path {d}/nf;
+  uwsgi_temp_path {d}/nu; scgi_temp_path {d}/ns;
+  log_format mcp_json escape=json '{{'
+    '"msec":"$msec","request_time":"$request_time",'
+    '"method":"$request_method","uri":"$request_uri","status":"$status",'
+    '"origin":"$http_origin","mcp_session_id":"$http_mcp_session_id",'
+    '"mcp_protocol_version":"$http_mcp_protocol_version",'
+    '"last_event_id":"$http_last_event_id","mcp_method":"$http_mcp_method",'
+    '"user_agent":"$http_user_agent","remote_addr":"$remote_addr",'
+    '"remote_user":"$remote_user","upstream":"$upstream_addr",'
+    '"retry_after":"$sent_http_retry_after",'
+    '"new_session_id":"$upstream_http_mcp_session_id"'
+  '}}';
+  map $upstream_http_mcp_session_id $mcp_new_session {{ "" ""; default "1"; }}
+  log_format mcp_redacted escape=json '{{'
+    '"msec":"$msec","request_time":"$request_time",'
+    '"method":"$request_method","uri":"$request_uri","status":"$status",'
+    '"origin":"$http_origin",'
+    '"mcp_protocol_version":"$http_mcp_protocol_version",'
+    '"last_event_id":"$http_last_event_id","mcp_method":"$http_mcp_method",'
+    '"user_agent":"$http_user_agent","remote_addr":"$remote_addr",'
+    '"remote_user":"$remote_user","upstream":"$upstream_addr",'
+    '"retry_after":"$sent_http_retry_after","new_session":"$mcp_new_session"'
+  '}}';
+  server {{
+    listen 127.0.0.1:{on_port};
+    access_log {d}/logs/nginx-raw/access.log mcp_json;
+    access_log {d}/logs/nginx-redacted/access.log mcp_redacted;
+    location /mcp {{
+      proxy_pass http://127.0.0.1:{on};
+      proxy_http_version 1.1;
+      proxy_set_header Host $http_host;
+      proxy_set_header Connection "";
+      proxy_buffering off;
+      proxy_read_timeout 1h;
+    }}
+  }}
+  server {{
+    listen 127.0.0.1:{off_port};
+    access_log {d}/logs/nginx-off-raw/access.log mcp_json;
+    access_log {d}/logs/nginx-off-redacted/access.log mcp_redacted;
+    location /mcp {{
+      proxy_pass http://127.0.0.1:{off};
+      proxy_http_version 1.1;
+      proxy_set_header Host $http_host;
+      proxy_set_header Connection "";
+      proxy_buffering off;
+      proxy_read_timeout 1h;
+    }}
+  }}
+}}
+"""
+
+# docs/sources.md's Caddy site (raw ids), and its redacting filter.
+CADDYFILE = """
+{{
+  admin off
+  auto_https off
+}}
+http://:{raw_port} {{
+  bind 127.0.0.1
+  log {{
+    output file {d}/logs/caddy-raw/access.log
+    format json
+  }}
+  reverse_proxy 127.0.0.1:{on} {{
+    flush_interval -1
+  }}
+}}
+http://:{red_port} {{
+  bind 127.0.0.1
+  log {{
+    output file {d}/logs/caddy-redacted/access.log
+    format filter {{
+      wrap json
+      fields {{
+        request>headers>Mcp-Session-Id delete
+        resp_headers>Mcp-Session-Id replace REDACTED
+      }}
+    }}
+  }}
+  reverse_proxy 127.0.0.1:{on} {{
+    flush_interval -1
+  }}
+}}
+"""
+
+# log folder -> (the truth it is held against, protection on the server behind it)
+LOGS = {
+    "caddy-raw": ("caddy-raw", True),
+    "caddy-redacted": ("caddy-redacted", True),
+    "nginx-raw": ("nginx", True),
+    "nginx-redacted": ("nginx", True),
+    "nginx-off-raw": ("nginx-off", False),
+    "nginx-off-redacted": ("nginx-off", False),
+}
+
+
+def _node(script: str, *args: str, **kw) -> subprocess.Popen:
+    return subprocess.Popen(
+        [nodejs.node(), str(nodejs.NODE_DIR / script), *args], cwd=nodejs.NODE_DIR, **kw
+    )
+
+
+@pytest.fixture(scope="module")
+def traffic(tmp_path_factory):
+    d = tmp_path_factory.mktemp("typescript")
+    for sub in ("nb", "np", "nf", "nu", "ns", "truth"):
+        (d / sub).mkdir()
+    for name in LOGS:
+        (d / "logs" / name).mkdir(parents=True)
+    on, off = _port(), _port()
+    ports = {name: _port() for name in ("caddy-raw", "caddy-redacted", "nginx", "nginx-off")}
+    procs: list = []
+    logs = contextlib.ExitStack()
+
+    def err(name: str):
+        return logs.enter_context(open(d / f"{name}.log", "w"))  # noqa: SIM115
+
+    try:
+        for port, protect in ((on, "on"), (off, "off")):
+            procs.append(
+                _node(
+                    "ts_server.mjs",
+                    *("--port", str(port), "--protect", protect, "--idle-ms", str(IDLE_MS)),
+                    stdout=subprocess.DEVNULL,
+                    stderr=err(f"server-{protect}"),
+                )
+            )
+        (d / "Caddyfile").write_text(
+            CADDYFILE.format(
+                d=d, on=on, raw_port=ports["caddy-raw"], red_port=ports["caddy-redacted"]
+            )
+        )
+        procs.append(
+            subprocess.Popen(
+                ["caddy", "run", "--config", str(d / "Caddyfile"), "--adapter", "caddyfile"],
+                stdout=subprocess.DEVNULL,
+                stderr=err("caddy"),
+            )
+        )
+        (d / "nginx.conf").write_text(
+            NGINX_CONF.format(
+                d=d, on=on, off=off, on_port=ports["nginx"], off_port=ports["nginx-off"]
+            )
+        )
+        procs.append(
+            subprocess.Popen(
+                ["nginx", "-c", str(d / "nginx.conf"), "-p", str(d)],
+                stdout=subprocess.DEVNULL,
+                stderr=err("nginx"),
+            )
+        )
+        for p in (on, off, *ports.values()):
+            _wait(p)
+        started = time.time()
+        clients = {
+            front: _node(
+                "ts_client.mjs",
+                *("--url", f"http://127.0.0.1:{port}/mcp", "--idle-ms", str(IDLE_MS)),
+                *("--truth", str(d / "truth" / f"{front}.jsonl")),
+                *("--steps", "origins" if front == "nginx-off" else "all"),
+                stdout=subprocess.DEVNULL,
+                stderr=err(f"client-{front}"),
+            )
+            for front, port in ports.items()
+        }
+        for front, c in clients.items():
+            assert c.wait(timeout=120) == 0, (d / f"client-{front}.log").read_text()
+        elapsed = time.time() - started
+        time.sleep(0.5)  # the proxies log the last cut streams
+    finally:
+        stop(procs)
+        logs.close()
+    truth = {
+        front: [json.loads(line) for line in (d / "truth" / f"{front}.jsonl").open()]
+        for front in ports
+    }
+    (d / "logs" / "rollout.jsonl").write_text(
+        json.dumps(
+            {
+                "ts": min(r["t0"] for rows in truth.values() for r in rows) - 60_000,
+                "stage": STAGE,
+                "action": "start",
+                "scope": "write",
+            }
+        )
+        + "\n"
+    )
+    return d, truth, elapsed
+
+
+def _analyse(d: Path, name: str, config: dict):
+    from replaygate.ingest import db as dbm
+    from replaygate.ingest.config import from_mapping
+    from replaygate.ingest.load import ingest
+    from replaygate.queries import gates, runner
+
+    os.environ["REPLAYGATE_HMAC_KEY_TS"] = KEY
+    cfg = from_mapping({"hmac_key_env": "REPLAYGATE_HMAC_KEY_TS", **config})
+    tag = "configured" if config else "bare"
+    con = dbm.connect(str(d / f"{name}-{tag}.duckdb"))
+    report = ingest(con, [d / "logs" / name / "access.log", d / "logs" / "rollout.jsonl"], cfg)
+    runner.analyse(con, cfg)
+    stage = gates.evaluate(con, cfg, STAGE)["stages"][0]
+    return con, report, stage
+
+
+@pytest.fixture(scope="module")
+def analysed(traffic):
+    """Each proxy log read alone, with the allow-list of the clients' own origin."""
+    d, _, _ = traffic
+    out = {}
+    for name in LOGS:
+        out[name] = _analyse(d, name, {"origin_allowlist": ["http://localhost:*"]})
+    yield out
+    for con, _, _ in out.values():
+        con.close()
+
+
+def _served(row: dict) -> bool:
+    return 200 <= row["status"] < 400
+
+
+def test_the_clients_did_what_the_truth_says(traffic):
+    _, truth, elapsed = traffic
+    assert elapsed < 60
+    for front, rows in truth.items():
+        assert not [r for r in rows if "error" in r], front
+        if front == "nginx-off":
+            continue
+        steps = {r["step"] for r in rows}
+        assert {"cut_resume", "blind_resend", "storm", "expiry", "origins"} <= steps
+        # The SDK resumed the cut stream with its cursor (after 409s while the server
+        # still held the cut connection); the write went out twice.
+        resumes = [r["status"] for r in rows if r["step"] == "cut_resume" and r["last_event_id"]]
+        assert resumes[-1] == 200 and set(resumes[:-1]) <= {409}, resumes
+        sends = [r for r in rows if r["step"] == "blind_resend" and r["rpc_method"] == "tools/call"]
+        assert [r["status"] for r in sends] == [200, 200]
+        # Protection on: the transport answers 403, the session routing 404/400 first.
+        evil = [r["status"] for r in rows if r["origin"] == "https://evil.example"]
+        assert sorted(evil) == [200, 400, 403, 403, 404], evil  # 200: Express's OPTIONS
+        storm = [r for r in rows if r["step"] == "storm" and r["method"] == "GET"]
+        # 80 re-opens after the SDK's own standalone GET, none with a cursor.
+        assert len(storm) == 81 and not any(r["last_event_id"] for r in storm)
+    off = [r for r in truth["nginx-off"] if r["origin"] == "https://evil.example"]
+    assert sorted(r["status"] for r in off) == [200, 200, 200, 400, 404]
+
+
+def test_every_request_is_in_each_log_once(traffic, analysed):
+    """Each log has exactly the requests its clients made: by method and status, and
+    by Origin."""
+    _, truth, _ = traffic
+    for name, (front, _) in LOGS.items():
+        con, report, _ = analysed[name]
+        assert report.quarantined == 0, (name, report.quarantine_reasons)
+        logged = Counter(
+            con.execute("SELECT method, status, coalesce(origin, '') FROM proxy").fetchall()
+        )
+        made = Counter((r["method"], r["status"], r["origin"] or "") for r in truth[front])
+        assert logged == made, (name, logged - made, made - logged)
+
+
+def test_raw_ids_are_reported_and_redacted_logs_keep_them_out(traffic, analysed):
+    _, truth, _ = traffic
+    for name, (front, _) in LOGS.items():
+        con, _, stage = analysed[name]
+        raw = {r["session"] for r in truth[front] if r["session"]}
+        raw |= {r["issued_session"] for r in truth[front] if r["issued_session"]}
+        tables = [t for (t,) in con.execute("SELECT table_name FROM duckdb_tables()").fetchall()]
+        for t in tables:
+            cur = con.execute(f"SELECT string_agg(CAST(COLUMNS(*) AS VARCHAR), '|') FROM \"{t}\"")
+            blob = "|".join(str(v) for v in cur.fetchone() or () if v)
+            assert not [s for s in raw if s in blob], (name, t)
+        g = {x["id"]: x for x in stage["gates"]}
+        found = con.execute(
+            "SELECT count(*) FROM findings WHERE detector = 'raw_session_id_logged'"
+        ).fetchone()[0]
+        if name.endswith("-raw"):
+            assert found == 1 and g["raw_session_ids"]["status"] == "fail", name
+        else:
+            assert found == 0 and g["raw_session_ids"]["status"] == "pass", name
+
+
+def test_served_foreign_origins_are_found_where_protection_is_off(traffic, analysed):
+    """The server without protection served the foreign Origin's initialize, ping and
+    GET: a real violation, critical, and the Origin gate fails."""
+    _, truth, _ = traffic
+    served = [
+        r
+        for r in truth["nginx-off"]
+        if r["origin"] == "https://evil.example" and _served(r) and r["method"] != "OPTIONS"
+    ]
+    assert len(served) == 2
+    for name in ("nginx-off-raw", "nginx-off-redacted"):
+        con, _, stage = analysed[name]
+        g = {x["id"]: x for x in stage["gates"]}
+        assert g["invalid_origin_rejection"]["status"] == "fail", name
+        sev = {
+            s
+            for (s,) in con.execute(
+                "SELECT severity FROM findings WHERE detector = 'invalid_origin_accepted'"
+            ).fetchall()
+        }
+        assert sev == {"critical"}, name
