@@ -1,0 +1,72 @@
+"""Proxy lines written by real Caddy and nginx in front of the official MCP Python and
+TypeScript SDK servers (tests/fixtures/proxy/captured/README.md says how each was made):
+every line is read, field by field as the proxy wrote it, and no session id is stored."""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+import pytest
+
+from replaygate.ingest import db as dbm
+from replaygate.ingest.config import Config
+from replaygate.ingest.load import ingest
+
+CAPTURED = Path(__file__).parent / "fixtures" / "proxy" / "captured"
+FILES = [
+    "caddy-conformance.log",
+    "caddy-ts-redacted.log",
+    "nginx-ts-redacted.log",
+    "nginx-ts-off-redacted.log",
+]
+
+
+def _as_written(line: str) -> tuple:
+    """(method, status, Origin, Last-Event-ID, User-Agent) as the proxy logged them."""
+    j = json.loads(line)
+    if "request" in j:  # Caddy
+
+        def h(k: str) -> str | None:
+            return (j["request"]["headers"].get(k) or [None])[0]
+
+        row = (j["request"]["method"], j["status"], h("Origin"), h("Last-Event-Id"))
+        return (*row, h("User-Agent"))
+    row = (j["method"], int(j["status"]), j["origin"] or None, j["last_event_id"] or None)
+    return (*row, j["user_agent"] or None)
+
+
+@pytest.mark.parametrize("name", FILES)
+def test_every_captured_line_reads_as_written(tmp_path, name):
+    path = CAPTURED / name
+    lines = path.read_text().splitlines()
+    con = dbm.connect(str(tmp_path / "a.duckdb"))
+    report = ingest(con, [path], Config())
+    assert report.quarantined == 0, report.quarantine_reasons
+    got = con.execute(
+        "SELECT method, status, origin, last_event_id, user_agent FROM proxy ORDER BY pos"
+    ).fetchall()
+    assert got == [_as_written(line) for line in lines]
+    ids = set(re.findall(r'"Mcp-Session-Id":\["([^"]+)"\]', path.read_text()))
+    stored = " ".join(
+        str(v)
+        for t in ("proxy", "files", "quarantine")
+        for row in con.execute(f"SELECT * FROM {t}").fetchall()
+        for v in row
+    )
+    assert not [i for i in ids if i in stored]
+    if "redacted" in name:
+        # The formats that keep raw ids out leave nothing to hash.
+        assert con.execute("SELECT count(session_hmac) FROM proxy").fetchone() == (0,)
+    con.close()
+
+
+def test_the_conformance_lines_hold_the_probe_and_the_lost_answers():
+    rows = [_as_written(x)[:3] for x in (CAPTURED / FILES[0]).read_text().splitlines()]
+    assert ("POST", 421, "http://evil.example.com") in rows
+    sizes = [
+        (j["request"]["method"], j["status"], j["size"])
+        for j in map(json.loads, (CAPTURED / FILES[0]).read_text().splitlines())
+    ]
+    assert sizes.count(("POST", 200, 0)) == 2
