@@ -133,35 +133,41 @@ def import_(paths, release, scope, as_json, db, to_file):
     """Turn Argo Rollouts and Flagger history into rollout records.
 
     \b
-    Reads `kubectl get -o json` output: Argo Rollouts `Rollout` and `AnalysisRun`
-    objects, Flagger `Canary` objects and the Kubernetes events about them (a List or
-    single objects). Records already in the log are not written again, so the same
-    objects can be imported on every run.
+    Reads `kubectl get -o json` or `-o yaml` output (a List, single objects, several
+    YAML documents): Argo Rollouts `Rollout`, `AnalysisRun` and `Experiment` objects,
+    Flagger `Canary` objects and the Kubernetes events about them (core/v1 or
+    events.k8s.io/v1). Records already in the log are not written again, so the same
+    objects can be imported on every run. A file that yields no record is an error
+    (exit 1) that says why.
 
     \b
     The release id is --release when given, else the Rollout's
     `replaygate.io/release` annotation, else Argo's pod template hash
     (`rollouts-pod-template-hash`) or Flagger's `lastAppliedSpec`. Stage names are
-    `canary-<weight>pct`. Have the recorder stamp the same release id.
+    `canary-<weight>pct`, `preview` (blue-green) and `ab-test` (Flagger A/B). Have the
+    recorder stamp the same release id.
 
     \b
     Examples:
-      kubectl get rollout,analysisrun -n shop -o json > argo.json
-      replaygate rollout import argo.json --db fleet.duckdb
+      kubectl get rollout,analysisrun,experiment -n shop -o yaml > argo.yaml
+      replaygate rollout import argo.yaml --db fleet.duckdb
       kubectl get canary podinfo -n test -o json > canary.json
       kubectl get events -n test --field-selector involvedObject.kind=Canary -o json > ev.json
       replaygate rollout import canary.json ev.json --release 6.1.0 --to logs/rollout.jsonl
     """
     from replaygate.ingest import cdobjects
 
-    objects = []
-    for p in paths:
-        try:
-            with open(p, encoding="utf-8") as fh:
-                objects.append(json.load(fh))
-        except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
-            raise ReplaygateError(f"{p}: not a JSON document ({type(exc).__name__})") from None
-    records = cdobjects.records(objects, release=release, scope=scope)
+    files = [(p, _documents(p)) for p in paths]
+    reading = cdobjects.read([d for _, docs in files for d in docs], release=release, scope=scope)
+    for why in reading.skipped:
+        click.echo(f"rollout import: skipped {why}", err=True)
+    empty = [p for p, docs in files if not any(map(reading.used, cdobjects.flatten(docs)))]
+    if empty:
+        # An import that yields nothing for a file is a CD step that reads the wrong thing:
+        # say so and fail, rather than "0 records" and success.
+        why = "; ".join(reading.skipped) or "no Argo Rollout or Flagger Canary in it"
+        raise ReplaygateError(f"{', '.join(map(str, empty))}: no rollout record ({why})")
+    records = reading.records
     if as_json:
         from replaygate.ingest import rolloutlog
 
@@ -171,6 +177,31 @@ def import_(paths, release, scope, as_json, db, to_file):
         return
     n = _write(records, db, to_file, dedupe=True)
     click.echo(f"rollout import: {len(records)} records read, {n} new -> {to_file or db}", err=True)
+
+
+def _documents(path: str) -> list:
+    """The documents of a `kubectl get -o json` or `-o yaml` file (YAML: several
+    documents, safe loading; JSON is YAML, but read as JSON first for its messages)."""
+    import yaml
+
+    try:
+        with open(path, "rb") as fh:
+            raw = fh.read()
+        text = raw.decode("utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ReplaygateError(
+            f"{path}: not a JSON or YAML document ({type(exc).__name__})"
+        ) from None
+    try:
+        return [json.loads(text)]
+    except json.JSONDecodeError:
+        pass
+    try:
+        return [d for d in yaml.safe_load_all(text) if d is not None]
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f" at line {mark.line + 1}" if mark is not None else ""
+        raise ReplaygateError(f"{path}: not a JSON or YAML document{where}") from None
 
 
 @click.command(context_settings=CONTEXT)
@@ -187,12 +218,19 @@ def serve(db, config_path, host, port):
     """Answer gate decisions over HTTP (read-only), for Argo Rollouts and Flagger.
 
     \b
-    GET /gates/{release}/{stage} -> the gates JSON of that stage, with status
-    200 PROCEED, 409 HOLD, 412 ROLLBACK (404 unknown stage). `-` as release means a
-    rollout log without releases, `_` as stage the release's newest stage.
-    ?ok=any answers 200 whatever the decision (Argo Rollouts `web` metrics: judge
-    result.decision); ?ok=rollback answers 200 only on ROLLBACK (a Flagger rollback
-    webhook). POST is answered like GET (Flagger webhooks POST).
+    GET /gates/{release}/{stage} -> {"decision", "stage", "release", "reasons", ...,
+    "stages": [the full evaluation]}, with status 200 PROCEED, 409 HOLD, 412 ROLLBACK
+    (404 a stage not in the rollout log, 503 before the first analysis is read). `-` as
+    release means no release (as everywhere), `_` as stage the release's newest stage.
+    ?ok=any answers 200 whatever the decision, and 200 HOLD ("stage not in the rollout
+    log") for an unknown stage (Argo Rollouts `web` metrics: judge $.decision);
+    ?ok=rollback answers 200 only on ROLLBACK (a Flagger rollback webhook). POST is
+    answered like GET (Flagger webhooks POST).
+
+    \b
+    Answers come from the last completed analysis, which a background thread refreshes
+    when the data changes (an import or an analysis in progress never delays an
+    answer); the evaluations answered are appended to the decision history.
 
     \b
     Examples:

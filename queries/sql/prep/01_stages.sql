@@ -7,14 +7,18 @@
 -- needs: rollout
 -- A stage is scoped by its release: `stage` is the stage's key, its name alone when the
 -- log names no release, else name@release; `stage_name` and `release` are its parts.
+-- A stage started again (a retried step, a re-promotion) is judged from its latest start.
+-- Its own rollback or completion at the very time of that start ends it (a controller
+-- that aborts or promotes at once reports both at the same second); another stage's
+-- start ends it only after it began.
 CREATE OR REPLACE TABLE a_stages AS
 WITH starts AS (
     SELECT release,
            stage AS stage_name,
            CASE WHEN release IS NULL THEN stage ELSE stage || '@' || release END AS stage,
-           min(ts) AS start_ts,
-           arg_min(scope, ts) FILTER (WHERE scope IS NOT NULL) AS scope,
-           arg_min(percent, ts) FILTER (WHERE percent IS NOT NULL) AS percent
+           max(ts) AS start_ts,
+           arg_max(scope, ts) FILTER (WHERE scope IS NOT NULL) AS scope,
+           arg_max(percent, ts) FILTER (WHERE percent IS NOT NULL) AS percent
     FROM rollout
     WHERE action = 'start'
     GROUP BY release, stage
@@ -22,12 +26,13 @@ WITH starts AS (
 bounded AS (
     SELECT s.*,
            (SELECT min(r.ts) FROM rollout r
-             WHERE r.ts > s.start_ts AND r.release IS NOT DISTINCT FROM s.release
-               AND (r.action = 'start'
-                    OR (r.stage = s.stage_name AND r.action IN ('rollback', 'complete'))))
+             WHERE r.release IS NOT DISTINCT FROM s.release
+               AND ((r.action = 'start' AND r.ts > s.start_ts)
+                    OR (r.stage = s.stage_name AND r.action IN ('rollback', 'complete')
+                        AND r.ts >= s.start_ts)))
                AS end_ts,
            (SELECT min(r.ts) FROM rollout r
-             WHERE r.ts > s.start_ts AND r.release IS NOT DISTINCT FROM s.release
+             WHERE r.ts >= s.start_ts AND r.release IS NOT DISTINCT FROM s.release
                AND r.stage = s.stage_name AND r.action = 'rollback')
                AS rollback_ts
     FROM starts s
