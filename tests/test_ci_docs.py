@@ -90,7 +90,9 @@ def workdir(tmp_path):
     [
         ("-", "write-10pct", 3, "ROLLBACK"),
         ("-", "write-10pct-v2", 0, "PROCEED"),
-        ("2.4.0", "canary-5pct", 2, "HOLD"),  # nothing served by 2.4.0 yet: waits, then HOLD
+        # Nothing served by 2.4.0 yet: waits, then HOLD, which must not fail the Job (a
+        # failed Job aborts the rollout).
+        ("2.4.0", "canary-5pct", 0, "HOLD"),
     ],
 )
 def test_argo_job_script(workdir, release, stage, code, decision):
@@ -112,6 +114,7 @@ def test_argo_job_script(workdir, release, stage, code, decision):
     assert r.returncode == code, r.stderr
     doc = json.loads(r.stdout)  # printed whatever the decision
     assert doc["stages"][0]["decision"] == decision
+    assert ("decision=HOLD" in r.stderr) == (decision == "HOLD")
 
 
 def test_github_actions_step(workdir):
@@ -162,3 +165,86 @@ def test_worked_example(tmp_path):
     for line in expected:
         if "..." not in line:
             assert " ".join(line.split()) in flat, line
+
+
+# -- the serve snippets, under each consumer's documented semantics -------------------------
+
+
+def _yaml_doc(marker: str) -> dict:
+    import yaml
+
+    found = [y for y in _fences("yaml") if marker in y]
+    assert len(found) == 1, marker
+    return yaml.safe_load(found[0])
+
+
+def _argo_condition(cond: str, result: str) -> bool:
+    # The doc's conditions are `result == "X"` (expr); nothing else is accepted here.
+    m = re.fullmatch(r'result == "(\w+)"', cond)
+    assert m, cond
+    return result == m.group(1)
+
+
+def _measure(url: str, method: str = "GET") -> tuple[int, dict]:
+    from .test_rollout_cli import _get
+
+    return _get(url, method)
+
+
+def test_serve_snippets_behave_as_documented(sample_db, tmp_path):
+    from .test_rollout_cli import served
+
+    db = tmp_path / "served.duckdb"
+    shutil.copy(sample_db, db)
+    subprocess.run(
+        [f"{BIN}/replaygate", "rollout", "start", "--release", "3.1.0", "--stage", "canary-5pct",
+         "--at", "2026-11-29T00:00:00Z", "--db", str(db)],
+        check=True, capture_output=True, env=_env(),
+    )  # fmt: skip
+    conf = ROOT / "sample_data" / "replaygate.toml"
+    with served(db, "--config", str(conf)) as base:
+        # Argo web metric: every answer is 2xx (anything else is an error that counts
+        # toward consecutiveErrorLimit and aborts), and $.decision decides.
+        metric = _yaml_doc("kind: AnalysisTemplate\nmetadata:\n  name: replaygate-web")
+        (m,) = metric["spec"]["metrics"]
+        assert m["provider"]["web"]["jsonPath"] == "{$.decision}"
+        assert m["consecutiveSuccessLimit"] == 1
+        expect = {
+            ("-", "write-10pct-v2"): "success",
+            ("-", "write-10pct"): "failure",
+            ("3.1.0", "canary-5pct"): "inconclusive",
+            ("3.1.0", "canary-25pct"): "inconclusive",  # not imported yet: never an error
+        }
+        for (release, stage), outcome in expect.items():
+            url = m["provider"]["web"]["url"].replace("{{args.release}}", release)
+            url = url.replace("{{args.stage}}", stage).replace(
+                "http://replaygate.mcp.svc:8765", base
+            )
+            code, doc = _measure(url)
+            assert 200 <= code < 300, (stage, code)
+            result = doc["decision"]
+            got = (
+                "success" if _argo_condition(m["successCondition"], result)
+                else "failure" if _argo_condition(m["failureCondition"], result)
+                else "inconclusive"
+            )  # fmt: skip
+            assert got == outcome, (stage, result)
+        # Flagger: 200 is "yes". The traffic and promotion gates say yes only on PROCEED,
+        # the rollback hook only on ROLLBACK.
+        canary = _yaml_doc("kind: Canary")
+        hooks = {h["type"]: h["url"] for h in canary["spec"]["analysis"]["webhooks"]}
+        assert set(hooks) == {"confirm-traffic-increase", "confirm-promotion", "rollback"}
+        release = canary["metadata"]["annotations"]["replaygate.io/release"]
+        for kind, url in hooks.items():  # 3.1.0's newest stage, canary-5pct, holds
+            url = url.replace("http://replaygate.test.svc:8765", base)
+            assert f"/gates/{release}/_" in url
+            code, doc = _measure(url, "POST")
+            assert code != 200 and doc["decision"] == "HOLD", (kind, code)
+        # The same hooks on stages that PROCEED and ROLLBACK (the sample's, no release).
+        for stage, decision in (("write-10pct-v2", "PROCEED"), ("write-10pct", "ROLLBACK")):
+            for kind, url in hooks.items():
+                url = url.replace("http://replaygate.test.svc:8765", base)
+                url = url.replace(f"/gates/{release}/_", f"/gates/-/{stage}")
+                code, doc = _measure(url, "POST")
+                yes = decision == ("ROLLBACK" if kind == "rollback" else "PROCEED")
+                assert (code == 200) == yes, (kind, stage, code)
