@@ -341,3 +341,24 @@ def test_served_foreign_origins_are_found_where_protection_is_off(traffic, analy
             ).fetchall()
         }
         assert sev == {"critical"}, name
+
+
+def test_initializes_are_requests_without_a_session_that_got_one(traffic, analysed):
+    """The TypeScript server sets Mcp-Session-Id on every SSE answer; in a log that
+    keeps the request's session id, only the requests without one that got one are
+    initializes, exactly the clients' initializes."""
+    _, truth, _ = traffic
+    for name, (front, _) in LOGS.items():
+        if not name.endswith("-raw"):
+            continue
+        con, _, _ = analysed[name]
+        made = [
+            r
+            for r in truth[front]
+            if r["method"] == "POST" and not r["session"] and r["issued_session"]
+        ]
+        assert made and all(r["rpc_method"] == "initialize" for r in made)
+        answers = [r for r in truth[front] if r["session"] and r["issued_session"]]
+        assert len(answers) > len(made)  # the header on answers that are no initialize
+        got = con.execute("SELECT count(*) FROM proxy WHERE jsonrpc_method = 'initialize'")
+        assert got.fetchone()[0] == len(made), name
