@@ -278,16 +278,33 @@ def test_the_suite_ran_every_server_scenario_in_one_quick_pass(traffic):
     assert truth["elapsed"] < 150
 
 
-def test_the_server_passes_the_suite_but_for_lost_answers(traffic):
-    """Every check passes, except where Caddy lost an answer: the suite's client then
-    times out. The dropped answers of this test are seen by the test's own client."""
-    _, results, truth = traffic
+def _scenario_at(truth: dict, ts: float) -> str:
+    """The scenario that was running at `ts` (after the suite: "after")."""
+    bounds = [*truth["starts"], (truth["suite_end"], "after")]
+    return next((n for t, n in reversed(bounds) if t <= ts), bounds[0][1])
+
+
+def _lost_in_caddy(d: Path, truth: dict) -> dict[str, int]:
+    """Per scenario, the POSTs Caddy answered 200 with an event stream of no bytes."""
+    lost: dict[str, int] = {}
+    for row in _caddy_rows(d):
+        kind = ((row.get("resp_headers") or {}).get("Content-Type") or [""])[0]
+        empty = row["status"] == 200 and row["size"] == 0
+        if row["request"]["method"] == "POST" and empty and kind == "text/event-stream":
+            name = _scenario_at(truth, row["ts"] - row["duration"])
+            lost[name] = lost.get(name, 0) + 1
+    return lost
+
+
+def test_the_server_passes_the_suite_but_where_caddy_lost_an_answer(traffic):
+    """Every check passes, except in a scenario where Caddy answered a POST with an
+    empty event stream: the suite's client then waits for the answer until it times
+    out. The answers this test loses on purpose come after the suite."""
+    d, results, truth = traffic
     failed = {
-        name: [c.get("errorMessage") or "" for c in checks if c["status"] == "FAILURE"]
-        for name, checks in results.items()
+        name for name, checks in results.items() if any(c["status"] == "FAILURE" for c in checks)
     }
-    failed = {k: v for k, v in failed.items() if v}
-    assert all("timed out" in m for msgs in failed.values() for m in msgs), failed
+    assert failed <= set(_lost_in_caddy(d, truth)), (failed, _lost_in_caddy(d, truth))
     assert truth["dropped"] == 1
     # The DNS-rebinding probe reached the server through Caddy and was refused there.
     probe = next(c for c in results["dns-rebinding-protection"] if "rejected" in c["id"])
