@@ -74,6 +74,18 @@ http {{
     }}
   }}
   server {{
+    listen 127.0.0.1:{old_port};
+    access_log {d}/logs/nginx-400-raw/access.log mcp_json;
+    location /mcp {{
+      proxy_pass http://127.0.0.1:{old};
+      proxy_http_version 1.1;
+      proxy_set_header Host $http_host;
+      proxy_set_header Connection "";
+      proxy_buffering off;
+      proxy_read_timeout 1h;
+    }}
+  }}
+  server {{
     listen 127.0.0.1:{off_port};
     access_log {d}/logs/nginx-off-raw/access.log mcp_json;
     access_log {d}/logs/nginx-off-redacted/access.log mcp_redacted;
@@ -131,7 +143,11 @@ LOGS = {
     "nginx-redacted": ("nginx", True),
     "nginx-off-raw": ("nginx-off", False),
     "nginx-off-redacted": ("nginx-off", False),
+    "nginx-400-raw": ("nginx-400", True),
 }
+# What each client run does (ts_client.mjs --steps); the server behind nginx-400 answers
+# an unknown session 400, as the SDK's examples did up to 1.24.
+STEPS = {"nginx-off": "origins", "nginx-400": "delete_reuse,never_reinit,expiry"}
 
 
 def _node(script: str, *args: str, **kw) -> subprocess.Popen:
@@ -147,8 +163,9 @@ def traffic(tmp_path_factory):
         (d / sub).mkdir()
     for name in LOGS:
         (d / "logs" / name).mkdir(parents=True)
-    on, off = _port(), _port()
-    ports = {name: _port() for name in ("caddy-raw", "caddy-redacted", "nginx", "nginx-off")}
+    on, off, old = _port(), _port(), _port()
+    fronts = ("caddy-raw", "caddy-redacted", "nginx", "nginx-off", "nginx-400")
+    ports = {name: _port() for name in fronts}
     procs: list = []
     logs = contextlib.ExitStack()
 
@@ -156,13 +173,14 @@ def traffic(tmp_path_factory):
         return logs.enter_context(open(d / f"{name}.log", "w"))  # noqa: SIM115
 
     try:
-        for port, protect in ((on, "on"), (off, "off")):
+        for port, protect, dead in ((on, "on", "404"), (off, "off", "404"), (old, "on", "400")):
             procs.append(
                 _node(
                     "ts_server.mjs",
                     *("--port", str(port), "--protect", protect, "--idle-ms", str(IDLE_MS)),
+                    *("--dead-status", dead),
                     stdout=subprocess.DEVNULL,
-                    stderr=err(f"server-{protect}"),
+                    stderr=err(f"server-{port}"),
                 )
             )
         (d / "Caddyfile").write_text(
@@ -179,7 +197,13 @@ def traffic(tmp_path_factory):
         )
         (d / "nginx.conf").write_text(
             NGINX_CONF.format(
-                d=d, on=on, off=off, on_port=ports["nginx"], off_port=ports["nginx-off"]
+                d=d,
+                on=on,
+                off=off,
+                old=old,
+                on_port=ports["nginx"],
+                off_port=ports["nginx-off"],
+                old_port=ports["nginx-400"],
             )
         )
         procs.append(
@@ -189,7 +213,7 @@ def traffic(tmp_path_factory):
                 stderr=err("nginx"),
             )
         )
-        for p in (on, off, *ports.values()):
+        for p in (on, off, old, *ports.values()):
             _wait(p)
         started = time.time()
         clients = {
@@ -197,7 +221,7 @@ def traffic(tmp_path_factory):
                 "ts_client.mjs",
                 *("--url", f"http://127.0.0.1:{port}/mcp", "--idle-ms", str(IDLE_MS)),
                 *("--truth", str(d / "truth" / f"{front}.jsonl")),
-                *("--steps", "origins" if front == "nginx-off" else "all"),
+                *("--steps", STEPS.get(front, "all")),
                 stdout=subprocess.DEVNULL,
                 stderr=err(f"client-{front}"),
             )
@@ -265,7 +289,7 @@ def test_the_clients_did_what_the_truth_says(traffic):
     assert elapsed < 60
     for front, rows in truth.items():
         assert not [r for r in rows if "error" in r], front
-        if front == "nginx-off":
+        if front in STEPS:
             continue
         steps = {r["step"] for r in rows}
         assert {"cut_resume", "blind_resend", "storm", "expiry", "origins"} <= steps
@@ -283,6 +307,9 @@ def test_the_clients_did_what_the_truth_says(traffic):
         assert len(storm) == 81 and not any(r["last_event_id"] for r in storm)
     off = [r for r in truth["nginx-off"] if r["origin"] == "https://evil.example"]
     assert sorted(r["status"] for r in off) == [200, 200, 200, 400, 404]
+    # The older routing: a deleted or expired session is answered 400.
+    dead = [r for r in truth["nginx-400"] if r["session"] and 400 <= r["status"] < 500]
+    assert dead and {r["status"] for r in dead} == {400}
 
 
 def test_every_request_is_in_each_log_once(traffic, analysed):
