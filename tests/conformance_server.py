@@ -241,10 +241,12 @@ mcp._tool_manager._tools["json_schema_2020_12_tool"].parameters = {
 
 @mcp.tool()
 async def lost_answer(ctx: Context) -> str:
-    """A write (sent with an Idempotency-Key): reports progress, then answers; the test
-    loses the answer on its way to the client."""
-    await ctx.report_progress(0, 1)
-    await asyncio.sleep(0.2)
+    """A write (sent with an Idempotency-Key): reports progress five times, then
+    answers; the test loses the answer on its way to the client. (A server learns that
+    its client is gone only when a write after the cut fails: hence several.)"""
+    for step in range(5):
+        await ctx.report_progress(step, 5)
+        await asyncio.sleep(0.15)
     return "an answer nobody receives"
 
 

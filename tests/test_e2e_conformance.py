@@ -228,6 +228,7 @@ def traffic(tmp_path_factory):
         assert c.initialize() == 200
         via_drop = Client(drop_port, Path(os.devnull), agent="lost-answer/1")
         via_drop.session = c.session
+        via_drop.next_id = 100  # one session: JSON-RPC ids (and so stream ids) not reused
         conn, r, s = _write(via_drop, "lost-answer-1")
         assert r.status == 200 and r.read() == b""
         truth["lost"].append({"stream": s, "session": c.session, "via": "dropped"})
@@ -238,7 +239,7 @@ def traffic(tmp_path_factory):
         c.events(r, s, limit=2)  # the priming event and the progress
         _hang_up(conn)
         truth["lost"].append({"stream": s, "session": c.session, "via": "hung_up"})
-        time.sleep(0.8)  # the tool finishes after the client is gone
+        time.sleep(1.2)  # the tool finishes after the client is gone
     finally:
         stop(procs)
         if dropper:
@@ -344,3 +345,31 @@ def test_the_proxy_saw_what_the_suite_did(traffic, analysed):
     assert probe == ("http://evil.example.com",)
     dropped = [r for r in _caddy_rows(d, "caddy-drop-access.log")]
     assert [(r["status"], r["size"]) for r in dropped] == [(200, 0)]
+
+
+def _hmac(session: str) -> str:
+    import hashlib
+    import hmac
+
+    return hmac.new(KEY.encode(), session.encode(), hashlib.sha256).hexdigest()
+
+
+def test_the_server_produced_both_lost_answers(traffic, analysed):
+    """What each side recorded of the answers lost on purpose: the server produced and
+    stored both results; the dropped one it wrote out whole (its stream CLOSED, the
+    proxy saw 0 bytes), the other its client had left before (DISCONNECTED)."""
+    _, _, truth = traffic
+    con, _, _ = analysed
+    ends = {"dropped": "CLOSED", "hung_up": "DISCONNECTED"}
+    for lost in truth["lost"]:
+        key = {"s": _hmac(lost["session"]), "st": lost["stream"]}
+        kinds = con.execute(
+            "SELECT list(kind) FROM events WHERE session_hmac = $s AND stream_id = $st", key
+        ).fetchone()[0]
+        assert "result" in kinds, lost
+        states = con.execute(
+            "SELECT list(state ORDER BY ts, pos) FROM streams "
+            "WHERE session_hmac = $s AND stream_id = $st",
+            key,
+        ).fetchone()[0]
+        assert states == ["STREAM_OPEN", ends[lost["via"]]], (lost, states)
