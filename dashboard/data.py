@@ -15,6 +15,7 @@ from __future__ import annotations
 import contextlib
 import io
 import os
+import shlex
 import time
 
 import duckdb
@@ -24,7 +25,7 @@ import streamlit as st
 from replaygate.ingest import db as dbm
 from replaygate.ingest.config import Config
 from replaygate.queries import api, escape, named, runner, views
-from replaygate.queries.api import load_config
+from replaygate.queries.api import resolve_config
 from replaygate.queries.filters import Filters
 
 
@@ -33,9 +34,12 @@ class DatabaseBusy(Exception):
 
 
 class Store:
-    def __init__(self, path: str, config: Config):
+    def __init__(self, path: str, config: Config, config_note: str = "", config_given=False):
         self.path = path
         self.config = config
+        # Which configuration this is (--config, or the one stored with the analysis).
+        self.config_note = config_note
+        self.config_given = config_given
 
     @contextlib.contextmanager
     def connect(self):
@@ -73,7 +77,19 @@ class Store:
 @st.cache_resource
 def store() -> Store:
     path = os.environ.get("REPLAYGATE_DB", "replaygate.duckdb")
-    return Store(path, load_config(os.environ.get("REPLAYGATE_CONFIG") or None))
+    # Without a configuration given, the one the analysis ran with: the numbers shown are
+    # those `replaygate gates --db PATH` gives in any folder.
+    resolved = resolve_config(path, os.environ.get("REPLAYGATE_CONFIG") or None)
+    return Store(path, resolved.config, resolved.note, resolved.origin == "given")
+
+
+def gates_command(stage: str) -> str:
+    """The CLI command that gives this dashboard's evaluation of a stage."""
+    s = store()
+    args = ["replaygate", "gates", "--db", s.path, "--stage", stage]
+    if s.config_given:
+        args += ["--config", os.environ.get("REPLAYGATE_CONFIG", "")]
+    return shlex.join(args)
 
 
 @contextlib.contextmanager

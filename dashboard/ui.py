@@ -241,6 +241,9 @@ def sidebar_freshness(stamp: str) -> None:
         sb.caption(text)
     if fr["last_ingest"] is not None:
         sb.caption(f"Last ingest {fmt.when(fr['last_ingest'])} ({fmt.ago(fr['last_ingest'])})")
+    note = data.store().config_note
+    if note:
+        sb.caption(f"Configuration: {fmt.md_text(note)}")
 
 
 DECISION_COLOR = {"PROCEED": "green", "HOLD": "orange", "ROLLBACK": "red"}

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import os
 from collections.abc import Iterable
+from dataclasses import dataclass
 from typing import Any
 
 import duckdb
@@ -25,6 +26,55 @@ def load_config(path: str | os.PathLike[str] | None = None) -> Config:
     """The configuration, with its gate names checked against the gates' SQL headers."""
     conf = cfg.load(path)
     gates.min_samples(conf)
+    return conf
+
+
+@dataclass(frozen=True)
+class Resolved:
+    """The configuration a command uses, and a line saying which it is."""
+
+    config: Config
+    origin: str  # "given", "stored", "file" (./replaygate.toml) or "defaults"
+    note: str
+
+
+def resolve_config(db_path: str | None, path: str | os.PathLike[str] | None) -> Resolved:
+    """The configuration for a command on a database: the one given (--config), else the
+    one its last analysis ran with, else ./replaygate.toml, else the built-in defaults.
+    Reading the stored one means a reader without --config shows what the analysis
+    showed, whatever folder it runs in."""
+    if path is not None:
+        conf = load_config(path)
+        return Resolved(conf, "given", f"{conf.source} (--config, {_short(conf)})")
+    stored = _stored(db_path) if db_path else None
+    local = load_config(None)
+    if stored is not None:
+        note = f"{stored.source}, as stored with the analysis ({_short(stored)})"
+        if local.source != "built-in defaults" and local.digest() != stored.digest():
+            note += f"; {local.source} differs: pass --config {local.source} to use it"
+        return Resolved(stored, "stored", note)
+    origin = "defaults" if local.source == "built-in defaults" else "file"
+    return Resolved(local, origin, f"{local.source} ({_short(local)})")
+
+
+def _short(conf: Config) -> str:
+    return f"sha256 {conf.digest()[:12]}"
+
+
+def _stored(db_path: str) -> Config | None:
+    if not os.path.exists(db_path):
+        return None
+    try:
+        con = dbm.connect(db_path, read_only=True)
+    except (ReplaygateError, duckdb.Error):
+        # Busy (a writer holds it) or not a database yet: the command itself says so.
+        return None
+    try:
+        conf = runner.stored_config(con)
+    finally:
+        con.close()
+    if conf is not None:
+        gates.min_samples(conf)
     return conf
 
 

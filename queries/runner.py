@@ -6,14 +6,17 @@ configuration digest, so readers know whether they are current.
 
 from __future__ import annotations
 
+import json
 import time
 from typing import Any
 
 import duckdb
 
+from replaygate.ingest import config as cfg
 from replaygate.ingest.config import Config
 from replaygate.ingest.contract import RECORD_TYPES
 from replaygate.ingest.db import get_meta, one_row, set_meta, transaction
+from replaygate.ingest.errors import ReplaygateError
 
 from . import capability, catalog, history, incremental, params
 
@@ -75,6 +78,31 @@ def missing_label(need: str) -> str:
     return " and ".join(_MISSING_LABEL[t] for t in need.split("|"))
 
 
+# The configuration the last analysis ran with: its settings, where they came from and
+# their digest. Readers use it unless they are given one (queries/api.py resolve_config).
+CONFIG_META = "analysis_config"
+
+
+def store_config(con: duckdb.DuckDBPyConnection, config: Config) -> None:
+    doc = {"settings": config.as_dict(), "source": config.source, "digest": config.digest()}
+    set_meta(con, CONFIG_META, json.dumps(doc, sort_keys=True))
+
+
+def stored_config(con: duckdb.DuckDBPyConnection) -> Config | None:
+    """The configuration of the last analysis, or None before one (or for a database
+    analysed before configurations were kept)."""
+    text = get_meta(con, CONFIG_META)
+    if not text:
+        return None
+    doc = json.loads(text)
+    conf = cfg.from_mapping(doc["settings"], str(doc["source"]))
+    if conf.digest() != doc["digest"]:
+        raise ReplaygateError(
+            "the configuration stored in the database does not match its digest; pass --config FILE"
+        )
+    return conf
+
+
 def stamp(con: duckdb.DuckDBPyConnection, config: Config) -> str:
     return f"{get_meta(con, 'data_version', '0')}:{config.digest()}"
 
@@ -132,6 +160,7 @@ def analyse(
         if only is None:
             _fleet_measures(con, config)
             set_meta(con, "analysis_stamp", stamp(con, config))
+            store_config(con, config)
             set_meta(con, "analysis_mode", "full")
             set_meta(con, "history_stamp", history_version)
             incremental.clear_pending(con)
@@ -230,6 +259,7 @@ def _incrementally(con: duckdb.DuckDBPyConnection, config: Config, counts: dict[
             _assign_stages(con)
             _fleet_measures(con, config)
             set_meta(con, "analysis_stamp", stamp(con, config))
+            store_config(con, config)
             set_meta(con, "analysis_mode", "incremental")
             incremental.clear_pending(con)
     except (incremental.Fallback, duckdb.Error):

@@ -18,7 +18,7 @@ DECISION = click.Choice(["PROCEED", "HOLD", "ROLLBACK"], case_sensitive=False)
 def _action(kind, db, config_path, as_json, stage, decision, reason, by, release):
     from replaygate.queries import api, history
 
-    conf = load_config(config_path)
+    conf = load_config(config_path, db)
     row = history.record_action(
         history.file_for_db(db),
         kind,

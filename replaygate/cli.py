@@ -33,10 +33,26 @@ if TYPE_CHECKING:
     from replaygate.ingest.config import Config
 
 
-def load_config(path: str | None) -> Config:
-    from replaygate.queries.api import load_config as load
+def load_config(path: str | None, db: str | None = None) -> Config:
+    """The configuration a command uses: --config, else (with a database) the one its last
+    analysis ran with, else ./replaygate.toml, else the defaults. Which one is kept for
+    `say_config`, so the command can name it once it has succeeded."""
+    from replaygate.queries.api import resolve_config
 
-    return load(path)
+    resolved = resolve_config(db, path)
+    ctx = click.get_current_context(silent=True)
+    if ctx is not None:
+        ctx.meta["replaygate.config"] = resolved.note
+    return resolved.config
+
+
+def say_config() -> None:
+    """One line on standard error naming the configuration used (after the output, so
+    an error stays the only line of a failed command)."""
+    ctx = click.get_current_context(silent=True)
+    note = ctx.meta.get("replaygate.config") if ctx is not None else None
+    if note:
+        click.echo(f"configuration: {note}", err=True)
 
 
 @click.group(context_settings=CONTEXT)
@@ -96,7 +112,7 @@ def ingest(
     from .progress import RichProgress
     from .render import ingest_summary
 
-    conf = load_config(config_path)
+    conf = load_config(config_path, db)
     con = dbm.connect(db, role="ingest")
     report = run_ingest(con, list(paths), conf, progress=RichProgress(), source=source)
     analysed = None if no_analyse else _analyse(con, conf)
@@ -186,8 +202,9 @@ def watch(
 
 @cli.command(context_settings=CONTEXT)
 @db_option
+@config_option
 @json_option
-def status(db: str, as_json: bool) -> None:
+def status(db: str, config_path: str | None, as_json: bool) -> None:
     """Show what the database holds: rows and time span per record type,
     rollout stages, quarantine summary.
 
@@ -197,15 +214,30 @@ def status(db: str, as_json: bool) -> None:
     """
     from replaygate.ingest import db as dbm
     from replaygate.ingest.status import status as get_status
+    from replaygate.queries import runner
 
     from .render import status_table
 
     con = dbm.connect(db, read_only=True)
     doc = get_status(con)
+    conf = load_config(config_path, db)
+    # Whether the stored findings are those of this data and this configuration.
+    doc["configuration"] = {
+        "source": conf.source,
+        "sha256": conf.digest(),
+        "findings_current": runner.is_current(con, conf),
+    }
     if as_json:
         emit_json(doc)
     else:
         status_table(doc)
+        if not doc["configuration"]["findings_current"]:
+            click.echo(
+                "findings are not current for this data and configuration "
+                "(`replaygate findings` or `gates` brings them up to date)",
+                err=True,
+            )
+    say_config()
 
 
 @cli.command(context_settings=CONTEXT)
@@ -341,13 +373,14 @@ def findings(
     unknown = [d for d in detectors if d not in catalog.detectors()]
     if unknown:
         raise ReplaygateError(f"unknown detector {unknown[0]!r} (see docs/detectors.md)")
-    conf = load_config(config_path)
+    conf = load_config(config_path, db)
     con = api.open_analysed(db, conf)
     if as_json:
         emit_json(api.findings_doc(con, detectors=detectors, stage=stage, severity=severity))
     else:
         rows = api.list_findings(con, detectors=detectors, stage=stage, severity=severity)
         findings_table(rows, limit or 50, runner.coverage_doc(con))
+    say_config()
 
 
 @cli.command(context_settings=CONTEXT)
@@ -428,7 +461,7 @@ def gates(
         raise click.UsageError("give --stage/--release or --all-stages, not both")
     if wait_for and all_stages:
         raise click.UsageError("--wait gates one stage: give --stage (and --release)")
-    conf = load_config(config_path)
+    conf = load_config(config_path, db)
     if wait_for:
         doc = gatewait.wait(db, conf, stage, release, list(paths), wait_for, every, source)
     else:
@@ -454,6 +487,7 @@ def gates(
         emit_json(doc)
     else:
         gates_report(doc)
+    say_config()
     decisions = [s["decision"] for s in doc["stages"]]
     sys.exit(EXIT_CODES[worst(decisions)])
 
@@ -487,19 +521,21 @@ def dashboard(db: str, config_path: str | None, port: int, host: str) -> None:
     from replaygate.ingest import db as dbm
     from replaygate.queries import runner
 
-    conf = load_config(config_path)
+    _check_port_free(host, port)
+    conf = load_config(config_path, db)
     con = dbm.connect(db)
     runner.analyse(con, conf)
     con.close()
+    say_config()
     # Located without importing the package: importing it would pull in streamlit here.
     spec = importlib.util.find_spec("replaygate.dashboard")
     assert spec is not None and spec.origin is not None
     app = Path(spec.origin).parent / "app.py"
     env = dict(os.environ, REPLAYGATE_DB=str(Path(db).resolve()))
+    # Without --config the app reads the configuration stored with the analysis above.
+    env.pop("REPLAYGATE_CONFIG", None)
     if config_path:
         env["REPLAYGATE_CONFIG"] = str(Path(config_path).resolve())
-    elif Path("replaygate.toml").exists():
-        env["REPLAYGATE_CONFIG"] = str(Path("replaygate.toml").resolve())
     click.echo(f"replaygate dashboard on http://{host}:{port} (Ctrl-C to stop)", err=True)
     cmd = [
         sys.executable,
@@ -521,6 +557,27 @@ def dashboard(db: str, config_path: str | None, port: int, host: str) -> None:
     ]
     # Become the Streamlit process, so stopping this command stops the server.
     os.execve(sys.executable, cmd, env)
+
+
+def _check_port_free(host: str, port: int) -> None:
+    """One line before anything starts, not Streamlit's message after the URL was printed."""
+    import socket
+
+    try:
+        infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)
+    except socket.gaierror as exc:
+        raise ReplaygateError(f"cannot listen on {host}: {exc.strerror}") from None
+    family, _, _, _, addr = infos[0]
+    with socket.socket(family, socket.SOCK_STREAM) as s:
+        # As a server binds: a port left in TIME_WAIT by a stopped dashboard is free.
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            s.bind(addr)
+        except OSError as exc:
+            raise ReplaygateError(
+                f"port {port} on {host} is not available ({exc.strerror}); "
+                "choose another with --port N"
+            ) from None
 
 
 @cli.command(context_settings=CONTEXT)
@@ -547,6 +604,12 @@ def dashboard(db: str, config_path: str | None, port: int, host: str) -> None:
     help="Check a bundle's signature and every file against its statement, and exit.",
 )
 @click.option(
+    "--pdf",
+    "bundle_pdf",
+    is_flag=True,
+    help="With --bundle: also put the report as PDF in it (printed by headless chromium).",
+)
+@click.option(
     "--sign-key",
     metavar="KEY",
     help="Sign the bundle's statement with this Ed25519 private key (PEM or OpenSSH).",
@@ -571,6 +634,7 @@ def report(
     fmt: str,
     output: str | None,
     bundle: str | None,
+    bundle_pdf: bool,
     verify_dir: str | None,
     sign_key: str | None,
     public_key: str | None,
@@ -588,7 +652,8 @@ def report(
     Examples:
       replaygate report --format html -o audit.html
       replaygate report --stage write-10pct --format md -o ticket.md
-      replaygate report --format pdf -o audit.pdf --bundle evidence/ --sign-key ci.pem
+      replaygate report --format pdf -o audit.pdf
+      replaygate report -o audit.html --bundle evidence/ --pdf --sign-key ci.pem
       replaygate report --verify evidence/ --public-key ci.pub --inputs /var/log/mcp
     """
     from pathlib import Path
@@ -606,7 +671,9 @@ def report(
         raise click.UsageError("--public-key and --inputs go with --verify")
     if sign_key and not bundle:
         raise click.UsageError("--sign-key signs a --bundle")
-    conf = load_config(config_path)
+    if bundle_pdf and not bundle:
+        raise click.UsageError("--pdf puts a PDF in a --bundle (a PDF alone: --format pdf)")
+    conf = load_config(config_path, db)
     con = api.open_analysed(db, conf)
     doc = rep.build(con, conf, stage, db_path=db, config_path=config_path)
     if output:
@@ -616,8 +683,11 @@ def report(
     if bundle:
         from replaygate.dashboard.bundle import bundle as write_bundle
 
-        files = write_bundle(doc, con, conf, Path(bundle), sign_key=sign_key, db_path=db)
+        files = write_bundle(
+            doc, con, conf, Path(bundle), sign_key=sign_key, db_path=db, pdf=bundle_pdf
+        )
         click.echo(f"wrote bundle {bundle}: " + ", ".join(files), err=True)
+    say_config()
 
 
 def _verify_bundle(folder: Path, public_key: str | None, inputs: tuple[str, ...]) -> None:

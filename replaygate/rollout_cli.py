@@ -238,13 +238,16 @@ def serve(db, config_path, host, port):
       curl -s localhost:8765/gates/v2.4.0/canary-5pct
       replaygate serve --db /data/fleet.duckdb --host 0.0.0.0 --port 8765
     """
-    from replaygate.queries.api import load_config
+    from replaygate.queries.api import resolve_config
 
     from .serve import make_server
 
-    server = make_server(db, load_config(config_path), host, port)
+    # Without --config: the configuration the database was last analysed with.
+    resolved = resolve_config(db, config_path)
+    server = make_server(db, resolved.config, host, port)
     h, p = server.server_address[:2]
     click.echo(f"replaygate serve on http://{h}:{p}/gates/{{release}}/{{stage}}", err=True)
+    click.echo(f"configuration: {resolved.note}", err=True)
     try:
         server.serve_forever()
     except KeyboardInterrupt:

@@ -15,6 +15,8 @@ import pytest
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
+from replaygate.dashboard.bundle import PDF_NOT_REQUESTED
+from replaygate.dashboard.report import chromium
 from replaygate.queries import attest
 
 from .conftest import SAMPLE, SAMPLE_CONF
@@ -88,8 +90,9 @@ def test_statement_lists_every_file_with_its_digest(signed):
     assert set(listed) == names - ENVELOPE
     for name, digest in listed.items():
         assert hashlib.sha256((out / name).read_bytes()).hexdigest() == digest
-    if "report.pdf" not in names:
-        assert st["predicate"]["notIncluded"] == ["report.pdf: chromium is not installed"]
+    # The fixture asks for no PDF: a bundle prints one only on request.
+    assert "report.pdf" not in names
+    assert st["predicate"]["notIncluded"] == [f"report.pdf: {PDF_NOT_REQUESTED}"]
     report = json.loads((out / "report.json").read_text())
     # The configuration file is exactly what the report's configuration digest covers.
     assert listed["configuration.json"] == report["configuration"]["sha256"]
@@ -295,3 +298,26 @@ def test_a_third_party_verifies_without_replaygate(signed):
         ["sha256sum", "-c", "-"], cwd=out, input=lines, capture_output=True, text=True
     )
     assert r.returncode == 0, r.stdout + r.stderr
+
+
+def test_a_bundle_prints_a_pdf_only_on_request_and_warns_of_nothing(signed, tmp_path):
+    import warnings
+
+    conf = str(signed["inputs"] / "replaygate.toml")
+    out = tmp_path / "with-pdf"
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        r = run(
+            "report", "--db", str(signed["db"]), "--config", conf, "--stage", "write-10pct",
+            "--bundle", str(out), "--pdf",
+        )  # fmt: skip
+    assert r.returncode == 0, r.stderr
+    assert not [w for w in caught if issubclass(w.category, UserWarning)], caught
+    names = set(os.listdir(out))
+    st = json.loads((out / "statement.json").read_bytes())
+    if chromium():
+        assert "report.pdf" in names and (out / "report.pdf").read_bytes()[:4] == b"%PDF"
+    else:
+        assert st["predicate"]["notIncluded"] == ["report.pdf: chromium is not installed"]
+    r = run("report", "--db", str(signed["db"]), "-o", str(tmp_path / "a.html"), "--pdf")
+    assert r.returncode == 1 and "--pdf" in r.stderr

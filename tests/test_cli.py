@@ -62,7 +62,9 @@ def test_gates_exit_codes(sample_db, tmp_path):
     # re-analyse the database, and the shared one stays on the sample's settings.)
     copy = tmp_path / "copy.duckdb"
     shutil.copy(sample_db, copy)
-    hold = run("gates", "--db", str(copy), "--stage", "write-10pct-v2")
+    defaults = tmp_path / "defaults.toml"
+    defaults.write_text("")
+    hold = run("gates", "--db", str(copy), "--stage", "write-10pct-v2", "--config", defaults)
     assert hold.returncode == 2
 
 

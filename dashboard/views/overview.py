@@ -41,7 +41,7 @@ ui.decision_banner(
     + (fmt.when(window["end"]) if window["end"] else "open"),
 )
 st.caption(
-    f"The same evaluation as `replaygate gates --stage {fmt.code(name)}`"
+    f"The same evaluation as `{fmt.code(data.gates_command(name))}`"
     + ("" if ctx.filters.stage else " · no stage selected: showing the stage that needs attention")
 )
 ignored = [d for d in ctx.filters.active() if d != "stage"]
