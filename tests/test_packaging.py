@@ -56,3 +56,41 @@ def test_cli_analysis_path_imports_no_ui(tmp_path, sample_db):
     r = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, capture_output=True, text=True)
     assert r.returncode == 0, r.stderr
     assert r.stdout.strip() == ""
+
+
+def test_every_third_party_import_is_declared():
+    """Each module's imports, by the distribution that provides them, are among the
+    dependencies (the recorder's among the recorder extra): the test venv holds more, so
+    only this and the plain-install test (test_plain_install.py) see an undeclared one."""
+    import ast
+    import re
+    import tomllib
+    from importlib.metadata import packages_distributions
+
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+
+    def names(reqs):
+        return {re.split(r"[<>=!~ \[;]", r, maxsplit=1)[0].lower().replace("_", "-") for r in reqs}
+
+    core = names(project["dependencies"])
+    recorder = core | names(project["optional-dependencies"]["recorder"])
+    provided = packages_distributions()
+    missing = []
+    for folder in ("replaygate", "ingest", "queries", "dashboard", "sim", "recorder"):
+        allowed = recorder if folder == "recorder" else core
+        for path in (ROOT / folder).rglob("*.py"):
+            for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+                if isinstance(node, ast.Import):
+                    mods = [a.name for a in node.names]
+                elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+                    mods = [node.module]
+                else:
+                    continue
+                for mod in mods:
+                    top = mod.split(".")[0]
+                    if top in sys.stdlib_module_names or top == "replaygate":
+                        continue
+                    dists = {d.lower().replace("_", "-") for d in provided.get(top, [top])}
+                    if not dists & allowed:
+                        missing.append(f"{path.relative_to(ROOT)}: {top} ({', '.join(dists)})")
+    assert not missing, missing
