@@ -25,6 +25,7 @@ import streamlit as st
 from replaygate.ingest import db as dbm
 from replaygate.ingest.config import Config
 from replaygate.queries import api, escape, named, runner, views
+from replaygate.queries import freshness as fresh
 from replaygate.queries.api import resolve_config
 from replaygate.queries.filters import Filters
 
@@ -154,6 +155,15 @@ def filter_options(stamp: str) -> dict:
             None if pd.isna(hi) else hi.to_pydatetime(),
         ),
     }
+
+
+@st.cache_data(show_spinner=False)
+def source_freshness(stamp: str) -> dict:
+    """The data's newest plausible time and the warnings of queries/freshness.py (sources
+    behind the others, records dated after the last ingest)."""
+    with store().connect() as con:
+        src = fresh.sources(con)
+    return {"as_of": fresh.as_of(src), "warnings": fresh.warnings(src)}
 
 
 @st.cache_data(show_spinner=False)

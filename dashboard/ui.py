@@ -213,9 +213,8 @@ def sidebar_filters(options: dict, windows: dict) -> tuple[Filters, str]:
 
 def freshness_summary(stamp: str, now: datetime | None = None) -> dict:
     df = data.freshness(stamp)
-    records = df[(df["source"] != "last ingest") & (df["records"] > 0)]
-    newest = records["newest"].max() if not records.empty else None
-    newest = None if newest is None or pd.isna(newest) else newest.to_pydatetime()
+    # Not the raw maximum: a record dated after the last ingest is no "newest record".
+    newest = data.source_freshness(stamp)["as_of"]
     ingest = df.loc[df["source"] == "last ingest", "newest"]
     last_ingest = None if ingest.empty or pd.isna(ingest.iloc[0]) else ingest.iloc[0]
     now = now or datetime.now(UTC)
@@ -241,6 +240,8 @@ def sidebar_freshness(stamp: str) -> None:
         sb.caption(text)
     if fr["last_ingest"] is not None:
         sb.caption(f"Last ingest {fmt.when(fr['last_ingest'])} ({fmt.ago(fr['last_ingest'])})")
+    for warning in data.source_freshness(stamp)["warnings"]:
+        sb.warning(fmt.md_text(warning), icon=":material/warning:")
     note = data.store().config_note
     if note:
         sb.caption(f"Configuration: {fmt.md_text(note)}")

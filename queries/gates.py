@@ -19,7 +19,7 @@ from replaygate.ingest.db import one_row
 from replaygate.ingest.errors import ReplaygateError
 from replaygate.ingest.timefmt import iso_ms as _iso
 
-from . import catalog, params, runner
+from . import catalog, freshness, params, runner
 
 
 @dataclass(frozen=True)
@@ -217,6 +217,18 @@ def display_threshold(gate: dict[str, Any]) -> str:
     return {"share": "100%", "p99": f"< {t:g} s", "peak": f"≤ {t:g}/s"}.get(kind, f"{t:g}")
 
 
+def _stale_inputs(g: GateDef, behind: list[dict[str, Any]]) -> list[str]:
+    """The stale sources among a gate's detectors' inputs, as reason text."""
+    detectors = catalog.detectors()
+    tables = {t for d in g.detectors for need in detectors[d].needs for t in need.split("|")}
+    return [
+        f"{e['source']} stale (newest {e['newest']}, "
+        f"{freshness.show_seconds(e['behind_seconds'])} behind {e['behind']})"
+        for e in behind
+        if e["table"] in tables
+    ]
+
+
 def _measures(
     con: duckdb.DuckDBPyConnection, config: Config
 ) -> dict[str, dict[str, dict[str, Any]]]:
@@ -282,7 +294,10 @@ def evaluate(
     measures = _measures(con, config)
     meters = _meters(con)
     minimums = min_samples(config)
-    data_end = one_row(con.execute("SELECT max(ts) FROM proxy"))[0]
+    fresh = freshness.sources(con)
+    # The proxy log's newest plausible record: one dated years ahead does not count.
+    data_end = fresh["proxy"]["newest"]
+    fleet_warnings = freshness.warnings(fresh)
     sources = _stage_sources(con)
     blind = runner.blind_detectors(con)
     unjudged = runner.cannot_tell_by_stage(con)
@@ -336,8 +351,20 @@ def evaluate(
         short = [g for g in gates if g["status"] == "insufficient"]
         decision = "ROLLBACK" if failing else ("HOLD" if short else "PROCEED")
         drivers = failing + short  # everything that stands between this stage and PROCEED
+        # Sources that stopped before the window's end (the data's newest time for an
+        # open stage): what they would have shown is missing from every gate reading them.
+        if end is None:
+            behind = freshness.stale(fresh)
+            warnings = list(fleet_warnings)
+        else:
+            behind = freshness.stale(fresh, until=end)
+            warnings = [freshness.describe(e) for e in behind]
         for gate in gates:
             gate["reason"] = reason(gate, config)
+            if gate["status"] == "insufficient":
+                lagging = _stale_inputs(BY_ID[gate["id"]], behind)
+                if lagging:
+                    gate["reason"] += "; " + ", ".join(lagging)
         out.append(
             {
                 "stage": name,
@@ -353,6 +380,7 @@ def evaluate(
                 "rolled_back": rollback_ts is not None,
                 "decision": decision,
                 "reasons": [g["reason"] for g in drivers],
+                "warnings": warnings,
                 "gates": gates,
                 "cannot_tell": unjudged.get(name, []),
                 "by_revision": by_revision(con, name, scope, config),

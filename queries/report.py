@@ -17,7 +17,7 @@ from replaygate.ingest.db import one_row
 from replaygate.ingest.errors import ReplaygateError
 from replaygate.ingest.timefmt import iso_ms as _iso
 
-from . import api, catalog, escape, fieldguide, gates, history, runner
+from . import api, catalog, escape, fieldguide, freshness, gates, history, runner
 
 REPORT_VERSION = "1"
 
@@ -143,13 +143,12 @@ def build(
     if not doc["stages"]:
         raise ReplaygateError("no rollout stages in the data: nothing to report on")
     st = doc["stages"][0]
-    as_of = one_row(
-        con.execute(
-            "SELECT max(ts) FROM (SELECT max(ts) AS ts FROM proxy UNION ALL "
-            "SELECT max(ts) FROM sessions UNION ALL SELECT max(ts) FROM events "
-            "UNION ALL SELECT max(ts) FROM rollout)"
-        )
-    )[0]
+    # Records dated after the last ingest are left out (freshness.py): a clock years
+    # ahead does not date the report.
+    fresh = freshness.sources(con)
+    as_of = freshness.as_of(
+        {t: fresh[t] for t in ("proxy", "sessions", "events", "rollout") if t in fresh}
+    )
     reproduce = ["replaygate", "report", "--db", db_path, "--stage", st["stage"]]
     if config_path:
         reproduce += ["--config", config_path]

@@ -202,6 +202,8 @@ def gates_report(doc: dict) -> None:
         )
         for r in st["reasons"]:
             console.print(f"  - {_t(r)}")
+        for w in st.get("warnings", []):
+            console.print(f"  [yellow]warning:[/] {_t(w)}")
         t = Table(show_header=True)
         for col in ("gate", "status", "value", "threshold", "sample", "min", "95% bound"):
             t.add_column(col)

@@ -67,6 +67,7 @@ class Cycle:
     open_stages: list[str] = field(default_factory=list)
     changes: list[dict] = field(default_factory=list)
     lag: float | None = None
+    stale: list[str] = field(default_factory=list)  # sources far behind the others
     published: bool = False
     error: str | None = None
 
@@ -85,6 +86,8 @@ class Cycle:
         else:
             parts.append("no stages")
         parts.append("lag " + (duration.show(self.lag) if self.lag is not None else "-"))
+        if self.stale:
+            parts[-1] += " (stale: " + ", ".join(self.stale) + ")"
         parts.append(duration.show(self.seconds))
         return f"{head} " + " | ".join(parts)
 
@@ -199,6 +202,7 @@ class Watcher:
             c.changes = self._changes(state, c.at)
             self.known = state
             c.lag = _lag(con, c.at)
+            c.stale = _stale(con)
             if changed or n == 1 or not Path(self.db).exists():
                 self.publish()
                 c.published = True
@@ -317,6 +321,7 @@ class Watcher:
             "ok": c.error is None,
             "error": c.error,
             "lag_seconds": None if c.lag is None else round(c.lag, 1),
+            "stale_sources": c.stale,
             "rows": c.rows,
             "decisions": c.decisions,
         }
@@ -339,6 +344,16 @@ def _lag(con, now: dt.datetime) -> float | None:
         if ts is not None and (newest is None or ts > newest):
             newest = ts
     return None if newest is None else max(0.0, (now - newest).total_seconds())
+
+
+def _stale(con) -> list[str]:
+    """Sources far behind the others (queries/freshness.py), as "event log 3.6 days"."""
+    from replaygate.queries import freshness
+
+    return [
+        f"{e['source']} {freshness.show_seconds(e['behind_seconds'])}"
+        for e in freshness.stale(freshness.sources(con))
+    ]
 
 
 def _change_line(c: Cycle, ch: dict) -> str:
