@@ -159,6 +159,7 @@ def test_the_dashboards_same_as_command_reproduces_its_evaluation(
     import shlex
     from pathlib import Path
 
+    import streamlit as st
     from streamlit.testing.v1 import AppTest
 
     from replaygate.dashboard import data
@@ -172,6 +173,7 @@ def test_the_dashboards_same_as_command_reproduces_its_evaluation(
         monkeypatch.delenv("REPLAYGATE_CONFIG", raising=False)
     monkeypatch.chdir(tmp_path)  # no replaygate.toml here: the stored one, or the given
     data.store.clear()
+    st.cache_data.clear()  # cached by data version: another database may share it
     spec = importlib.util.find_spec("replaygate.dashboard")
     at = AppTest.from_file(str(Path(spec.origin).parent / "app.py"), default_timeout=120)
     for stage in ("write-10pct", "write-10pct-v2"):

@@ -104,6 +104,7 @@ def test_the_dashboard_sidebar_warns_of_the_stale_sources(late, monkeypatch):
     import importlib.util
     from pathlib import Path
 
+    import streamlit as st
     from streamlit.testing.v1 import AppTest
 
     from replaygate.dashboard import data
@@ -111,6 +112,7 @@ def test_the_dashboard_sidebar_warns_of_the_stale_sources(late, monkeypatch):
     monkeypatch.setenv("REPLAYGATE_DB", str(late["db"]))
     monkeypatch.delenv("REPLAYGATE_CONFIG", raising=False)
     data.store.clear()
+    st.cache_data.clear()  # cached by data version: another database may share it
     spec = importlib.util.find_spec("replaygate.dashboard")
     at = AppTest.from_file(str(Path(spec.origin).parent / "app.py"), default_timeout=120)
     at.run()
