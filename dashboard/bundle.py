@@ -123,6 +123,7 @@ def contents(doc: dict, con, config, pdf: bool = False) -> tuple[dict[str, bytes
     settings = effective_settings(config)["settings"]
     files[CONFIGURATION] = json.dumps(settings, sort_keys=True).encode()
     path = history.file_for(con)
+    history.checked(con, path)  # a broken history is not bundled as if it held
     try:
         files[HISTORY] = path.read_bytes() if path else b""
     except FileNotFoundError:
@@ -151,7 +152,7 @@ def bundle(
     for name, data in files.items():
         _put(out_dir, name, data)
     subjects = [(n, attest.sha256_bytes(files[n])) for n in files]
-    raw = attest.encode(attest.statement(doc, subjects, omitted))
+    raw = attest.encode(attest.statement(doc, subjects, omitted, files.get(HISTORY)))
     _put(out_dir, attest.STATEMENT, raw)
     written = [*files, attest.STATEMENT]
     if key is not None:

@@ -168,8 +168,13 @@ def record_decisions(
 
 
 def refresh_history_findings(path: str, config: Config) -> bool:
-    """After an append to the history: bring the findings that read it up to date, if
-    the database can be written now (else the next analysis does; False)."""
+    """After an append to the history: bring the findings that read it up to date and
+    anchor the new head in the database, if it can be written now (else the next
+    analysis does; False). Not while `watch` owns the database: its next cycle does."""
+    from replaygate.ingest import lock
+
+    if (lock.holder(path) or {}).get("role") == lock.WATCH:
+        return False
     try:
         con = dbm.connect(path)
     except ReplaygateError:

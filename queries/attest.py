@@ -123,11 +123,21 @@ STATUS_WORD = {
 }
 
 
+def history_head(data: bytes) -> dict[str, Any]:
+    """The head of a bundled decision history (its rows and newest digest), for the
+    statement: a copy cut short no longer matches it."""
+    rows = [r for r in history._parse(data.decode("utf-8", "replace")) if not r.get("unreadable")]
+    return {"rows": len(rows), "head": rows[-1].get("sha256") if rows else None}
+
+
 def statement(
-    doc: dict[str, Any], subjects: list[tuple[str, str]], omitted: list[str]
+    doc: dict[str, Any],
+    subjects: list[tuple[str, str]],
+    omitted: list[str],
+    history_file: bytes | None = None,
 ) -> dict[str, Any]:
     """An in-toto test-result statement: the bundle's files, the inputs by content
-    digest, the gates and the decision."""
+    digest, the gates and the decision, and the head of the bundled history."""
     by: dict[str, list[str]] = {"PASSED": [], "WARNED": [], "FAILED": [], "SKIPPED": []}
     for g in doc["gates"]:
         by[STATUS_WORD[g["status"]]].append(g["id"])
@@ -159,6 +169,7 @@ def statement(
                 for f in doc["inputs"]["files"]
             ],
             "notIncluded": omitted,
+            **({"decisionHistory": history_head(history_file)} if history_file is not None else {}),
         },
     }
 
@@ -280,9 +291,15 @@ def verify(bundle: Path, public_key: str | None = None, inputs: Sequence[str] = 
             continue
         v.files += 1
         if name == "decision_history.jsonl":
-            broken = history.verify_chain(history._parse(data.decode("utf-8", "replace")))
+            rows = history._parse(data.decode("utf-8", "replace"))
+            head = (st.get("predicate") or {}).get("decisionHistory")
+            broken = history.verify_chain(rows)
+            if not broken and isinstance(head, dict) and isinstance(head.get("rows"), int):
+                broken = history.against_anchor(
+                    [r for r in rows if not r.get("unreadable")], head["rows"], head.get("head")
+                )
             if broken:
-                v.notes.append(f"{name}: as bundled, {broken}")
+                v.problems.append(f"{name}: {broken}")
     for extra in sorted(os.listdir(bundle)):
         if extra not in listed and extra not in ENVELOPE:
             v.problems.append(f"{extra}: not in the statement")

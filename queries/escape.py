@@ -20,6 +20,12 @@ if TYPE_CHECKING:
 # Control characters (C0, DEL, C1) and the Unicode line/paragraph separators: in a
 # Markdown line they could start a new block; on a terminal they are escape sequences.
 _CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f\u2028\u2029]")
+# Characters that change how text around them looks without being seen: bidi controls
+# (a stage name can make "ROLLBACK" read "PROCEED"), zero-width ones (two stages that
+# look alike), the soft hyphen. They are shown by their code point instead.
+_INVISIBLE = re.compile(
+    "[\u00ad\u061c\u180e\u200b-\u200f\u202a-\u202e\u2060-\u2064\u2066-\u2069\ufeff]"
+)
 # The characters with a meaning inside a Markdown line (CommonMark + GFM tables and
 # strikethrough); the rest only matter at the start of a line, see md_text.
 _MD_INLINE = re.compile(r"([\\`*_\[\]<>&|~!#])")
@@ -27,9 +33,22 @@ _MD_STREAMLIT = re.compile(r"([\\`*_\[\]<>&|~!#$:])")
 _MD_LINE_START = re.compile(r"^(\s*>|\s*[-+]|\s*\d{1,9}[.)])(?=\s|$)")
 
 
+def visible(value: object) -> str:
+    """The value with every invisible formatting character (bidi, zero-width) shown as
+    its code point, `[U+202E]`: what a reader sees is what the text holds."""
+    return _INVISIBLE.sub(lambda m: f"[U+{ord(m[0]):04X}]", "" if value is None else str(value))
+
+
 def one_line(value: object) -> str:
-    """The value as text on one line: every control character becomes a space."""
-    return _CONTROL.sub(" ", "" if value is None else str(value))
+    """The value as text on one line: every control character becomes a space, every
+    invisible formatting character its code point (`visible`)."""
+    return visible(_CONTROL.sub(" ", "" if value is None else str(value)))
+
+
+def terminal(value: object) -> str:
+    """Data for a terminal line: no escape sequence, line break, bidi or zero-width
+    character reaches it (`one_line`)."""
+    return one_line(value)
 
 
 def md_text(value: object, streamlit: bool = False) -> str:

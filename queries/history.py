@@ -12,6 +12,15 @@ before T; it never depends on the data or configuration as they are today.
 Rows are chained: each row's `sha256` covers its own fields and the previous row's
 `sha256`, so editing or deleting a row breaks the chain from there on (`verify_chain`).
 The canonical form is documented in docs/audit.md so a third party can recompute it.
+
+The head of the chain is anchored outside the file: the database keeps the number of
+rows and the newest row's digest (`history_rows`, `history_head` in `meta`; advanced
+by every analysis after it checked the file against them) and a bundle's statement
+carries them too, so deleting the newest rows is a break like any other. Every reader
+goes through `checked()`, which raises `HistoryBroken`: a broken history is an error
+wherever it is read, never silently used. A line cut short by a crash mid-append is
+skipped (its write never completed, and the next row links across it); the next append
+starts on a fresh line, so nothing is ever glued onto it.
 """
 
 from __future__ import annotations
@@ -20,11 +29,12 @@ import fcntl
 import hashlib
 import json
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+import blake3
 import duckdb
 
 from replaygate.ingest.config import Config
@@ -32,6 +42,8 @@ from replaygate.ingest.db import get_meta
 from replaygate.ingest.errors import ReplaygateError
 
 DECISIONS = ("PROCEED", "HOLD", "ROLLBACK")
+# The head of the chain as the database knows it (meta keys).
+ANCHOR_ROWS, ANCHOR_HEAD = "history_rows", "history_head"
 KINDS = ("evaluation", "ack", "override")
 SUFFIX = ".history.jsonl"
 # A connection may be told where its history is (a working copy of the database).
@@ -56,6 +68,9 @@ FIELDS = (
     "in_force",
     "prev_sha256",
 )
+# Fields added later: in the canonical form only when the row has them, so the digests
+# of rows written before them still hold.
+OPTIONAL_FIELDS = ("data_end",)
 _GATE_KEYS = ("status", "value", "sample", "min_sample", "threshold")
 
 # The table the detectors read: a temporary copy of the file, made by the analysis.
@@ -106,9 +121,11 @@ def version(con: duckdb.DuckDBPyConnection) -> str:
     """Changes with every append (findings that read the history are current for it)."""
     path = file_for(con)
     try:
-        return str(path.stat().st_size) if path else "0"
+        st = path.stat() if path else None
     except FileNotFoundError:
         return "0"
+    # Size alone misses an edit of the same length (PROCEED -> HOLD, a changed digit).
+    return f"{st.st_size}:{st.st_mtime_ns}:{st.st_ino}" if st else "0"
 
 
 # -- the row format ----------------------------------------------------------------------
@@ -131,6 +148,7 @@ def parse_time(text: str) -> datetime:
 def canonical(row: dict[str, Any]) -> bytes:
     """The bytes a row's sha256 is computed over (docs/audit.md)."""
     body = {k: row.get(k) for k in FIELDS}
+    body.update({k: row[k] for k in OPTIONAL_FIELDS if k in row})
     return json.dumps(body, sort_keys=True, separators=(",", ":"), ensure_ascii=False).encode()
 
 
@@ -139,7 +157,8 @@ def digest(row: dict[str, Any]) -> str:
 
 
 def _line(row: dict[str, Any]) -> str:
-    return json.dumps({k: row.get(k) for k in (*FIELDS, "sha256")}, ensure_ascii=False) + "\n"
+    keys = (*FIELDS, *(k for k in OPTIONAL_FIELDS if k in row), "sha256")
+    return json.dumps({k: row.get(k) for k in keys}, ensure_ascii=False) + "\n"
 
 
 def _parse(text: str) -> list[dict[str, Any]]:
@@ -165,9 +184,13 @@ def read(path: Path | None) -> list[dict[str, Any]]:
     if path is None:
         return []
     try:
-        return _parse(path.read_text(encoding="utf-8"))
+        return _parse(path.read_bytes().decode("utf-8", "replace"))
     except FileNotFoundError:
         return []
+    except OSError as exc:
+        raise ReplaygateError(
+            f"cannot read the decision history {path}: {exc.strerror or exc}"
+        ) from None
 
 
 def _valid(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -177,10 +200,11 @@ def _valid(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
 def in_force(
     path: Path | None, stage: str, at: datetime | None = None, release: str | None = None
 ) -> dict[str, Any] | None:
-    """The newest evaluation of a stage recorded at or before `at` (default: now)."""
+    """The newest evaluation of a stage recorded at or before wall-clock `at` (default:
+    now)."""
     limit = iso(at or datetime.now(UTC))
     found = None
-    for r in _valid(read(path)):
+    for r in checked(None, path):
         if r.get("kind") != "evaluation" or r.get("stage") != stage:
             continue
         if release is not None and r.get("release") != release:
@@ -193,13 +217,38 @@ def in_force(
     return found
 
 
+def as_of_data(
+    path: Path | None, stage: str, at: datetime, release: str | None = None
+) -> dict[str, Any] | None:
+    """The decision as of data time `at`: the newest evaluation of the stage made on
+    data up to `at` (its `data_end`). When every evaluation was made later, on data
+    reaching past `at`, the first of those, marked `evaluated_later` (the decision was
+    not recorded while the data stood at `at`; this is the first that saw it). Rows
+    recorded before `data_end` was kept are not considered."""
+    before, after = None, None
+    for r in checked(None, path):
+        if r.get("kind") != "evaluation" or r.get("stage") != stage or not r.get("data_end"):
+            continue
+        if release is not None and r.get("release") != release:
+            continue
+        end = parse_time(r["data_end"])
+        if end <= at:
+            if before is None or (end, r["seq"]) >= (parse_time(before["data_end"]), before["seq"]):
+                before = r
+        elif after is None or r["seq"] < after["seq"]:
+            after = r
+    if before is not None:
+        return {**before, "evaluated_later": False}
+    return {**after, "evaluated_later": True} if after is not None else None
+
+
 def timeline(path: Path | None, stage: str | None = None) -> list[dict[str, Any]]:
     """What an auditor reads: each change of a stage's evaluated decision, and every
     operator action, oldest first. Re-evaluations that kept the decision are folded into
     the change before them (`evaluations` counts them, `until` is the next change)."""
     out: list[dict[str, Any]] = []
     last: dict[tuple[Any, ...], dict[str, Any]] = {}
-    for r in _valid(read(path)):
+    for r in checked(None, path):
         if stage is not None and r.get("stage") != stage:
             continue
         key = (r.get("stage"), r.get("release"))
@@ -220,41 +269,202 @@ def timeline(path: Path | None, stage: str | None = None) -> list[dict[str, Any]
     return out
 
 
-def verify_chain(history: list[dict[str, Any]]) -> str | None:
-    """The first row whose digest or link does not hold (None: the chain is intact)."""
-    prev = None
+class HistoryBroken(ReplaygateError):
+    """The decision history does not hold: an edit, a deletion, a cut."""
+
+
+def verify_chain(history: list[dict[str, Any]], prev: str | None = None) -> str | None:
+    """The first row whose digest or link does not hold (None: the chain is intact).
+    A line that is not a row (cut short by a crash mid-append) is passed over: the row
+    after it must link to the row before it, so a row edited into garbage still breaks
+    the chain. `prev`: the digest the first row must link to (a verified prefix's)."""
+    skipped = ""
     for r in history:
         if r.get("unreadable"):
-            return f"decision history {r['seq']}: not a JSON object"
+            skipped = f" ({r['seq']}: not a JSON object)"
+            continue
+        if not isinstance(r.get("seq"), int):
+            return f"decision history row {r.get('seq')!r}: not a row (no sequence number)"
         if r.get("prev_sha256") != prev:
-            return f"decision history row {r.get('seq')}: previous-row link broken"
+            return f"decision history row {r.get('seq')}: previous-row link broken{skipped}"
+        skipped = ""
         if digest(r) != r.get("sha256"):
             return f"decision history row {r.get('seq')}: content changed"
         prev = r["sha256"]
     return None
 
 
-def load_table(con: duckdb.DuckDBPyConnection) -> int:
-    """(Re)create the `decision_history` table the detectors read; its row count."""
-    rows = _valid(read(file_for(con)))
+def anchor(con: duckdb.DuckDBPyConnection | None) -> tuple[int, str | None]:
+    """The head of the chain as the database recorded it: (rows, newest digest)."""
+    if con is None:
+        return 0, None
+    rows = get_meta(con, ANCHOR_ROWS)
+    return (int(rows) if rows and rows.isdigit() else 0), get_meta(con, ANCHOR_HEAD)
 
-    def cell(r: dict[str, Any], f: str) -> Any:
-        v = r.get(f)
-        if f in ("reasons", "gates") and v is not None:
-            v = json.dumps(v, sort_keys=True)
-        return v if f == "seq" or v is None else str(v)
 
-    con.execute(_ROWS)
+def against_anchor(valid: list[dict[str, Any]], rows: int, head: str | None) -> str | None:
+    """Whether the history still holds the head the database (or a bundle) recorded:
+    fewer rows, or another row where the head was, is a cut."""
+    if rows <= 0:
+        return None
+    if len(valid) < rows:
+        return (
+            f"decision history has {len(valid)} rows where {rows} were recorded: "
+            "its newest rows were deleted"
+        )
+    if valid[rows - 1].get("sha256") != head:
+        return f"decision history row {rows}: not the row recorded as row {rows}"
+    return None
+
+
+def problem(con: duckdb.DuckDBPyConnection | None, rows: list[dict[str, Any]]) -> str | None:
+    """What is wrong with a history as read, against its chain and its anchor."""
+    return verify_chain(rows) or against_anchor(_valid(rows), *anchor(con))
+
+
+def checked(
+    con: duckdb.DuckDBPyConnection | None, path: Path | None = None
+) -> list[dict[str, Any]]:
+    """Every row of the history of `con`'s database (or of `path`), checked against its
+    chain and the database's anchor; HistoryBroken if it does not hold."""
+    if path is None and con is not None:
+        path = file_for(con)
+    rows = read(path)
+    broken = problem(con, rows)
+    if broken:
+        raise HistoryBroken(
+            f"{broken} ({path}): the decision history was changed outside replaygate; "
+            "restore it from a backup or a bundle (docs/audit.md)"
+        )
+    return _valid(rows)
+
+
+def checked_for_db(db: str | os.PathLike[str]) -> list[dict[str, Any]]:
+    """`checked()` for a database file given by name (its anchor read if it can be
+    opened now; a database a writer holds is checked against the chain alone)."""
+    from replaygate.ingest import db as dbm
+
+    con = None
+    if Path(db).exists():
+        try:
+            con = dbm.connect(str(db), read_only=True)
+        except ReplaygateError:
+            con = None
     try:
-        if rows:
-            con.executemany(
-                f"INSERT INTO rg_history_rows VALUES ({', '.join('?' * len(_COLUMNS))})",
-                [[cell(r, f) for f in _COLUMNS] for r in rows],
+        return checked(con, file_for_db(db))
+    finally:
+        if con is not None:
+            con.close()
+
+
+def advance_anchor_to(con: duckdb.DuckDBPyConnection, rows: int, head: str | None) -> None:
+    """Record the checked history's head in the database (only ever forward: the check
+    refused a history that does not extend the recorded head)."""
+    from replaygate.ingest.db import set_meta
+
+    set_meta(con, ANCHOR_ROWS, str(rows))
+    set_meta(con, ANCHOR_HEAD, head or "")
+
+
+def load_table(con: duckdb.DuckDBPyConnection) -> int:
+    """(Re)create the `decision_history` table the detectors read, from the checked
+    history, and advance the database's anchor; its row count.
+
+    What was verified before is not hashed again row by row: the database keeps the
+    BLAKE3 of the verified bytes (`history_verified`), and when the file still starts
+    with them only the rows after them are checked. The table is read by DuckDB."""
+    path = file_for(con)
+    try:
+        data = path.read_bytes() if path else b""
+    except FileNotFoundError:
+        data = b""
+    except OSError as exc:
+        raise ReplaygateError(
+            f"cannot read the decision history {path}: {exc.strerror or exc}"
+        ) from None
+    rows, head = anchor(con)
+    cache = _verified(con)
+    if (
+        cache is not None
+        and (cache["rows"], cache["head"]) == (rows, head or None)
+        and len(data) >= cache["bytes"]
+        and blake3.blake3(data[: cache["bytes"]]).hexdigest() == cache["blake3"]
+    ):
+        rest = _parse(data[cache["bytes"] :].decode("utf-8", "replace"))
+        broken = verify_chain(rest, prev=cache["head"])
+        valid = _valid(rest)
+        count = int(cache["rows"]) + len(valid)
+        newest = valid[-1] if valid else {"sha256": cache["head"], "seq": cache["seq"]}
+    else:
+        parsed = _parse(data.decode("utf-8", "replace"))
+        broken = problem(con, parsed)
+        valid = _valid(parsed)
+        count = len(valid)
+        newest = valid[-1] if valid else {"sha256": None, "seq": 0}
+    if broken:
+        raise HistoryBroken(
+            f"{broken} ({path}): the decision history was changed outside replaygate; "
+            "restore it from a backup or a bundle (docs/audit.md)"
+        )
+    if count and (rows, head) != (count, newest["sha256"]):
+        advance_anchor_to(con, count, newest["sha256"])
+    if data.endswith(b"\n") and (cache is None or cache["bytes"] != len(data)):
+        from replaygate.ingest.db import set_meta
+
+        set_meta(
+            con,
+            _VERIFIED,
+            json.dumps(
+                {
+                    "bytes": len(data),
+                    "blake3": blake3.blake3(data).hexdigest(),
+                    "rows": count,
+                    "head": newest["sha256"],
+                    "seq": newest["seq"],
+                }
+            ),
+        )
+    if count:
+        assert path is not None
+        con.execute(
+            f"CREATE OR REPLACE TEMP TABLE rg_history_rows AS SELECT {', '.join(_COLUMNS)} "
+            f"FROM read_json($p, format = 'newline_delimited', ignore_errors = true, "
+            f"columns = {_JSON_COLUMNS}) WHERE seq IS NOT NULL AND seq <= $last",
+            {"p": str(path), "last": newest["seq"]},
+        )
+    else:
+        con.execute(_ROWS)
+    try:
+        got = int(con.execute("SELECT count(*) FROM rg_history_rows").fetchall()[0][0])
+        if got != count:
+            raise HistoryBroken(
+                f"decision history ({path}): {count} rows verified but {got} readable as rows"
             )
         con.execute(_TABLE)
     finally:
         con.execute("DROP TABLE IF EXISTS rg_history_rows")
-    return len(rows)
+    return count
+
+
+_VERIFIED = "history_verified"
+# How DuckDB reads a row (constants, not data: formatted into the query).
+_JSON_COLUMNS = (
+    "{"
+    + ", ".join(
+        f"'{f}': '{'BIGINT' if f == 'seq' else 'JSON' if f in ('reasons', 'gates') else 'VARCHAR'}'"
+        for f in _COLUMNS
+    )
+    + "}"
+)
+
+
+def _verified(con: duckdb.DuckDBPyConnection) -> dict[str, Any] | None:
+    try:
+        doc = json.loads(get_meta(con, _VERIFIED) or "null")
+    except ValueError:
+        return None
+    keys = ("bytes", "blake3", "rows", "head", "seq")
+    return doc if isinstance(doc, dict) and all(k in doc for k in keys) else None
 
 
 # -- appending -------------------------------------------------------------------------
@@ -264,36 +474,84 @@ def _now(now: datetime | None) -> datetime:
     return (now or datetime.now(UTC)).astimezone(UTC)
 
 
+_TAIL = 64 * 1024
+
+
+def _newest_first(fh: Any) -> Iterator[dict[str, Any]]:
+    """The rows of an open history file from its end backwards, read a chunk at a time
+    (an append must not read the whole history to find the rows it needs)."""
+    end = fh.seek(0, os.SEEK_END)
+    carry = b""
+    while end > 0:
+        start = max(0, end - _TAIL)
+        fh.seek(start)
+        lines = (fh.read(end - start) + carry).split(b"\n")
+        carry = lines.pop(0) if start > 0 else b""
+        for raw in reversed(lines):
+            if not raw.strip():
+                continue
+            try:
+                row = json.loads(raw)
+            except ValueError:
+                continue  # a line cut short
+            if isinstance(row, dict) and isinstance(row.get("seq"), int):
+                yield row
+        end = start
+
+
+def _tail(fh: Any) -> tuple[dict[str, Any] | None, bool]:
+    """The newest row of an open history file, and whether the file ends in the middle
+    of a line."""
+    size = fh.seek(0, os.SEEK_END)
+    if size == 0:
+        return None, False
+    fh.seek(size - 1)
+    torn = fh.read(1) != b"\n"
+    return next(_newest_first(fh), None), torn
+
+
 def _append(
-    path: Path | None, make_row: Callable[[list[dict[str, Any]]], dict[str, Any] | None]
+    path: Path | None,
+    make_row: Callable[[Callable[[], Iterator[dict[str, Any]]]], dict[str, Any] | None],
 ) -> dict[str, Any] | None:
-    """Append the row `make_row(existing rows)` returns (None: nothing), under an
-    exclusive lock, so appends from several processes keep one chain."""
+    """Append the row `make_row(newest_first)` returns (None: nothing; `newest_first()`
+    reads rows from the end backwards, as far as the caller looks), under an exclusive
+    lock, so appends from several processes keep one chain."""
     if path is None:
         raise ReplaygateError("the decision history needs a database file, not :memory:")
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with open(path, "a+", encoding="utf-8") as fh:
-        fcntl.flock(fh, fcntl.LOCK_EX)
-        try:
-            fh.seek(0)
-            existing = _parse(fh.read())
-            row = make_row(existing)
-            if row is None:
-                return None
-            last = existing[-1] if existing else None
-            row["seq"] = (
-                (int(last["seq"]) + 1)
-                if last and isinstance(last["seq"], int)
-                else (len(existing) + 1)
-            )
-            row["prev_sha256"] = last.get("sha256") if last else None
-            row["sha256"] = digest(row)
-            fh.seek(0, os.SEEK_END)
-            fh.write(_line(row))
-            fh.flush()
-            os.fsync(fh.fileno())
-        finally:
-            fcntl.flock(fh, fcntl.LOCK_UN)
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with open(path, "ab+") as fh:
+            fcntl.flock(fh, fcntl.LOCK_EX)
+            try:
+                return _append_locked(fh, make_row)
+            finally:
+                fcntl.flock(fh, fcntl.LOCK_UN)
+    except OSError as exc:
+        raise ReplaygateError(
+            f"cannot append to the decision history {path}: {exc.strerror or exc}"
+        ) from None
+
+
+def _append_locked(
+    fh: Any, make_row: Callable[[Callable[[], Iterator[dict[str, Any]]]], dict[str, Any] | None]
+) -> dict[str, Any] | None:
+    row = make_row(lambda: _newest_first(fh))
+    if row is None:
+        return None
+    last, torn = _tail(fh)
+    row["seq"] = int(last["seq"]) + 1 if last else 1
+    row["prev_sha256"] = last.get("sha256") if last else None
+    row["sha256"] = digest(row)
+    fh.seek(0, os.SEEK_END)
+    # After a crash mid-append the file ends inside a line: start on a fresh one, so
+    # the cut line stays one unreadable line instead of swallowing this row.
+    fh.write((b"\n" if torn else b"") + _line(row).encode("utf-8"))
+    fh.flush()
+    os.fsync(fh.fileno())
+    written, torn = _tail(fh)
+    if torn or written is None or written.get("sha256") != row["sha256"]:
+        raise ReplaygateError("the decision history did not take the row (read back differs)")
     return row
 
 
@@ -353,19 +611,26 @@ def record_evaluation(
             "note": None,
             "in_force": None,
         }
+        data_end = (st.get("window") or {}).get("data_end")
+        if data_end:
+            # What time of the data the evaluation had seen (`history --at` asks by it).
+            row["data_end"] = data_end
 
         def make(
-            existing: list[dict[str, Any]], row: dict[str, Any] = row
+            newest_first: Callable[[], Iterator[dict[str, Any]]], row: dict[str, Any] = row
         ) -> dict[str, Any] | None:
             if only_changes:
-                same = [
-                    r
-                    for r in _valid(existing)
-                    if r.get("kind") == "evaluation"
-                    and (r.get("stage"), r.get("release")) == (row["stage"], row["release"])
-                ]
+                same = next(
+                    (
+                        r
+                        for r in newest_first()
+                        if r.get("kind") == "evaluation"
+                        and (r.get("stage"), r.get("release")) == (row["stage"], row["release"])
+                    ),
+                    None,
+                )
                 keys = ("decision", "reasons", "gates", "data_version", "config_sha256")
-                if same and all(same[-1].get(k) == row[k] for k in keys):
+                if same and all(same.get(k) == row[k] for k in keys):
                     return None
             return row
 
@@ -400,16 +665,17 @@ def record_action(
         raise ReplaygateError("an override needs --reason")
     ts = _now(now)
 
-    def make(existing: list[dict[str, Any]]) -> dict[str, Any]:
+    def make(newest_first: Callable[[], Iterator[dict[str, Any]]]) -> dict[str, Any]:
         current = None
-        for r in _valid(existing):
+        for r in newest_first():
             if (
                 r.get("kind") == "evaluation"
                 and r.get("stage") == stage
                 and (release is None or r.get("release") == release)
                 and r["recorded_at"] <= iso(ts)
             ):
-                current = r
+                current = r  # the last such row in the file, as before
+                break
         if current is None:
             raise ReplaygateError(
                 f"no recorded decision for stage {stage!r}: record one first "

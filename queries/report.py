@@ -120,10 +120,11 @@ _HISTORY_KEYS = (
 def _decision_history(con: duckdb.DuckDBPyConnection, stage: str) -> dict[str, Any]:
     """When the stage's recorded decision changed, and what operators did about it."""
     path = history.file_for(con)
+    history.checked(con, path)  # a broken history stops the report (HistoryBroken)
     timeline = history.timeline(path, stage)
     return {
         "timeline": [{k: e.get(k) for k in _HISTORY_KEYS} for e in timeline],
-        "chain": history.verify_chain(history.read(path)) or "intact",
+        "chain": "intact",
     }
 
 

@@ -33,9 +33,11 @@ def _action(kind, db, config_path, as_json, stage, decision, reason, by, release
     if as_json:
         emit_json(row)
     else:
+        from replaygate.queries.escape import terminal as show
+
         verb = "acknowledged" if kind == "ack" else "overrode"
         click.echo(
-            f"{row['recorded_at']} {row['actor']} {verb} {row['stage']}: "
+            f"{row['recorded_at']} {show(row['actor'])} {verb} {show(row['stage'])}: "
             f"{row['in_force']}" + (f" -> {row['decision']}" if kind == "override" else "")
         )
 
@@ -95,11 +97,18 @@ def override(db, config_path, as_json, stage, reason, by, release, decision):
     "--at",
     "at",
     metavar="TIME",
-    help="Show the decision in force at this time (ISO 8601, UTC unless it says).",
+    help="The decision as of this time of the data (ISO 8601, UTC unless it says).",
 )
-def history(db, as_json, stage, at):
+@click.option(
+    "--recorded-at",
+    "recorded_at",
+    metavar="TIME",
+    help="The decision in force at this wall-clock time (newest recorded by then).",
+)
+def history(db, as_json, stage, at, recorded_at):
     """Show the decision history: each change of a stage's decision and every operator
-    action, or (--at) the decision in force at a past time.
+    action; --at: the decision as of a time of the data (the newest evaluation made on
+    data up to then); --recorded-at: the decision in force at a wall-clock time.
 
     \b
     Decisions are recorded by `gates --record` (and by watch and serve); the
@@ -112,52 +121,67 @@ def history(db, as_json, stage, at):
       replaygate history --stage write-10pct --at 2026-11-28T04:30:00Z --json
     """
     from replaygate.queries import history as hist
+    from replaygate.queries.escape import terminal as show
 
     path = hist.file_for_db(db)
-    broken = hist.verify_chain(hist.read(path))
-    if broken:
-        click.echo(f"warning: {broken}", err=True)
-    if at:
-        when = hist.parse_time(at)
-        stages = [stage] if stage else sorted({r.get("stage") for r in hist.read(path)} - {None})
-        found = {s: hist.in_force(path, s, at=when) for s in stages}
+    rows = hist.checked_for_db(db)  # a broken history is an error, not a warning
+    if at and recorded_at:
+        raise click.UsageError("give --at (data time) or --recorded-at (wall clock), not both")
+    if at or recorded_at:
+        when = hist.parse_time(at or recorded_at)
+        stages = [stage] if stage else sorted({r.get("stage") for r in rows} - {None})
+        if at:
+            found = {s: hist.as_of_data(path, s, when) for s in stages}
+        else:
+            found = {s: hist.in_force(path, s, at=when) for s in stages}
+        by = "data" if at else "recorded"
         if as_json:
-            emit_json({"at": hist.iso(when), "in_force": found})
+            emit_json({"at": hist.iso(when), "by": by, "in_force": found})
             return
         if not any(found.values()):
-            raise ReplaygateError(f"no decision recorded at or before {hist.iso(when)}")
+            raise ReplaygateError(
+                f"no decision recorded on data up to {hist.iso(when)} or later"
+                if at
+                else f"no decision recorded at or before {hist.iso(when)}"
+            )
         for s, row in found.items():
             if row is None:
-                click.echo(f"{s}: nothing recorded by then")
+                click.echo(f"{show(s)}: nothing recorded " + ("for it" if at else "by then"))
                 continue
+            seen = ""
+            if at:
+                seen = f"on data up to {row['data_end']}, " + (
+                    "the first evaluation that saw this time, " if row["evaluated_later"] else ""
+                )
             click.echo(
-                f"{s}: {row['decision']} (recorded {row['recorded_at']} by {row['source']}, "
-                f"data version {row['data_version']}, configuration {row['config_sha256'][:12]})"
+                f"{show(s)}: {row['decision']} ({seen}recorded {row['recorded_at']} by "
+                f"{show(row['source'])}, data version {show(row['data_version'])}, "
+                f"configuration {show(row['config_sha256'])[:12]})"
             )
             for r in row["reasons"] or []:
-                click.echo(f"  - {r}")
+                click.echo(f"  - {show(r)}")
         return
     entries = hist.timeline(path, stage)
     if as_json:
-        emit_json({"timeline": entries, "chain": broken or "intact"})
+        emit_json({"timeline": entries, "chain": "intact"})
         return
     if not entries:
         click.echo("no decision recorded (replaygate gates --record records one)")
         return
     for e in entries:
         if e["kind"] == "evaluation":
-            change = f"{e['previous']} -> " if e["previous"] else ""
+            change = f"{show(e['previous'])} -> " if e["previous"] else ""
             click.echo(
-                f"{e['recorded_at']}  {e['stage']}: {change}{e['decision']}  "
-                f"({e['source']}, data version {e['data_version']}, "
+                f"{show(e['recorded_at'])}  {show(e['stage'])}: {change}{show(e['decision'])}  "
+                f"({show(e['source'])}, data version {show(e['data_version'])}, "
                 f"{e['evaluations']} evaluation{'s' if e['evaluations'] != 1 else ''})"
             )
         else:
             click.echo(
-                f"{e['recorded_at']}  {e['stage']}: {e['kind']} by {e['actor']} of "
-                f"{e['in_force']}"
-                + (f" -> {e['decision']}" if e["kind"] == "override" else "")
-                + (f": {json.dumps(e['note'])}" if e["note"] else "")
+                f"{show(e['recorded_at'])}  {show(e['stage'])}: {show(e['kind'])} by "
+                f"{show(e['actor'])} of {show(e['in_force'])}"
+                + (f" -> {show(e['decision'])}" if e["kind"] == "override" else "")
+                + (f": {show(json.dumps(e['note']))}" if e["note"] else "")
             )
 
 

@@ -272,6 +272,9 @@ def test_bundle_refuses_a_folder_of_other_files_and_the_database(signed, tmp_pat
     here = tmp_path / "here"
     here.mkdir()
     shutil.copy(signed["db"], here / "report.json")
+    # Its decision history goes with it (without it the database's anchor says rows
+    # were deleted).
+    shutil.copy(f"{signed['db']}.history.jsonl", here / "report.json.history.jsonl")
     r = run(
         "report", "--db", str(here / "report.json"), "--config", SAMPLE_CONF,
         "--bundle", str(here),

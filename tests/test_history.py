@@ -128,7 +128,9 @@ def test_decision_in_force_at_a_past_time_after_the_data_changed(tmp_path, monke
     # The same answer from the command line.
     db = str(tmp_path / "fleet.duckdb")
     con.close()
-    r = run_cli("history", "--db", db, "--stage", stage, "--at", "2026-11-30T00:30:00Z", "--json")
+    r = run_cli(
+        "history", "--db", db, "--stage", stage, "--recorded-at", "2026-11-30T00:30:00Z", "--json"
+    )
     assert r.returncode == 0, r.stderr
     assert json.loads(r.stdout)["in_force"][stage]["decision"] == "PROCEED"
 
