@@ -340,7 +340,7 @@ def blind_detectors(con: duckdb.DuckDBPyConnection) -> dict[str, str]:
     """Detectors that could judge nothing because no file can show a fact they need,
     with what is missing ("proxy.log cannot show proxy.initialize")."""
     rows = con.execute(
-        """SELECT c.detector, arg_min(t.file || ' cannot show ' || t.missing, t.file)
+        """SELECT c.detector, arg_min(t.file || ' cannot show ' || t.missing, (t.file, t.missing))
            FROM coverage c JOIN cannot_tell t USING (detector)
            WHERE c.status = 'cannot tell' GROUP BY c.detector"""
     ).fetchall()

@@ -387,6 +387,31 @@ def test_duplicate_dispatch_retry_basis(tmp_path):
     assert findings(tmp_path / "d", dispatches=reads) == {}
 
 
+DD = "duplicate_dispatch"
+
+
+def test_duplicate_dispatch_retry_basis_from_a_sessionless_proxy_failure(tmp_path):
+    """A sessionless write broke when a proxy logged a failure for its principal and
+    request id within the retry window, before or after the write's own record; the
+    nearest failure decides, among many requests of the same id and principal."""
+    first = dp(0, "d1", request_id="7", payload_digest="p", principal="u")
+    again = dp(2000, "d2", request_id="8", payload_digest="p", principal="u")
+    noise = [px(t, status=200, request_id="7", principal="u") for t in (-50, 10, 60)]
+    noise += [px(-900_000, status=502, request_id="7", principal="u")]  # outside the window
+    for k, t in enumerate((-300_000, 1000)):  # a failure before, or after, the write
+        fail = px(t, status=499, request_id="7", principal="u")
+        got = findings(tmp_path / f"hit{k}", dispatches=[first, again], proxy=[*noise, fail])
+        seen = [(f["dispatch_id"], f["detail"]["basis"], f["detail"]["broke"]) for f in got[DD]]
+        assert seen == [("d1", "retry", ["proxy_status"])]
+    for name, fail in (
+        ("far", px(700_000, status=499, request_id="7", principal="u")),
+        ("other_principal", px(1000, status=499, request_id="7", principal="v")),
+        ("other_request", px(1000, status=499, request_id="9", principal="u")),
+    ):
+        got = findings(tmp_path / name, dispatches=[first, again], proxy=[*noise, fail])
+        assert "retry" not in [f["detail"]["basis"] for f in got.get(DD, [])]
+
+
 def test_duplicate_dispatch_inbox_basis(tmp_path):
     events = [ev(0, "1", 1, "result", message_digest="d")]
     inbox = [

@@ -183,8 +183,8 @@ GROUP BY ALL ORDER BY win;
 WITH f AS (SELECT * FROM rg_findings()
            WHERE rg_keep(stage, baseline, revision, server, client, ts, $flt))
 SELECT 'session' AS kind, f.session_hmac AS subject, count(*) AS findings,
-       list(DISTINCT f.detector ORDER BY f.detector) AS detectors, any_value(a.client_name) AS client,
-       any_value(a.first_ts) AS started, any_value(coalesce(a.cohort, 'baseline')) AS stage,
+       list(DISTINCT f.detector ORDER BY f.detector) AS detectors, min(a.client_name) AS client,
+       min(a.first_ts) AS started, min(coalesce(a.cohort, 'baseline')) AS stage,
        min(f.ts) AS first
 FROM f JOIN a_sessions a USING (session_hmac)
 GROUP BY f.session_hmac
@@ -192,7 +192,7 @@ UNION ALL
 SELECT CASE WHEN idempotency_key IS NOT NULL THEN 'key'
             WHEN dispatch_id IS NOT NULL THEN 'dispatch' ELSE 'principal' END,
        coalesce(idempotency_key, dispatch_id, principal, detector), count(*),
-       list(DISTINCT detector ORDER BY detector), NULL, min(ts), any_value(stage), min(ts)
+       list(DISTINCT detector ORDER BY detector), NULL, min(ts), min(stage), min(ts)
 FROM f WHERE session_hmac IS NULL OR session_hmac NOT IN (SELECT session_hmac FROM a_sessions)
 GROUP BY ALL
 ORDER BY findings DESC, first

@@ -13,7 +13,7 @@
 -- unit: (session_hmac, auth_subject)
 -- page: sessions
 SELECT p.session_hmac, 'critical' AS severity, min(p.ts) AS ts,
-       json_object('auth_subject', p.auth_subject, 'session_subject', any_value(s.auth_subject),
+       json_object('auth_subject', p.auth_subject, 'session_subject', min(s.auth_subject),
                    'requests', count(*)) AS detail
 FROM proxy p JOIN a_sessions s USING (session_hmac)
 WHERE p.auth_subject IS NOT NULL AND s.auth_subject IS NOT NULL

@@ -12,9 +12,9 @@
 -- page: dispatch
 SELECT idempotency_key, 'critical' AS severity, min(ts) AS ts,
        min(session_hmac) AS session_hmac,
-       arg_min(dispatch_id, ts) FILTER (WHERE outcome = 'executed') AS dispatch_id,
+       arg_min(dispatch_id, (ts, dispatch_id)) FILTER (WHERE outcome = 'executed') AS dispatch_id,
        json_object('executed', count(*) FILTER (WHERE outcome = 'executed'),
-                   'dispatches', list(dispatch_id ORDER BY ts)) AS detail
+                   'dispatches', list(dispatch_id ORDER BY ts, dispatch_id)) AS detail
 FROM a_key_differing
 GROUP BY idempotency_key
 HAVING bool_or(outcome = 'executed')

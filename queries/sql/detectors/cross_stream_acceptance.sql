@@ -17,15 +17,15 @@
 -- (sessions without receipts): the server replayed on a stream an event another stream
 -- produced — nothing on the client's side would have refused it.
 SELECT session_hmac, generation, stream_id, event_id, 'critical' AS severity, min(ts) AS ts,
-       json_object('basis', 'client', 'origin_stream_id', any_value(origin_stream_id),
-                   'origin_seq', any_value(seq)) AS detail
+       json_object('basis', 'client', 'origin_stream_id', min(origin_stream_id),
+                   'origin_seq', min(seq)) AS detail
 FROM a_inbox
 WHERE verdict = 'accepted' AND origin_stream_id IS NOT NULL AND origin_stream_id <> stream_id
 GROUP BY session_hmac, generation, stream_id, event_id
 UNION ALL
 SELECT r.session_hmac, r.generation, r.stream_id, r.event_id, 'critical', min(r.ts),
-       json_object('basis', 'server', 'origin_stream_id', any_value(e.stream_id),
-                   'origin_seq', any_value(e.seq))
+       json_object('basis', 'server', 'origin_stream_id', min(e.stream_id),
+                   'origin_seq', min(e.seq))
 FROM events r
 JOIN a_event_index e USING (session_hmac, generation, event_id)
 ANTI JOIN a_inbox_sessions s USING (session_hmac, generation)

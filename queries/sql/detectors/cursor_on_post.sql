@@ -31,10 +31,10 @@ get_resumes AS (
     GROUP BY ALL
 )
 SELECT p.session_hmac, 'low' AS severity, min(p.ts) AS ts,
-       json_object('client', any_value(p.client), 'posts', count(*),
-                   'jsonrpc_methods', list(DISTINCT p.jsonrpc_method)
+       json_object('client', min(p.client), 'posts', count(*),
+                   'jsonrpc_methods', list(DISTINCT p.jsonrpc_method ORDER BY p.jsonrpc_method)
                        FILTER (WHERE p.jsonrpc_method IS NOT NULL),
-                   'get_resumes', coalesce(any_value(g.n), 0)) AS detail
+                   'get_resumes', coalesce(min(g.n), 0)) AS detail
 FROM posts p
 LEFT JOIN get_resumes g USING (session_hmac)
 WHERE p.session_hmac IS NOT NULL OR p.client IS NOT NULL

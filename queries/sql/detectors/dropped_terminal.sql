@@ -18,7 +18,7 @@
 -- never sent or replayed later.
 SELECT e.session_hmac, e.generation, e.stream_id, 'critical' AS severity, min(e.ts) AS ts,
        min(e.event_id) AS event_id,
-       json_object('basis', 'server', 'kinds', list(DISTINCT e.kind), 'dropped', count(*))
+       json_object('basis', 'server', 'kinds', list(DISTINCT e.kind ORDER BY e.kind), 'dropped', count(*))
            AS detail
 FROM events e
 JOIN a_event_index x USING (session_hmac, generation, event_id)

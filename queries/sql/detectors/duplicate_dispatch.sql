@@ -50,20 +50,37 @@ writes AS (
     SELECT * FROM executed WHERE tool_class IN ('write', 'paid')
 ),
 proxy_broke AS (
-    -- Two equi-joins, not one join with an OR: request ids repeat across sessions
-    -- ("0", "1", ...), so a join on the request id alone pairs every write with every
-    -- failed request of that id in the fleet.
     SELECT d.dispatch_id
     FROM writes d
     JOIN proxy p ON p.request_id = d.request_id AND p.session_hmac = d.session_hmac
     WHERE p.status >= 400
       AND abs(epoch_ms(p.ts) - epoch_ms(d.ts)) <= $retry_window_s * 1000
     UNION
-    SELECT d.dispatch_id
-    FROM writes d
-    JOIN proxy p ON p.request_id = d.request_id AND p.principal = d.principal
-    WHERE d.session_hmac IS NULL AND p.status >= 400
-      AND abs(epoch_ms(p.ts) - epoch_ms(d.ts)) <= $retry_window_s * 1000
+    -- Sessionless writes: the failed proxy request of the same principal and request id
+    -- nearest in time, before or after, from one ordered pass over the writes and the
+    -- failures of each (principal, request id). Request ids repeat across sessions ("0",
+    -- "1", ...) and a principal stands for many sessions, so pairing every write with
+    -- every failure of its group grows with the square of the group.
+    SELECT dispatch_id
+    FROM (SELECT dispatch_id, ts, fail_ts,
+                 max(fail_ts) OVER (PARTITION BY principal, request_id ORDER BY ts
+                                    ROWS BETWEEN UNBOUNDED PRECEDING AND CURRENT ROW)
+                     AS before_ts,
+                 min(fail_ts) OVER (PARTITION BY principal, request_id ORDER BY ts
+                                    ROWS BETWEEN CURRENT ROW AND UNBOUNDED FOLLOWING)
+                     AS after_ts
+          FROM (SELECT principal, request_id, ts, dispatch_id, NULL::TIMESTAMP AS fail_ts
+                FROM writes
+                WHERE session_hmac IS NULL AND principal IS NOT NULL
+                  AND request_id IS NOT NULL AND ts IS NOT NULL
+                UNION ALL
+                SELECT principal, request_id, ts, NULL, ts
+                FROM proxy
+                WHERE status >= 400 AND principal IS NOT NULL AND request_id IS NOT NULL
+                  AND ts IS NOT NULL))
+    WHERE fail_ts IS NULL AND dispatch_id IS NOT NULL
+      AND (epoch_ms(ts) - epoch_ms(before_ts) <= $retry_window_s * 1000
+           OR epoch_ms(after_ts) - epoch_ms(ts) <= $retry_window_s * 1000)
 ),
 broken AS (
     SELECT w.*,
@@ -75,21 +92,41 @@ broken AS (
     WHERE w.stream_broke OR coalesce(w.http_status, 200) >= 400
        OR pb.dispatch_id IS NOT NULL
 ),
+-- The key and receipt groupings hash their wide keys first: only the rows whose 64-bit
+-- hash repeats (a superset of the real groups of two or more) are grouped by the full key.
+key_repeats AS (
+    SELECT hash(idempotency_key, payload_digest) AS h
+    FROM dispatches
+    WHERE outcome = 'executed' AND idempotency_key IS NOT NULL
+    GROUP BY 1
+    HAVING count(*) >= 2
+),
 by_key AS (
     SELECT 'idempotency_key' AS basis, min(session_hmac) AS session_hmac,
            min(generation) AS generation, NULL AS stream_id, NULL AS event_id,
-           arg_min(dispatch_id, ts) AS dispatch_id, idempotency_key, min(ts) AS ts,
-           list(dispatch_id ORDER BY ts) AS dispatches, NULL::VARCHAR[] AS evidence
-    FROM executed
-    WHERE idempotency_key IS NOT NULL
+           idempotency_key, min(ts) AS ts,
+           list(dispatch_id ORDER BY ts, dispatch_id) AS dispatches, NULL::VARCHAR[] AS evidence
+    FROM dispatches d
+    SEMI JOIN key_repeats k ON hash(d.idempotency_key, d.payload_digest) = k.h
+    WHERE outcome = 'executed' AND idempotency_key IS NOT NULL
     GROUP BY idempotency_key, payload_digest
+    HAVING count(*) >= 2
+),
+receipt_repeats AS (
+    SELECT hash(session_hmac, generation, stream_id, event_id, message_digest) AS h
+    FROM inbox
+    WHERE verdict = 'accepted' AND dispatch_id IS NOT NULL
+    GROUP BY 1
     HAVING count(*) >= 2
 ),
 by_inbox AS (
     SELECT 'inbox' AS basis, session_hmac, generation, stream_id, event_id,
            min(dispatch_id) AS dispatch_id, NULL AS idempotency_key, min(ts) AS ts,
-           list(DISTINCT dispatch_id) AS dispatches, NULL::VARCHAR[] AS evidence
-    FROM inbox
+           list(DISTINCT dispatch_id ORDER BY dispatch_id) AS dispatches,
+           NULL::VARCHAR[] AS evidence
+    FROM inbox i
+    SEMI JOIN receipt_repeats k
+      ON hash(i.session_hmac, i.generation, i.stream_id, i.event_id, i.message_digest) = k.h
     WHERE verdict = 'accepted' AND dispatch_id IS NOT NULL
     GROUP BY session_hmac, generation, stream_id, event_id, message_digest
     HAVING count(DISTINCT dispatch_id) >= 2
@@ -97,8 +134,9 @@ by_inbox AS (
 by_retry AS (
     SELECT 'retry' AS basis, a.session_hmac, a.generation, NULL AS stream_id,
            NULL AS event_id, a.dispatch_id, NULL AS idempotency_key, a.ts,
-           list_prepend(a.dispatch_id, list(b.dispatch_id ORDER BY b.ts)) AS dispatches,
-           any_value(a.evidence) AS evidence
+           list_prepend(a.dispatch_id, list(b.dispatch_id ORDER BY b.ts, b.dispatch_id))
+               AS dispatches,
+           min(a.evidence) AS evidence
     FROM broken a
     JOIN executed b
       ON b.sender = a.sender AND b.tool_name = a.tool_name
@@ -121,7 +159,8 @@ keyless AS (
 by_suspicion AS (
     SELECT 'suspected' AS basis, a.session_hmac, a.generation, NULL AS stream_id,
            NULL AS event_id, a.dispatch_id, NULL AS idempotency_key, a.ts,
-           list_prepend(a.dispatch_id, list(b.dispatch_id ORDER BY b.ts)) AS dispatches,
+           list_prepend(a.dispatch_id, list(b.dispatch_id ORDER BY b.ts, b.dispatch_id))
+               AS dispatches,
            NULL::VARCHAR[] AS evidence
     FROM keyless a
     JOIN keyless b
@@ -147,5 +186,8 @@ SELECT session_hmac, generation, stream_id, event_id, dispatch_id, idempotency_k
        WHEN basis = 'retry' THEN
            json_object('basis', basis, 'dispatches', dispatches, 'broke', evidence)
        ELSE json_object('basis', basis, 'dispatches', dispatches) END AS detail
-FROM (SELECT * FROM by_key UNION ALL SELECT * FROM by_inbox UNION ALL SELECT * FROM by_retry
+FROM (SELECT basis, session_hmac, generation, stream_id, event_id,
+             dispatches[1] AS dispatch_id, idempotency_key, ts, dispatches, evidence
+      FROM by_key
+      UNION ALL SELECT * FROM by_inbox UNION ALL SELECT * FROM by_retry
       UNION ALL SELECT * FROM by_suspicion)

@@ -13,7 +13,7 @@
 -- page: sessions
 SELECT 'low' AS severity, min(ts) AS ts,
        json_object('client', coalesce(principal, client_addr), 'requests', count(*),
-                   'protocol_versions', list(DISTINCT protocol_version)) AS detail
+                   'protocol_versions', list(DISTINCT protocol_version ORDER BY protocol_version)) AS detail
 FROM proxy
 WHERE NOT has_resumption(protocol_version) AND last_event_id IS NOT NULL
 GROUP BY coalesce(principal, client_addr)

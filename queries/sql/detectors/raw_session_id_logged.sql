@@ -12,7 +12,7 @@
 -- unit: source file
 -- page: sessions
 SELECT 'critical' AS severity, min(p.ts) AS ts,
-       json_object('file', any_value(f.name), 'path', any_value(f.path), 'count', count(*))
+       json_object('file', min(f.name), 'path', min(f.path), 'count', count(*))
            AS detail
 FROM proxy p JOIN files f USING (file_id)
 WHERE p.raw_session_id

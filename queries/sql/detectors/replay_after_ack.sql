@@ -25,7 +25,7 @@ replays AS (
     WHERE p.disposition = 'replayed' AND x.stream_id = p.stream_id
 )
 SELECT p.session_hmac, p.generation, p.stream_id, 'low' AS severity, min(p.ts) AS ts,
-       json_object('replayed_seqs', list(DISTINCT p.seq), 'acked_seq', max(r.acked_seq))
+       json_object('replayed_seqs', list(DISTINCT p.seq ORDER BY p.seq), 'acked_seq', max(r.acked_seq))
            AS detail
 FROM replays p
 ASOF JOIN resumes r

@@ -24,20 +24,29 @@
 -- nor heartbeat, never accepted by the client (basis client, when the session has inbox
 -- receipts), else never replayed by the server (basis server). A ledger that records no
 -- resume cursor cannot show which cursor was rejected: its rejections are `cannot_tell`.
+-- Driven from the rejected resumes (a handful): receipts and evictions are read only for
+-- their streams and cursors, not aggregated over whole tables.
 WITH judged AS (
-    -- The first rejected resume of each stream whose cursor the server produced on it;
-    -- lost events are counted from the acknowledged position (a_resumes: defined once).
-    SELECT session_hmac, generation, stream_id,
-           arg_min(resume_from_event_id, ts) AS cursor, arg_min(cursor_seq, ts) AS cursor_seq,
-           arg_min(acked_seq, ts) AS acked_seq, min(ts) AS ts,
+    -- The first rejected resume of each stream whose cursor the server produced on it
+    -- (ties on ts broken by the cursor, so a rerun picks the same one); lost events are
+    -- counted from the acknowledged position (a_resumes: defined once).
+    SELECT session_hmac, generation, stream_id, cursor, cursor_seq, acked_seq, ts,
            session_hmac IN (SELECT session_hmac FROM inbox) AS client_basis
-    FROM a_resumes
-    WHERE next_state = 'CURSOR_REJECTED' AND cursor_stream_id = stream_id
-    GROUP BY ALL
+    FROM (SELECT session_hmac, generation, stream_id, resume_from_event_id AS cursor,
+                 cursor_seq, acked_seq, ts,
+                 row_number() OVER (PARTITION BY session_hmac, generation, stream_id
+                                    ORDER BY ts, resume_from_event_id, acked_seq) AS k
+          FROM a_resumes
+          WHERE next_state = 'CURSOR_REJECTED' AND cursor_stream_id = stream_id)
+    WHERE k = 1
 ),
 accepted AS (
-    SELECT DISTINCT session_hmac, generation, origin_stream_id AS stream_id, seq
-    FROM a_inbox WHERE verdict = 'accepted'
+    SELECT DISTINCT i.session_hmac, i.generation, i.origin_stream_id AS stream_id, i.seq
+    FROM a_inbox i
+    SEMI JOIN judged j
+      ON j.session_hmac = i.session_hmac AND j.generation = i.generation
+     AND j.stream_id = i.origin_stream_id
+    WHERE i.verdict = 'accepted'
 ),
 lost AS (
     SELECT j.session_hmac, j.generation, j.stream_id, list(x.seq ORDER BY x.seq) AS seqs
@@ -50,13 +59,17 @@ lost AS (
      AND a.stream_id = x.stream_id AND a.seq = x.seq
     WHERE coalesce(x.kind, '?') NOT IN ('priming', 'heartbeat')
       AND CASE WHEN j.client_basis THEN a.seq IS NULL ELSE NOT x.replayed END
-    GROUP BY ALL
+    GROUP BY j.session_hmac, j.generation, j.stream_id
 ),
 evicted AS (
-    SELECT session_hmac, generation, event_id, min(ts) AS evicted_at,
-           max(buffer_depth) AS buffer_depth
-    FROM events WHERE disposition = 'evicted'
-    GROUP BY ALL
+    SELECT e.session_hmac, e.generation, e.event_id, min(e.ts) AS evicted_at,
+           max(e.buffer_depth) AS buffer_depth
+    FROM events e
+    SEMI JOIN judged j
+      ON j.session_hmac = e.session_hmac AND j.generation = e.generation
+     AND j.cursor = e.event_id
+    WHERE e.disposition = 'evicted'
+    GROUP BY e.session_hmac, e.generation, e.event_id
 )
 SELECT j.session_hmac, j.generation, j.stream_id, 'high' AS severity, j.ts,
        json_object('basis', CASE WHEN j.client_basis THEN 'client' ELSE 'server' END,

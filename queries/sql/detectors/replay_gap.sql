@@ -35,8 +35,8 @@ SELECT session_hmac, generation, stream_id,
        coalesce(min(first_ts), (SELECT min(s.ts) FROM streams s
                                  WHERE s.session_hmac = m.session_hmac
                                    AND s.stream_id = m.stream_id)) AS ts,
-       json_object('basis', any_value(basis),
+       json_object('basis', min(basis),
                    'missing_seqs', list(DISTINCT seq ORDER BY seq),
-                   'missing_kinds', list(coalesce(kind, 'unknown') ORDER BY seq)) AS detail
+                   'missing_kinds', list(coalesce(kind, 'unknown') ORDER BY seq, kind)) AS detail
 FROM missing m
 GROUP BY session_hmac, generation, stream_id

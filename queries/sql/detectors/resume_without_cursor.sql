@@ -24,6 +24,9 @@
 -- resume cursor cannot tell a cursorless re-open from one it did not log, and sessions
 -- that say neither whether they are resumable nor their revision cannot show that a
 -- cursor was owed: such streams are `cannot_tell`.
+-- Driven from the re-opens, a few per thousand streams: every position and lost event is
+-- found by joining the candidates to the rows of their own streams, never by aggregating
+-- whole tables (which grows with the fleet, not with the re-opens).
 WITH ordered AS (
     SELECT session_hmac, generation, stream_id, state, ts, method, resume_from_event_id,
            last_sent_event_id,
@@ -36,7 +39,7 @@ WITH ordered AS (
     WINDOW w AS (PARTITION BY session_hmac, generation, stream_id ORDER BY k_)
 ),
 reopens AS (
-    SELECT d.session_hmac, d.generation, d.stream_id, d.ts AS disc_ts,
+    SELECT d.session_hmac, d.generation, d.stream_id, d.k, d.ts AS disc_ts,
            d.last_sent_event_id, r.ts AS reopen_ts
     FROM ordered d
     JOIN ordered r
@@ -46,20 +49,39 @@ reopens AS (
     WHERE d.state = 'DISCONNECTED' AND r.resume_from_event_id IS NULL
       AND (r.state = 'RESUME_PENDING' OR r.method = 'GET')
 ),
+client_pos AS (
+    SELECT r.session_hmac, r.generation, r.stream_id, r.k, max(i.seq) AS pos
+    FROM reopens r
+    JOIN a_inbox i
+      ON i.session_hmac = r.session_hmac AND i.generation = r.generation
+     AND i.origin_stream_id = r.stream_id AND i.ts <= r.disc_ts
+    WHERE i.verdict = 'accepted'
+    GROUP BY ALL
+),
+cursor_pos AS (
+    SELECT r.session_hmac, r.generation, r.stream_id, r.k, max(e.seq) AS pos
+    FROM reopens r
+    JOIN a_event_index e
+      ON e.session_hmac = r.session_hmac AND e.generation = r.generation
+     AND e.event_id = r.last_sent_event_id
+    GROUP BY ALL
+),
+sent_pos AS (
+    SELECT r.session_hmac, r.generation, r.stream_id, r.k, max(v.seq) AS pos
+    FROM reopens r
+    JOIN events v
+      ON v.session_hmac = r.session_hmac AND v.generation = r.generation
+     AND v.stream_id = r.stream_id AND v.ts <= r.disc_ts
+    WHERE v.disposition = 'sent'
+    GROUP BY ALL
+),
 judged AS (
     SELECT r.*, r.session_hmac IN (SELECT session_hmac FROM inbox) AS client_basis,
-           (SELECT max(i.seq) FROM a_inbox i
-             WHERE i.session_hmac = r.session_hmac AND i.generation = r.generation
-               AND i.origin_stream_id = r.stream_id AND i.verdict = 'accepted'
-               AND i.ts <= r.disc_ts) AS client_pos,
-           coalesce((SELECT max(e.seq) FROM a_event_index e
-                      WHERE e.session_hmac = r.session_hmac AND e.generation = r.generation
-                        AND e.event_id = r.last_sent_event_id),
-                    (SELECT max(v.seq) FROM events v
-                      WHERE v.session_hmac = r.session_hmac AND v.generation = r.generation
-                        AND v.stream_id = r.stream_id AND v.disposition = 'sent'
-                        AND v.ts <= r.disc_ts)) AS server_pos
+           c.pos AS client_pos, coalesce(e.pos, v.pos) AS server_pos
     FROM reopens r
+    LEFT JOIN client_pos c USING (session_hmac, generation, stream_id, k)
+    LEFT JOIN cursor_pos e USING (session_hmac, generation, stream_id, k)
+    LEFT JOIN sent_pos v USING (session_hmac, generation, stream_id, k)
 ),
 held AS (
     SELECT *, CASE WHEN client_basis THEN client_pos ELSE server_pos END AS pos
@@ -67,8 +89,13 @@ held AS (
     WHERE CASE WHEN client_basis THEN client_pos IS NOT NULL ELSE server_pos >= 1 END
 ),
 accepted AS (
-    SELECT DISTINCT session_hmac, generation, origin_stream_id AS stream_id, seq
-    FROM a_inbox WHERE verdict = 'accepted'
+    -- only the receipts of the candidates' streams
+    SELECT DISTINCT i.session_hmac, i.generation, i.origin_stream_id AS stream_id, i.seq
+    FROM a_inbox i
+    SEMI JOIN held h
+      ON h.session_hmac = i.session_hmac AND h.generation = i.generation
+     AND h.stream_id = i.origin_stream_id
+    WHERE i.verdict = 'accepted'
 ),
 lost AS (
     SELECT h.session_hmac, h.generation, h.stream_id, h.disc_ts, h.reopen_ts, h.pos,
@@ -83,8 +110,9 @@ lost AS (
     WHERE coalesce(x.kind, '?') NOT IN ('priming', 'heartbeat')
       AND CASE WHEN h.client_basis THEN a.seq IS NULL ELSE NOT x.replayed END
 )
+-- client_basis is one value per session, so bool_or is any of them
 SELECT session_hmac, generation, stream_id, 'medium' AS severity, min(reopen_ts) AS ts,
-       json_object('basis', CASE WHEN any_value(client_basis) THEN 'client' ELSE 'server' END,
+       json_object('basis', CASE WHEN bool_or(client_basis) THEN 'client' ELSE 'server' END,
                    'disconnected_at', min(disc_ts), 'reopened_at', min(reopen_ts),
                    'cursor_held_seq', min(pos),
                    'lost_seqs', list(DISTINCT seq ORDER BY seq)) AS detail

@@ -16,7 +16,7 @@
 -- page: streams
 SELECT session_hmac, generation, stream_id, 'low' AS severity, min(disc_ts) AS ts,
        json_object('waited_ms', min(epoch_ms(reconnect_ts) - epoch_ms(disc_ts)),
-                   'retry_ms', any_value(retry_ms)) AS detail
+                   'retry_ms', min(retry_ms)) AS detail
 FROM a_recoveries
 WHERE reconnect_ts IS NOT NULL AND retry_ms IS NOT NULL
   AND epoch_ms(reconnect_ts) - epoch_ms(disc_ts) < retry_ms

@@ -11,7 +11,7 @@
 -- unit: stream
 -- page: rollout
 SELECT s.session_hmac, s.generation, s.stream_id, 'high' AS severity, min(r.ts) AS ts,
-       json_object('rolled_back_stage', any_value(h.stage)) AS detail
+       json_object('rolled_back_stage', min(h.stage)) AS detail
 FROM a_streams s
 JOIN streams r
   ON r.session_hmac = s.session_hmac AND r.generation = s.generation

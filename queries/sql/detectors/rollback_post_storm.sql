@@ -25,7 +25,7 @@ WITH broken AS (
     WHERE s.payload_digest IS NOT NULL
 )
 SELECT b.session_hmac, b.generation, b.stream_id, 'high' AS severity, min(b.disc_ts) AS ts,
-       json_object('rolled_back_stage', any_value(b.stage),
+       json_object('rolled_back_stage', min(b.stage),
                    'reposted_as', min(n.stream_id)) AS detail
 FROM broken b
 JOIN a_streams n

@@ -13,7 +13,7 @@
 -- page: rollout
 SELECT s.session_hmac, s.generation, s.stream_id, 'critical' AS severity,
        min(r.ts) AS ts,
-       json_object('rolled_back_stage', any_value(h.stage), 'opened', any_value(s.opened_ts))
+       json_object('rolled_back_stage', min(h.stage), 'opened', min(s.opened_ts))
            AS detail
 FROM a_streams s
 JOIN a_hygiene h ON s.opened_ts >= h.t0 AND s.opened_ts < h.t1

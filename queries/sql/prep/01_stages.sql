@@ -17,8 +17,8 @@ WITH starts AS (
            stage AS stage_name,
            CASE WHEN release IS NULL THEN stage ELSE stage || '@' || release END AS stage,
            max(ts) AS start_ts,
-           arg_max(scope, ts) FILTER (WHERE scope IS NOT NULL) AS scope,
-           arg_max(percent, ts) FILTER (WHERE percent IS NOT NULL) AS percent
+           arg_max(scope, (ts, file_id, pos)) FILTER (WHERE scope IS NOT NULL) AS scope,
+           arg_max(percent, (ts, file_id, pos)) FILTER (WHERE percent IS NOT NULL) AS percent
     FROM rollout
     WHERE action = 'start'
     GROUP BY release, stage

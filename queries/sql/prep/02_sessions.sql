@@ -4,16 +4,16 @@
 CREATE OR REPLACE TABLE a_sessions AS
 SELECT session_hmac,
        min(generation) AS generation,
-       arg_min(rollout_stage, ts) FILTER (WHERE rollout_stage IS NOT NULL) AS stamped_stage,
-       arg_min(release, ts) FILTER (WHERE release IS NOT NULL) AS release,
-       arg_min(principal, ts) FILTER (WHERE principal IS NOT NULL) AS principal,
-       arg_min(auth_subject, ts) FILTER (WHERE auth_subject IS NOT NULL) AS auth_subject,
-       arg_min(protocol_version, ts) FILTER (WHERE protocol_version IS NOT NULL)
+       arg_min(rollout_stage, (ts, file_id, pos)) FILTER (WHERE rollout_stage IS NOT NULL) AS stamped_stage,
+       arg_min(release, (ts, file_id, pos)) FILTER (WHERE release IS NOT NULL) AS release,
+       arg_min(principal, (ts, file_id, pos)) FILTER (WHERE principal IS NOT NULL) AS principal,
+       arg_min(auth_subject, (ts, file_id, pos)) FILTER (WHERE auth_subject IS NOT NULL) AS auth_subject,
+       arg_min(protocol_version, (ts, file_id, pos)) FILTER (WHERE protocol_version IS NOT NULL)
            AS protocol_version,
-       arg_min(resumable, ts) FILTER (WHERE resumable IS NOT NULL) AS resumable_field,
-       arg_min(server_instance, ts) FILTER (WHERE server_instance IS NOT NULL)
+       arg_min(resumable, (ts, file_id, pos)) FILTER (WHERE resumable IS NOT NULL) AS resumable_field,
+       arg_min(server_instance, (ts, file_id, pos)) FILTER (WHERE server_instance IS NOT NULL)
            AS server_instance,
-       arg_min(client_name, ts) FILTER (WHERE client_name IS NOT NULL) AS client_name,
+       arg_min(client_name, (ts, file_id, pos)) FILTER (WHERE client_name IS NOT NULL) AS client_name,
        min(ts) AS first_ts,
        min(ts) FILTER (WHERE state IN ('TERMINATED', 'SESSION_EXPIRED')) AS terminal_ts,
        min(ts) FILTER (WHERE state = 'SESSION_EXPIRED') AS expired_ts,

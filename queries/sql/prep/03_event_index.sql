@@ -6,11 +6,11 @@
 -- needs: events
 CREATE OR REPLACE TABLE a_event_index AS
 SELECT session_hmac, generation, event_id,
-       coalesce(arg_min(stream_id, ts) FILTER (WHERE disposition <> 'replayed'),
-                any_value(stream_id)) AS stream_id,
-       coalesce(arg_min(seq, ts) FILTER (WHERE disposition <> 'replayed'),
-                any_value(seq)) AS seq,
-       any_value(kind) AS kind,
+       coalesce(arg_min(stream_id, (ts, file_id, pos)) FILTER (WHERE disposition <> 'replayed'),
+                min(stream_id)) AS stream_id,
+       coalesce(arg_min(seq, (ts, file_id, pos)) FILTER (WHERE disposition <> 'replayed'),
+                min(seq)) AS seq,
+       min(kind) AS kind,
        bool_or(coalesce(cumulative, false)) AS cumulative,
        min(ts) AS first_ts,
        bool_or(disposition = 'dropped') AS dropped,

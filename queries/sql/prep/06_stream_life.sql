@@ -5,10 +5,10 @@ CREATE OR REPLACE TABLE a_streams AS
 SELECT session_hmac, generation, stream_id,
        min(ts) AS opened_ts,
        max(ts) AS last_ts,
-       arg_min(payload_digest, ts) FILTER (WHERE payload_digest IS NOT NULL) AS payload_digest,
-       arg_min(request_id, ts) FILTER (WHERE request_id IS NOT NULL) AS request_id,
-       arg_min(method, ts) FILTER (WHERE method IS NOT NULL) AS method,
-       arg_min(tool_class, ts) FILTER (WHERE tool_class IS NOT NULL) AS tool_class,
+       arg_min(payload_digest, (ts, file_id, pos)) FILTER (WHERE payload_digest IS NOT NULL) AS payload_digest,
+       arg_min(request_id, (ts, file_id, pos)) FILTER (WHERE request_id IS NOT NULL) AS request_id,
+       arg_min(method, (ts, file_id, pos)) FILTER (WHERE method IS NOT NULL) AS method,
+       arg_min(tool_class, (ts, file_id, pos)) FILTER (WHERE tool_class IS NOT NULL) AS tool_class,
        bool_or(state = 'DISCONNECTED') AS disconnected,
        bool_or(state = 'CLOSED' AND close_reason = 'completed') AS completed
 FROM streams

@@ -4,7 +4,7 @@
 -- needs: dispatches
 CREATE OR REPLACE TABLE a_key_differing AS
 WITH firsts AS (
-    SELECT idempotency_key, arg_min(payload_digest, ts) AS first_digest
+    SELECT idempotency_key, arg_min(payload_digest, (ts, file_id, pos)) AS first_digest
     FROM dispatches WHERE idempotency_key IS NOT NULL GROUP BY ALL
 )
 SELECT d.*

@@ -1,0 +1,107 @@
+"""Findings are byte-for-byte reproducible: the same files analysed twice, into two fresh
+databases or once more in the same one, give the same findings, detail text included.
+
+DuckDB aggregates in parallel, so an aggregate whose result depends on the order rows
+arrive in (a list without ORDER BY, any_value of values that differ, arg_min on a value
+that ties) can differ from one run to the next. Such aggregates are also refused in the
+SQL itself, statically, because a run that happens to agree proves little.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+
+from replaygate.ingest import db as dbm
+from replaygate.ingest.config import Config
+from replaygate.ingest.load import ingest
+from replaygate.queries import runner
+from replaygate.sim import simulate
+
+SQL = Path(__file__).resolve().parent.parent / "queries" / "sql"
+# Aggregates whose result follows the order rows arrive in, unless told an order.
+_ORDERED = re.compile(r"\b(list|array_agg|string_agg|group_concat|listagg)\s*\(", re.I)
+_ANY = re.compile(r"\b(any_value|first|last|arbitrary)\s*\(", re.I)
+_ARG = re.compile(r"\b(arg_min|arg_max|min_by|max_by)\s*\(", re.I)
+
+
+def _calls(text: str, pattern: re.Pattern[str]) -> list[str]:
+    """The argument text of each call the pattern opens (balanced parentheses)."""
+    out = []
+    text = "\n".join(line.split("--", 1)[0] for line in text.splitlines())
+    for m in pattern.finditer(text):
+        depth, i = 1, m.end()
+        while depth and i < len(text):
+            depth += {"(": 1, ")": -1}.get(text[i], 0)
+            i += 1
+        out.append(text[m.end() : i - 1])
+    return out
+
+
+def _split_top(args: str) -> list[str]:
+    parts, depth, cur = [], 0, ""
+    for ch in args:
+        depth += {"(": 1, ")": -1}.get(ch, 0)
+        if ch == "," and depth == 0:
+            parts.append(cur)
+            cur = ""
+        else:
+            cur += ch
+    return [*parts, cur]
+
+
+def _sql_files() -> list[Path]:
+    return sorted(SQL.rglob("*.sql"))
+
+
+@pytest.mark.parametrize("path", _sql_files(), ids=lambda p: f"{p.parent.name}/{p.name}")
+def test_no_aggregate_depends_on_row_order(path):
+    text = path.read_text(encoding="utf-8")
+    for args in _calls(text, _ORDERED):
+        if "order by" not in args.lower():
+            pytest.fail(f"{path.name}: list aggregate without ORDER BY: ({args.strip()})")
+    for args in _calls(text, _ANY):
+        pytest.fail(f"{path.name}: any_value-like aggregate ({args.strip()}): use min or an order")
+    for args in _calls(text, _ARG):
+        by = _split_top(args)[-1].strip()
+        if re.fullmatch(r"(\w+\.)?ts", by):
+            pytest.fail(
+                f"{path.name}: arg_min/arg_max by a bare ts ({args.strip()}): ties pick any row"
+            )
+
+
+def test_the_static_check_catches_what_it_should():
+    assert _calls("SELECT list(DISTINCT x) -- list(y)\n", _ORDERED) == ["DISTINCT x"]
+    assert _calls("SELECT list_value(a), string_agg(b, ',' ORDER BY b)", _ORDERED) == [
+        "b, ',' ORDER BY b"
+    ]
+    assert _split_top("x, (ts, pos)")[-1].strip() == "(ts, pos)"
+
+
+def _findings_bytes(con) -> list[tuple]:
+    return con.execute(
+        """SELECT detector, severity, CAST(ts AS VARCHAR), session_hmac, generation, stream_id,
+                  event_id, dispatch_id, idempotency_key, detail
+           FROM findings ORDER BY ALL"""
+    ).fetchall()
+
+
+@pytest.mark.slow
+def test_two_fresh_databases_from_the_same_files_agree_byte_for_byte(tmp_path):
+    out = tmp_path / "fleet"
+    simulate(out, seed=5, sessions=600, fmt="jsonl", faults="all")
+    runs = []
+    for k in range(2):
+        con = dbm.connect(str(tmp_path / f"run{k}.duckdb"))
+        con.execute("SET threads = 4")  # parallel aggregation even on a small machine
+        ingest(con, [out], Config())
+        runner.analyse(con, Config())
+        runs.append(_findings_bytes(con))
+        if k == 1:  # and once more in the same database
+            runner.analyse(con, Config(), force=True)
+            runs.append(_findings_bytes(con))
+        con.close()
+    assert runs[0], "no findings to compare"
+    assert runs[0] == runs[1] == runs[2]
