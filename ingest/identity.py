@@ -25,7 +25,7 @@ from typing import Any
 
 import blake3
 
-from .readers import FORMATS
+from .readers import FORMATS, MAX_LINE
 
 CHUNK = 1 << 20
 SCAN_CHUNK = 4 << 20
@@ -60,6 +60,7 @@ class Scan:
     broken: str | None = None  # truncated | corrupt | check (see break_reason)
     tail_open: bool = False  # content[:complete] ends without a newline (a whole .gz)
     prefixes: dict[int, str] = field(default_factory=dict)  # offset -> digest of content[:offset]
+    overlong: bool = False  # a line is longer than readers.MAX_LINE (see drop_long_lines)
 
 
 @dataclass
@@ -101,15 +102,26 @@ def content_chunks(
         skip = start
         while True:
             raw = fh.read(CHUNK)
-            if raw:
-                data, d, why = _inflate(d, raw)
-            else:
+            why = None
+            # A highly compressed chunk inflates a thousandfold: take its output in
+            # pieces of at most INFLATE_MAX bytes (a 1 MB gzip may hold a 1 GiB line).
+            pending = raw
+            while pending:
+                data, d, why, pending = _inflate(d, pending)
+                if skip:
+                    cut = min(skip, len(data))
+                    data, skip = data[cut:], skip - cut
+                if data:
+                    yield data
+                if why:
+                    break
+            if not raw:
                 data, why = d.flush(), None if d.eof else "truncated"
-            if skip:
-                cut = min(skip, len(data))
-                data, skip = data[cut:], skip - cut
-            if data:
-                yield data
+                if skip:
+                    cut = min(skip, len(data))
+                    data, skip = data[cut:], skip - cut
+                if data:
+                    yield data
             if why or not raw:
                 state["truncated"] = why is not None
                 state["break"] = why
@@ -119,45 +131,48 @@ def content_chunks(
 _GZIP = 16 + zlib.MAX_WBITS
 
 
-def _members(d: Any, raw: bytes) -> tuple[bytes, Any]:
-    """Inflate `raw`; concatenated gzip members (`cat a.gz b.gz`) are one stream to
-    gzip(1). Returns (output, the decompressor to go on with)."""
-    out = d.decompress(raw)
-    while d.eof and d.unused_data:
-        rest = d.unused_data
+# The most a single inflate call may return (memory per file stays bounded by it).
+INFLATE_MAX = 16 << 20
+
+
+def _members(d: Any, raw: bytes) -> tuple[bytes, Any, bytes]:
+    """Inflate at most INFLATE_MAX bytes from `raw`; concatenated gzip members
+    (`cat a.gz b.gz`) are one stream to gzip(1). Returns (output, the decompressor to go
+    on with, the part of `raw` not inflated yet)."""
+    if d.eof:
         d = zlib.decompressobj(_GZIP)
-        out += d.decompress(rest)
-    return out, d
+    out = d.decompress(raw, INFLATE_MAX)
+    return out, d, d.unused_data if d.eof else d.unconsumed_tail
 
 
-def _inflate(d: Any, raw: bytes) -> tuple[bytes, Any, str | None]:
-    """(output, decompressor, None), or on a zlib error (output up to the byte where
-    the stream fails, None, why). zlib drops a call's output when it raises, so the
-    failing chunk is fed again in small steps, then byte by byte, to keep every line
-    that decompressed before the damage."""
+def _inflate(d: Any, raw: bytes) -> tuple[bytes, Any, str | None, bytes]:
+    """(output, decompressor, None, rest of `raw`), or on a zlib error (output up to the
+    byte where the stream fails, None, why, b""). zlib drops a call's output when it
+    raises, so the failing chunk is fed again in small steps, then byte by byte, to keep
+    every line that decompressed before the damage."""
     saved = d.copy()
     try:
-        whole, d = _members(d, raw)
-        return whole, d, None
+        whole, d, rest = _members(d, raw)
+        return whole, d, None, rest
     except zlib.error:
         pass
     d, out = saved, bytearray()
     pos, step = 0, 4096
-    while pos < len(raw):
+    while pos < len(raw) and len(out) < INFLATE_MAX:
         piece = raw[pos : pos + step]
         before = d.copy()
         try:
-            data, d = _members(d, piece)
+            data, d, rest = _members(d, piece)
         except zlib.error as exc:
             if step > 1:
                 d, step = before, 1  # the error is in this piece: go byte by byte
                 continue
             # "incorrect data check" / "incorrect length check": the trailer's CRC or
             # length disagrees with what decompressed; anything else: bad deflate data.
-            return bytes(out), None, "check" if "check" in str(exc) else "corrupt"
+            return bytes(out), None, "check" if "check" in str(exc) else "corrupt", b""
         out += data
-        pos += len(piece)
-    return bytes(out), d, None
+        pos += len(piece) - len(rest)
+    return bytes(out), d, None, raw[pos:]
 
 
 def lf_only(path: Path, gz: bool, out: Path, bare_cr: bytes = b" ") -> None:
@@ -193,6 +208,43 @@ def long_lines(path: Path, gz: bool, limit: int, start: int = 0) -> list[int]:
     if run > limit:
         out.append(line)
     return out
+
+
+def drop_long_lines(path: Path, gz: bool, limit: int, out: Path) -> list[int]:
+    """Copy the content to `out` without its lines longer than `limit` bytes; return
+    their line numbers (1-based). Memory stays within one chunk and one line of at most
+    `limit` bytes: DuckDB's reader buffers a whole line before it can refuse it, so a
+    100 MB line (or a gzip bomb of one line) must never reach it. Only chunk edges are
+    looked at (CHUNK and INFLATE_MAX are shorter than any line that long)."""
+    dropped: list[int] = []
+    line = 1  # the number of the line being read
+    held = bytearray()  # its bytes so far, while it is short enough to keep
+    long = False
+    with open(out, "wb") as dst:
+        for chunk in content_chunks(path, gz):
+            first = chunk.find(b"\n")
+            if first < 0:
+                if not long:
+                    held += chunk
+                    if len(held) > limit:
+                        long = True
+                        held.clear()
+                continue
+            if long or len(held) + first > limit:
+                dropped.append(line)
+            else:
+                dst.write(held)
+                dst.write(chunk[: first + 1])
+            last = chunk.rfind(b"\n")
+            dst.write(chunk[first + 1 : last + 1])
+            line += 1 + chunk.count(b"\n", first + 1, last + 1)
+            held = bytearray(chunk[last + 1 :])
+            long = len(held) > limit
+        if long:
+            dropped.append(line)
+        else:
+            dst.write(held)
+    return dropped
 
 
 def break_reason(broken: str, lines: int) -> str:
@@ -271,7 +323,14 @@ def scan(
     # (hash state, position, lines) at the end of the last newline
     at_nl: tuple[blake3.blake3 | None, int, int] = (None, 0, 0)
     state: dict[str, Any] = {}
+    run = 0  # bytes of the line being read (buffers are shorter than MAX_LINE)
     for buf, n in _buffers(path, gz, state):
+        first = buf.find(b"\n", 0, n)
+        if first < 0:
+            run += n
+        else:
+            out.overlong = out.overlong or run + first > MAX_LINE
+            run = n - buf.rfind(b"\n", 0, n) - 1
         view = memoryview(buf)[:n]
         i = 0
         while i < n:
@@ -296,6 +355,7 @@ def scan(
                 mi += 1
         view.release()
     out.length = pos
+    out.overlong = out.overlong or run > MAX_LINE
     if skip_to:
         # Lines not counted in the pass: those after the longest matching known prefix,
         # up to where counting began (nothing, for a file that only grew).

@@ -1,10 +1,13 @@
-"""Load files into DuckDB: manifest, staging, typed insert and quarantine, in one transaction.
+"""Load files into DuckDB: manifest, staging, typed insert and quarantine, in transactions.
 
 Per file: hash it (same content already loaded -> nothing to do; same path with
 new content -> the old rows are replaced), stage it with a reader, then insert
 the rows that meet the contract and quarantine the rest with file, position
-and reason. Everything runs in one transaction, so an interrupted ingest leaves
-the database exactly as it was.
+and reason. Files are loaded in batches (at most BATCH_FILES files, BATCH_BYTES of
+content), each staged and then loaded in one transaction: an interrupted ingest leaves
+every file wholly loaded or not at all, and the next run goes on from the batches
+that were committed. A run of no more than one batch (every `watch` cycle of fewer
+than 256 files) is one transaction, as before.
 """
 
 from __future__ import annotations
@@ -16,7 +19,7 @@ import shutil
 import tempfile
 import zlib
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -225,6 +228,8 @@ class _Staged:
     ids_dropped: int = 0  # rows whose raw session id was dropped (no HMAC key)
     lines: int | None = None  # lines read (JSON Lines; CSV and Parquet: data rows)
     key_facts: set[str] = field(default_factory=set)  # shown by a proxy log's keys
+    # Lines longer than readers.MAX_LINE left out of what was read (drop_long_lines).
+    dropped_lines: list[int] | None = None
 
     @property
     def fmt(self) -> readers.Format:
@@ -267,10 +272,18 @@ class _Loader:
         self.temp_tables: list[str] = []
         self.field_maps = config.field_maps()
 
-    def close(self) -> None:
+    def release(self) -> None:
+        """Drop what a loaded batch staged: its temporary tables and scratch files."""
         for t in self.temp_tables:
             with contextlib.suppress(duckdb.Error):
                 self.con.execute(f"DROP TABLE IF EXISTS {t}")
+        self.temp_tables.clear()
+        for p in self.tmp.iterdir():
+            with contextlib.suppress(OSError):
+                p.unlink()
+
+    def close(self) -> None:
+        self.release()
         shutil.rmtree(self.tmp, ignore_errors=True)
 
     def _exec(self, sql: str, params: dict[str, Any] | None = None) -> duckdb.DuckDBPyConnection:
@@ -306,14 +319,14 @@ class _Loader:
             read_path = self.tmp / f"{n}.tail"
             header = identity.first_line(src.path, src.gzip) if fmt.header else b""
             identity.write_tail(src.path, src.gzip, k.consumed, sc.complete, read_path, header)
-            staged = self._stage_file(src, n, shown, "", read_path)
+            staged = self._stage_file(src, n, shown, "", read_path, sc.overlong)
             staged.line_shift = k.lines - (1 if header else 0)
             staged.row_shift = k.rows
         elif src.gzip and sc.broken:
             # Read the complete lines before the break; the break is one quarantine row.
             read_path = self.tmp / f"{n}.part"
             identity.write_tail(src.path, True, 0, sc.complete, read_path)
-            staged = self._stage_file(src, n, shown, None, read_path)
+            staged = self._stage_file(src, n, shown, None, read_path, sc.overlong)
             staged.sha = _sha256(src.path)
             staged.replaces = list(d.retire)
         else:
@@ -324,7 +337,7 @@ class _Loader:
             # Hash while DuckDB reads (both release the GIL).
             with ThreadPoolExecutor(1) as pool:
                 digest = pool.submit(_sha256, src.path)
-                staged = self._stage_file(src, n, shown, None, read_path)
+                staged = self._stage_file(src, n, shown, None, read_path, sc.overlong)
                 staged.sha = digest.result()
             staged.replaces = list(d.retire)
         if staged.table and self._split_at_cr(staged, sc, d):
@@ -335,7 +348,7 @@ class _Loader:
             bare_cr = b" " if src.format == "jsonl" else b"\n"
             lf_src = read_path or src.path
             identity.lf_only(lf_src, src.gzip and not read_path, cr_path, bare_cr)
-            fresh = self._stage_file(src, n, shown, None, cr_path)
+            fresh = self._stage_file(src, n, shown, None, cr_path, sc.overlong)
             fresh.sha, fresh.replaces = staged.sha, staged.replaces
             fresh.line_shift, fresh.row_shift = staged.line_shift, staged.row_shift
             staged = fresh
@@ -389,8 +402,20 @@ class _Loader:
         rejected = one_row(self._exec(f"SELECT count(*) FROM {st.rejects}"))[0]
         if st.rows_staged + rejected >= expected:
             return expected
-        path, gz = (read_path, False) if read_path else (st.src.path, st.src.gzip)
-        long = identity.long_lines(path, gz, readers.MAX_LINE)
+        if st.dropped_lines is not None:
+            long = st.dropped_lines
+            # The reader numbered the copy without them: its rejects, back to the file's
+            # lines (the j-th dropped line, 0-based, follows line - 1 - j copied ones).
+            self._exec(
+                f"""UPDATE {st.rejects} SET line = line + (
+                        SELECT count(*) FROM (SELECT x - row_number() OVER (ORDER BY x) + 1
+                                              AS from_line FROM unnest($d) AS t(x))
+                        WHERE from_line <= line)""",
+                {"d": long},
+            )
+        else:
+            path, gz = (read_path, False) if read_path else (st.src.path, st.src.gzip)
+            long = identity.long_lines(path, gz, readers.MAX_LINE)
         self._exec(
             f"""INSERT INTO {st.rejects} SELECT line, 'LINE SIZE OVER MAXIMUM', 1, false
                 FROM unnest($lines) AS t(line)
@@ -411,11 +436,22 @@ class _Loader:
         shown: str,
         sha: str | None,
         read_path: Path | None = None,
+        overlong: bool = False,
     ) -> _Staged:
-        """Stage the file, or `read_path` instead: its new lines, already decompressed."""
+        """Stage the file, or `read_path` instead: its new lines, already decompressed.
+        `overlong`: the scan saw a line longer than readers.MAX_LINE."""
         staged = _Staged(src, shown, sha or "", None)
         table = f"rg_stage_{n}"
         compression = "gzip" if src.gzip and read_path is None else "none"
+        fmt = readers.FORMATS[src.format]
+        if overlong and fmt.lines and not fmt.row_positions:
+            # Read a copy without the overlong lines: they are quarantined by number
+            # (_find_lost_lines), and DuckDB never holds one in memory.
+            short = self.tmp / f"{n}.short"
+            staged.dropped_lines = identity.drop_long_lines(
+                read_path or src.path, compression == "gzip", readers.MAX_LINE, short
+            )
+            read_path, compression = short, "none"
         read_path = read_path or src.path
         typed = src.default_type
         try:
@@ -813,6 +849,31 @@ def _json(d: dict[str, Any]) -> str:
     return json.dumps(d, sort_keys=True)
 
 
+# Files staged before one load transaction: staging every file of a run first held
+# 20,000 small temporary tables (out of memory) or 42 GB of staged rows (out of disk).
+BATCH_FILES = 256
+BATCH_BYTES = 2 << 30  # content bytes (decompressed)
+
+
+def _batches(
+    todo: list[tuple[int, tuple[readers.Source, int, identity.Decision]]],
+) -> Iterator[list[tuple[int, tuple[readers.Source, int, identity.Decision]]]]:
+    """The files in load order, cut into batches of at most BATCH_FILES files and, past
+    the first file of a batch, BATCH_BYTES of content; each batch is one transaction."""
+    batch: list[tuple[int, tuple[readers.Source, int, identity.Decision]]] = []
+    held = 0
+    for item in todo:
+        _, (_, size, d) = item
+        n_bytes = d.scan.length - d.start if d.scan is not None else size
+        if batch and (len(batch) >= BATCH_FILES or held + n_bytes > BATCH_BYTES):
+            yield batch
+            batch, held = [], 0
+        batch.append(item)
+        held += n_bytes
+    if batch:
+        yield batch
+
+
 def ingest(
     con: duckdb.DuckDBPyConnection,
     paths: list[str | os.PathLike[str]],
@@ -820,7 +881,9 @@ def ingest(
     progress: Progress | None = None,
     source: str = "auto",
 ) -> IngestReport:
-    """Load files and folders into the database in one transaction.
+    """Load files and folders into the database: in one transaction per batch of files
+    (BATCH_FILES, BATCH_BYTES), so staging stays bounded; a batch that fails rolls back
+    alone, and the batches before it stay loaded (a rerun goes on from them).
 
     `source` forces how proxy access logs are read: an adapter name (caddy, nginx,
     envoy: every given file is then such a log), contract, or auto (by shape).
@@ -849,39 +912,44 @@ def ingest(
         decisions = identity.plan(
             sources, [_display(s.path) for s in sources], _knowns(con), loader.key_available
         )
-        plan: list[_Staged | FileResult | _Moved] = []
-        for n, (src, size, d) in enumerate(zip(sources, sizes, decisions, strict=True)):
-            # query_progress() may be called from another thread while a query runs.
-            progress.file_started(src.name, size, poll=con.query_progress)
-            try:
-                plan.append(loader.stage(src, n, d))
-            except (OSError, ValueError, EOFError, zlib.error) as exc:
-                # A fault of this file (bad bytes, broken gzip): it costs this file only.
-                why = f"unreadable file ({type(exc).__name__})"
-                plan.append(FileResult(_display(src.path), "unreadable", note=why))
-            progress.file_done(size)
-        # Staging needed the reader's order (rowid = position); the copy does not, and is
-        # faster without it.
-        con.execute("SET preserve_insertion_order = false")
-        with transaction(con):
-            changed = False
-            report.files.extend(unreadable)
-            for item in plan:
-                if isinstance(item, FileResult):
-                    result = item
-                elif isinstance(item, _Moved):
-                    result = loader.move(item)
-                    changed = True  # findings name files
-                else:
-                    result = loader.load(item)
-                changed |= result.status in ("loaded", "appended", "replaced", "unreadable")
-                report.files.append(result)
-            if changed:
-                version = int(get_meta(con, "data_version", "0")) + 1
-                if get_meta(con, "analysis_noted_through") == str(version - 1):
-                    # Every change since the last analysis is noted (queries/incremental.py).
-                    set_meta(con, "analysis_noted_through", str(version))
-                set_meta(con, "data_version", str(version))
+        report.files.extend(unreadable)
+        todo = list(enumerate(zip(sources, sizes, decisions, strict=True)))
+        for batch in _batches(todo):
+            # Staging needs the reader's order (rowid = position); the copy does not,
+            # and is faster without it.
+            con.execute("RESET preserve_insertion_order")
+            plan: list[_Staged | FileResult | _Moved] = []
+            for n, (src, size, d) in batch:
+                # query_progress() may be called from another thread while a query runs.
+                progress.file_started(src.name, size, poll=con.query_progress)
+                try:
+                    plan.append(loader.stage(src, n, d))
+                except (OSError, ValueError, EOFError, zlib.error) as exc:
+                    # A fault of this file (bad bytes, broken gzip): it costs this file only.
+                    why = f"unreadable file ({type(exc).__name__})"
+                    plan.append(FileResult(_display(src.path), "unreadable", note=why))
+                progress.file_done(size)
+            con.execute("SET preserve_insertion_order = false")
+            with transaction(con):
+                changed = False
+                for item in plan:
+                    if isinstance(item, FileResult):
+                        result = item
+                    elif isinstance(item, _Moved):
+                        result = loader.move(item)
+                        changed = True  # findings name files
+                    else:
+                        result = loader.load(item)
+                    changed |= result.status in ("loaded", "appended", "replaced", "unreadable")
+                    report.files.append(result)
+                if changed:
+                    version = int(get_meta(con, "data_version", "0")) + 1
+                    if get_meta(con, "analysis_noted_through") == str(version - 1):
+                        # Every change since the last analysis is noted
+                        # (queries/incremental.py).
+                        set_meta(con, "analysis_noted_through", str(version))
+                    set_meta(con, "data_version", str(version))
+            loader.release()
     finally:
         con.execute("RESET preserve_insertion_order")
         con.execute("SET memory_limit = $m", {"m": memory_limit()})

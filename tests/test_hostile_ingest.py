@@ -3,7 +3,11 @@ every line is loaded, quarantined or blank; raw ids are never stored."""
 
 from __future__ import annotations
 
+import gzip
 import json
+import os
+import subprocess
+import sys
 
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -11,6 +15,7 @@ from hypothesis import strategies as st
 
 from replaygate.ingest import config as cfg
 from replaygate.ingest import db as dbm
+from replaygate.ingest import identity, load, readers
 from replaygate.ingest.config import Config
 from replaygate.ingest.errors import ReplaygateError
 from replaygate.ingest.load import ingest
@@ -395,3 +400,108 @@ def test_csv_quote_left_open_is_one_row_naming_the_lines_it_joins(tmp_path):
         (3, "malformed CSV row: unquoted value (a quote left open makes lines 3-5 one row)")
     ]
     assert rep.quarantine_reasons == {"malformed CSV row: unquoted value": 1}
+
+
+# -- huge inputs: memory per file stays bounded, a run of many files is batched ------------
+def _peak_mb_of_ingest(tmp_path, path) -> tuple[int, list[tuple]]:
+    """Ingest `path` in a process of its own: (its peak RSS in MB, the quarantine)."""
+    db = tmp_path / "huge.duckdb"
+    code = (
+        "import sys; from replaygate.ingest import db; from replaygate.ingest.config import "
+        "Config; from replaygate.ingest.load import ingest; "
+        "ingest(db.connect(sys.argv[1]), [sys.argv[2]], Config())"
+    )
+    proc = subprocess.Popen([sys.executable, "-c", code, str(db), str(path)])
+    _, status, usage = os.wait4(proc.pid, 0)
+    assert os.waitstatus_to_exitcode(status) == 0
+    con = dbm.connect(str(db), read_only=True)
+    try:
+        return usage.ru_maxrss // 1024, _quarantine(con)
+    finally:
+        con.close()
+
+
+@pytest.mark.slow
+def test_a_100_mb_line_in_plain_json_lines_is_one_row_in_bounded_memory(tmp_path):
+    """DuckDB's reader holds a whole line before it refuses it (505 MB for a 100 MB
+    line); the line never reaches it."""
+    path = tmp_path / "sessions-long.jsonl"
+    good = hostile._session_lines(2)
+    with open(path, "wb") as fh:
+        fh.write(good + b'{"pad": "')
+        block = b"a" * (1 << 20)
+        for _ in range(100):
+            fh.write(block)
+        fh.write(b'"}\n' + good)
+    peak, quarantine = _peak_mb_of_ingest(tmp_path, path)
+    assert quarantine == [(3, "line too long")]
+    assert peak < 300, f"peak {peak} MB for one 100 MB line"
+
+
+@pytest.mark.slow
+def test_a_gzip_bomb_of_one_line_is_read_in_bounded_memory(tmp_path):
+    """A gzip whose 1 MB chunks inflate a thousandfold is inflated in bounded pieces
+    (a 1 MB gzip of one 1 GiB line peaked at 6.9 GB)."""
+    path = hostile.gzip_with_huge_line(tmp_path, size=512 << 20)
+    peak, quarantine = _peak_mb_of_ingest(tmp_path, path)
+    assert quarantine == [(3, "line too long")]
+    assert peak < 400, f"peak {peak} MB for one 512 MiB line"
+
+
+def test_overlong_lines_are_quarantined_where_they_are(tmp_path, monkeypatch):
+    """Lines over the limit are left out of what the reader reads; they, and the lines
+    the reader itself refuses after them (bad UTF-8), keep their own line numbers, and
+    every row after them its position."""
+    monkeypatch.setattr(readers, "MAX_LINE", 2000)
+    monkeypatch.setattr(identity, "MAX_LINE", 2000)
+    good = hostile._session_lines(1)
+    long = b'{"pad": "' + b"a" * 5000 + b'"}\n'
+    content = good + long + good + long + long + b"\xff\xfe bad\n" + good + b"\n" + long
+    for gzipped in (False, True):
+        d = tmp_path / f"gz{gzipped}"
+        d.mkdir()
+        path = d / ("sessions.jsonl.gz" if gzipped else "sessions.jsonl")
+        path.write_bytes(gzip.compress(content) if gzipped else content)
+        con, rep = _ingest(d, path)
+        (f,) = rep.files
+        assert _quarantine(con) == [
+            (2, "line too long"),
+            (4, "line too long"),
+            (5, "line too long"),
+            (6, "invalid UTF-8"),
+            (9, "line too long"),
+        ]
+        assert [p for (p,) in con.execute("SELECT pos FROM sessions ORDER BY pos").fetchall()] == [
+            1,
+            3,
+            7,
+        ]
+        assert sum(f.rows.values()) + f.quarantined + f.blank == f.lines == 9
+        con.close()
+
+
+def test_many_files_load_in_bounded_batches(tmp_path, monkeypatch):
+    """Files are staged and loaded a batch at a time (20,000 one-line files staged at
+    once ran out of memory); the result is that of one batch."""
+    for i in range(23):
+        recs = (hostile.session_record(generation=100 * i + k) for k in range(1 + i % 3))
+        (tmp_path / f"sessions-{i:03d}.jsonl").write_bytes(hostile.lines(recs))
+    (tmp_path / "one").mkdir()
+    one, _ = _ingest(tmp_path / "one", tmp_path)
+    held: list[int] = []
+    release = load._Loader.release
+
+    def counting(self):
+        held.append(len(self.temp_tables))
+        release(self)
+
+    monkeypatch.setattr(load, "BATCH_FILES", 5)
+    monkeypatch.setattr(load._Loader, "release", counting)
+    (tmp_path / "many").mkdir()
+    con, rep = _ingest(tmp_path / "many", tmp_path)
+    assert len(held) == 5 + 1 and max(held) <= 2 * 5  # five batches, then the close
+    assert all(f.status == "loaded" for f in rep.files) and len(rep.files) == 23
+    for f in rep.files:
+        assert sum(f.rows.values()) + f.quarantined + f.blank == f.lines
+    rows = "SELECT f.path, s.* EXCLUDE (file_id) FROM sessions s JOIN files f USING (file_id)"
+    assert sorted(con.execute(rows).fetchall()) == sorted(one.execute(rows).fetchall())
