@@ -49,7 +49,7 @@ class Store:
         last = None
         for _ in range(3):
             try:
-                con = duckdb.connect(self.path, read_only=True)
+                con = duckdb.connect(self.path, read_only=True, config=dbm.open_config(True))
                 break
             except duckdb.IOException as exc:  # locked by a writer
                 last = exc
@@ -60,6 +60,7 @@ class Store:
             con.execute("SET TimeZone = 'UTC'")
             con.execute("SET enable_progress_bar = false")
             con.execute("SET memory_limit = $m", {"m": dbm.memory_limit()})
+            dbm.harden(con, read_only=True)
             yield con
         finally:
             con.close()

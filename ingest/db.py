@@ -138,11 +138,52 @@ def close(con: duckdb.DuckDBPyConnection) -> None:
         fin()
 
 
+def open_config(read_only: bool) -> dict[str, Any]:
+    """DuckDB settings for opening a database file someone else may have made: no
+    extension is installed or loaded behind our back (a crafted database makes DuckDB
+    try to download them), and a read-only connection reaches no file or URL at all (a
+    crafted view or macro could read /proc/self/environ). Ingest and analysis need to
+    read the inputs and the history, so only readers are cut off; their objects are
+    checked instead (`check_objects`)."""
+    conf: dict[str, Any] = {
+        "autoinstall_known_extensions": False,
+        "autoload_known_extensions": False,
+        "allow_community_extensions": False,
+    }
+    if read_only:
+        conf["enable_external_access"] = False
+    return conf
+
+
+def harden(con: duckdb.DuckDBPyConnection, read_only: bool) -> None:
+    """After our own settings: a read-only connection's configuration is locked, and the
+    database's objects are checked (`check_objects`)."""
+    check_objects(con)
+    if read_only:
+        con.execute("SET lock_configuration = true")
+
+
+def check_objects(con: duckdb.DuckDBPyConnection) -> None:
+    """The database holds tables, not views: every name replaygate reads must be a
+    table it made, or a crafted database could run any query (a view that reads local
+    files) where a table was expected."""
+    views = con.execute(
+        "SELECT schema_name || '.' || view_name FROM duckdb_views() "
+        "WHERE NOT internal AND NOT temporary AND database_name = current_database()"
+    ).fetchall()
+    if views:
+        raise ReplaygateError(
+            f"not a replaygate database: it defines views ({views[0][0]}"
+            + (f" and {len(views) - 1} more" if len(views) > 1 else "")
+            + "); replaygate only makes tables"
+        )
+
+
 def _open(path: str, read_only: bool) -> duckdb.DuckDBPyConnection:
     deadline = time.monotonic() + (10 if not read_only else 0)
     while True:
         try:
-            con = duckdb.connect(path, read_only=read_only)
+            con = duckdb.connect(path, read_only=read_only, config=open_config(read_only))
             break
         except duckdb.Error as exc:
             # A dashboard holds a read lock only for the moment of a query: wait it out.
@@ -158,6 +199,11 @@ def _open(path: str, read_only: bool) -> duckdb.DuckDBPyConnection:
     con.execute("SET enable_progress_bar = true")
     con.execute("SET enable_progress_bar_print = false")
     con.execute("SET memory_limit = $m", {"m": memory_limit()})
+    try:
+        harden(con, read_only)
+    except BaseException:
+        con.close()
+        raise
     if not read_only:
         ensure_schema(con)
     return con

@@ -1,0 +1,63 @@
+"""A database given to --db may have been made by someone else: its views and macros
+never read local files, DuckDB never fetches extensions for it, and its configuration
+cannot be changed from inside (ingest/db.py)."""
+
+from __future__ import annotations
+
+import shutil
+
+import duckdb
+import pytest
+
+from replaygate.ingest import db as dbm
+from replaygate.ingest.errors import ReplaygateError
+
+from .conftest import run_cli
+
+
+def _crafted(tmp_path, sample_db, sql: str):
+    db = tmp_path / "crafted.duckdb"
+    shutil.copy(sample_db, db)
+    con = duckdb.connect(str(db))
+    con.execute(sql)
+    con.close()
+    return str(db)
+
+
+def test_a_view_where_a_table_was_expected_is_refused(tmp_path, sample_db, monkeypatch):
+    monkeypatch.setenv("RG_SECRET_FOR_TEST", "hunter2-in-the-environment")
+    db = _crafted(
+        tmp_path,
+        sample_db,
+        "DROP TABLE rollout; CREATE VIEW rollout AS "
+        "SELECT content AS stage FROM read_text('/proc/self/environ')",
+    )
+    for args in (("status", "--db", db), ("findings", "--db", db), ("gates", "--db", db)):
+        r = run_cli(*args, "--json")
+        assert r.returncode == 1, (args, r.stdout[:200])
+        assert "hunter2" not in r.stdout + r.stderr
+        assert "not a replaygate database: it defines views (main.rollout)" in r.stderr
+    with pytest.raises(ReplaygateError, match="defines views"):
+        dbm.connect(db)
+
+
+def test_readers_reach_no_file_and_fetch_no_extension(tmp_path, sample_db):
+    db = _crafted(
+        tmp_path,
+        sample_db,
+        "CREATE MACRO leak() AS TABLE SELECT content FROM read_text('/proc/self/environ')",
+    )
+    con = dbm.connect(db, read_only=True)
+    with pytest.raises(duckdb.Error, match="(?i)external access|disabled"):
+        con.execute("SELECT * FROM leak()").fetchall()
+    for setting in ("autoinstall_known_extensions", "autoload_known_extensions"):
+        assert con.execute(f"SELECT current_setting('{setting}')").fetchone()[0] is False
+    with pytest.raises(duckdb.Error, match="(?i)configuration"):
+        con.execute("SET enable_external_access = true")
+    con.close()
+    writer = dbm.connect(db)
+    assert (
+        writer.execute("SELECT current_setting('autoinstall_known_extensions')").fetchone()[0]
+        is False
+    )
+    writer.close()
