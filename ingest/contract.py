@@ -28,6 +28,11 @@ class Field:
     doc: str = ""
     # A field whose raw value must never be stored (it is replaced on ingest).
     secret: bool = False
+    # A number's allowed range (inclusive), a text's longest length.
+    bounds: tuple[float, float] | None = None
+    max_len: int | None = None
+    # Characters a text must not hold (reserved by a key built from it).
+    forbid: str = ""
 
     @property
     def sql_type(self) -> str:
@@ -59,9 +64,15 @@ def _f(
     enum: tuple[str, ...] | list[str] = (),
     doc: str = "",
     secret: bool = False,
+    bounds: tuple[float, float] | None = None,
+    max_len: int | None = None,
+    forbid: str = "",
 ) -> Field:
-    return Field(name, type_, required, tuple(enum), doc, secret)
+    return Field(name, type_, required, tuple(enum), doc, secret, bounds, max_len, forbid)
 
+
+# Stage and release names are shown in every output: bounded where records are checked.
+NAME_MAX = 200
 
 SESSION_STATES = (
     "SESSION_ACTIVE",
@@ -287,15 +298,24 @@ ROLLOUT = RecordType(
     "rollout log (one row per rollout action)",
     (
         _TS,
-        _f("stage", "text", True, doc="e.g. shadow-1pct, resume-read-25pct"),
+        _f(
+            "stage",
+            "text",
+            True,
+            doc="e.g. shadow-1pct, resume-read-25pct (at most 200 characters, no `@`: a "
+            "stage of a release is keyed `stage@release`)",
+            max_len=NAME_MAX,
+            forbid="@",
+        ),
         _f(
             "release",
             "text",
             doc="release (version) being rolled out; stages are scoped by it, so two "
-            "releases' stages of the same name stay apart",
+            "releases' stages of the same name stay apart (at most 200 characters)",
+            max_len=NAME_MAX,
         ),
         _f("action", "enum", True, ("start", "hold", "proceed", "rollback", "complete")),
-        _f("percent", "float", doc="share of sessions in the stage"),
+        _f("percent", "float", doc="share of sessions in the stage, 0 to 100", bounds=(0, 100)),
         _f("scope", "enum", enum=("shadow", "read", "write")),
         _f("actor", "text"),
         _f("note", "text"),

@@ -20,6 +20,7 @@ import duckdb
 import pyarrow as pa
 
 from . import validate
+from .config import Config
 from .contract import ROLLOUT
 from .db import get_meta, one_row, set_meta, transaction
 from .errors import ReplaygateError
@@ -78,11 +79,39 @@ def record(
     return {k: v for k, v in rec.items() if v is not None}
 
 
-def problems(records: list[dict[str, Any]]) -> list[str | None]:
-    """Per record, the first contract rule it breaks (as ingest would quarantine it), or
-    None."""
+_SCALAR = {
+    "text": (str,),
+    "ts": (str, int, float),
+    "float": (int, float),
+    "enum": (str,),
+}
+
+
+def _odd_type(rec: Any) -> str | None:
+    """A value JSON or YAML gave in a shape the contract's text form cannot hold (an
+    object, a list, true/false for a number): named precisely, before the SQL check."""
+    if not isinstance(rec, dict):
+        return f"not an object but {type(rec).__name__}"
+    for f in ROLLOUT.fields:
+        v = rec.get(f.name)
+        if v is None:
+            continue
+        want = _SCALAR.get(f.type, (str, int, float))
+        if isinstance(v, bool) or not isinstance(v, want):
+            what = {"text": "text", "enum": "text", "ts": "RFC 3339 text or epoch ms",
+                    "float": "a number"}.get(f.type, f.type)  # fmt: skip
+            return f"{f.name}: expected {what}, not {type(v).__name__}"
+    return None
+
+
+def problems(records: list[dict[str, Any]], config: Config | None = None) -> list[str | None]:
+    """Per record, the first contract rule it breaks (as ingest would quarantine it, with
+    the configuration's [ts_bounds]), or None."""
     if not records:
         return []
+    odd = [_odd_type(r) for r in records]
+    if any(odd):
+        return odd
     names = [f.name for f in ROLLOUT.fields]
     cols = {"pos": pa.array(range(len(records)), pa.int64())}
     for n in names:
@@ -95,6 +124,9 @@ def problems(records: list[dict[str, Any]]) -> list[str | None]:
         raise ReplaygateError(f"not a rollout record: schema {sorted(record_schema)[0]!r}")
     con = duckdb.connect()
     con.execute("SET TimeZone = 'UTC'")
+    bounds = (config or Config()).ts_bounds
+    for name, key in (("rg_ts_min", "min"), ("rg_ts_max", "max")):
+        con.execute(f"SET VARIABLE {name} = CAST($v AS TIMESTAMPTZ)", {"v": bounds[key]})
     con.register("rg_rollout_new", pa.table(cols))
     rows = con.execute(
         f"SELECT reason FROM ({validate.checked_sql(ROLLOUT, 'rg_rollout_new')}) ORDER BY pos"
@@ -102,9 +134,9 @@ def problems(records: list[dict[str, Any]]) -> list[str | None]:
     return [r[0] for r in rows]
 
 
-def check(records: list[dict[str, Any]]) -> None:
+def check(records: list[dict[str, Any]], config: Config | None = None) -> None:
     """Raise on the first record that breaks the contract."""
-    for i, why in enumerate(problems(records)):
+    for i, why in enumerate(problems(records, config)):
         if why:
             what = f"record {i + 1}: " if len(records) > 1 else ""
             raise ReplaygateError(f"invalid rollout record: {what}{why}")
@@ -126,12 +158,15 @@ def _key(rec: dict[str, Any]) -> tuple[Any, ...]:
 
 
 def append_file(
-    path: str | os.PathLike[str], records: list[dict[str, Any]], dedupe: bool = False
+    path: str | os.PathLike[str],
+    records: list[dict[str, Any]],
+    dedupe: bool = False,
+    config: Config | None = None,
 ) -> int:
     """Append validated records to a JSON Lines rollout log, one whole write; with dedupe,
     records already in the file (same time, release, stage and action) are left out.
     Returns the number written."""
-    check(records)
+    check(records, config)
     p = Path(path)
     if dedupe and p.exists():
         have = set()
@@ -163,17 +198,21 @@ def insert_db(
     records: list[dict[str, Any]],
     origin: str = "replaygate rollout",
     dedupe: bool = False,
+    config: Config | None = None,
 ) -> int:
     """Insert validated records into the `rollout` table, as one input of their own in
     `files`, and mark the data changed (so findings are refreshed); with dedupe, records
     already in the table (same time, release, stage and action) are left out. Returns the
     number inserted."""
-    check(records)
+    check(records, config)
     if dedupe and records:
+        # The time as text in SQL: a stored time Python cannot hold (year 0) must not
+        # break every later import.
         have = {
-            _key({"ts": iso_ms(t), "release": r, "stage": s, "action": a})
+            _key({"ts": t, "release": r, "stage": s, "action": a})
             for t, r, s, a in con.execute(
-                "SELECT ts, release, stage, action FROM rollout"
+                """SELECT strftime(ts AT TIME ZONE 'UTC', '%Y-%m-%dT%H:%M:%S.%g') || 'Z',
+                          release, stage, action FROM rollout"""
             ).fetchall()
         }
         records = [r for r in records if _key({**r, "ts": _norm_ts(r["ts"])}) not in have]
@@ -224,3 +263,37 @@ def insert_db(
     finally:
         con.unregister("rg_rollout_rows")
     return len(records)
+
+
+def started_in_file(path: str | os.PathLike[str], release: str | None, stage: str) -> bool:
+    """Whether a JSON Lines rollout log holds a start of this stage of this release."""
+    p = Path(path)
+    if not p.exists():
+        return False
+    with open(p, encoding="utf-8", errors="replace") as fh:
+        for raw in fh:
+            try:
+                rec = json.loads(raw)
+            except json.JSONDecodeError:
+                continue
+            if (
+                isinstance(rec, dict)
+                and rec.get("action") == "start"
+                and rec.get("stage") == stage
+                and rec.get("release") == release
+            ):
+                return True
+    return False
+
+
+def started_in_db(con: duckdb.DuckDBPyConnection, release: str | None, stage: str) -> bool:
+    """Whether the database's rollout log holds a start of this stage of this release."""
+    try:
+        rows = con.execute(
+            """SELECT count(*) FROM rollout WHERE action = 'start' AND stage = $stage
+               AND release IS NOT DISTINCT FROM $release""",
+            {"stage": stage, "release": release},
+        ).fetchall()  # read whole: an unread result blocks the connection
+    except duckdb.CatalogException:  # a new database: nothing started yet
+        return False
+    return bool(rows[0][0])

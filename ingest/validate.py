@@ -69,6 +69,19 @@ def reason_sql(rt: RecordType) -> str:
                 f"WHEN {t} < getvariable('rg_ts_min') OR {t} >= getvariable('rg_ts_max') "
                 f"THEN '{f.name}: outside the plausible time range'"
             )
+        if f.max_len is not None:
+            whens.append(
+                f"WHEN length({v}) > {int(f.max_len)} "
+                f"THEN '{f.name}: longer than {int(f.max_len)} characters'"
+            )
+        for ch in f.forbid:
+            # The reserved characters are constants of ours, never a quote.
+            whens.append(f"WHEN contains({v}, '{ch}') THEN '{f.name}: must not contain {ch}'")
+        if f.bounds is not None:
+            lo, hi = (float(b) for b in f.bounds)
+            whens.append(
+                f"WHEN {t} < {lo!r} OR {t} > {hi!r} THEN '{f.name}: outside {lo:g} to {hi:g}'"
+            )
         if f.type == "enum":
             allowed = ", ".join(f"'{e}'" for e in f.enum)
             whens.append(f"WHEN {v} IS NOT NULL AND {v} NOT IN ({allowed}) THEN '{_rule_text(f)}'")

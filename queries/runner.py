@@ -282,14 +282,18 @@ def _fleet_measures(con: duckdb.DuckDBPyConnection, config: Config) -> None:
 
 
 def _assign_stages(con: duckdb.DuckDBPyConnection) -> None:
-    # The same attribution as every gate sample (stage_key in macros.sql).
+    # The same attribution as every gate sample (stage_key in macros.sql), except for a
+    # finding about a stage by name (detail.filed_under: the stage a rollout action acted
+    # on), which is filed under that stage whatever window its time falls in.
     con.execute("""
         CREATE OR REPLACE TEMP TABLE rg_staged AS
-        SELECT f.* EXCLUDE (stage), w.stage
-        FROM findings f
+        SELECT f.* EXCLUDE (stage, filed_under), coalesce(f.filed_under, w.stage) AS stage
+        FROM (SELECT *, json_extract_string(detail, '$.filed_under') AS filed_under
+              FROM findings) f
         LEFT JOIN a_sessions a ON a.session_hmac = f.session_hmac
         LEFT JOIN a_stage_windows w
-          ON attributed(w.key, w.start_ts, w.end_ts, a.session_hmac IS NOT NULL, a.cohort, f.ts)
+          ON f.filed_under IS NULL
+         AND attributed(w.key, w.start_ts, w.end_ts, a.session_hmac IS NOT NULL, a.cohort, f.ts)
     """)
     con.execute("DELETE FROM findings")
     con.execute("INSERT INTO findings BY NAME SELECT * FROM rg_staged")

@@ -19,6 +19,11 @@ def _action(kind, db, config_path, as_json, stage, decision, reason, by, release
     from replaygate.queries import api, history
 
     conf = load_config(config_path, db)
+    # The history keeps a stage of a release under its key (`name@release`, as gates
+    # shows it); `--stage NAME --release R` names the same stage.
+    release = None if release == "-" else release
+    if release is not None and not stage.endswith(f"@{release}"):
+        stage = f"{stage}@{release}"
     row = history.record_action(
         history.file_for_db(db),
         kind,

@@ -35,6 +35,9 @@ def rollout() -> None:
     """
 
 
+NO_RELEASE = "-"
+
+
 def _destination(f):
     f = click.option(
         "--to",
@@ -43,21 +46,49 @@ def _destination(f):
         type=click.Path(dir_okay=False),
         help="Append to this JSON Lines rollout log instead of the database.",
     )(f)
-    return db_option(f)
+    return config_option(db_option(f))
 
 
-def _write(records: list[dict], db: str, to_file: str | None, dedupe: bool = False) -> int:
+def _release(value: str | None) -> str | None:
+    """`-` is "no release" (a rollout log that names none), as for `gates` and `serve`."""
+    return None if value == NO_RELEASE else value
+
+
+def _write(
+    records: list[dict],
+    db: str,
+    to_file: str | None,
+    dedupe: bool = False,
+    config_path: str | None = None,
+    must_have_started: tuple[str | None, str] | None = None,
+) -> int:
     from replaygate.ingest import rolloutlog
+    from replaygate.queries.api import load_config
 
+    conf = load_config(config_path)
     if to_file:
-        return rolloutlog.append_file(to_file, records, dedupe=dedupe)
+        if must_have_started:
+            _started(rolloutlog.started_in_file(to_file, *must_have_started), must_have_started)
+        return rolloutlog.append_file(to_file, records, dedupe=dedupe, config=conf)
     from replaygate.ingest import db as dbm
 
     con = dbm.connect(db, role="rollout")
     try:
-        return rolloutlog.insert_db(con, records, dedupe=dedupe)
+        if must_have_started:
+            _started(rolloutlog.started_in_db(con, *must_have_started), must_have_started)
+        return rolloutlog.insert_db(con, records, dedupe=dedupe, config=conf)
     finally:
         dbm.close(con)
+
+
+def _started(ok: bool, what: tuple[str | None, str]) -> None:
+    release, stage = what
+    if not ok:
+        of = "without a release" if release is None else f"of release {release!r}"
+        raise ReplaygateError(
+            f"stage {stage!r} {of} never started in this rollout log: "
+            "record its start first (replaygate rollout start)"
+        )
 
 
 def _ts(value: str | None) -> str | None:
@@ -71,7 +102,12 @@ def _ts(value: str | None) -> str | None:
 
 
 def _action_command(verb: str, action: str, summary: str):
-    @click.option("--release", required=True, metavar="R", help="Release being rolled out.")
+    @click.option(
+        "--release",
+        required=True,
+        metavar="R",
+        help="Release being rolled out (`-`: none, for a log that names no release).",
+    )
     @click.option("--stage", required=True, metavar="S", help="Stage name, e.g. canary-5pct.")
     @click.option("--percent", type=click.FloatRange(0, 100), help="Share of sessions (0-100).")
     @click.option(
@@ -82,9 +118,10 @@ def _action_command(verb: str, action: str, summary: str):
     @click.option("--at", "at", metavar="TIME", help="When (RFC 3339; default: now).")
     @click.option("--json", "as_json", is_flag=True, help="Print the record written as JSON.")
     @_destination
-    def command(release, stage, percent, scope, note, actor, at, as_json, db, to_file):
+    def command(release, stage, percent, scope, note, actor, at, as_json, db, config_path, to_file):
         from replaygate.ingest import rolloutlog
 
+        release = _release(release)
         rec = rolloutlog.record(
             action,
             release=release,
@@ -95,12 +132,16 @@ def _action_command(verb: str, action: str, summary: str):
             actor=actor or rolloutlog.default_actor(),
             note=note,
         )
-        _write([rec], db, to_file)
+        # Going on from, or finishing, a stage that never started is a typo or a lost
+        # start: refused, so the log never holds an action no window can take.
+        started = (release, stage) if action in ("proceed", "complete") else None
+        _write([rec], db, to_file, config_path=config_path, must_have_started=started)
         if as_json:
             click.echo(json.dumps(rec))
         where = to_file or db
         click.echo(
-            f"rollout: {action} {stage} of {release} by {rec['actor']} at {rec['ts']} -> {where}",
+            f"rollout: {action} {stage} of {release or NO_RELEASE} by {rec['actor']} "
+            f"at {rec['ts']} -> {where}",
             err=True,
         )
 
@@ -129,7 +170,7 @@ _action_command("finish", "complete", "Record that a stage completed (its window
 )
 @click.option("--json", "as_json", is_flag=True, help="Print the records instead of writing them.")
 @_destination
-def import_(paths, release, scope, as_json, db, to_file):
+def import_(paths, release, scope, as_json, db, config_path, to_file):
     """Turn Argo Rollouts and Flagger history into rollout records.
 
     \b
@@ -158,7 +199,8 @@ def import_(paths, release, scope, as_json, db, to_file):
     from replaygate.ingest import cdobjects
 
     files = [(p, _documents(p)) for p in paths]
-    reading = cdobjects.read([d for _, docs in files for d in docs], release=release, scope=scope)
+    docs = [d for _, docs in files for d in docs]
+    reading = cdobjects.read(docs, release=_release(release), scope=scope)
     for why in reading.skipped:
         click.echo(f"rollout import: skipped {why}", err=True)
     empty = [p for p, docs in files if not any(map(reading.used, cdobjects.flatten(docs)))]
@@ -170,12 +212,13 @@ def import_(paths, release, scope, as_json, db, to_file):
     records = reading.records
     if as_json:
         from replaygate.ingest import rolloutlog
+        from replaygate.queries.api import load_config
 
-        rolloutlog.check(records)
+        rolloutlog.check(records, load_config(config_path))
         for r in records:
             click.echo(json.dumps(r))
         return
-    n = _write(records, db, to_file, dedupe=True)
+    n = _write(records, db, to_file, dedupe=True, config_path=config_path)
     click.echo(f"rollout import: {len(records)} records read, {n} new -> {to_file or db}", err=True)
 
 

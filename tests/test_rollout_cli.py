@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import re
 import shutil
 import socket
 import subprocess
@@ -413,3 +414,79 @@ def test_serve_connection_cap_and_idle_timeout(sample_db, tmp_path):
     finally:
         server.shutdown()
         server.server_close()
+
+
+# -- rollout records: as strict as the contract ---------------------------------------------
+
+
+def test_rollout_records_are_checked_like_ingest_checks_them(tmp_path):
+    log = tmp_path / "rollout.jsonl"
+    base = ["rollout", "start", "--release", "r", "--stage", "s", "--to", log]
+    for pct in ("-50", "150", "1e308"):
+        r = run_cli(*base, "--percent", pct)
+        assert r.returncode != 0 and "Traceback" not in r.stderr, pct
+    # The configuration's [ts_bounds] hold for written records as for ingested ones.
+    r = run_cli(*base, "--at", "1990-01-01T00:00:00Z")
+    assert r.returncode == 1 and "ts: outside the plausible time range" in r.stderr, r.stderr
+    conf = tmp_path / "replaygate.toml"
+    conf.write_text('[ts_bounds]\nmin = "1980-01-01T00:00:00Z"\n')
+    assert run_cli(*base, "--at", "1990-01-01T00:00:00Z", "--config", conf).returncode == 0
+    # Imported records: a percent out of range, a stage too long, odd types.
+    rec = rolloutlog.record("start", release="r", stage="s", ts="2026-11-30T00:00:00Z")
+    cases = [
+        ({**rec, "percent": 150}, "percent: outside 0 to 100"),
+        ({**rec, "percent": -50}, "percent: outside 0 to 100"),
+        ({**rec, "percent": 1e308}, "percent: outside 0 to 100"),
+        ({**rec, "stage": "x" * 1_000_000}, "stage: longer than 200 characters"),
+        ({**rec, "stage": {"a": 1}}, "stage: expected text, not dict"),
+        ({**rec, "percent": True}, "percent: expected a number, not bool"),
+        ({**rec, "ts": [1]}, "ts: expected RFC 3339 text or epoch ms, not list"),
+    ]
+    for bad, why in cases:
+        with pytest.raises(ReplaygateError, match=re.escape(why)):
+            rolloutlog.check([bad])
+
+
+def test_a_year_0_record_in_the_database_never_breaks_later_imports(tmp_path):
+    # Python's datetime stops at year 1; DuckDB holds year 0 (an older version's record,
+    # an epoch in milliseconds far below zero).
+    db = tmp_path / "fleet.duckdb"
+    r = run_cli("rollout", "start", "--release", "r", "--stage", "s", "--db", db)
+    assert r.returncode == 0, r.stderr
+    con = dbm.connect(str(db))
+    con.execute("UPDATE rollout SET ts = '0000-06-01 00:00:00+00'::TIMESTAMPTZ")
+    con.close()
+    for _ in range(2):
+        r = run_cli(
+            "rollout", "import", CD / "argo-cd" / "Rollout_suspended_userPause.yaml", "--db", db
+        )
+        assert r.returncode == 0 and "Traceback" not in r.stderr, r.stderr
+    assert "0 new" in r.stderr
+
+
+def test_no_release_is_spelled_the_same_everywhere_and_unstarted_stages_are_refused(tmp_path):
+    log = tmp_path / "rollout.jsonl"
+    at = ("--at", "2026-11-30T00:00:00Z")
+    r = run_cli("rollout", "proceed", "--release", "-", "--stage", "s", *at, "--to", log)
+    assert r.returncode == 1 and "never started" in r.stderr and not log.exists()
+    assert (
+        run_cli("rollout", "start", "--release", "-", "--stage", "s", *at, "--to", log).returncode
+        == 0
+    )
+    (rec,) = [json.loads(x) for x in log.read_text().splitlines()]
+    assert "release" not in rec  # `-` is no release, not a release named "-"
+    r = run_cli("rollout", "finish", "--release", "-", "--stage", "s", "--to", log)
+    assert r.returncode == 0, r.stderr
+    # Another release's start does not count.
+    r = run_cli("rollout", "proceed", "--release", "2.0", "--stage", "s", "--to", log)
+    assert r.returncode == 1 and "of release '2.0' never started" in r.stderr
+    db = tmp_path / "fleet.duckdb"
+    r = run_cli("rollout", "finish", "--release", "2.0", "--stage", "s", "--db", db)
+    assert r.returncode == 1 and "never started" in r.stderr
+    r = run_cli("rollout", "start", "--release", "2.0", "--stage", "s", "--db", db)
+    assert r.returncode == 0, r.stderr
+    assert (
+        run_cli("rollout", "finish", "--release", "2.0", "--stage", "s", "--db", db).returncode == 0
+    )
+    r = run_cli("gates", "--db", db, "--release", "2.0", "--stage", "s", "--json")
+    assert json.loads(r.stdout)["stages"][0]["stage"] == "s@2.0"

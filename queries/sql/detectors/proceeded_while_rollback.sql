@@ -13,20 +13,25 @@
 -- unit: rollout action
 -- facts: none
 -- purpose: matches each rollout action against the decision in force when it was taken (the newest evaluation recorded at or before it, never a recomputation); critical, or high when an operator had recorded an override of that decision before acting. The detail says who acted and why (rollout actor and note; the override's author and reason)
+-- A stage is (name, release): the history keeps its key (`name@release`, the name alone
+-- without a release, as a_stages does) and its release, and both must match the action's.
 WITH moves AS (
-    SELECT file_id, pos, ts, stage, action, actor, note
+    SELECT file_id, pos, ts, release, action, actor, note,
+           CASE WHEN release IS NULL THEN stage ELSE stage || '@' || release END AS stage
     FROM rollout
     WHERE action IN ('proceed', 'complete')
 ),
 evaluations AS (
-    SELECT seq, recorded_at, stage, decision, reasons, data_version, config_sha256
+    SELECT seq, recorded_at, stage, release, decision, reasons, data_version, config_sha256
     FROM decision_history
     WHERE kind = 'evaluation'
 ),
 in_force AS (
     SELECT m.*, e.seq, e.recorded_at, e.decision, e.reasons, e.data_version, e.config_sha256
     FROM moves m
-    ASOF JOIN evaluations e ON e.stage = m.stage AND m.ts >= e.recorded_at
+    ASOF JOIN evaluations e
+      ON e.stage = m.stage AND e.release IS NOT DISTINCT FROM m.release
+     AND m.ts >= e.recorded_at
     WHERE e.decision = 'ROLLBACK'
 ),
 answered AS (
@@ -39,6 +44,7 @@ answered AS (
     FROM in_force f
     JOIN decision_history o
       ON o.kind IN ('ack', 'override') AND o.stage = f.stage
+     AND o.release IS NOT DISTINCT FROM f.release
      AND o.recorded_at >= f.recorded_at AND o.recorded_at <= f.ts
     GROUP BY f.file_id, f.pos
 )
@@ -47,6 +53,8 @@ SELECT f.ts,
        f.stage,
        json_object(
            'stage', f.stage,
+           'release', f.release,
+           'filed_under', f.stage,
            'action', f.action,
            'actor', f.actor,
            'note', f.note,
