@@ -252,6 +252,66 @@ def _meters(con: duckdb.DuckDBPyConnection) -> dict[tuple[str, str], dict[str, A
     return {(s, st): {"observed": n, "last_hour": lh} for s, st, n, lh in rows}
 
 
+class _Prefetch:
+    """What `_findings_refs` and `by_revision` read per stage, read for every stage at
+    once."""
+
+    LIMIT = 20
+
+    def __init__(self, con: duckdb.DuckDBPyConnection) -> None:
+        units = ", ".join(runner.UNIT_COLUMNS)
+        cur = con.execute(
+            f"""SELECT stage, detector, severity, ts, {units},
+                       count(*) OVER (PARTITION BY stage, detector) AS rg_n
+                FROM findings WHERE stage IS NOT NULL
+                QUALIFY row_number() OVER (PARTITION BY stage, detector
+                                           ORDER BY ts) <= {self.LIMIT}"""
+        )
+        cols = [d[0] for d in cur.description]
+        self._refs: dict[tuple[str, str], tuple[int, list[dict[str, Any]]]] = {}
+        for row in cur.fetchall():
+            rec = dict(zip(cols, row, strict=True))
+            key = (rec.pop("stage"), rec["detector"])
+            n = int(rec.pop("rg_n"))
+            self._refs.setdefault(key, (n, []))[1].append(rec)
+        self.found: dict[str, list[tuple[str, str, int]]] = {}
+        for stage, rev, det, n in con.execute(
+            """SELECT f.stage, coalesce(a.protocol_version,
+                           CASE WHEN f.dispatch_id IS NOT NULL OR f.idempotency_key IS NOT NULL
+                                THEN sessionless_revision() END, 'unknown') AS revision,
+                      f.detector, count(*)
+               FROM findings f LEFT JOIN a_sessions a USING (session_hmac)
+               WHERE f.stage IS NOT NULL AND gated(f.detail) GROUP BY ALL"""
+        ).fetchall():
+            self.found.setdefault(stage, []).append((rev, det, n))
+        self.samples: dict[str, list[tuple[str, str, int, Any]]] = {}
+        for stage, rev, sample, n, p99 in con.execute(
+            """SELECT stage, revision, sample, n, p99 FROM a_stage_samples
+               WHERE revision IS NOT NULL"""
+        ).fetchall():
+            self.samples.setdefault(stage, []).append((rev, sample, n, p99))
+        revisions = sorted(
+            {r for v in self.found.values() for r, *_ in v}
+            | {r for v in self.samples.values() for r, *_ in v}
+        )
+        self.resumable: dict[str, bool] = dict(
+            con.execute(
+                "SELECT r, has_resumption(r) FROM unnest($revs::VARCHAR[]) t(r)",
+                {"revs": revisions},
+            ).fetchall()
+        )
+
+    def refs(self, stage: str, detectors: tuple[str, ...]) -> dict[str, Any]:
+        total, rows = 0, []
+        for d in detectors:
+            n, got = self._refs.get((stage, d), (0, []))
+            total += n
+            rows += got
+        rows.sort(key=lambda r: (r["ts"], r["detector"]))
+        refs = [{**r, "ts": _iso(r["ts"])} for r in rows[: self.LIMIT]]
+        return {"detectors": list(detectors), "count": total, "findings": refs}
+
+
 def _findings_refs(
     con: duckdb.DuckDBPyConnection, stage: str, detectors: tuple[str, ...], limit: int = 20
 ) -> dict[str, Any]:
@@ -290,7 +350,10 @@ def evaluate(
     names = [s[0] for s in stages]
     if stage is not None and stage not in names:
         stage = resolve_stage(con, stage)
-    chosen = names if all_stages else [stage or names[-1]]
+    chosen = set(names) if all_stages else {stage or names[-1]}
+    # With many stages, every per-stage lookup is read once for all of them (one query
+    # per stage and gate would make 100,000 stages take hours).
+    pre = _Prefetch(con) if len(chosen) > 1 else None
     measures = _measures(con, config)
     meters = _meters(con)
     minimums = min_samples(config)
@@ -345,7 +408,9 @@ def evaluate(
                     (minimum - sample) / rate if rate and sample < minimum else None
                 )
                 gate["meter"] = meter
-            gate["evidence"] = _findings_refs(con, name, g.detectors)
+            gate["evidence"] = (
+                pre.refs(name, g.detectors) if pre else _findings_refs(con, name, g.detectors)
+            )
             gates.append(gate)
         failing = [g for g in gates if g["status"] == "fail"]
         short = [g for g in gates if g["status"] == "insufficient"]
@@ -383,7 +448,7 @@ def evaluate(
                 "warnings": warnings,
                 "gates": gates,
                 "cannot_tell": unjudged.get(name, []),
-                "by_revision": by_revision(con, name, scope, config),
+                "by_revision": by_revision(con, name, scope, config, pre),
             }
         )
     return {"stages": out}
@@ -448,9 +513,24 @@ EXIT_CODES = {"PROCEED": 0, "HOLD": 2, "ROLLBACK": 3}
 
 
 def by_revision(
-    con: duckdb.DuckDBPyConnection, stage: str, scope: str | None, config: Config
+    con: duckdb.DuckDBPyConnection,
+    stage: str,
+    scope: str | None,
+    config: Config,
+    pre: _Prefetch | None = None,
 ) -> list[dict[str, Any]]:
     """Count gates by protocol revision: replay gates mean nothing without resumption."""
+    if pre is not None:
+        found = pre.found.get(stage, [])
+        samples = pre.samples.get(stage, [])
+        revisions = sorted({r for r, *_ in found} | {r for r, *_ in samples})
+        resumable = {r: pre.resumable[r] for r in revisions}
+    else:
+        found, samples, revisions, resumable = _revision_facts(con, stage)
+    return _by_revision(stage, scope, config, found, samples, revisions, resumable)
+
+
+def _revision_facts(con: duckdb.DuckDBPyConnection, stage: str) -> tuple[Any, Any, Any, Any]:
     found = con.execute(
         """SELECT coalesce(a.protocol_version,
                            CASE WHEN f.dispatch_id IS NOT NULL OR f.idempotency_key IS NOT NULL
@@ -471,6 +551,18 @@ def by_revision(
             "SELECT r, has_resumption(r) FROM unnest($revs::VARCHAR[]) t(r)", {"revs": revisions}
         ).fetchall()
     )
+    return found, samples, revisions, resumable
+
+
+def _by_revision(
+    stage: str,
+    scope: str | None,
+    config: Config,
+    found: list[Any],
+    samples: list[Any],
+    revisions: list[str],
+    resumable: dict[str, bool],
+) -> list[dict[str, Any]]:
     sample_of = {(r, s): (n, p) for r, s, n, p in samples}
     minimums = min_samples(config)
     out = []

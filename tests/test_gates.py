@@ -227,3 +227,24 @@ def test_healthy_server_only_fleet_proceeds(tmp_path):
         g = {x["id"]: x for x in stage["gates"]}
         assert g["cross_stream_acceptances"]["sample"] >= 300
         assert g["write_idempotency"]["status"] in ("pass", "not_applicable")
+
+
+def test_all_stages_read_at_once_equal_each_stage_alone(sample_db):
+    """`--all-stages` reads every stage's evidence and revisions in one pass (100,000
+    stages must not take hours); the result is the per-stage evaluation's."""
+    from replaygate.ingest import db as dbm
+    from replaygate.ingest.config import load
+    from replaygate.queries import gates as gates_mod
+
+    from .conftest import SAMPLE_CONF
+
+    conf = load(SAMPLE_CONF)
+    con = dbm.connect(str(sample_db), read_only=True)
+    try:
+        every = gates_mod.evaluate(con, conf, all_stages=True)["stages"]
+        assert len(every) > 1
+        for st in every:
+            (alone,) = gates_mod.evaluate(con, conf, stage=st["stage"])["stages"]
+            assert alone == st
+    finally:
+        con.close()

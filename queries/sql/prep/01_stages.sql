@@ -11,39 +11,61 @@
 -- Its own rollback or completion at the very time of that start ends it (a controller
 -- that aborts or promotes at once reports both at the same second); another stage's
 -- start ends it only after it began.
+-- Each bound is the nearest record in time (ASOF joins and a lead over the start times),
+-- never a scan per stage: 100,000 stages take seconds, not hours.
 CREATE OR REPLACE TABLE a_stages AS
-WITH starts AS (
-    SELECT release,
+WITH r AS (
+    SELECT ts, file_id, pos, stage, action, scope, percent, release,
+           release IS NULL AS no_release, coalesce(release, '') AS rel
+    FROM rollout
+),
+starts AS (
+    SELECT release, any_value(no_release) AS no_release, rel,
            stage AS stage_name,
            CASE WHEN release IS NULL THEN stage ELSE stage || '@' || release END AS stage,
            max(ts) AS start_ts,
            arg_max(scope, (ts, file_id, pos)) FILTER (WHERE scope IS NOT NULL) AS scope,
            arg_max(percent, (ts, file_id, pos)) FILTER (WHERE percent IS NOT NULL) AS percent
-    FROM rollout
+    FROM r
     WHERE action = 'start'
-    GROUP BY release, stage
+    GROUP BY release, rel, stage
+),
+start_times AS (
+    -- Per release, each start time and the next one after it.
+    SELECT no_release, rel, ts, lead(ts) OVER (PARTITION BY no_release, rel ORDER BY ts) AS next_ts
+    FROM (SELECT DISTINCT no_release, rel, ts FROM r WHERE action = 'start')
+),
+ends AS (
+    SELECT no_release, rel, stage, ts FROM r WHERE action IN ('rollback', 'complete')
+),
+rollbacks AS (
+    SELECT no_release, rel, stage, ts FROM r WHERE action = 'rollback'
 ),
 bounded AS (
-    SELECT s.*,
-           (SELECT min(r.ts) FROM rollout r
-             WHERE r.release IS NOT DISTINCT FROM s.release
-               AND ((r.action = 'start' AND r.ts > s.start_ts)
-                    OR (r.stage = s.stage_name AND r.action IN ('rollback', 'complete')
-                        AND r.ts >= s.start_ts)))
-               AS end_ts,
-           (SELECT min(r.ts) FROM rollout r
-             WHERE r.ts >= s.start_ts AND r.release IS NOT DISTINCT FROM s.release
-               AND r.stage = s.stage_name AND r.action = 'rollback')
-               AS rollback_ts
+    SELECT s.*, n.next_ts, e.ts AS own_end, b.ts AS rollback_ts
     FROM starts s
+    JOIN start_times n
+      ON n.no_release = s.no_release AND n.rel = s.rel AND n.ts = s.start_ts
+    ASOF LEFT JOIN ends e
+      ON e.no_release = s.no_release AND e.rel = s.rel AND e.stage = s.stage_name
+     AND e.ts >= s.start_ts
+    ASOF LEFT JOIN rollbacks b
+      ON b.no_release = s.no_release AND b.rel = s.rel AND b.stage = s.stage_name
+     AND b.ts >= s.start_ts
+),
+any_start AS (
+    SELECT DISTINCT ts FROM r WHERE action = 'start'
 )
-SELECT b.stage, b.start_ts, b.scope, b.percent, b.end_ts, b.rollback_ts,
-       CASE WHEN rollback_ts IS NOT NULL THEN
-           (SELECT min(r.ts) FROM rollout r WHERE r.action = 'start' AND r.ts > b.rollback_ts)
-       END AS hygiene_end,
+SELECT b.stage, b.start_ts, b.scope, b.percent,
+       CASE WHEN b.next_ts IS NULL THEN b.own_end
+            WHEN b.own_end IS NULL THEN b.next_ts
+            ELSE least(b.next_ts, b.own_end) END AS end_ts,
+       b.rollback_ts,
+       h.ts AS hygiene_end,
        b.release, b.stage_name
 FROM bounded b
-ORDER BY start_ts, stage;
+ASOF LEFT JOIN any_start h ON h.ts > b.rollback_ts
+ORDER BY b.start_ts, b.stage;
 
 -- Windows of different releases may overlap; for records of no known session each window
 -- is cut at the next start of any stage (with one release, or none, they are the same).
