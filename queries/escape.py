@@ -45,6 +45,29 @@ def one_line(value: object) -> str:
     return visible(_CONTROL.sub(" ", "" if value is None else str(value)))
 
 
+# Slack mrkdwn has no escape character: its formatting marks become look-alikes that
+# mean nothing to it (bold, italic, strike, code, `:emoji:`); &, < and > are entities.
+_SLACK = str.maketrans(
+    {
+        "&": "&amp;",
+        "<": "&lt;",
+        ">": "&gt;",
+        "*": "\u2217",
+        "~": "\u223c",
+        "`": "\u02cb",
+    }
+)
+# `_` opens italics and `:` an emoji only at a word's edge: `raw_session_ids:` stays.
+_SLACK_EDGE = re.compile(r"(?<![A-Za-z0-9])_|_(?![A-Za-z0-9])|:(?=[A-Za-z0-9_+-])")
+
+
+def slack_text(value: object) -> str:
+    """Data for a Slack message (mrkdwn): on one line (a line break in a stage name
+    cannot forge a headline), no link, mention, emphasis, code or emoji from it."""
+    text = one_line(value).translate(_SLACK)
+    return _SLACK_EDGE.sub(lambda m: "\u02cd" if m[0] == "_" else "\ua789", text)
+
+
 def terminal(value: object) -> str:
     """Data for a terminal line: no escape sequence, line break, bidi or zero-width
     character reaches it (`one_line`)."""

@@ -30,8 +30,10 @@ TIMEOUT = 10
 
 
 def slack_escape(text: str) -> str:
-    """Slack's mrkdwn treats &, < and > as markup: logged values must not become links."""
-    return text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
+    """Logged values in Slack's mrkdwn: one line, no markup (queries/escape.py)."""
+    from replaygate.queries.escape import slack_text
+
+    return slack_text(text)
 
 
 def stage_url(dashboard_url: str, stage: str) -> str:
@@ -42,8 +44,11 @@ def message(change: dict, dashboard_url: str) -> dict:
     """The JSON document for one stage's change (see docs: During a rollout)."""
     stage, decision, previous = change["stage"], change["decision"], change["previous"]
     url = stage_url(dashboard_url, stage)
-    head = f"{ICON.get(decision, '')} replaygate: stage *{slack_escape(stage)}* is {decision}"
-    head += f" (was {previous})" if previous and previous != decision else ""
+    head = (
+        f"{ICON.get(decision, '')} replaygate: stage *{slack_escape(stage)}* is "
+        f"{slack_escape(decision)}"
+    )
+    head += f" (was {slack_escape(previous)})" if previous and previous != decision else ""
     lines = [head.strip()]
     lines += [f"• {slack_escape(r)}" for r in change["reasons"][:5]]
     if len(change["reasons"]) > 5:

@@ -33,6 +33,7 @@ from replaygate.ingest.config import Config
 from replaygate.ingest.contract import RECORD_TYPES
 from replaygate.ingest.errors import ReplaygateError
 from replaygate.ingest.load import ingest
+from replaygate.queries.escape import terminal
 
 from . import duration
 from .notify import Notifier, message
@@ -285,7 +286,7 @@ class Watcher:
             while not stop.is_set():
                 n += 1
                 c = self.cycle(n)
-                self.say(c.line())
+                self.say(terminal(c.line()))
                 for ch in c.changes:
                     self.say(_change_line(c, ch))
                     self.notifier.send(message(ch, self.dashboard_url))
@@ -357,6 +358,12 @@ def _stale(con) -> list[str]:
 
 
 def _change_line(c: Cycle, ch: dict) -> str:
+    from replaygate.queries.escape import terminal
+
+    return terminal(_raw_change_line(c, ch))
+
+
+def _raw_change_line(c: Cycle, ch: dict) -> str:
     was = ch["previous"] or "new"
     reasons = "; ".join(ch["reasons"][:3]) or "all gates pass"
     gates = ", ".join(f"{g['id']} {g['previous']} -> {g['status']}" for g in ch["gates"])
