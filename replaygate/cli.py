@@ -717,10 +717,12 @@ def _register_audit_commands() -> None:
 _register_audit_commands()
 
 
+from .probe_cli import probe  # noqa: E402 - registered after the core commands
 from .rollout_cli import rollout, serve  # noqa: E402 - registered after the core commands
 
 cli.add_command(rollout)
 cli.add_command(serve)
+cli.add_command(probe)
 
 
 def _debug_requested(argv: list[str]) -> bool:

@@ -131,6 +131,25 @@ def test_replay_gap_high_and_silent_truncation(tmp_path):
     assert len(got["silent_truncation"]) == 1
 
 
+def test_receipts_that_know_seq_and_origin_are_judged_without_an_event_log(tmp_path):
+    """A client that records seq, origin and kind (replaygate probe) shows a hole on its
+    own: the gap and the truncation fire on the inbox alone, basis client; a whole
+    stream is no finding."""
+
+    def receipts(sid, seqs):
+        kinds = dict(enumerate(KINDS))
+        return [
+            rc(10 * i, sid, f"{sid}-{i}", origin_stream_id=sid, seq=i, kind=kinds[i]) for i in seqs
+        ]
+
+    got = findings(tmp_path, inbox=receipts("cut", [0, 1, 3, 4]) + receipts("whole", range(5)))
+    (gap,) = got["replay_gap"]
+    assert gap["stream_id"] == "cut" and gap["detail"]["basis"] == "client"
+    assert gap["detail"]["missing_seqs"] == [2] and gap["severity"] == "high"
+    (trunc,) = got["silent_truncation"]
+    assert trunc["stream_id"] == "cut" and trunc["detail"]["basis"] == "client"
+
+
 def test_replay_gap_low_for_progress_only(tmp_path):
     got = _received_all_but(tmp_path, 1)
     assert [f["severity"] for f in got["replay_gap"]] == ["low"]

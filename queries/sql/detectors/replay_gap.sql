@@ -12,7 +12,7 @@
 --   keep a gapless event log for as long as a cursor can come back, or declare the stream lossy
 --   so clients re-fetch state.
 -- severity: high, low
--- needs: events, streams
+-- needs: inbox|events, inbox|streams
 -- facts: none
 -- unit: stream (origin)
 -- page: streams

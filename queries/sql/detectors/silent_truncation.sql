@@ -9,7 +9,7 @@
 -- fix: Never drop cumulative or terminal events; when a replay had a gap, make the client
 --   discard the accumulated stream and read the final state explicitly.
 -- severity: critical
--- needs: events, streams
+-- needs: inbox|events, inbox|streams
 -- facts: none
 -- unit: stream
 -- page: streams

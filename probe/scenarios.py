@@ -1,0 +1,751 @@
+"""The probe's scenarios against a live endpoint, each ending in a verdict (`pass`,
+`fail`, `cannot_tell`, `skipped`) and leaving what the client received as evidence:
+
+- resume: a streaming call cut after k events and resumed with Last-Event-ID, beside an
+  uncut reference call of the same tool in the same session (seed 002: only the client
+  can see that a replay lost an event while the answer still arrived);
+- cursors: a cursor of another session's stream, and one the server does not hold;
+- dead_session: DELETE, reuse, re-initialize;
+- origin: a foreign Origin, a foreign Host, the allowed Origin;
+- resend: (2026-07-28, only with --write-tool) a cut call sent again with its
+  idempotency key."""
+
+from __future__ import annotations
+
+import json
+import re
+import threading
+import time
+import uuid
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlsplit
+
+from .discover import Discovery
+from .evidence import Evidence, payload_digest
+from .wire import Answer, Event, Pacer, Wire
+
+SCENARIOS = ("resume", "cursors", "dead_session", "origin", "resend")
+DEFAULT_SCENARIOS = ("resume", "cursors", "dead_session", "origin")
+FOREIGN_ORIGIN = "https://replaygate-probe.invalid"
+FOREIGN_HOST = "replaygate-probe.invalid"
+MAX_RESUMES = 8
+
+
+@dataclass
+class Settings:
+    url: str
+    out: Path
+    run_id: str
+    key: bytes
+    version: str = "2025-11-25"
+    origin: str | None = None  # an allowed Origin; default: the endpoint's own
+    tool: str | None = None
+    arguments: dict[str, Any] = field(default_factory=dict)
+    cut_after: int = 2
+    resume_after: float = 1.0  # the client is away at least this long (and `retry:`)
+    write_tool: str | None = None
+    write_arguments: dict[str, Any] = field(default_factory=dict)
+    key_arg: str | None = None
+    dead_statuses: tuple[int, ...] = (404,)
+    timeout: float = 30.0
+    stage: str | None = None
+    release: str | None = None
+    ledger: bool = True
+    max_requests: int = 200
+    rate: float = 10.0
+    scenarios: tuple[str, ...] = DEFAULT_SCENARIOS
+    agent: str = ""
+
+    def allowed_origin(self) -> str:
+        if self.origin:
+            return self.origin
+        u = urlsplit(self.url)
+        return f"{u.scheme}://{u.netloc}"
+
+
+@dataclass
+class Verdict:
+    scenario: str
+    status: str  # pass, fail, cannot_tell, skipped
+    line: str
+    detail: dict[str, Any] = field(default_factory=dict)
+
+    def as_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def ok(ans: Answer) -> bool:
+    return 200 <= ans.status < 300
+
+
+def refused(ans: Answer) -> bool:
+    return 400 <= ans.status < 500
+
+
+def _status(ans: Answer) -> str:
+    return ans.error or f"HTTP {ans.status}"
+
+
+class Probe:
+    """One probe run: its request budget, its evidence files and its discovery."""
+
+    def __init__(self, s: Settings, discovery: Discovery) -> None:
+        self.s = s
+        self.discovery = discovery
+        self.pacer = Pacer(s.max_requests, s.rate)
+        self.ev = Evidence(
+            s.out, s.run_id, s.key, stage=s.stage, release=s.release, ledger=s.ledger
+        )
+
+    # -- sessions ---------------------------------------------------------------------
+    def wire(self, origin: str | None = None) -> Wire:
+        return Wire(
+            self.s.url,
+            self.pacer,
+            run_id=self.s.run_id,
+            version=self.s.version,
+            origin=origin if origin is not None else self.s.allowed_origin(),
+            timeout=self.s.timeout,
+            agent=self.s.agent,
+        )
+
+    def open(self, w: Wire, generation: int = 1, prev: str | None = None, **kw: Any) -> Answer:
+        ans = w.initialize(**kw)
+        if ok(ans) and w.session:
+            self.ev.session(
+                w.session,
+                generation,
+                "SESSION_ACTIVE",
+                version=self.s.version,
+                prev=prev,
+                init_result=w.init_result,
+                ts=ans.events[-1].ts if ans.events else None,
+            )
+        return ans
+
+    def close(self, w: Wire, generation: int = 1) -> Answer | None:
+        """DELETE the session (the probe leaves nothing behind on the server)."""
+        if not w.session:
+            w.close()
+            return None
+        raw = w.session
+        self.ev.session(raw, generation, "DELETE_REQUESTED", version=self.s.version)
+        ans = w.delete()
+        if ok(ans):
+            self.ev.session(raw, generation, "TERMINATED", version=self.s.version)
+        w.session = None
+        w.close()
+        return ans
+
+    # -- tools --------------------------------------------------------------------------
+    def pick_tool(self) -> tuple[str | None, dict[str, Any], str]:
+        """The tool to stream through: --tool (it must be annotated read-only), else a
+        read-only tool that needs no arguments; or why there is none."""
+        tools = {t.name: t for t in self.discovery.tools}
+        if self.discovery.error and not tools:
+            return None, {}, f"tools/list failed ({self.discovery.error})"
+        if self.s.tool:
+            t = tools.get(self.s.tool)
+            if t is None:
+                return None, {}, f"the endpoint lists no tool {self.s.tool!r}"
+            if not t.read_only:
+                return (
+                    None,
+                    {},
+                    (
+                        f"tool {t.name!r} is not annotated readOnlyHint; the probe calls a "
+                        "tool with side effects only when named with --write-tool"
+                    ),
+                )
+            return t.name, self.s.arguments, ""
+        readers = [t for t in self.discovery.tools if t.read_only]
+        for t in readers:
+            if not t.required:
+                return t.name, {}, ""
+        if readers:
+            names = ", ".join(t.name for t in readers[:6])
+            return (
+                None,
+                {},
+                (
+                    f"every read-only tool needs arguments ({names}): name one that streams "
+                    "several events with --tool NAME --arguments JSON"
+                ),
+            )
+        return (
+            None,
+            {},
+            (
+                "no tool is annotated readOnlyHint: name a read-only tool that streams several "
+                "events with --tool NAME [--arguments JSON]"
+            ),
+        )
+
+    # -- scenarios ----------------------------------------------------------------------
+    def run(self, name: str) -> Verdict:
+        fn = getattr(self, f"scenario_{name}")
+        try:
+            verdict: Verdict = fn()
+        except Exception as exc:  # noqa: BLE001 - a scenario's failure is its verdict
+            from .wire import BudgetExhausted
+
+            status = "cannot_tell" if isinstance(exc, BudgetExhausted) else "fail"
+            verdict = Verdict(name, status, f"{type(exc).__name__}: {exc}")
+        return verdict
+
+    def scenario_resume(self) -> Verdict:
+        tool, args, why = self.pick_tool()
+        if tool is None:
+            return Verdict("resume", "cannot_tell", why)
+        w = self.wire()
+        try:
+            init = self.open(w)
+            if not ok(init):
+                return Verdict("resume", "fail", f"initialize answered {_status(init)}")
+            if not w.session:
+                return Verdict(
+                    "resume",
+                    "cannot_tell",
+                    "the endpoint opened no session: no resumption to probe",
+                )
+            return self._resume(w, tool, args)
+        finally:
+            self.close(w)
+
+    def _resume(self, w: Wire, tool: str, args: dict[str, Any]) -> Verdict:
+        sid = w.session
+        assert sid is not None
+        ref_rid, cut_rid = w.next_id(), w.next_id()
+        digest = payload_digest(tool, args)
+        call_fields = {
+            "method": "POST",
+            "tool_name": tool,
+            "tool_class": "read",
+            "payload_digest": digest,
+        }
+        # The reference call runs on a connection of its own in the same session, while
+        # the cut one is resumed: an uncut answer to compare with, and a concurrent stream
+        # whose events a store that mixes streams would replay into the resumed one.
+        rw = self.wire()
+        rw.session = sid
+        box: dict[str, Answer] = {}
+        self.ev.stream(sid, 1, ref_rid, "STREAM_OPEN", request_id=ref_rid, **call_fields)
+        ref_thread = threading.Thread(
+            target=lambda: box.update(ans=rw.call(tool, args, ref_rid)), daemon=True
+        )
+        ref_thread.start()
+        self.ev.stream(sid, 1, cut_rid, "STREAM_OPEN", request_id=cut_rid, **call_fields)
+        cut = w.call(tool, args, cut_rid, cut_after=self.s.cut_after)
+        gets: list[Answer] = []
+        detail: dict[str, Any] = {"tool": tool, "cut_after": self.s.cut_after}
+        done, rejected = False, None
+        try:
+            if not ok(cut):
+                return Verdict("resume", "fail", f"tools/call answered {_status(cut)}", detail)
+            ids = [e.event_id for e in cut.events if e.event_id]
+            if not cut.cut:
+                return Verdict(
+                    "resume",
+                    "cannot_tell",
+                    (
+                        f"{tool} answered within {self.s.cut_after} events: name a tool that "
+                        "streams more (--tool, --arguments) or lower --cut-after"
+                    ),
+                    detail,
+                )
+            if not ids:
+                return Verdict(
+                    "resume",
+                    "cannot_tell",
+                    "the stream carried no event ids: the endpoint offers no resumption",
+                    detail,
+                )
+            cursor = ids[-1]
+            told = next((e.retry_ms for e in cut.events if e.retry_ms), None)
+            retry = told or 500
+            self.ev.stream(
+                sid,
+                1,
+                cut_rid,
+                "DISCONNECTED",
+                close_reason="client_disconnect",
+                last_acked_event_id=cursor,
+                retry_ms=told,
+                ts=cut.ended and int(cut.ended * 1000),
+            )
+            # Away for the server's `retry:` at least: what it produces meanwhile is stored,
+            # and only a replay can deliver it.
+            time.sleep(max(retry / 1000, self.s.resume_after))
+            for _ in range(MAX_RESUMES):
+                self.ev.stream(
+                    sid,
+                    1,
+                    cut_rid,
+                    "RESUME_PENDING",
+                    method="GET",
+                    resume_from_event_id=cursor,
+                    last_acked_event_id=cursor,
+                )
+                g = w.resume(cursor, until_answer=cut_rid, read_for=self.s.timeout)
+                if not ok(g):
+                    rejected = g
+                    self.ev.stream(sid, 1, cut_rid, "CURSOR_REJECTED", resume_from_event_id=cursor)
+                    self.ev.stream(sid, 1, cut_rid, "CLOSED", close_reason="cursor_rejected")
+                    break
+                self.ev.stream(
+                    sid, 1, cut_rid, "STREAM_OPEN", method="GET", ts=int(g.started * 1000)
+                )
+                gets.append(g)
+                fresh = [e.event_id for e in g.events if e.event_id]
+                cursor = fresh[-1] if fresh else cursor
+                if any(e.answers == cut_rid for e in g.events):
+                    done = True
+                    self.ev.stream(
+                        sid,
+                        1,
+                        cut_rid,
+                        "CLOSED",
+                        close_reason="completed",
+                        last_acked_event_id=cursor,
+                    )
+                    break
+                self.ev.stream(
+                    sid,
+                    1,
+                    cut_rid,
+                    "DISCONNECTED",
+                    close_reason="server_close",
+                    last_acked_event_id=cursor,
+                )
+                time.sleep(retry / 1000)
+        finally:
+            ref_thread.join(self.s.timeout + 5)
+            rw.close()
+        ref = box.get("ans")
+        ref_done = ref is not None and any(e.answers == ref_rid for e in ref.events)
+        if ref_done:
+            assert ref is not None
+            self.ev.stream(
+                sid,
+                1,
+                ref_rid,
+                "CLOSED",
+                close_reason="completed",
+                last_acked_event_id=_last_id(ref.events),
+            )
+        judged = self._receipts(sid, ref_rid, cut_rid, ref, cut, gets)
+        detail.update(judged)
+        detail["resumes"] = len(gets) + (1 if rejected else 0)
+        if rejected is not None:
+            return Verdict(
+                "resume",
+                "fail",
+                f"the resume with Last-Event-ID was refused ({_status(rejected)})",
+                detail,
+            )
+        if not done:
+            return Verdict(
+                "resume",
+                "fail",
+                f"the resumed stream never delivered the answer ({len(gets)} reconnects)",
+                detail,
+            )
+        if judged["foreign"]:
+            return Verdict(
+                "resume",
+                "fail",
+                f"{judged['foreign']} events of another stream "
+                "were replayed into the resumed one (cross-stream replay)",
+                detail,
+            )
+        if not ref_done:
+            return Verdict(
+                "resume",
+                "cannot_tell",
+                "the reference call did not finish: no answer to compare with",
+                detail,
+            )
+        if judged["unaligned"]:
+            return Verdict(
+                "resume",
+                "cannot_tell",
+                f"{judged['unaligned']} events differ from "
+                f"the reference call: {tool} does not stream the same events twice",
+                detail,
+            )
+        if judged["missing"]:
+            kinds = ", ".join(f"{s} ({k})" for s, k in judged["missing"])
+            return Verdict(
+                "resume",
+                "fail",
+                f"lost on replay: seq {kinds}; the answer still "
+                "arrived (a complete-looking, truncated result)",
+                detail,
+            )
+        return Verdict(
+            "resume",
+            "pass",
+            f"cut after {self.s.cut_after} events, resumed: "
+            f"{judged['replayed']} replayed, none missing, none foreign; the "
+            "answer equals the reference",
+            detail,
+        )
+
+    def _receipts(
+        self,
+        sid: str,
+        ref_rid: str,
+        cut_rid: str,
+        ref: Answer | None,
+        cut: Answer,
+        gets: list[Answer],
+    ) -> dict[str, Any]:
+        """Write a receipt for every event received on both streams and judge the cut one
+        against the reference. Seq: the reference call's events are numbered as they
+        arrived (priming 0); an event of the cut call takes the seq of the same step of the
+        reference (the same message, without ids and tokens); an event whose id arrived
+        first on the other stream keeps that stream as its origin and its seq there."""
+        first_stream: dict[str, str] = {}
+        seq_of: dict[str, int] = {}
+        ref_content: list[str] = []
+        ref_kinds: list[str] = []
+        seen: set[tuple[str, str, str]] = set()
+
+        def write(
+            e: Event, stream: str, origin: str | None, seq: int | None, delivery: str
+        ) -> bool:
+            assert e.event_id is not None
+            key = (stream, e.event_id, e.digest)
+            verdict = "duplicate" if key in seen else "accepted"
+            seen.add(key)
+            self.ev.receipt(
+                sid,
+                1,
+                ts=e.ts,
+                stream_id=stream,
+                event_id=e.event_id,
+                verdict=verdict,
+                origin_stream_id=origin,
+                seq=seq,
+                kind=e.kind,
+                delivery=delivery,
+                message_digest=e.digest,
+                jsonrpc_id=e.answers,
+            )
+            return verdict == "accepted"
+
+        for e in ref.events if ref else []:
+            ref_seq = 0 if e.kind == "priming" else len(ref_content) + 1
+            if e.kind != "priming":
+                ref_content.append(e.content)
+                ref_kinds.append(e.kind)
+            if e.event_id:
+                first_stream.setdefault(e.event_id, ref_rid)
+                seq_of.setdefault(e.event_id, ref_seq)
+                write(e, ref_rid, ref_rid, ref_seq, "live")
+        used: set[int] = set()
+        got: set[int] = set()
+        foreign = unaligned = replayed = 0
+        for delivery, events in [("live", cut.events)] + [("replay", g.events) for g in gets]:
+            for e in events:
+                if not e.event_id:
+                    continue
+                if delivery == "replay" and e.kind != "priming":
+                    replayed += 1
+                origin = first_stream.get(e.event_id)
+                if origin is None:
+                    named = e.answers or e.progress_token
+                    origin = named if named in (ref_rid, cut_rid) else cut_rid
+                    first_stream[e.event_id] = origin
+                seq: int | None
+                if origin != cut_rid:
+                    seq = seq_of.get(e.event_id)
+                elif e.kind == "priming":
+                    seq = 0
+                else:
+                    seq = next(
+                        (
+                            i + 1
+                            for i, c in enumerate(ref_content)
+                            if c == e.content and i + 1 not in used
+                        ),
+                        None,
+                    )
+                    if seq is not None:
+                        used.add(seq)
+                accepted = write(e, cut_rid, origin, seq, delivery)
+                if accepted and origin != cut_rid:
+                    foreign += 1
+                elif accepted and seq is None and ref_content:
+                    unaligned += 1
+                elif accepted and seq:
+                    got.add(seq)
+        missing = [(i, ref_kinds[i - 1]) for i in range(1, len(ref_content) + 1) if i not in got]
+        return {
+            "reference_events": len(ref_content),
+            "replayed": replayed,
+            "foreign": foreign,
+            "unaligned": unaligned,
+            "missing": missing if ref_content and not unaligned else [],
+        }
+
+    def _some_events(self, w: Wire) -> tuple[str | None, list[Event], str]:
+        """One uncut call of the probe's tool, for a cursor of a real stream."""
+        tool, args, why = self.pick_tool()
+        if tool is None:
+            return None, [], why
+        rid = w.next_id()
+        ans = w.call(tool, args, rid)
+        if not ok(ans):
+            return None, [], f"tools/call answered {_status(ans)}"
+        return rid, [e for e in ans.events if e.event_id], ""
+
+    def scenario_cursors(self) -> Verdict:
+        a, b = self.wire(), self.wire()
+        try:
+            if not ok(self.open(a)) or not a.session:
+                return Verdict("cursors", "cannot_tell", "could not open a session")
+            stream, events, why = self._some_events(a)
+            if stream is None:
+                return Verdict("cursors", "cannot_tell", why)
+            if not events:
+                return Verdict(
+                    "cursors",
+                    "cannot_tell",
+                    "the stream carried no event ids: the endpoint offers no resumption",
+                )
+            if not ok(self.open(b)) or not b.session:
+                return Verdict("cursors", "cannot_tell", "could not open a second session")
+            known = {e.event_id: (stream, i) for i, e in enumerate(events)}
+            results: dict[str, dict[str, Any]] = {}
+            for label, cursor in (
+                ("foreign", events[-1].event_id or ""),
+                ("stale", _stale(events[-1].event_id or "")),
+            ):
+                g = b.resume(cursor, read_for=min(2.0, self.s.timeout))
+                data = [e for e in g.events if e.event_id and e.data.strip()]
+                get_stream = f"get-{b.next_id()}"
+                assert b.session is not None
+                for e in data:
+                    assert e.event_id is not None
+                    origin, seq = known.get(e.event_id, (None, None))
+                    self.ev.receipt(
+                        b.session,
+                        1,
+                        ts=e.ts,
+                        stream_id=get_stream,
+                        event_id=e.event_id,
+                        verdict="accepted",
+                        origin_stream_id=origin,
+                        seq=seq,
+                        kind=e.kind,
+                        delivery="replay",
+                        message_digest=e.digest,
+                        jsonrpc_id=e.answers,
+                    )
+                results[label] = {"status": g.status, "error": g.error, "replayed": len(data)}
+            detail = {"cursors": results}
+            bad = [k for k, r in results.items() if r["replayed"]]
+            if bad:
+                what = " and ".join(
+                    f"{results[k]['replayed']} events for a {k} cursor" for k in bad
+                )
+                return Verdict("cursors", "fail", f"replayed {what} (expected a rejection)", detail)
+            errors = [k for k, r in results.items() if r["error"] or r["status"] >= 500]
+            if errors:
+                return Verdict(
+                    "cursors",
+                    "cannot_tell",
+                    "no answer for the " + ", ".join(errors) + " cursor",
+                    detail,
+                )
+            how = "; ".join(
+                f"{k}: "
+                + ("refused" if r["status"] >= 400 else "nothing replayed")
+                + f" (HTTP {r['status']})"
+                for k, r in results.items()
+            )
+            return Verdict("cursors", "pass", how, detail)
+        finally:
+            self.close(a)
+            self.close(b)
+
+    def scenario_dead_session(self) -> Verdict:
+        w = self.wire()
+        new: Wire | None = None
+        try:
+            if not ok(self.open(w)) or not w.session:
+                return Verdict("dead_session", "cannot_tell", "could not open a session")
+            raw = w.session
+            self.ev.session(raw, 1, "DELETE_REQUESTED", version=self.s.version)
+            d = w.delete()
+            detail: dict[str, Any] = {"delete": d.status}
+            if d.status == 405:
+                return Verdict(
+                    "dead_session",
+                    "cannot_tell",
+                    "the endpoint does not allow DELETE (405): no dead session to reuse",
+                    detail,
+                )
+            if not ok(d):
+                return Verdict("dead_session", "fail", f"DELETE answered {_status(d)}", detail)
+            self.ev.session(raw, 1, "TERMINATED", version=self.s.version)
+            rid = w.next_id()
+            reuse = w.exchange(
+                "POST", {"jsonrpc": "2.0", "id": rid, "method": "tools/list"}, until_answer=rid
+            )
+            detail["reuse"] = reuse.status
+            w.session = None
+            if reuse.status in self.s.dead_statuses:
+                self.ev.session(raw, 1, "REINITIALIZE_REQUIRED", version=self.s.version)
+            new = self.wire()
+            again = self.open(new, generation=2, prev=raw)
+            detail["reinitialize"] = again.status
+            if ok(reuse):
+                return Verdict(
+                    "dead_session",
+                    "fail",
+                    f"a deleted session was served again (HTTP {reuse.status})",
+                    detail,
+                )
+            if reuse.status not in self.s.dead_statuses:
+                expected = "/".join(map(str, self.s.dead_statuses))
+                return Verdict(
+                    "dead_session",
+                    "fail",
+                    f"reuse of a deleted session answered {_status(reuse)}, not {expected}",
+                    detail,
+                )
+            if not ok(again) or not new.session:
+                return Verdict(
+                    "dead_session", "fail", f"re-initialize answered {_status(again)}", detail
+                )
+            return Verdict(
+                "dead_session",
+                "pass",
+                f"DELETE {d.status}, reuse {reuse.status}, re-initialized ({again.status})",
+                detail,
+            )
+        finally:
+            w.close()
+            if new is not None:
+                self.close(new, generation=2)
+
+    def scenario_origin(self) -> Verdict:
+        checks = (
+            ("foreign_origin", FOREIGN_ORIGIN, None, False),
+            ("foreign_host", None, FOREIGN_HOST, False),
+            ("allowed_origin", self.s.allowed_origin(), None, True),
+        )
+        detail: dict[str, Any] = {}
+        problems, unknown = [], []
+        for label, origin, host, expect_served in checks:
+            w = self.wire(origin=origin)
+            extra = {"Host": host} if host else None
+            ans = self.open(w, extra=extra)
+            # Served means the MCP server answered the initialize; a 2xx without its result
+            # came from something else (Caddy answers a Host it has no site for with an
+            # empty 200): the request never reached the server.
+            served = ok(ans) and bool(w.init_result and "result" in w.init_result)
+            detail[label] = ans.status
+            if ans.error or ans.status >= 500:
+                unknown.append(f"{label.replace('_', ' ')}: {_status(ans)}")
+            elif expect_served and not served:
+                problems.append(f"allowed Origin not served ({ans.status})")
+            elif not expect_served and served:
+                problems.append(f"{label.replace('_', ' ')} served ({ans.status})")
+            elif not expect_served and not refused(ans):
+                detail[label + "_not_mcp"] = True
+            self.close(w)
+        if problems:
+            return Verdict("origin", "fail", "; ".join(problems), detail)
+        if unknown:
+            return Verdict("origin", "cannot_tell", "; ".join(unknown), detail)
+        return Verdict(
+            "origin",
+            "pass",
+            f"foreign Origin refused ({detail['foreign_origin']}), "
+            f"foreign Host refused ({detail['foreign_host']}), allowed Origin "
+            f"served ({detail['allowed_origin']})",
+            detail,
+        )
+
+    def scenario_resend(self) -> Verdict:
+        if not self.s.write_tool:
+            return Verdict(
+                "resend",
+                "skipped",
+                "no --write-tool named: the probe calls no tool with side effects",
+            )
+        if not self.s.key_arg:
+            return Verdict(
+                "resend",
+                "cannot_tell",
+                "--idempotency-key-arg names the argument that carries the key",
+            )
+        if not self.discovery.modern:
+            return Verdict(
+                "resend",
+                "skipped",
+                "the endpoint does not speak 2026-07-28 "
+                f"(negotiated {self.discovery.protocol_version})",
+            )
+        from .discover import resend
+
+        # Each request of the re-send counts against the run's budget too.
+        for _ in range(4):
+            self.pacer.take()
+        res = resend(
+            self.s.url,
+            run_id=self.s.run_id,
+            agent=self.s.agent,
+            origin=self.s.allowed_origin(),
+            timeout=self.s.timeout,
+            tool=self.s.write_tool,
+            arguments=self.s.write_arguments,
+            key_arg=self.s.key_arg,
+            key=f"replaygate-probe-{self.s.run_id}-{uuid.uuid4().hex[:8]}",
+        )
+        if "skipped" in res:
+            return Verdict("resend", "skipped", res["skipped"], res)
+        if res["same_receipt"]:
+            return Verdict(
+                "resend",
+                "pass",
+                "re-sent twice with the same key: the same receipt both times (one execution)",
+                res,
+            )
+        return Verdict(
+            "resend",
+            "fail",
+            "re-sent with the same key: different answers (each re-send executed)",
+            res,
+        )
+
+
+def _last_id(events: list[Event]) -> str | None:
+    ids = [e.event_id for e in events if e.event_id]
+    return ids[-1] if ids else None
+
+
+def _stale(event_id: str) -> str:
+    """A cursor of the same shape as a real one that the server does not hold: hex digits
+    replaced by others, or a trailing number far past anything produced."""
+    if re.fullmatch(r"[0-9a-fA-F-]{16,}", event_id):
+        fresh = uuid.uuid4().hex * 2
+        it = iter(fresh)
+        return "".join(next(it) if c != "-" else "-" for c in event_id)
+    m = re.search(r"(\d+)$", event_id)
+    if m:
+        return event_id[: m.start()] + str(int(m.group(1)) + 10**9)
+    return event_id + "-" + uuid.uuid4().hex[:12]
+
+
+def summary_line(v: Verdict) -> str:
+    return f"{v.scenario:<13} {v.status.upper():<11} {v.line}"
+
+
+def dumps(doc: dict[str, Any]) -> str:
+    return json.dumps(doc, indent=2, sort_keys=False, default=str)
