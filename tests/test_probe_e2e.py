@@ -131,7 +131,10 @@ def _analyse(d: Path):
 
     os.environ["REPLAYGATE_HMAC_KEY_E2E"] = KEY
     config = from_mapping(
-        {"hmac_key_env": "REPLAYGATE_HMAC_KEY_E2E", "origin_allowlist": ["http://127.0.0.1:*"]}
+        {
+            "hmac_key_env": "REPLAYGATE_HMAC_KEY_E2E",
+            "origin_allowlist": ["http://127.0.0.1:*", "http://localhost:*"],
+        }
     )
     con = dbm.connect(str(d / "rg.duckdb"))
     report = ingest(con, [d / "logs"], config)
