@@ -131,18 +131,26 @@ def test_replay_gap_high_and_silent_truncation(tmp_path):
     assert len(got["silent_truncation"]) == 1
 
 
-def test_receipts_that_know_seq_and_origin_are_judged_without_an_event_log(tmp_path):
-    """A client that records seq, origin and kind (replaygate probe) shows a hole on its
-    own: the gap and the truncation fire on the inbox alone, basis client; a whole
-    stream is no finding."""
+def test_probe_receipts_are_judged_without_an_event_log(tmp_path):
+    """replaygate probe numbers every data event of its streams (from an uncut reference
+    call): a hole in its receipts is a fact on the inbox alone, basis client; a whole
+    stream is no finding. Another client's receipts without the event log are not judged
+    (a hole may be a heartbeat)."""
 
-    def receipts(sid, seqs):
+    def receipts(sid, seqs, h=S):
         kinds = dict(enumerate(KINDS))
         return [
-            rc(10 * i, sid, f"{sid}-{i}", origin_stream_id=sid, seq=i, kind=kinds[i]) for i in seqs
+            rc(10 * i, sid, f"{sid}-{i}", h=h, origin_stream_id=sid, seq=i, kind=kinds[i])
+            for i in seqs
         ]
 
-    got = findings(tmp_path, inbox=receipts("cut", [0, 1, 3, 4]) + receipts("whole", range(5)))
+    inbox = receipts("cut", [0, 1, 3, 4]) + receipts("whole", range(5))
+    inbox += receipts("other", [0, 1, 3, 4], h=S2)
+    got = findings(
+        tmp_path,
+        sessions=[active(client_name="replaygate-probe"), active(h=S2, client_name="x")],
+        inbox=inbox,
+    )
     (gap,) = got["replay_gap"]
     assert gap["stream_id"] == "cut" and gap["detail"]["basis"] == "client"
     assert gap["detail"]["missing_seqs"] == [2] and gap["severity"] == "high"

@@ -53,3 +53,7 @@ CREATE OR REPLACE MACRO attributed(w_key, w_start, w_end, session_known, cohort,
 -- first attempt broke) is reported, never gated.
 CREATE OR REPLACE MACRO gated(detail) AS
     json_extract_string(detail, '$.basis') IS DISTINCT FROM 'suspected';
+
+-- A synthetic session of `replaygate probe` (its clientInfo name and the principal it writes).
+CREATE OR REPLACE MACRO is_probe(client_name, principal) AS
+    coalesce(client_name = 'replaygate-probe' OR principal = 'replaygate-probe', false);

@@ -9,9 +9,22 @@ CREATE OR REPLACE TABLE a_inbox_sessions AS
 SELECT DISTINCT session_hmac, generation FROM inbox;
 
 CREATE OR REPLACE TABLE a_missing AS
-WITH acc AS (
+-- Without the event log a hole is a fact only where the client numbered every data event it
+-- should have got: the synthetic sessions of `replaygate probe`, whose seqs count the data
+-- events of an uncut reference call (never priming or heartbeats). Other clients' seqs may
+-- skip a heartbeat, or leave an event unplaced: their sessions need the event log.
+WITH unjudged AS (
+    SELECT DISTINCT session_hmac, generation
+    FROM a_inbox
+    ANTI JOIN (SELECT DISTINCT session_hmac, generation FROM events) e
+        USING (session_hmac, generation)
+    WHERE session_hmac NOT IN (SELECT session_hmac FROM a_sessions
+                               WHERE is_probe(client_name, principal))
+),
+acc AS (
     SELECT DISTINCT session_hmac, generation, origin_stream_id AS stream_id, seq
     FROM a_inbox
+    ANTI JOIN unjudged USING (session_hmac, generation)
     WHERE verdict = 'accepted' AND seq IS NOT NULL AND origin_stream_id IS NOT NULL
 ),
 acc_stats AS (
