@@ -81,11 +81,11 @@ def to_markdown(doc: dict) -> str:
         "|---|---|---|---|---|---|---|---|",
     ]
     for g in doc["gates"]:
-        ub = f"< {g['upper_bound_95']:.2e}" if g["upper_bound_95"] is not None else "—"
         out.append(
-            f"| {md_code(g['id'])} | {md_text(g['status'])} | {md_text(g['display_value'])} | "
-            f"{md_text(g['display_threshold'])} | {g['sample']:,} | {g['min_sample']:,} | "
-            f"{md_text(ub)} | {g['evidence_count']} |"
+            f"| {md_text(g['title'])} ({md_code(g['id'])}) | {md_text(g['display_status'])} | "
+            f"{md_text(g['display_value'])} | {md_text(g['display_threshold'])} | "
+            f"{g['sample']:,} | {g['min_sample']:,} | {md_text(g['display_bound'])} | "
+            f"{g['evidence_count']} |"
         )
     out += ["", "## Rollback verification", ""]
     if not doc["rollback_verification"]:

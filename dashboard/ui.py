@@ -17,7 +17,14 @@ import pandas as pd
 import streamlit as st
 
 from replaygate.queries import named
-from replaygate.queries.gates import display_threshold, display_value
+from replaygate.queries.gates import (
+    BY_ID,
+    NOT_EXERCISED,
+    display_bound,
+    display_status,
+    display_threshold,
+    display_value,
+)
 
 from . import data, fmt, state
 from .state import Filters
@@ -288,25 +295,55 @@ def evidence_link(
     )
 
 
+def count_differs(gate: dict, findings: int | None) -> str | None:
+    """Why a counting gate's number and the findings behind its link differ, or None:
+    a gate counts units (one duplicate dispatch), its detectors one finding per
+    observation of a unit (each extra execution, each log line)."""
+    g = BY_ID.get(gate["id"])
+    value = gate.get("value")
+    if g is None or g.kind != "count" or value is None or findings is None:
+        return None
+    if int(value) == findings:
+        return None
+    noun = g.failure_noun_one if int(value) == 1 else g.failure_noun
+    return (
+        f"{fmt.count(int(value))} {noun} in {fmt.count(findings)} "
+        f"finding{'s' if findings != 1 else ''}: a finding per observation"
+    )
+
+
 def gate_tile(col, gate: dict, ctx: Ctx, stage: str | None) -> None:
     color, icon = STATUS_BADGE[gate["status"]]
+    word = fmt.STATUS_WORDS[gate["status"]]
+    if display_status(gate) == NOT_EXERCISED:
+        # A pass on a sample of 0 judged nothing: grey, never green.
+        color, icon, word = "gray", ":material/remove:", NOT_EXERCISED
     with col.container(border=True):
-        st.badge(fmt.STATUS_WORDS[gate["status"]], color=color, icon=icon)
+        st.badge(word, color=color, icon=icon)
         st.metric(
             fmt.gate_title(gate["id"]),
             display_value(gate),
             help=f"{gate['id']}: {gate['reason']}",
         )
-        bound = gate.get("upper_bound_95")
+        bound = display_bound(gate)
         st.caption(
             f"threshold {display_threshold(gate)} · {fmt.sample(gate)}"
-            + (f" · 95 % bound {fmt.percent_bound(bound)}" if bound else "")
+            + (f" · 95 % bound {bound}" if bound != "—" else "")
         )
         meter = gate.get("meter")
         if meter and gate["min_sample"]:
             st.progress(min(1.0, gate["sample"] / gate["min_sample"]))
         detectors = gate.get("detectors") or gate.get("evidence", {}).get("detectors", [])
         n = gate.get("evidence", {}).get("count", gate.get("findings"))
+        differs = count_differs(gate, n)
+        if differs:
+            st.caption(differs)
+        if gate["status"] == "not_applicable" and n:
+            # Findings beside "not applicable": they are real, the gate does not judge them.
+            st.caption(
+                f"{fmt.md_text(gate['reason'].split(': ', 1)[-1])}; the findings are shown, "
+                "not gated"
+            )
         if detectors:
             st.page_link(
                 PAGE_FILES["findings"],
@@ -456,14 +493,17 @@ def bucket(ctx: Ctx):
 def gate_metric(col, gate: dict, ctx: Ctx) -> None:
     """A gate's measure under the page's filters, with its status and evidence link."""
     color, icon = STATUS_BADGE[gate["status"]]
+    word = fmt.STATUS_WORDS[gate["status"]]
+    if display_status(gate) == NOT_EXERCISED:
+        color, word = "gray", NOT_EXERCISED
     with col.container(border=True):
         st.metric(
             fmt.gate_title(gate["id"]),
             display_value(gate),
             help=f"{gate['id']}: {gate['reason']}",
         )
-        line = f":{color}-badge[{fmt.md_text(fmt.STATUS_WORDS[gate['status']])}]"
-        if gate["id"] in ("reinit_after_404", "invalid_origin_rejection"):
+        line = f":{color}-badge[{fmt.md_text(word)}]"
+        if BY_ID[gate["id"]].kind == "share":
             handled = gate["sample"] - gate["failures"]
             line += f" {fmt.count(handled)} of {fmt.count(gate['sample'])} handled"
         else:

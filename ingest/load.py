@@ -13,8 +13,10 @@ than 256 files) is one transaction, as before.
 from __future__ import annotations
 
 import contextlib
+import gzip
 import hashlib
 import os
+import re
 import shutil
 import tempfile
 import zlib
@@ -47,6 +49,33 @@ class FileResult:
     # JSON Lines: lines (a gzip stream's break is one); CSV and Parquet: data rows.
     lines: int | None = None
     blank: int = 0
+
+
+# A plain-text access log line (nginx's and Apache's default `combined`/`common`):
+# `addr ident user [time] "request" ...`.
+_ACCESS_LOG_LINE = re.compile(r'^\S+ \S+ \S+ \[[^\]]+\] "')
+
+
+def _plain_text_log_hint(f: FileResult) -> str | None:
+    """One line when a file's rows were quarantined because it is a plain-text access
+    log: the proxy writes its default format, not the JSON one replaygate reads. Read
+    once per such file (its first line), never per row."""
+    if f.status == "unreadable" or not f.quarantined or f.quarantined * 2 < (f.lines or 0):
+        return None
+    opener = gzip.open if f.path.endswith(".gz") else open
+    try:
+        with opener(f.path, "rt", encoding="utf-8", errors="replace") as fh:
+            first = next((line for line in fh if line.strip()), "")
+    except (OSError, EOFError, zlib.error):
+        # A hint is no reason to fail: the file's own result already says what happened.
+        return None
+    if not _ACCESS_LOG_LINE.match(first):
+        return None
+    return (
+        f"{f.path}: its lines are a plain-text access log (nginx's or Apache's default "
+        "`combined` format), not JSON: configure the JSON log format of docs/sources.md "
+        '("nginx", "Caddy" or "Envoy") and ingest the new log'
+    )
 
 
 @dataclass
@@ -955,6 +984,10 @@ def ingest(
         con.execute("SET memory_limit = $m", {"m": memory_limit()})
         loader.close()
         progress.stop()
+    for f in report.files:
+        hint = _plain_text_log_hint(f)
+        if hint:
+            report.warnings.append(hint)
     if loader.raw_without_key:
         report.warnings.append(
             f"{loader.raw_without_key} proxy records carried a raw session id, but no HMAC key "

@@ -181,40 +181,79 @@ def _reason(gate: dict[str, Any], config: Config) -> str:
         if eta is not None:
             text += f", about {_duration(eta)} more at the last hour's rate"
         return text
+    # Numbers as display_value and display_threshold give them: the tiles' numbers.
+    shown, limit = display_value(gate), display_threshold(gate)
     if g.kind == "count":
-        return f"{g.id}: {_fmt_n(v)} {_noun(g, v)} (threshold 0)"
+        return f"{g.id}: {_fmt_n(v)} {_noun(g, v)} (threshold {limit})"
     if g.kind == "share":
-        return f"{g.id}: {_fmt_n(f)} of {_fmt_n(n)} {_noun(g, n)} (threshold 100 % handled)"
+        return f"{g.id}: {_fmt_n(f)} of {_fmt_n(n)} {_noun(g, n)} (threshold {limit})"
     if g.kind == "p99":
-        return (
-            f"{g.id}: p99 {v:.1f} s over {_fmt_n(n)} recoveries "
-            f"(threshold < {config.recovery_threshold_s:g} s)"
-        )
-    return (
-        f"{g.id}: peak {v:.1f} reconnects/s in a 10 s window "
-        f"(budget {config.reconnect_budget_qps:g})"
-    )
+        return f"{g.id}: p99 {shown} over {_fmt_n(n)} recoveries (threshold {limit})"
+    return f"{g.id}: peak {shown} reconnects in a 10 s window (budget {limit})"
+
+
+# How every surface (CLI, dashboard, reports) names and formats a gate: by its kind,
+# never by the gate, so a new gate's SQL header is all it needs.
+
+
+def title(gate_id: str) -> str:
+    """A gate's title, from its SQL header."""
+    g = BY_ID.get(gate_id)
+    return g.title if g else gate_id.replace("_", " ").capitalize()
+
+
+def _percent(x: float) -> str:
+    pct = x * 100
+    if pct in (0, 100):
+        return f"{pct:.0f} %"
+    if pct >= 10:
+        return f"{pct:.1f} %"
+    return f"{pct:.2g} %"
 
 
 def display_value(gate: dict[str, Any]) -> str:
-    """A gate's measured value as people read it (tiles, tables, reports)."""
+    """A gate's measured value as people read it (tiles, tables, reports, reasons)."""
     v = gate["value"]
     if v is None:
         return "—"
     kind = BY_ID[gate["id"]].kind
     if kind == "share":
-        return f"{v:.0%}" if v in (0, 1) else f"{v:.1%}"
+        return _percent(v)
     if kind == "p99":
         return f"{v:.2f} s"
     if kind == "peak":
-        return f"{v:g}/s"
+        return f"{v:.2f}/s".replace(".00/", "/")
     return f"{int(v):,}"
 
 
 def display_threshold(gate: dict[str, Any]) -> str:
     kind = BY_ID[gate["id"]].kind
     t = gate["threshold"]
-    return {"share": "100%", "p99": f"< {t:g} s", "peak": f"≤ {t:g}/s"}.get(kind, f"{t:g}")
+    return {
+        "share": f"{_percent(t)} handled",
+        "p99": f"< {t:g} s",
+        "peak": f"≤ {t:g}/s",
+    }.get(kind, f"{t:g}")
+
+
+def display_bound(gate: dict[str, Any]) -> str:
+    """The 95 % upper bound on the failure rate when none was seen, or "—" (also when it
+    is 100 %: a bound that excludes nothing)."""
+    b = gate.get("upper_bound_95")
+    if b is None or b >= 1:
+        return "—"
+    return f"< {_percent(b)}"
+
+
+# A pass that judged nothing is no pass to look at: it reads "not exercised".
+NOT_EXERCISED = "not exercised"
+
+
+def display_status(gate: dict[str, Any]) -> str:
+    """The status as shown: "not exercised" for a pass on a sample of 0."""
+    if gate["status"] == "pass" and not gate.get("sample"):
+        return NOT_EXERCISED
+    return str(gate["status"]).replace("_", " ")
 
 
 def _stale_inputs(g: GateDef, behind: list[dict[str, Any]]) -> list[str]:

@@ -177,8 +177,11 @@ def build(
             )
         }
         | {
+            "title": gates.title(g["id"]),
+            "display_status": gates.display_status(g),
             "display_value": gates.display_value(g),
             "display_threshold": gates.display_threshold(g),
+            "display_bound": gates.display_bound(g),
             "evidence_count": g["evidence"]["count"],
             "evidence_detectors": g["evidence"]["detectors"],
         }

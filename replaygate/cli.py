@@ -470,6 +470,13 @@ def gates(
         con = api.open_analysed(db, conf)
         key = gm.resolve_stage(con, stage, release)
         doc = api.gates_doc(con, conf, stage=key, all_stages=all_stages)
+    if not doc["stages"]:
+        # Nothing to gate is a setup problem, not a HOLD a pipeline would wait on.
+        raise ReplaygateError(
+            "no rollout log in the database, so no stage to gate: record stages with "
+            "`replaygate rollout start --release R --stage S --db DB` or ingest a rollout "
+            'log (docs/ci-integration.md, "Writing the rollout log")'
+        )
     if junit_file:
         from pathlib import Path
 

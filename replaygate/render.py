@@ -9,9 +9,19 @@ from rich.table import Table
 from replaygate.ingest.capabilities import LABELS
 from replaygate.ingest.contract import RECORD_TYPES
 from replaygate.queries.escape import one_line
-from replaygate.queries.gates import display_value
+from replaygate.queries.gates import (
+    NOT_EXERCISED,
+    display_bound,
+    display_status,
+    display_threshold,
+    display_value,
+)
 
 console = Console()
+
+
+def _units(n: int) -> str:
+    return f"{n:,} {'unit' if n == 1 else 'units'}"
 
 
 def _t(value) -> str:
@@ -82,7 +92,12 @@ def ingest_summary(report, analysed=None, as_dict: bool = False):
                 text += "; cannot show " + ", ".join(LABELS.get(x, x) for x in f.facts["missing"])
             console.print(escape(text))
     if report.skipped:
-        console.print(f"skipped {len(report.skipped)} files that are not input files")
+        n = len(report.skipped)
+        console.print(
+            "skipped 1 file that is not an input file"
+            if n == 1
+            else f"skipped {n} files that are not input files"
+        )
     if analysed:
         console.print(f"findings: {analysed.get('total', 0):,} (replaygate findings)")
 
@@ -183,7 +198,7 @@ def findings_table(rows: list[dict], limit: int, coverage: dict) -> None:
         for e in s.get("cannot_tell", []) if isinstance(s, dict) else []:
             console.print(
                 escape(
-                    f"cannot tell: {d}, {e['units']:,} units: {one_line(e['file'])} "
+                    f"cannot tell: {d}, {_units(e['units'])}: {one_line(e['file'])} "
                     f"cannot show {e['missing']}"
                 )
             )
@@ -208,22 +223,22 @@ def gates_report(doc: dict) -> None:
         for col in ("gate", "status", "value", "threshold", "sample", "min", "95% bound"):
             t.add_column(col)
         for g in st["gates"]:
-            ub = f"< {g['upper_bound_95']:.1e}" if g["upper_bound_95"] else "-"
-            value = display_value(g)
+            shown = display_status(g)
+            style = "dim" if shown == NOT_EXERCISED else STATUS_STYLE[g["status"]]
             t.add_row(
                 g["id"],
-                f"[{STATUS_STYLE[g['status']]}]{g['status']}[/]",
-                _t(value),
-                f"{g['threshold']:g}",
+                f"[{style}]{shown}[/]",
+                _t(display_value(g)),
+                _t(display_threshold(g)),
                 f"{g['sample']:,}",
                 f"{g['min_sample']:,}",
-                ub,
+                display_bound(g),
             )
         console.print(t)
         for e in st.get("cannot_tell", []):
             console.print(
                 escape(
-                    f"  cannot tell in this stage: {e['detector']}, {e['units']:,} units: "
+                    f"  cannot tell in this stage: {e['detector']}, {_units(e['units'])}: "
                     f"{one_line(e['file'])} cannot show {e['missing']}"
                 )
             )

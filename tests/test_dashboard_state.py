@@ -64,7 +64,8 @@ def test_human_formatting():
     assert fmt.stage_label(None, True) == fmt.BASELINE
     assert fmt.stage_label(None, False) == fmt.OUTSIDE
     assert fmt.sample({"sample": 52, "min_sample": 1}) == "sample 52 (enough: 1 needed)"
-    assert fmt.gate_title("reinit_after_404") == "Re-init after 404"
+    # The title of the gate's SQL header: no second vocabulary in the dashboard.
+    assert fmt.gate_title("reinit_after_404") == "Re-initialize after 404"
 
 
 def test_data_is_inert_markdown():
