@@ -12,6 +12,7 @@ import os
 import shutil
 import subprocess
 import sys
+import time
 import urllib.request
 import venv
 from pathlib import Path
@@ -125,7 +126,13 @@ def test_every_command_runs_from_a_plain_install(plain, tmp_path):
             )
         )
         wait_port(serve_port, timeout=60)
-        status, body = _get(f"http://127.0.0.1:{serve_port}/gates/-/_?ok=any")
+        # 503 until its first snapshot of the analysis is ready (replaygate/serve.py).
+        deadline = time.monotonic() + 120
+        while True:
+            status, body = _get(f"http://127.0.0.1:{serve_port}/gates/-/_?ok=any")
+            if status != 503 or time.monotonic() > deadline:
+                break
+            time.sleep(0.5)
         assert status == 200
         assert json.loads(body)["stages"][0]["decision"] in ("PROCEED", "HOLD", "ROLLBACK")
         stop(procs[:1])
