@@ -21,6 +21,7 @@ from .options import (
     config_option,
     db_option,
     emit_json,
+    engine_options,
     json_option,
     source_option,
 )
@@ -349,6 +350,7 @@ def simulate(
     default=None,
     help="At most this many rows in the table (not with --json).",
 )
+@engine_options
 def findings(
     db: str,
     config_path: str | None,
@@ -357,6 +359,9 @@ def findings(
     stage: str | None,
     severity: str | None,
     limit: int | None,
+    engine: str,
+    lake: str | None,
+    spark_master: str | None,
 ) -> None:
     """Run the detectors and list what silently went wrong.
 
@@ -365,6 +370,7 @@ def findings(
       replaygate findings --severity critical
       replaygate findings --detector replay_gap --detector silent_truncation --json
       replaygate findings --stage resume-read-25pct
+      replaygate findings --engine spark --lake s3a://lake/mcp --db fleet.duckdb
     """
     from replaygate.queries import api, catalog, runner
 
@@ -374,6 +380,13 @@ def findings(
     if unknown:
         raise ReplaygateError(f"unknown detector {unknown[0]!r} (see docs/detectors.md)")
     conf = load_config(config_path, db)
+    if engine == "spark":
+        if lake is None:
+            raise ReplaygateError("--engine spark needs --lake DIR (the lake to analyse)")
+        # Only here is Spark (and pyspark) loaded: the default engine never needs it.
+        from replaygate.spark import analyse, session
+
+        analyse.analyse(session.get(spark_master), lake, db, conf)
     con = api.open_analysed(db, conf)
     if as_json:
         emit_json(api.findings_doc(con, detectors=detectors, stage=stage, severity=severity))

@@ -50,6 +50,31 @@ def source_option(help: str) -> Callable[[F], F]:
     )
 
 
+def engine_options(f: F) -> F:
+    """`--engine`, `--lake`, `--spark-master`: where the records are validated and the
+    detectors run (docs/spark.md)."""
+    f = click.option(
+        "--spark-master",
+        metavar="URL",
+        default=None,
+        help="Spark master (e.g. local[4], spark://host:7077); default: spark-submit's, "
+        "else local mode.",
+    )(f)
+    f = click.option(
+        "--lake",
+        metavar="DIR",
+        default=None,
+        help="With --engine spark: the Parquet lake (a folder or an s3a://, abfss:// ... URI).",
+    )(f)
+    return click.option(
+        "--engine",
+        type=click.Choice(["duckdb", "spark"]),
+        default="duckdb",
+        show_default=True,
+        help="duckdb (embedded) or spark (pip install 'replaygate[spark]'; docs/spark.md).",
+    )(f)
+
+
 def json_option(f: F) -> F:
     return click.option("--json", "as_json", is_flag=True, help="One JSON document on stdout.")(f)
 

@@ -1,0 +1,216 @@
+"""The analysis on Spark: the prepare step and every detector over a lake, results into
+the DuckDB file that `gates`, `report`, `serve` and the dashboard read.
+
+The SQL is the DuckDB SQL of queries/sql, translated (transpile.py). What decides which
+units a detector may judge (capability.py), the stage of each finding and the gates'
+fleet measures stay DuckDB's, run on the copied tables, so the two engines share every
+rule and differ only in where the joins and groupings run.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import duckdb
+
+from replaygate.ingest import db as dbm
+from replaygate.ingest.config import Config
+from replaygate.ingest.contract import RECORD_TYPES
+from replaygate.ingest.db import get_meta, set_meta, transaction
+from replaygate.queries import capability, catalog, history, incremental, params, runner
+
+from . import lake as lakes
+from . import transpile
+
+# Detectors the Spark engine does not run yet (docs/spark.md says why); their coverage
+# says so and `tests/test_spark.py` holds this list to what the engine can do.
+NOT_YET: frozenset[str] = frozenset()
+NOT_YET_STATUS = "not run on spark"
+
+
+def _read_table(spark: Any, location: str, columns: list[tuple[str, str]]) -> Any:
+    """A lake table with exactly `columns` (a missing folder: no rows)."""
+    from pyspark.errors import AnalysisException
+    from pyspark.sql import functions as F
+
+    schema = lakes.spark_schema(columns)
+    try:
+        df = spark.read.parquet(location)
+    except AnalysisException as exc:
+        if "PATH_NOT_FOUND" not in str(exc) and "Path does not exist" not in str(exc):
+            raise
+        return spark.createDataFrame([], schema)
+    have = set(df.columns)
+    cols = []
+    for name, duck_type in columns:
+        spark_type = lakes.spark_schema([(name, duck_type)]).split(" ", 1)[1]
+        col = F.col(f"`{name}`") if name in have else F.lit(None)
+        cols.append(col.cast(spark_type).alias(name))
+    return df.select(*cols)
+
+
+def _duck_columns(con: duckdb.DuckDBPyConnection, table: str) -> list[tuple[str, str]]:
+    rows = con.execute(
+        "SELECT column_name, data_type FROM information_schema.columns "
+        "WHERE table_schema = 'main' AND table_name = $t ORDER BY ordinal_position",
+        {"t": table},
+    ).fetchall()
+    return [(str(n), "TIMESTAMPTZ" if "TIME ZONE" in str(t) else str(t)) for n, t in rows]
+
+
+def _replace(con: duckdb.DuckDBPyConnection, table: str, arrow: Any) -> None:
+    con.register("rg_spark_rows", arrow)
+    try:
+        con.execute(f"DELETE FROM {table}")
+        con.execute(f"INSERT INTO {table} BY NAME SELECT * FROM rg_spark_rows")
+    finally:
+        con.unregister("rg_spark_rows")
+
+
+def _copy_prepared(con: duckdb.DuckDBPyConnection, name: str, arrow: Any) -> None:
+    """A prepared table as DuckDB holds it: Spark's stand-in for an infinite timestamp
+    (transpile.infinity) is infinity again."""
+    con.register("rg_spark_rows", arrow)
+    try:
+        con.execute(f"CREATE OR REPLACE TABLE {name} AS SELECT * FROM rg_spark_rows")
+    finally:
+        con.unregister("rg_spark_rows")
+    for col, kind in _duck_columns(con, name):
+        if kind == "TIMESTAMPTZ":
+            con.execute(
+                f"UPDATE {name} SET {col} = 'infinity' WHERE {col} = CAST($last AS TIMESTAMPTZ)",
+                {"last": transpile.LAST_TIMESTAMP + "+00"},
+            )
+
+
+def analyse(
+    spark: Any, lake: str, db_path: str, config: Config, keep: str = "lake"
+) -> dict[str, Any]:
+    """Analyse the lake on Spark; write the results into the DuckDB file at db_path.
+    `keep`: where each prepared table is kept while the detectors read it, "lake" (Parquet
+    under <lake>/_analysis, for data larger than the executors' memory) or "memory"
+    (checkpointed in the executors: small fleets, tests)."""
+    con = dbm.connect(db_path)
+    try:
+        result: dict[str, Any] = _analyse(spark, lake, con, config, keep)
+        return result
+    finally:
+        con.close()
+
+
+def _analyse(
+    spark: Any, lake: str, con: duckdb.DuckDBPyConnection, config: Config, keep: str
+) -> Any:
+    values = params.from_config(config)
+    frames: dict[str, Any] = {}
+    with transaction(con):
+        for stmt in runner.FINDINGS_DDL.split(";"):
+            if stmt.strip():
+                con.execute(stmt)
+        # The shared predicates, for what DuckDB still runs (stages, gates, capabilities).
+        for q in catalog.load("prep"):
+            for stmt in q.statements():
+                if transpile.is_macro(stmt):
+                    con.execute(stmt)
+        # The records and the bookkeeping, as DuckDB's readers of the file expect them.
+        for table in lakes.BOOKKEEPING:
+            df = _read_table(spark, lakes.path(lake, table), _duck_columns(con, table))
+            _replace(con, table, df.toArrow())
+        for rt in RECORD_TYPES:
+            df = _read_table(spark, lakes.path(lake, rt.table), lakes.record_columns(rt.table))
+            df.createOrReplaceTempView(rt.table)
+            frames[rt.table] = df
+            _replace(con, rt.table, df.toArrow())
+        counts = runner.table_counts(con)
+        counts["decision_history"] = history.load_table(con)
+        if counts["decision_history"]:
+            df = spark.createDataFrame(con.execute("SELECT * FROM decision_history").fetch_arrow_table())
+            df.createOrReplaceTempView("decision_history")
+        # The prepare step, each table materialised in the lake's _analysis folder.
+        versions: dict[str, int] = {}
+        for q in catalog.load("prep"):
+            for step in transpile.prepare_steps(q.statements()):
+                k = versions.get(step.name, 0)
+                versions[step.name] = k + 1
+                if keep == "memory":
+                    df = spark.sql(step.sql).localCheckpoint()
+                else:
+                    where = lakes.analysis_path(lake, step.name) + (f".{k}" if k else "")
+                    spark.sql(step.sql).write.mode("overwrite").parquet(where)
+                    df = spark.read.parquet(where)
+                df.createOrReplaceTempView(step.name)
+                frames[step.name] = df
+        for name in versions:
+            _copy_prepared(con, name, frames[name].toArrow())
+        for table in ("findings", "coverage", "cannot_tell", "cannot_tell_stages", "blind_files"):
+            con.execute(f"DELETE FROM {table}")
+        for name, q in catalog.detectors().items():
+            _run_detector(spark, con, name, q, values, counts, frames)
+        runner._assign_stages(con)
+        runner._fleet_measures(con, config)
+        set_meta(con, "data_version", str(int(get_meta(con, "data_version", "0")) + 1))
+        set_meta(con, "analysis_stamp", runner.stamp(con, config))
+        set_meta(con, "analysis_mode", "spark")
+        set_meta(con, "history_stamp", history.version(con))
+        incremental.clear_pending(con)
+    return runner.summary(con)
+
+
+def _run_detector(
+    spark: Any,
+    con: duckdb.DuckDBPyConnection,
+    name: str,
+    q: catalog.Query,
+    values: dict[str, Any],
+    counts: dict[str, int],
+    frames: dict[str, Any],
+) -> None:
+    from pyspark.sql import functions as F
+
+    if name in NOT_YET:
+        con.execute("INSERT INTO coverage VALUES ($d, $s, 0, 0)", {"d": name, "s": NOT_YET_STATUS})
+        return
+    missing = runner.missing_needs(q, counts)
+    if missing:
+        label = runner.missing_label(missing[0])
+        con.execute("INSERT INTO coverage VALUES ($d, $s, 0, 0)", {"d": name, "s": label})
+        return
+    t0 = time.perf_counter()
+    plan = capability.plan(con, q)
+    runner.record_cannot_tell(con, name, q, plan)
+    n = 0
+    if not plan.skip:
+        # The files that cannot show a fact the detector needs are hidden from it, as
+        # capability.shadow hides them in DuckDB.
+        for table, ids in plan.exclude.items():
+            frames[table].filter(~F.col("file_id").isin(list(ids))).createOrReplaceTempView(table)
+        try:
+            sql = transpile.to_spark(q.statements()[0])
+            rows = spark.sql(sql, args=params.bind(q, values)).toArrow()
+        finally:
+            for table in plan.exclude:
+                frames[table].createOrReplaceTempView(table)
+        con.register("rg_spark_rows", rows)
+        try:
+            con.execute(
+                "INSERT INTO findings BY NAME SELECT $d AS detector, * FROM rg_spark_rows",
+                {"d": name},
+            )
+        finally:
+            con.unregister("rg_spark_rows")
+        n = rows.num_rows
+    for table, ids in plan.exclude.items():
+        for fid in ids:
+            con.execute(
+                "INSERT INTO blind_files VALUES ($d, $t, $f)", {"d": name, "t": table, "f": fid}
+            )
+    con.execute(
+        "INSERT INTO coverage VALUES ($d, $st, $n, $s)",
+        {
+            "d": name,
+            "st": "cannot tell" if plan.skip else "ok",
+            "n": n,
+            "s": time.perf_counter() - t0,
+        },
+    )

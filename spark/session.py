@@ -1,0 +1,54 @@
+"""The SparkSession replaygate runs on: a cluster's (spark-submit, a Databricks job) or,
+when none is given, Spark in local mode on this machine."""
+
+from __future__ import annotations
+
+import os
+import shutil
+from typing import Any
+
+from replaygate.ingest.errors import ReplaygateError
+
+# What the translated SQL relies on, whatever the cluster's defaults.
+_SETTINGS = {
+    # Timestamps are UTC instants, as in DuckDB (ingest/db.py sets TimeZone = 'UTC').
+    "spark.sql.session.timeZone": "UTC",
+    # DuckDB's TRY_CAST and try() give NULL for a bad value; non-ANSI Spark does too.
+    "spark.sql.ansi.enabled": "false",
+    # Timestamps as Parquet's standard microseconds, which DuckDB reads as TIMESTAMPTZ.
+    "spark.sql.parquet.outputTimestampType": "TIMESTAMP_MICROS",
+    "spark.sql.execution.arrow.pyspark.enabled": "true",
+    # Standard error belongs to replaygate's own messages.
+    "spark.ui.showConsoleProgress": "false",
+}
+
+
+def java_missing() -> str | None:
+    """Why Spark cannot start here, or None (local mode needs a Java runtime)."""
+    if os.environ.get("JAVA_HOME") or shutil.which("java"):
+        return None
+    return "no Java runtime (java on PATH or JAVA_HOME) for Spark in local mode"
+
+
+def get(master: str | None = None, conf: dict[str, str] | None = None) -> Any:
+    """The active SparkSession, or a new one (`master`: e.g. local[2]; None: what
+    spark-submit set, else local mode on every core)."""
+    try:
+        from pyspark.sql import SparkSession
+    except ImportError:
+        raise ReplaygateError(
+            "--engine spark needs the spark extra: pip install 'replaygate[spark]'"
+        ) from None
+    active = SparkSession.getActiveSession()
+    if active is not None:
+        for k, v in _SETTINGS.items():
+            active.conf.set(k, v)
+        return active
+    if master is None and "SPARK_HOME" not in os.environ and java_missing():
+        raise ReplaygateError(f"cannot start Spark: {java_missing()}")
+    builder = SparkSession.builder.appName("replaygate")
+    if master:
+        builder = builder.master(master)
+    for k, v in {**_SETTINGS, **(conf or {})}.items():
+        builder = builder.config(k, v)
+    return builder.getOrCreate()
