@@ -62,8 +62,8 @@ def _duck_columns(con: duckdb.DuckDBPyConnection, table: str) -> list[tuple[str,
 def _replace(con: duckdb.DuckDBPyConnection, table: str, arrow: Any) -> None:
     con.register("rg_spark_rows", arrow)
     try:
-        con.execute(f"DELETE FROM {table}")
-        con.execute(f"INSERT INTO {table} BY NAME SELECT * FROM rg_spark_rows")
+        con.execute(f"DELETE FROM {table}").fetchall()
+        con.execute(f"INSERT INTO {table} BY NAME SELECT * FROM rg_spark_rows").fetchall()
     finally:
         con.unregister("rg_spark_rows")
 
@@ -73,7 +73,7 @@ def _copy_prepared(con: duckdb.DuckDBPyConnection, name: str, arrow: Any) -> Non
     (transpile.infinity) is infinity again."""
     con.register("rg_spark_rows", arrow)
     try:
-        con.execute(f"CREATE OR REPLACE TABLE {name} AS SELECT * FROM rg_spark_rows")
+        con.execute(f"CREATE OR REPLACE TABLE {name} AS SELECT * FROM rg_spark_rows").fetchall()
     finally:
         con.unregister("rg_spark_rows")
     for col, kind in _duck_columns(con, name):
@@ -81,7 +81,7 @@ def _copy_prepared(con: duckdb.DuckDBPyConnection, name: str, arrow: Any) -> Non
             con.execute(
                 f"UPDATE {name} SET {col} = 'infinity' WHERE {col} = CAST($last AS TIMESTAMPTZ)",
                 {"last": transpile.LAST_TIMESTAMP + "+00"},
-            )
+            ).fetchall()
 
 
 def analyse(
@@ -102,6 +102,8 @@ def analyse(
 def _analyse(
     spark: Any, lake: str, con: duckdb.DuckDBPyConnection, config: Config, keep: str
 ) -> Any:
+    from pyspark.sql import functions as F
+
     values = params.from_config(config)
     frames: dict[str, Any] = {}
     with transaction(con):
@@ -116,6 +118,7 @@ def _analyse(
         # The records and the bookkeeping, as DuckDB's readers of the file expect them.
         for table in lakes.BOOKKEEPING:
             df = _read_table(spark, lakes.path(lake, table), _duck_columns(con, table))
+            df.createOrReplaceTempView(table)
             _replace(con, table, df.toArrow())
         for rt in RECORD_TYPES:
             df = _read_table(spark, lakes.path(lake, rt.table), lakes.record_columns(rt.table))
@@ -125,7 +128,7 @@ def _analyse(
         counts = runner.table_counts(con)
         counts["decision_history"] = history.load_table(con)
         if counts["decision_history"]:
-            df = spark.createDataFrame(con.execute("SELECT * FROM decision_history").fetch_arrow_table())
+            df = spark.createDataFrame(con.sql("SELECT * FROM decision_history").to_arrow_table())
             df.createOrReplaceTempView("decision_history")
         # The prepare step, each table materialised in the lake's _analysis folder.
         versions: dict[str, int] = {}
@@ -135,6 +138,9 @@ def _analyse(
                 versions[step.name] = k + 1
                 if keep == "memory":
                     df = spark.sql(step.sql).localCheckpoint()
+                    # Fresh column identities: a checkpoint keeps its source's, and a join
+                    # of the two (events with a_event_index) could not tell them apart.
+                    df = df.select(*[F.col(f"`{c}`").alias(c) for c in df.columns])
                 else:
                     where = lakes.analysis_path(lake, step.name) + (f".{k}" if k else "")
                     spark.sql(step.sql).write.mode("overwrite").parquet(where)
@@ -144,7 +150,7 @@ def _analyse(
         for name in versions:
             _copy_prepared(con, name, frames[name].toArrow())
         for table in ("findings", "coverage", "cannot_tell", "cannot_tell_stages", "blind_files"):
-            con.execute(f"DELETE FROM {table}")
+            con.execute(f"DELETE FROM {table}").fetchall()
         for name, q in catalog.detectors().items():
             _run_detector(spark, con, name, q, values, counts, frames)
         runner._assign_stages(con)
@@ -169,12 +175,16 @@ def _run_detector(
     from pyspark.sql import functions as F
 
     if name in NOT_YET:
-        con.execute("INSERT INTO coverage VALUES ($d, $s, 0, 0)", {"d": name, "s": NOT_YET_STATUS})
+        con.execute(
+            "INSERT INTO coverage VALUES ($d, $s, 0, 0)", {"d": name, "s": NOT_YET_STATUS}
+        ).fetchall()
         return
     missing = runner.missing_needs(q, counts)
     if missing:
         label = runner.missing_label(missing[0])
-        con.execute("INSERT INTO coverage VALUES ($d, $s, 0, 0)", {"d": name, "s": label})
+        con.execute(
+            "INSERT INTO coverage VALUES ($d, $s, 0, 0)", {"d": name, "s": label}
+        ).fetchall()
         return
     t0 = time.perf_counter()
     plan = capability.plan(con, q)
@@ -196,7 +206,7 @@ def _run_detector(
             con.execute(
                 "INSERT INTO findings BY NAME SELECT $d AS detector, * FROM rg_spark_rows",
                 {"d": name},
-            )
+            ).fetchall()
         finally:
             con.unregister("rg_spark_rows")
         n = rows.num_rows
@@ -204,7 +214,7 @@ def _run_detector(
         for fid in ids:
             con.execute(
                 "INSERT INTO blind_files VALUES ($d, $t, $f)", {"d": name, "t": table, "f": fid}
-            )
+            ).fetchall()
     con.execute(
         "INSERT INTO coverage VALUES ($d, $st, $n, $s)",
         {
@@ -213,4 +223,4 @@ def _run_detector(
             "n": n,
             "s": time.perf_counter() - t0,
         },
-    )
+    ).fetchall()

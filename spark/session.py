@@ -15,6 +15,8 @@ _SETTINGS = {
     "spark.sql.session.timeZone": "UTC",
     # DuckDB's TRY_CAST and try() give NULL for a bad value; non-ANSI Spark does too.
     "spark.sql.ansi.enabled": "false",
+    # size(NULL) is NULL, as DuckDB's len(NULL) (non-ANSI Spark's legacy answer is -1).
+    "spark.sql.legacy.sizeOfNull": "false",
     # Timestamps as Parquet's standard microseconds, which DuckDB reads as TIMESTAMPTZ.
     "spark.sql.parquet.outputTimestampType": "TIMESTAMP_MICROS",
     "spark.sql.execution.arrow.pyspark.enabled": "true",

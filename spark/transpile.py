@@ -52,7 +52,9 @@ def macros() -> dict[str, Macro]:
             m = _MACRO.match(stmt)
             if m:
                 params = tuple(p.strip() for p in m[2].split(",") if p.strip())
-                out[m[1].lower()] = Macro(m[1].lower(), params, parse(m[3]))
+                body = parse(m[3])
+                mark_list_lengths(body, m[3])
+                out[m[1].lower()] = Macro(m[1].lower(), params, body)
     return out
 
 
@@ -422,8 +424,9 @@ def asof_joins(node: exp.Expression) -> exp.Expression:
         + (f"PARTITION BY {part} " if part else "")
         + f"ORDER BY {t}) AS rg_asof_next FROM x"
     )
-    sub = _sql(inner)
-    sub.set("from", exp.From(this=src))
+    sub = _sql(inner).transform(
+        lambda n: src if isinstance(n, exp.Table) and n.name == "x" and not n.alias else n
+    )
     nxt = exp.column("rg_asof_next", table=alias)
     upper = (exp.LT if op is exp.GTE else exp.LTE)(this=a.copy(), expression=nxt)
     span = exp.Paren(this=exp.or_(exp.Is(this=nxt.copy(), expression=exp.Null()), upper))

@@ -31,13 +31,14 @@ def test_wheel_holds_exactly_one_top_level_package(tmp_path):
         "replaygate/sim/fleet.py",
         "replaygate/recorder/store.py",
         "replaygate/probe/scenarios.py",
+        "replaygate/spark/transpile.py",
     ):
         assert must in names
 
 
 def test_old_top_level_names_do_not_import(tmp_path):
     # From a neutral folder, so the checkout's own folders are not on sys.path.
-    for name in ("ingest", "queries", "dashboard", "sim", "recorder", "probe"):
+    for name in ("ingest", "queries", "dashboard", "sim", "recorder", "probe", "spark"):
         r = subprocess.run(
             [sys.executable, "-c", f"import {name}"], cwd=tmp_path, capture_output=True, text=True
         )
@@ -51,7 +52,9 @@ def test_cli_analysis_path_imports_no_ui(tmp_path, sample_db):
         "from replaygate.cli import cli\n"
         f"r = CliRunner().invoke(cli, ['gates', '--db', {str(sample_db)!r}, '--json'])\n"
         "assert r.exit_code in (0, 2, 3), r.output\n"
-        "bad = sorted(m for m in sys.modules if m.split('.')[0] in ('streamlit', 'plotly'))\n"
+        # Nor Spark: pyspark and sqlglot are loaded only for --engine spark.
+        "heavy = ('streamlit', 'plotly', 'pyspark', 'sqlglot')\n"
+        "bad = sorted(m for m in sys.modules if m.split('.')[0] in heavy)\n"
         "print(','.join(bad))\n"
     )
     r = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, capture_output=True, text=True)
