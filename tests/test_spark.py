@@ -17,7 +17,7 @@ import pytest
 from replaygate.ingest.config import Config
 from replaygate.queries import api, catalog
 
-from .conftest import ROOT, build, findings_of
+from .conftest import ROOT, build, findings_of, run_cli
 
 transpile = pytest.importorskip("replaygate.spark.transpile", reason="the spark extra (sqlglot)")
 
@@ -111,6 +111,12 @@ def test_every_rewrite_is_documented():
         assert f"| {rw.name} |" in doc, f"docs/spark.md does not list the rewrite {rw.name!r}"
 
 
+def test_cli_spark_engine_needs_a_lake(tmp_path):
+    r = run_cli("findings", "--engine", "spark", "--db", tmp_path / "x.duckdb")
+    assert r.returncode == 1
+    assert "--engine spark needs --lake" in r.stderr
+
+
 # -- the engine (Spark in local mode) -------------------------------------------------------
 
 
@@ -147,23 +153,42 @@ def _lists_sorted(v):
     return v
 
 
-def _findings(con) -> list[str]:
+def _findings(con, leave_out: set[str]) -> list[str]:
     out = []
     for f in findings_of(con):
+        if f["detector"] in leave_out:
+            continue
         f["detail"] = _lists_sorted(f["detail"])
         out.append(json.dumps(f, sort_keys=True, default=str))
     return sorted(out)
 
 
 def _same(duck, spark_db):
-    assert _findings(spark_db) == _findings(duck)
+    """Findings, coverage, what could not be judged and every gate decision are equal
+    (the detectors listed as not run on Spark yet left out, and their coverage saying so)."""
+    later = set(analyse.NOT_YET)
+    assert _findings(spark_db, later) == _findings(duck, later)
     q = "SELECT detector, status, rows FROM coverage ORDER BY detector"
-    assert spark_db.execute(q).fetchall() == duck.execute(q).fetchall()
+    theirs = {r[0]: r for r in spark_db.execute(q).fetchall()}
+    ours = {r[0]: r for r in duck.execute(q).fetchall()}
+    for name in later:
+        assert theirs.pop(name)[1] == analyse.NOT_YET_STATUS
+        ours.pop(name)
+    assert theirs == ours
     q = "SELECT * FROM cannot_tell_stages ORDER BY ALL"
     assert spark_db.execute(q).fetchall() == duck.execute(q).fetchall()
-    a = json.dumps(api.gates_doc(duck, Config(), all_stages=True), sort_keys=True, default=str)
-    b = json.dumps(api.gates_doc(spark_db, Config(), all_stages=True), sort_keys=True, default=str)
-    assert b == a
+    a = api.gates_doc(duck, Config(), all_stages=True)
+    b = api.gates_doc(spark_db, Config(), all_stages=True)
+    if not later:
+        assert json.dumps(b, sort_keys=True, default=str) == json.dumps(
+            a, sort_keys=True, default=str
+        )
+    for sa, sb in zip(a["stages"], b["stages"], strict=True):
+        for ga, gb in zip(sa["gates"], sb["gates"], strict=True):
+            if not later & set(ga["evidence"]["detectors"]):
+                assert json.dumps(gb, sort_keys=True, default=str) == json.dumps(
+                    ga, sort_keys=True, default=str
+                )
 
 
 def _on_spark(spark, con, tmp: Path):
