@@ -59,8 +59,15 @@ def _duck_columns(con: duckdb.DuckDBPyConnection, table: str) -> list[tuple[str,
     return [(str(n), "TIMESTAMPTZ" if "TIME ZONE" in str(t) else str(t)) for n, t in rows]
 
 
+def _settled(con: duckdb.DuckDBPyConnection) -> duckdb.DuckDBPyConnection:
+    """The connection with no unread result (the runner's writes leave theirs unread, and
+    DuckDB refuses register() until it is read)."""
+    con.execute("SELECT 1").fetchall()
+    return con
+
+
 def _replace(con: duckdb.DuckDBPyConnection, table: str, arrow: Any) -> None:
-    con.register("rg_spark_rows", arrow)
+    _settled(con).register("rg_spark_rows", arrow)
     try:
         con.execute(f"DELETE FROM {table}").fetchall()
         con.execute(f"INSERT INTO {table} BY NAME SELECT * FROM rg_spark_rows").fetchall()
@@ -71,7 +78,7 @@ def _replace(con: duckdb.DuckDBPyConnection, table: str, arrow: Any) -> None:
 def _copy_prepared(con: duckdb.DuckDBPyConnection, name: str, arrow: Any) -> None:
     """A prepared table as DuckDB holds it: Spark's stand-in for an infinite timestamp
     (transpile.infinity) is infinity again."""
-    con.register("rg_spark_rows", arrow)
+    _settled(con).register("rg_spark_rows", arrow)
     try:
         con.execute(f"CREATE OR REPLACE TABLE {name} AS SELECT * FROM rg_spark_rows").fetchall()
     finally:
@@ -201,7 +208,7 @@ def _run_detector(
         finally:
             for table in plan.exclude:
                 frames[table].createOrReplaceTempView(table)
-        con.register("rg_spark_rows", rows)
+        _settled(con).register("rg_spark_rows", rows)
         try:
             con.execute(
                 "INSERT INTO findings BY NAME SELECT $d AS detector, * FROM rg_spark_rows",
