@@ -164,6 +164,7 @@ def _analyse(
         runner._fleet_measures(con, config)
         set_meta(con, "data_version", str(int(get_meta(con, "data_version", "0")) + 1))
         set_meta(con, "analysis_stamp", runner.stamp(con, config))
+        runner.store_config(con, config)
         set_meta(con, "analysis_mode", "spark")
         set_meta(con, "history_stamp", history.version(con))
         incremental.clear_pending(con)

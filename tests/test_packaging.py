@@ -78,10 +78,11 @@ def test_every_third_party_import_is_declared():
 
     core = names(project["dependencies"])
     recorder = core | names(project["optional-dependencies"]["recorder"])
+    spark = core | names(project["optional-dependencies"]["spark"])
     provided = packages_distributions()
     missing = []
-    for folder in ("replaygate", "ingest", "queries", "dashboard", "sim", "recorder"):
-        allowed = recorder if folder == "recorder" else core
+    for folder in ("replaygate", "ingest", "queries", "dashboard", "sim", "recorder", "spark"):
+        allowed = {"recorder": recorder, "spark": spark}.get(folder, core)
         for path in (ROOT / folder).rglob("*.py"):
             for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
                 if isinstance(node, ast.Import):
