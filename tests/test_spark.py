@@ -1,26 +1,20 @@
-"""The Spark engine against DuckDB: one statement of each detector, two engines, the same
-findings, coverage and gate decisions.
-
-The translation tests run everywhere (sqlglot only); the engine tests start Spark in
-local mode (`local[2]`, one session for the whole run) and are skipped, with the reason,
-where Java or pyspark is missing.
+"""The Spark engine's translation: one statement of each detector and prepare step, its
+Spark form derived by sqlglot and the rewrites of spark/transpile.py (sqlglot only, no
+Spark needed). What does not translate yet is listed in spark/analyse.py and must be
+exactly what fails here.
 """
 
 from __future__ import annotations
 
-import json
-from pathlib import Path
-
 import pytest
 
-from replaygate.ingest.config import Config
 from replaygate.queries import catalog
 
-from .conftest import ROOT, build, findings_of, run_cli
+from .conftest import ROOT, run_cli
 
 transpile = pytest.importorskip("replaygate.spark.transpile", reason="the spark extra (sqlglot)")
 
-from replaygate.spark import analyse, lake, session  # noqa: E402
+from replaygate.spark import analyse  # noqa: E402
 
 # -- the translation (no Spark needed) ------------------------------------------------------
 
@@ -35,10 +29,13 @@ def test_every_detector_and_prepared_table_has_a_spark_form():
         except transpile.Untranslatable:
             failing.add(name)
     assert failing == set(analyse.NOT_YET)
+    prep_failing = set()
     for q in catalog.load("prep"):
-        assert transpile.prepare_steps(q.statements()) or all(
-            transpile.is_macro(s) for s in q.statements()
-        )
+        try:
+            transpile.prepare_steps(q.statements())
+        except transpile.Untranslatable:
+            prep_failing.add(q.path.name)
+    assert prep_failing == set(analyse.PREP_NOT_YET)
 
 
 def test_an_unknown_function_is_untranslatable():
@@ -114,87 +111,3 @@ def test_cli_spark_engine_needs_a_lake(tmp_path):
     r = run_cli("findings", "--engine", "spark", "--db", tmp_path / "x.duckdb")
     assert r.returncode == 1
     assert "--engine spark needs --lake" in r.stderr
-
-
-# -- the engine (Spark in local mode) -------------------------------------------------------
-
-
-@pytest.fixture(scope="session")
-def spark():
-    pytest.importorskip("pyspark", reason="the spark extra (pyspark)")
-    why = session.java_missing()
-    if why:
-        pytest.skip(f"Spark tests need Java: {why}")
-    s = session.get(
-        "local[2]",
-        {
-            # Small fleets: few partitions, no adaptive re-planning, no code generation
-            # (compiling each query costs more than running it on a few thousand rows).
-            "spark.sql.shuffle.partitions": "2",
-            "spark.default.parallelism": "2",
-            "spark.ui.enabled": "false",
-            "spark.sql.adaptive.enabled": "false",
-            "spark.sql.codegen.wholeStage": "false",
-        },
-    )
-    s.sparkContext.setLogLevel("ERROR")
-    yield s
-    s.stop()
-
-
-def _lists_sorted(v):
-    """A JSON value with its lists sorted: DuckDB and Spark give a list without ORDER BY
-    (`list(DISTINCT x)`) in no defined order (ordered lists are tested above)."""
-    if isinstance(v, dict):
-        return {k: _lists_sorted(x) for k, x in v.items()}
-    if isinstance(v, list):
-        return sorted((_lists_sorted(x) for x in v), key=lambda x: json.dumps(x, sort_keys=True))
-    return v
-
-
-def _findings(con, leave_out: set[str]) -> list[str]:
-    out = []
-    for f in findings_of(con):
-        if f["detector"] in leave_out:
-            continue
-        f["detail"] = _lists_sorted(f["detail"])
-        out.append(json.dumps(f, sort_keys=True, default=str))
-    return sorted(out)
-
-
-def _same(duck, spark_db):
-    """Findings, coverage and what could not be judged are equal (the detectors listed as
-    not run on Spark yet left out, and their coverage saying so). The gates document is
-    not compared yet (docs/spark.md: a p99 differs in the last bits of a double)."""
-    later = set(analyse.NOT_YET)
-    assert _findings(spark_db, later) == _findings(duck, later)
-    q = "SELECT detector, status, rows FROM coverage ORDER BY detector"
-    theirs = {r[0]: r for r in spark_db.execute(q).fetchall()}
-    ours = {r[0]: r for r in duck.execute(q).fetchall()}
-    for name in later:
-        assert theirs.pop(name)[1] == analyse.NOT_YET_STATUS
-        ours.pop(name)
-    assert theirs == ours
-    q = "SELECT * FROM cannot_tell_stages ORDER BY ALL"
-    assert spark_db.execute(q).fetchall() == duck.execute(q).fetchall()
-
-
-def _on_spark(spark, con, tmp: Path):
-    from replaygate.ingest import db as dbm
-
-    lake.export(con, tmp / "lake")
-    analyse.analyse(spark, str(tmp / "lake"), str(tmp / "spark.duckdb"), Config())
-    return dbm.connect(str(tmp / "spark.duckdb"))
-
-
-@pytest.mark.spark
-@pytest.mark.parametrize(
-    ("seed", "sessions", "fmt", "server_only"),
-    # One fleet with every fault in every format; more fleets cost minutes each on 2 cores.
-    [(7, 300, "mixed", False)],
-)
-def test_spark_findings_equal_duckdb(spark, tmp_path, seed, sessions, fmt, server_only):
-    con, truth, _ = build(tmp_path, seed=seed, sessions=sessions, fmt=fmt, server_only=server_only)
-    assert truth["faults"]
-    other = _on_spark(spark, con, tmp_path)
-    _same(con, other)
