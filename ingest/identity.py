@@ -61,6 +61,7 @@ class Scan:
     tail_open: bool = False  # content[:complete] ends without a newline (a whole .gz)
     prefixes: dict[int, str] = field(default_factory=dict)  # offset -> digest of content[:offset]
     overlong: bool = False  # a line is longer than readers.MAX_LINE (see drop_long_lines)
+    unit_sep: bool = False  # the content holds the line reader's delimiter (US, 0x1F)
 
 
 @dataclass
@@ -211,17 +212,20 @@ def long_lines(path: Path, gz: bool, limit: int, start: int = 0) -> list[int]:
 
 
 def drop_long_lines(path: Path, gz: bool, limit: int, out: Path) -> list[int]:
-    """Copy the content to `out` without its lines longer than `limit` bytes; return
-    their line numbers (1-based). Memory stays within one chunk and one line of at most
-    `limit` bytes: DuckDB's reader buffers a whole line before it can refuse it, so a
-    100 MB line (or a gzip bomb of one line) must never reach it. Only chunk edges are
-    looked at (CHUNK and INFLATE_MAX are shorter than any line that long)."""
+    """Copy the content to `out` without its lines longer than `limit` bytes, and with
+    every US byte (0x1F, the line reader's delimiter, never valid raw in JSON) as RS
+    (0x1E, just as invalid), so a line holding one is read whole and refused; return
+    the numbers (1-based) of the lines left out. Memory stays within one chunk and one
+    line of at most `limit` bytes: DuckDB's reader buffers a whole line before it can
+    refuse it, so a 100 MB line (or a gzip bomb of one line) must never reach it. Only
+    chunk edges are looked at (CHUNK and INFLATE_MAX are shorter than any such line)."""
     dropped: list[int] = []
     line = 1  # the number of the line being read
     held = bytearray()  # its bytes so far, while it is short enough to keep
     long = False
     with open(out, "wb") as dst:
-        for chunk in content_chunks(path, gz):
+        for raw in content_chunks(path, gz):
+            chunk = raw.replace(b"\x1f", b"\x1e")
             first = chunk.find(b"\n")
             if first < 0:
                 if not long:
@@ -331,6 +335,7 @@ def scan(
         else:
             out.overlong = out.overlong or run + first > MAX_LINE
             run = n - buf.rfind(b"\n", 0, n) - 1
+        out.unit_sep = out.unit_sep or buf.find(b"\x1f", 0, n) >= 0
         view = memoryview(buf)[:n]
         i = 0
         while i < n:

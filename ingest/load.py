@@ -348,14 +348,14 @@ class _Loader:
             read_path = self.tmp / f"{n}.tail"
             header = identity.first_line(src.path, src.gzip) if fmt.header else b""
             identity.write_tail(src.path, src.gzip, k.consumed, sc.complete, read_path, header)
-            staged = self._stage_file(src, n, shown, "", read_path, sc.overlong)
+            staged = self._stage_file(src, n, shown, "", read_path, sc.overlong or sc.unit_sep)
             staged.line_shift = k.lines - (1 if header else 0)
             staged.row_shift = k.rows
         elif src.gzip and sc.broken:
             # Read the complete lines before the break; the break is one quarantine row.
             read_path = self.tmp / f"{n}.part"
             identity.write_tail(src.path, True, 0, sc.complete, read_path)
-            staged = self._stage_file(src, n, shown, None, read_path, sc.overlong)
+            staged = self._stage_file(src, n, shown, None, read_path, sc.overlong or sc.unit_sep)
             staged.sha = _sha256(src.path)
             staged.replaces = list(d.retire)
         else:
@@ -366,7 +366,9 @@ class _Loader:
             # Hash while DuckDB reads (both release the GIL).
             with ThreadPoolExecutor(1) as pool:
                 digest = pool.submit(_sha256, src.path)
-                staged = self._stage_file(src, n, shown, None, read_path, sc.overlong)
+                staged = self._stage_file(
+                    src, n, shown, None, read_path, sc.overlong or sc.unit_sep
+                )
                 staged.sha = digest.result()
             staged.replaces = list(d.retire)
         if staged.table and self._split_at_cr(staged, sc, d):
@@ -377,7 +379,7 @@ class _Loader:
             bare_cr = b" " if src.format == "jsonl" else b"\n"
             lf_src = read_path or src.path
             identity.lf_only(lf_src, src.gzip and not read_path, cr_path, bare_cr)
-            fresh = self._stage_file(src, n, shown, None, cr_path, sc.overlong)
+            fresh = self._stage_file(src, n, shown, None, cr_path, sc.overlong or sc.unit_sep)
             fresh.sha, fresh.replaces = staged.sha, staged.replaces
             fresh.line_shift, fresh.row_shift = staged.line_shift, staged.row_shift
             staged = fresh
@@ -468,14 +470,16 @@ class _Loader:
         overlong: bool = False,
     ) -> _Staged:
         """Stage the file, or `read_path` instead: its new lines, already decompressed.
-        `overlong`: the scan saw a line longer than readers.MAX_LINE."""
+        `overlong`: the scan saw a line longer than readers.MAX_LINE, or the line
+        reader's delimiter (identity.drop_long_lines)."""
         staged = _Staged(src, shown, sha or "", None)
         table = f"rg_stage_{n}"
         compression = "gzip" if src.gzip and read_path is None else "none"
         fmt = readers.FORMATS[src.format]
         if overlong and fmt.lines and not fmt.row_positions:
             # Read a copy without the overlong lines: they are quarantined by number
-            # (_find_lost_lines), and DuckDB never holds one in memory.
+            # (_find_lost_lines), and DuckDB never holds one in memory. A delimiter byte
+            # would cut a line short (read as blank, or as the JSON before it).
             short = self.tmp / f"{n}.short"
             staged.dropped_lines = identity.drop_long_lines(
                 read_path or src.path, compression == "gzip", readers.MAX_LINE, short

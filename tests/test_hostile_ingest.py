@@ -505,3 +505,16 @@ def test_many_files_load_in_bounded_batches(tmp_path, monkeypatch):
         assert sum(f.rows.values()) + f.quarantined + f.blank == f.lines
     rows = "SELECT f.path, s.* EXCLUDE (file_id) FROM sessions s JOIN files f USING (file_id)"
     assert sorted(con.execute(rows).fetchall()) == sorted(one.execute(rows).fetchall())
+
+
+def test_a_line_holding_the_line_readers_delimiter_is_refused_whole(tmp_path):
+    """The line reader splits at US (0x1F): a line holding one was read as blank, or as
+    the JSON before it; raw control characters are never valid JSON."""
+    good = hostile._session_lines(1)
+    path = tmp_path / "sessions.jsonl"
+    path.write_bytes(b"\x1f\n" + good[:-1] + b"\x1f\n" + good)
+    con, rep = _ingest(tmp_path, path)
+    (f,) = rep.files
+    assert [r[0] for r in _quarantine(con)] == [1, 2]
+    assert (sum(f.rows.values()), f.quarantined, f.blank, f.lines) == (1, 2, 0, 3)
+    assert con.execute("SELECT pos FROM sessions").fetchall() == [(3,)]
