@@ -20,7 +20,7 @@ WITH r AS (
     FROM rollout
 ),
 starts AS (
-    SELECT release, any_value(no_release) AS no_release, rel,
+    SELECT release, bool_or(no_release) AS no_release, rel,
            stage AS stage_name,
            CASE WHEN release IS NULL THEN stage ELSE stage || '@' || release END AS stage,
            max(ts) AS start_ts,
