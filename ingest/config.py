@@ -25,10 +25,15 @@ DEFAULT_TS_BOUNDS = {"min": "2000-01-01T00:00:00Z", "max": "2100-01-01T00:00:00Z
 @dataclass(frozen=True)
 class Config:
     hmac_key_env: str = "REPLAYGATE_HMAC_KEY"
-    origin_allowlist: tuple[str, ...] = ("https://app.example.com", "http://localhost:*")
+    # None: not configured. Only loopback origins are then allowed, and a foreign Origin
+    # cannot be judged (queries/params.py, the Origin gate says "not configured").
+    origin_allowlist: tuple[str, ...] | None = None
     reconnect_budget_qps: float = 5.0
     recovery_threshold_s: float = 5.0
     reinit_window_s: float = 30.0
+    # What a server answers for a terminated or unknown session (the TypeScript SDK's
+    # examples up to 1.24 answer 400).
+    dead_session_statuses: tuple[int, ...] = (404,)
     retry_window_s: float = 600.0
     resend_window_s: float = 30.0
     # Overrides only: each gate's default minimum sample is declared in its SQL header
@@ -51,7 +56,14 @@ class Config:
     def as_dict(self) -> dict[str, Any]:
         d = asdict(self)
         d.pop("source")
-        d["origin_allowlist"] = list(self.origin_allowlist)
+        if self.origin_allowlist is None:
+            del d["origin_allowlist"]  # not configured: loopback origins only
+        else:
+            d["origin_allowlist"] = list(self.origin_allowlist)
+        if self.dead_session_statuses == (404,):
+            del d["dead_session_statuses"]  # the default leaves the digest unchanged
+        else:
+            d["dead_session_statuses"] = list(self.dead_session_statuses)
         if not d["sources"]:
             del d["sources"]  # unset: the digest of a configuration without it is unchanged
         if d["ts_bounds"] == DEFAULT_TS_BOUNDS:
@@ -71,6 +83,7 @@ _TYPES = {
     "reconnect_budget_qps": _NUMBER,
     "recovery_threshold_s": _NUMBER,
     "reinit_window_s": _NUMBER,
+    "dead_session_statuses": (list,),
     "retry_window_s": _NUMBER,
     "resend_window_s": _NUMBER,
     "min_samples": (dict,),
@@ -99,6 +112,17 @@ def from_mapping(data: dict[str, Any], source: str = "mapping") -> Config:
         for item in kwargs["origin_allowlist"]:
             _check("origin_allowlist[]", item, (str,))
         kwargs["origin_allowlist"] = tuple(kwargs["origin_allowlist"])
+    if "dead_session_statuses" in kwargs:
+        statuses = kwargs["dead_session_statuses"]
+        for item in statuses:
+            _check("dead_session_statuses[]", item, (int,))
+            if not 400 <= item <= 499:
+                raise ReplaygateError(
+                    f"config: dead_session_statuses[] must be 4xx statuses, got {item}"
+                )
+        if not statuses:
+            raise ReplaygateError("config: dead_session_statuses must name at least one status")
+        kwargs["dead_session_statuses"] = tuple(dict.fromkeys(statuses))
     if "min_samples" in kwargs:
         for gate, n in kwargs["min_samples"].items():
             _check(f"min_samples.{gate}", n, (int,))

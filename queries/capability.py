@@ -18,7 +18,7 @@ Detectors whose rule is about a field's absence (`missing_idempotency_key`,
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import duckdb
@@ -69,6 +69,8 @@ class Plan:
     exclude: dict[str, list[int]]  # table -> files left out of its input
     cannot_tell: list[dict[str, Any]]  # {"file", "missing", "units", "scope": unit files or None}
     skip: bool = False  # no file could show a fact: nothing can be judged
+    # The configured values the units predicate binds (`$dead_statuses`).
+    args: dict[str, Any] = field(default_factory=dict)
 
 
 def _files_of(con: duckdb.DuckDBPyConnection, table: str) -> list[tuple[int, str]]:
@@ -88,22 +90,48 @@ def _shown(con: duckdb.DuckDBPyConnection) -> dict[int, set[str]]:
     return out
 
 
-def _count(con: duckdb.DuckDBPyConnection, u: Units, file_ids: list[int] | None) -> int:
+_PARAM = re.compile(r"\$([a-z_]+)")
+
+
+def unit_args(u: Units | None, values: dict[str, Any] | None) -> dict[str, Any]:
+    """The bound values a units predicate names (`$dead_statuses`), from the configuration."""
+    if u is None:
+        return {}
+    names = set(_PARAM.findall(u.where))
+    if names and values is None:
+        from replaygate.ingest.config import Config
+
+        from .params import from_config
+
+        values = from_config(Config())
+    return {n: (values or {})[n] for n in sorted(names)}
+
+
+def _count(
+    con: duckdb.DuckDBPyConnection,
+    u: Units,
+    file_ids: list[int] | None,
+    bound: dict[str, Any] | None = None,
+) -> int:
     key = f"DISTINCT ({u.by})" if u.by else "*"
     scope = "true" if file_ids is None else "list_contains($ids, file_id)"
-    args = {} if file_ids is None else {"ids": file_ids}
+    args = {**(bound or {}), **({} if file_ids is None else {"ids": file_ids})}
     row = con.execute(
         f"SELECT count({key}) FROM {u.table} WHERE ({u.where}) AND {scope}", args
     ).fetchone()
     return int(row[0]) if row else 0
 
 
-def plan(con: duckdb.DuckDBPyConnection, q: catalog.Query) -> Plan:
+def plan(
+    con: duckdb.DuckDBPyConnection, q: catalog.Query, values: dict[str, Any] | None = None
+) -> Plan:
+    """`values`: the configuration's bound values (params.from_config), for a units
+    predicate that names one."""
     groups = facts(q)
-    p = Plan({}, [])
+    u = units(q)
+    p = Plan({}, [], args=unit_args(u, values))
     if not groups:
         return p
-    u = units(q)
     shown = _shown(con)
     for group in groups:
         table = group[0].split(".", 1)[0]
@@ -120,14 +148,14 @@ def plan(con: duckdb.DuckDBPyConnection, q: catalog.Query) -> Plan:
                 if fid in p.exclude[table]:
                     continue
                 p.exclude[table].append(fid)
-                n = _count(con, u, [fid])
+                n = _count(con, u, [fid], p.args)
                 if n:
                     p.cannot_tell.append(
                         {"file": path, "missing": missing, "units": n, "scope": [fid]}
                     )
         elif len(blind) == len(files):
             p.skip = True
-            n = _count(con, u, None) if u is not None else 0
+            n = _count(con, u, None, p.args) if u is not None else 0
             for _, path in blind:
                 p.cannot_tell.append({"file": path, "missing": missing, "units": n, "scope": None})
     return p

@@ -142,6 +142,20 @@ def no_evidence(
     return min(gaps, key=len)
 
 
+def judged_nothing(
+    g: GateDef, measure: dict[str, Any], sample: int, cannot_tell: int
+) -> str | None:
+    """Why a gate that found nothing judged nothing in a stage, or None: its measure says
+    it cannot judge (an `insufficient` column, e.g. an Origin gate without an allow-list),
+    or every unit it had was `cannot_tell`. Either is `insufficient`, never a pass."""
+    if measure.get("insufficient"):
+        return str(measure["insufficient"])
+    if g.kind in ("count", "share") and sample == 0 and cannot_tell > 0:
+        noun = "unit" if cannot_tell == 1 else "units"
+        return f"all {_fmt_n(cannot_tell)} {noun} in this stage cannot tell"
+    return None
+
+
 def _fmt_n(x: float) -> str:
     return f"{x:,.0f}" if isinstance(x, int) or float(x).is_integer() else f"{x:,.2f}"
 
@@ -417,6 +431,11 @@ def evaluate(
             minimum = minimums[g.id]
             st = status_of(g, value, sample, failures, minimum, scope, config)
             blind_why = no_evidence(g, sources.get(name, {}), blind)
+            # units of its detectors in this stage that no file could show
+            unjudged_units = sum(
+                e["units"] for e in unjudged.get(name, []) if e["detector"] in g.detectors
+            )
+            blind_why = blind_why or judged_nothing(g, m, sample, unjudged_units)
             if blind_why and st == "pass":
                 st = "insufficient"
             gate = {
@@ -434,10 +453,7 @@ def evaluate(
                 ),
                 "exercised": sample > 0,
                 "no_evidence": blind_why if st == "insufficient" else None,
-                # units of its detectors in this stage that no file could show
-                "cannot_tell": sum(
-                    e["units"] for e in unjudged.get(name, []) if e["detector"] in g.detectors
-                ),
+                "cannot_tell": unjudged_units,
             }
             if g.meter and minimum:
                 meter = dict(meters.get((g.meter, name), {"observed": 0, "last_hour": 0}))

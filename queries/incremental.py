@@ -29,6 +29,7 @@ from __future__ import annotations
 import contextlib
 import re
 import time
+from typing import Any
 
 import duckdb
 
@@ -93,12 +94,17 @@ def clear_pending(con: duckdb.DuckDBPyConnection) -> None:
     set_meta(con, "analysis_noted_through", get_meta(con, "data_version", "0"))
 
 
-def plans(con: duckdb.DuckDBPyConnection, counts: dict[str, int]) -> dict[str, capability.Plan]:
-    """What each detector that runs and declares facts may look at (capability.py)."""
+def plans(
+    con: duckdb.DuckDBPyConnection,
+    counts: dict[str, int],
+    values: dict[str, Any] | None = None,
+) -> dict[str, capability.Plan]:
+    """What each detector that runs and declares facts may look at (capability.py);
+    `values`: the configuration's bound values (params.from_config)."""
     from . import runner
 
     return {
-        name: capability.plan(con, q)
+        name: capability.plan(con, q, values)
         for name, q in catalog.detectors().items()
         if capability.facts(q) and not runner.missing_needs(q, counts)
     }
@@ -131,7 +137,7 @@ def possible(
         return False
     if not fleet or pending > MAX_SHARE * fleet:
         return False
-    blind = plans(con, counts) if blind is None else blind
+    blind = plans(con, counts, params.from_config(config)) if blind is None else blind
     for name, q in catalog.detectors().items():
         missing = runner.missing_needs(q, counts)
         p = blind.get(name)
@@ -155,7 +161,7 @@ def analyse(
     plans of `plans()`, as `possible()` accepted them."""
     from . import runner
 
-    blind = plans(con, counts) if blind is None else blind
+    blind = plans(con, counts, params.from_config(config)) if blind is None else blind
     values = params.from_config(config)
     con.execute(
         "CREATE OR REPLACE TEMP TABLE rg_affected AS "

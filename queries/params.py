@@ -15,6 +15,31 @@ def glob_to_like(pattern: str) -> str:
     return escaped.replace("*", "%")
 
 
+# With no allow-list configured, only loopback origins are allowed (any port, http or https).
+LOOPBACK_ORIGINS = tuple(
+    f"{scheme}://{host}{port}"
+    for scheme in ("http", "https")
+    for host in ("localhost", "127.0.0.1", "[::1]")
+    for port in ("", ":*")
+)
+
+
+def allowlist_note(config: Config) -> str | None:
+    """What `ingest` and `gates` say once when no Origin allow-list is configured."""
+    if config.origin_allowlist is not None:
+        return None
+    return (
+        "origin allow-list not configured: only loopback origins (localhost, 127.0.0.1, "
+        "[::1]) are allowed, and a stage that saw other origins cannot pass "
+        "invalid_origin_rejection (set origin_allowlist in replaygate.toml)"
+    )
+
+
+def origin_globs(config: Config) -> tuple[str, ...]:
+    """The allow-list in force: the configured one, else the loopback origins."""
+    return LOOPBACK_ORIGINS if config.origin_allowlist is None else config.origin_allowlist
+
+
 def from_config(config: Config) -> dict[str, Any]:
     from .gates import min_samples
 
@@ -25,7 +50,9 @@ def from_config(config: Config) -> dict[str, Any]:
         "retry_window_s": config.retry_window_s,
         "resend_window_s": config.resend_window_s,
         "reconnect_budget_qps": config.reconnect_budget_qps,
-        "origin_patterns": [glob_to_like(p) for p in config.origin_allowlist],
+        "origin_patterns": [glob_to_like(p) for p in origin_globs(config)],
+        "origin_configured": config.origin_allowlist is not None,
+        "dead_statuses": list(config.dead_session_statuses),
     }
 
 

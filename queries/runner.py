@@ -201,7 +201,7 @@ def _run_detector(
         con.execute("INSERT INTO coverage VALUES ($d, $s, 0, 0)", {"d": name, "s": label})
         return
     t0 = time.perf_counter()
-    plan = capability.plan(con, q)
+    plan = capability.plan(con, q, values)
     record_cannot_tell(con, name, q, plan)
     n = 0
     if not plan.skip:
@@ -244,13 +244,19 @@ def record_cannot_tell(
         con.execute(
             "INSERT INTO cannot_tell_stages SELECT $d, $f, $m, stage, units FROM "
             f"({capability.stage_units_sql(capability.units(q), entry['scope'])})",
-            {"d": name, "f": entry["file"], "m": entry["missing"], **capability.scope_args(entry)},
+            {
+                "d": name,
+                "f": entry["file"],
+                "m": entry["missing"],
+                **capability.scope_args(entry),
+                **plan.args,
+            },
         )
 
 
 def _incrementally(con: duckdb.DuckDBPyConnection, config: Config, counts: dict[str, int]) -> bool:
     """Bring the last analysis up to date for what changed (incremental.py), if it can."""
-    blind = incremental.plans(con, counts)
+    blind = incremental.plans(con, counts, params.from_config(config))
     if not incremental.possible(con, config, counts, blind):
         return False
     try:

@@ -32,7 +32,10 @@ _SAMPLE = {
     "raw_session_ids": "proxy_records",
     "auth_binding": "session_requests",
     "write_idempotency": "write_dispatches",
+    "allowed_origin_refusals": "allowed_origin_requests",
 }
+# Per gate: the column that, when above 0, makes it unjudgeable, and why.
+_UNJUDGED = {"invalid_origin_rejection": ("origin_unjudged", "origin allow-list not configured")}
 _VALUE = {
     "invalid_origin_rejection": "invalid_origin_served",
     "recovery_p99": "recovery_p99",
@@ -56,22 +59,23 @@ def measures(con: duckdb.DuckDBPyConnection, config: Config, f: Filters) -> dict
         with contextlib.suppress(duckdb.CatalogException):
             cur = con.execute(f"SELECT * FROM {FLEET_MEASURES}")
     if cur is None:
-        cur = named.execute(
-            con, "measures", flt=f, origin_patterns=from_config(config)["origin_patterns"]
-        )
+        cur = named.execute(con, "measures", flt=f, **_measure_values(config))
     cols = [d[0] for d in cur.description]
     row = cur.fetchone()
     assert row is not None  # an aggregate query always returns its one row
     return dict(zip(cols, row, strict=True))
 
 
+def _measure_values(config: Config) -> dict[str, Any]:
+    values = from_config(config)
+    return {k: values[k] for k in ("origin_patterns", "origin_configured", "dead_statuses")}
+
+
 def store_fleet_measures(con: duckdb.DuckDBPyConnection, config: Config) -> None:
     """Keep the unfiltered measures in the database (part of every analysis)."""
     named.prepare(con)
     q = named.get("measures")
-    args = named.bind(
-        q, {"flt": Filters(), "origin_patterns": from_config(config)["origin_patterns"]}
-    )
+    args = named.bind(q, {"flt": Filters(), **_measure_values(config)})
     con.execute(f"CREATE OR REPLACE TABLE {FLEET_MEASURES} AS {q.body()}", args)
 
 
@@ -129,6 +133,8 @@ def gate_measures(
         minimum = minimums[g.id]
         status = gates.status_of(g, value, sample, failures, minimum, scope, config)
         blind = gates.no_evidence(g, sources)
+        if g.id in _UNJUDGED and m[_UNJUDGED[g.id][0]]:
+            blind = blind or _UNJUDGED[g.id][1]
         if blind and status == "pass":
             status = "insufficient"
         gate = {

@@ -124,6 +124,7 @@ def ingest(
         ingest_summary(report, analysed)
     for w in report.warnings:
         click.echo(f"warning: {w}", err=True)
+    _allowlist_note(conf)
     if strict and report.quarantined:
         raise ReplaygateError(f"{report.quarantined} rows quarantined (--strict)")
     unreadable = [f for f in report.files if f.status == "unreadable"]
@@ -137,6 +138,14 @@ def ingest(
 
 # The formats the help names are the registered ones (ingest/readers.py).
 ingest.help = (ingest.help or "").replace("{formats}", formats_help())
+
+
+def _allowlist_note(conf: Config) -> None:
+    from replaygate.queries.params import allowlist_note
+
+    note = allowlist_note(conf)
+    if note:
+        click.echo(f"note: {note}", err=True)
 
 
 def _analyse(con: duckdb.DuckDBPyConnection, conf: Config) -> dict[str, Any]:
@@ -475,6 +484,7 @@ def gates(
     if wait_for and all_stages:
         raise click.UsageError("--wait gates one stage: give --stage (and --release)")
     conf = load_config(config_path, db)
+    _allowlist_note(conf)
     if wait_for:
         doc = gatewait.wait(db, conf, stage, release, list(paths), wait_for, every, source)
     else:

@@ -184,7 +184,15 @@ def simulate(
     rng = random.Random(seed)
     # The vector engine's gzip files use a fast compression level: at its sizes the
     # compression, not the traffic, would take the time.
-    f = Fleet(out, rng, key, fmt, server_only=server_only, gz_level=9 if engine == "python" else 1)
+    f = Fleet(
+        out,
+        rng,
+        key,
+        fmt,
+        server_only=server_only,
+        gz_level=9 if engine == "python" else 1,
+        allowlist=config.origin_allowlist,
+    )
     end = _timeline(f, n_sessions)
     if engine == "python":
         _python_traffic(f, n_sessions, end)

@@ -31,7 +31,7 @@ import pyarrow.compute as pc
 
 from replaygate.ingest.contract import BY_TABLE
 
-from .fleet import T0, Fleet, origin_allowed
+from .fleet import T0, Fleet, origin_class
 from .scenarios import normal_session, refused_origin, sessionless
 
 TABLES = ("sessions", "streams", "events", "inbox", "dispatches", "proxy")
@@ -88,7 +88,9 @@ class _Capture(Fleet):
     """A Fleet whose records are kept in memory, tagged with the template they belong to."""
 
     def __init__(self, base: Fleet, rng: random.Random):
-        super().__init__(None, rng, base.key, base.fmt, server_only=base.server_only)
+        super().__init__(
+            None, rng, base.key, base.fmt, server_only=base.server_only, allowlist=base.allowlist
+        )
         self.stages = base.stages
         self.rollback_at = base.rollback_at
         self.tpl = -1
@@ -213,10 +215,9 @@ def _encode(cf: _Capture, n_tpl: int, pools: dict[str, np.ndarray]) -> Templates
                 r["status"] == 404 and n and r["method"] != "DELETE"
                 for r, n in zip(rows, named, strict=True)
             ]
-            cols["_bad_origin"] = np.array(
-                [r.get("origin") is not None and not origin_allowed(r["origin"]) for r in rows],
-                bool,
-            )
+            classes = [origin_class(r.get("origin"), r["method"], cf.allowlist) for r in rows]
+            cols["_bad_origin"] = np.array([c == "invalid" for c in classes], bool)
+            cols["_unjudged_origin"] = np.array([c == "unjudged" for c in classes], bool)
             cols["_reconnect"] = np.array(
                 [
                     (r["method"] == "GET" and bool(r.get("last_event_id")))
@@ -519,6 +520,7 @@ class _Counts:
         if table == "proxy":
             bad = src["_bad_origin"][row]
             self._sum("invalid_origin", stage, bad)
+            self._sum("unjudged_origin", stage, src["_unjudged_origin"][row])
             rec = src["_reconnect"][row]
             ts = batch["ts"].to_numpy()
             for s in np.unique(stage[rec]):
@@ -536,6 +538,7 @@ class _Counts:
             st.completed += int(self.sums["completed"][i])
             st.n404 += int(self.sums["n404"][i])
             st.invalid_origin += int(self.sums["invalid_origin"][i])
+            st.unjudged_origin += int(self.sums["unjudged_origin"][i])
             st.write_dispatches += int(self.sums["write_dispatches"][i])
             for a in self.rec[i]:
                 st.recoveries.extend(a.tolist())

@@ -398,6 +398,8 @@ def _proxy_origin(f, t, cohort, resumable):
     call(f, s, "read")
     f.delete(s)
     rows, f.capture = f.capture, None
+    if f.allowlist is None:
+        return []  # no allow-list configured: a foreign Origin cannot be judged
     return [
         X(
             f,
@@ -410,6 +412,48 @@ def _proxy_origin(f, t, cohort, resumable):
         )
         for r in rows
     ]
+
+
+@fault(
+    "origin_refused_not_403",
+    "any",
+    "004",
+    "bad Origins refused before the Origin check: 421 for the Host, 400/404 by session "
+    "routing; the CORS preflight answered by the framework, a 502 from the proxy",
+)
+def _origin_refused_not_403(f, t, cohort, resumable):
+    rng = f.rng
+    bad = "https://rebind.attacker.example"
+    addr = f"172.17.{rng.randint(0, 255)}.{rng.randint(1, 254)}"
+    probe = {"origin": bad, "protocol": None, "addr": addr, "ua": "Mozilla/5.0"}
+    f.proxy(t, "OPTIONS", 204, None, **probe)  # not an MCP request: neither refused nor served
+    out = []
+    for i, status in enumerate((421, 400, 404)):
+        ts = t + 50 * (i + 1)
+        f.proxy(ts, "POST", status, None, jsonrpc_method="initialize", request_id="0", **probe)
+        if f.allowlist is not None:
+            out.append(X(f, "origin_refused_not_403", "low", ts, None, ts=ts, detail_status=status))
+    f.proxy(t + 300, "POST", 502, None, jsonrpc_method="initialize", **probe)  # cannot tell
+    return out
+
+
+@fault(
+    "allowed_origin_refused",
+    "any",
+    "004",
+    "a release's Host/Origin check refuses a client on the allow-list (421) and one without "
+    "an Origin (403)",
+)
+def _allowed_origin_refused(f, t, cohort, resumable):
+    s = session(f, t, cohort, resumable)
+    call(f, s, "read")
+    out = []
+    for status, origin in ((421, "auto"), (403, None)):
+        s.t += f.jitter(200, 900)
+        f.proxy(s.t, "POST", status, s, origin=origin, jsonrpc_method="tools/call", request_id="9")
+        out.append(X(f, "allowed_origin_refused", "high", s.t, s.hmac, ts=s.t))
+    f.delete(s)
+    return out
 
 
 @fault("reinit_missing", "any", "004", "after a 404 the client keeps using the dead session")

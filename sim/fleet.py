@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import hashlib
 import random
+import re
 import uuid
 from collections import defaultdict
 from dataclasses import dataclass, field
@@ -40,8 +41,28 @@ def sha(text: str) -> str:
     return hashlib.sha256(text.encode()).hexdigest()
 
 
-def origin_allowed(origin: str | None) -> bool:
-    return origin is None or any(fnmatchcase(origin, p) for p in ALLOWLIST)
+# With no allow-list configured, only loopback origins are allowed (any port, either scheme).
+LOOPBACK = re.compile(r"https?://(localhost|127\.0\.0\.1|\[::1\])(:[0-9]+)?")
+
+
+def origin_allowed(origin: str | None, allowlist: tuple[str, ...] | None = ALLOWLIST) -> bool:
+    """Is an Origin allowed (or absent)? `allowlist` None: none configured, loopback only."""
+    if origin is None:
+        return True
+    if allowlist is None:
+        return LOOPBACK.fullmatch(origin) is not None
+    return any(fnmatchcase(origin, p) for p in allowlist)
+
+
+def origin_class(origin: str | None, method: str, allowlist: tuple[str, ...] | None) -> str:
+    """How the Origin gates read a request: `none` (no Origin, or a CORS preflight: not an
+    MCP request), `ok` (allowed), `invalid` (outside a configured allow-list) or `unjudged`
+    (foreign, and no allow-list configured)."""
+    if method == "OPTIONS" or origin is None:
+        return "none"
+    if origin_allowed(origin, allowlist):
+        return "ok"
+    return "invalid" if allowlist is not None else "unjudged"
 
 
 @dataclass
@@ -84,6 +105,7 @@ class StageStats:
     recoveries: list = field(default_factory=list)
     n404: int = 0
     invalid_origin: int = 0
+    unjudged_origin: int = 0  # foreign Origins seen with no allow-list configured
     write_dispatches: int = 0
     raw_ids: int = 0
     reconnect_ts: list = field(default_factory=list)
@@ -98,8 +120,11 @@ class Fleet:
         fmt: str,
         server_only: bool = False,
         gz_level: int = 9,
+        allowlist: tuple[str, ...] | None = ALLOWLIST,
     ):
         self.out = out
+        # The Origin allow-list the fleet is judged by (None: not configured).
+        self.allowlist = allowlist
         self.gz_level = gz_level
         # What an operator who controls only servers and proxies has: the recorder's
         # ledgers, event log and dispatch records, and proxy logs; no client inbox, and
@@ -359,8 +384,11 @@ class Fleet:
         st = self.stats[stage]
         if status == 404 and has_session and method != "DELETE":
             st.n404 += 1
-        if origin is not None and not origin_allowed(origin):
+        seen = origin_class(origin, method, self.allowlist)
+        if seen == "invalid":
             st.invalid_origin += 1
+        elif seen == "unjudged":
+            st.unjudged_origin += 1
         if (method == "GET" and last_event_id) or status in (429, 503):
             st.reconnect_ts.append(t)
         if raw:

@@ -68,18 +68,25 @@ def normal_session(f: Fleet, t: int, cohort: str | None, *, resumable: bool) -> 
 
 
 def refused_origin(f: Fleet, t: int) -> None:
-    """A browser page on a foreign origin probing the server: refused with 403."""
+    """A browser page on a foreign origin probing the server: its CORS preflight answered
+    by the web framework (not an MCP request), then the request refused with 403."""
     rng = f.rng
+    origin = rng.choice(("https://evil.example", "null"))
+    addr = f"172.16.{rng.randint(0, 255)}.{rng.randint(1, 254)}"
+    if origin != "null":  # a page's fetch preflights; an opaque origin's form post does not
+        f.proxy(
+            t - 5, "OPTIONS", 204, None, origin=origin, protocol=None, addr=addr, ua="Mozilla/5.0"
+        )
     f.proxy(
         t,
         "POST",
         403,
         None,
-        origin=rng.choice(("https://evil.example", "null")),
+        origin=origin,
         jsonrpc_method="initialize",
         request_id="0",
         protocol=None,
-        addr=f"172.16.{rng.randint(0, 255)}.{rng.randint(1, 254)}",
+        addr=addr,
         ua="Mozilla/5.0",
     )
 

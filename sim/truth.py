@@ -54,7 +54,15 @@ def expected_decisions(fleet, expectations: list[dict], config: Config) -> dict:
             value = sum(found[d] for d in detectors)
             gates[gate] = _status(value > 0, samples.get(gate, 0), minimum[gate])
         gates["reinit_after_404"] = "fail" if found["reinit_missing"] else "pass"
-        gates["invalid_origin_rejection"] = "fail" if found["invalid_origin_accepted"] else "pass"
+        # Served bad Origins fail; with no allow-list configured a stage that saw a foreign
+        # Origin cannot be judged; refusals with another status than 403 are not gated.
+        if found["invalid_origin_accepted"]:
+            gates["invalid_origin_rejection"] = "fail"
+        elif stats.unjudged_origin:
+            gates["invalid_origin_rejection"] = "insufficient"
+        else:
+            gates["invalid_origin_rejection"] = "pass"
+        gates["allowed_origin_refusals"] = "fail" if found["allowed_origin_refused"] else "pass"
         gates["raw_session_ids"] = "fail" if stats.raw_ids else "pass"
         gates["reconnect_qps"] = (
             "fail" if peak_qps(stats.reconnect_ts) > config.reconnect_budget_qps else "pass"

@@ -19,6 +19,10 @@ from replaygate.ingest.config import Config  # noqa: E402
 from replaygate.ingest.load import ingest  # noqa: E402
 from replaygate.queries import runner  # noqa: E402
 from replaygate.sim import simulate  # noqa: E402
+from replaygate.sim.fleet import ALLOWLIST  # noqa: E402
+
+# The configuration simulated fleets are judged by: their Origin allow-list configured.
+FLEET_CONFIG = Config(origin_allowlist=ALLOWLIST)
 
 ROOT = Path(__file__).resolve().parent.parent
 SAMPLE = ROOT / "sample_data"
@@ -34,6 +38,7 @@ def build(
     server_only: bool = False,
     engine: str = "auto",
 ):
+    config = config or FLEET_CONFIG
     name = f"fleet-{seed}-{fmt}-{sessions}-{faults.replace(',', '_')[:20]}-{engine}"
     out = tmp / (name + ("-server" if server_only else ""))
     simulate(
@@ -47,8 +52,8 @@ def build(
         engine=engine,
     )
     con = dbm.connect(str(tmp / f"{out.name}.duckdb"))
-    ingest(con, [out], config or Config())
-    runner.analyse(con, config or Config())
+    ingest(con, [out], config)
+    runner.analyse(con, config)
     truth = json.loads((out / "truth.json").read_text())
     return con, truth, out
 

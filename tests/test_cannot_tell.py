@@ -29,6 +29,8 @@ from .test_detectors_focused import (
 )
 
 V = "2025-11-25"
+# Origin detectors judge only against a configured allow-list.
+CONF = Config(origin_allowlist=("https://app.example.com", "http://localhost:*"))
 
 
 def run(tmp_path, **tables):
@@ -36,9 +38,9 @@ def run(tmp_path, **tables):
     for name, rows in tables.items():
         (tmp_path / f"{name}.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
     con = dbm.connect(str(tmp_path / "t.duckdb"))
-    report = ingest(con, [tmp_path], Config())
+    report = ingest(con, [tmp_path], CONF)
     assert report.quarantined == 0, report.quarantine_reasons
-    runner.analyse(con, Config())
+    runner.analyse(con, CONF)
     found: dict[str, int] = dict(
         con.execute("SELECT detector, count(*) FROM findings GROUP BY ALL").fetchall()
     )
@@ -125,6 +127,14 @@ CASES = {
     ),
     "invalid_origin_accepted": (
         {"proxy": [px(0, origin="https://evil.example", protocol_version=V)]},
+        ["proxy.origin"],
+    ),
+    "origin_refused_not_403": (
+        {"proxy": [px(0, status=421, origin="https://evil.example", protocol_version=V)]},
+        ["proxy.origin"],
+    ),
+    "allowed_origin_refused": (
+        {"proxy": [px(0, status=403, origin="https://app.example.com", protocol_version=V)]},
         ["proxy.origin"],
     ),
     "missing_idempotency_key": ({"dispatches": [dp(0, "d1")]}, ["dispatches.tool_class"]),
@@ -270,7 +280,7 @@ def test_a_gate_whose_detector_cannot_see_is_never_a_pass(tmp_path):
     rollout = [{"ts": 1_795_824_000_000, "stage": "s", "action": "start", "scope": "read"}]
     run(tmp_path, rollout=rollout, **_without(tables, drop))
     con = dbm.connect(str(tmp_path / "t.duckdb"), read_only=True)
-    stage = gm.evaluate(con, Config())["stages"][0]
+    stage = gm.evaluate(con, CONF)["stages"][0]
     g = next(g for g in stage["gates"] if g["id"] == "reinit_after_404")
     assert g["status"] == "insufficient"
     assert "cannot show proxy.initialize" in g["reason"]
@@ -302,7 +312,7 @@ def test_cannot_tell_is_attributed_to_the_stages_of_its_units(tmp_path):
         **_without(tables, drop),
     )
     con = dbm.connect(str(tmp_path / "t.duckdb"), read_only=True)
-    by_stage = {s["stage"]: s for s in gm.evaluate(con, Config(), all_stages=True)["stages"]}
+    by_stage = {s["stage"]: s for s in gm.evaluate(con, CONF, all_stages=True)["stages"]}
     seen = {
         stage: sorted((e["detector"], e["missing"], e["units"]) for e in s["cannot_tell"])
         for stage, s in by_stage.items()
@@ -320,7 +330,7 @@ def test_cannot_tell_is_attributed_to_the_stages_of_its_units(tmp_path):
         assert gate["cannot_tell"] == 1
         # No dispatch file shows digests: nothing judged, so never a pass.
         assert gate["status"] == "insufficient"
-    doc = report.build(con, Config(), "b")
+    doc = report.build(con, CONF, "b")
     con.close()
     assert doc["cannot_tell"] == by_stage["b"]["cannot_tell"]
     md = render.to_markdown(doc)
@@ -339,10 +349,10 @@ def test_a_gate_says_how_many_of_its_units_in_the_stage_cannot_tell():
         "min_sample": 10,
         "failures": 0,
     }
-    assert not gm.reason(gate, Config()).endswith("cannot tell")
+    assert not gm.reason(gate, CONF).endswith("cannot tell")
     gate["cannot_tell"] = 3
-    assert gm.reason(gate, Config()) == (
-        gm.reason({**gate, "cannot_tell": 0}, Config()) + "; 3 units in this stage cannot tell"
+    assert gm.reason(gate, CONF) == (
+        gm.reason({**gate, "cannot_tell": 0}, CONF) + "; 3 units in this stage cannot tell"
     )
 
 

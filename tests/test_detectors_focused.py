@@ -9,7 +9,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from replaygate.ingest import db as dbm
-from replaygate.ingest.config import Config
+from replaygate.ingest.config import Config, from_mapping
 from replaygate.ingest.load import ingest
 from replaygate.queries import runner
 
@@ -518,7 +518,8 @@ def test_invalid_origin(tmp_path):
         px(20, origin="http://localhost:6274"),
         px(30, origin="https://app.example.com"),
     ]
-    got = findings(tmp_path, proxy=rows)
+    allow = from_mapping({"origin_allowlist": ["https://app.example.com", "http://localhost:*"]})
+    got = findings(tmp_path, allow, proxy=rows)
     assert [f["detail"]["origin"] for f in got["invalid_origin_accepted"]] == [
         "https://evil.example"
     ]

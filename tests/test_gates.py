@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import pytest
 
-from replaygate.ingest.config import Config, from_mapping
+from replaygate.ingest.config import from_mapping
 from replaygate.queries import gates as gm
 
-from .conftest import build
+from .conftest import FLEET_CONFIG, build
 
 
 def _by_stage(con, config):
@@ -26,24 +26,29 @@ def _check(con, truth, config):
 
 def test_expected_decisions_default_fleet(fleet):
     con, truth, _ = fleet
-    _check(con, truth, Config())
+    _check(con, truth, FLEET_CONFIG)
 
 
 @pytest.mark.parametrize("seed", [4, 13])
 def test_expected_decisions_other_seeds(tmp_path, seed):
     con, truth, _ = build(tmp_path, seed=seed, sessions=350)
-    _check(con, truth, Config())
+    _check(con, truth, FLEET_CONFIG)
 
 
 def test_expected_decisions_with_scaled_config(tmp_path):
-    config = from_mapping({"min_samples": {"cross_stream_acceptances": 300, "recovery_p99": 4}})
+    config = from_mapping(
+        {
+            "origin_allowlist": list(FLEET_CONFIG.origin_allowlist or ()),
+            "min_samples": {"cross_stream_acceptances": 300, "recovery_p99": 4},
+        }
+    )
     con, truth, _ = build(tmp_path, seed=8, sessions=900, config=config)
     _check(con, truth, config)
 
 
 def test_clean_fleet_with_little_data_holds_never_proceeds(tmp_path):
     con, truth, _ = build(tmp_path, seed=3, sessions=120, faults="none")
-    for stage in _by_stage(con, Config()).values():
+    for stage in _by_stage(con, FLEET_CONFIG).values():
         assert stage["decision"] == "HOLD"
         assert any(g["status"] == "insufficient" for g in stage["gates"])
 
@@ -51,12 +56,13 @@ def test_clean_fleet_with_little_data_holds_never_proceeds(tmp_path):
 def test_clean_fleet_with_enough_data_proceeds(tmp_path):
     config = from_mapping(
         {
+            "origin_allowlist": list(FLEET_CONFIG.origin_allowlist or ()),
             "min_samples": {
                 "cross_stream_acceptances": 1,
                 "recovery_p99": 1,
                 "silent_truncations": 1,
                 "write_idempotency": 0,
-            }
+            },
         }
     )
     con, truth, _ = build(tmp_path, seed=3, sessions=500, faults="none", config=config)
@@ -67,16 +73,18 @@ def test_one_failure_fails_even_with_a_tiny_sample(tmp_path):
     con, truth, _ = build(tmp_path, seed=6, sessions=60, faults="crossed_event_ids")
     stage = truth["faults"][0]["expect"][0]["stage"]
     gate = next(
-        g for g in _by_stage(con, Config())[stage]["gates"] if g["id"] == "cross_stream_acceptances"
+        g
+        for g in _by_stage(con, FLEET_CONFIG)[stage]["gates"]
+        if g["id"] == "cross_stream_acceptances"
     )
     assert gate["sample"] < gate["min_sample"]
     assert gate["status"] == "fail"
-    assert _by_stage(con, Config())[stage]["decision"] == "ROLLBACK"
+    assert _by_stage(con, FLEET_CONFIG)[stage]["decision"] == "ROLLBACK"
 
 
 def test_reasons_name_gate_value_threshold_and_findings(fleet):
     con, truth, _ = fleet
-    for stage in _by_stage(con, Config()).values():
+    for stage in _by_stage(con, FLEET_CONFIG).values():
         assert stage["reasons"], stage["stage"]
         for g in stage["gates"]:
             if g["status"] == "fail" and g["id"] != "raw_session_ids":
@@ -89,24 +97,24 @@ def test_reasons_name_gate_value_threshold_and_findings(fleet):
 
 def test_upper_bound_for_zero_counts():
     g = gm.BY_ID["cross_stream_acceptances"]
-    assert gm.status_of(g, 0, 100_000, 0, 100_000, "read", Config()) == "pass"
-    assert gm.status_of(g, 0, 41_200, 0, 100_000, "read", Config()) == "insufficient"
-    assert gm.status_of(g, 1, 5, 1, 100_000, "read", Config()) == "fail"
+    assert gm.status_of(g, 0, 100_000, 0, 100_000, "read", FLEET_CONFIG) == "pass"
+    assert gm.status_of(g, 0, 41_200, 0, 100_000, "read", FLEET_CONFIG) == "insufficient"
+    assert gm.status_of(g, 1, 5, 1, 100_000, "read", FLEET_CONFIG) == "fail"
 
 
 def test_scope_applicability():
     p99 = gm.BY_ID["recovery_p99"]
-    assert gm.status_of(p99, 9.0, 50, 0, 20, "shadow", Config()) == "not_applicable"
-    assert gm.status_of(p99, 9.0, 50, 0, 20, "read", Config()) == "fail"
-    assert gm.status_of(p99, 9.0, 5, 0, 20, "read", Config()) == "insufficient"
-    assert gm.status_of(p99, 4.9, 50, 0, 20, "write", Config()) == "pass"
+    assert gm.status_of(p99, 9.0, 50, 0, 20, "shadow", FLEET_CONFIG) == "not_applicable"
+    assert gm.status_of(p99, 9.0, 50, 0, 20, "read", FLEET_CONFIG) == "fail"
+    assert gm.status_of(p99, 9.0, 5, 0, 20, "read", FLEET_CONFIG) == "insufficient"
+    assert gm.status_of(p99, 4.9, 50, 0, 20, "write", FLEET_CONFIG) == "pass"
     wi = gm.BY_ID["write_idempotency"]
-    assert gm.status_of(wi, 3, 10, 3, 1, "read", Config()) == "not_applicable"
+    assert gm.status_of(wi, 3, 10, 3, 1, "read", FLEET_CONFIG) == "not_applicable"
 
 
 def test_meter_estimates_time_to_conclusion(fleet):
     con, _, _ = fleet
-    for stage in _by_stage(con, Config()).values():
+    for stage in _by_stage(con, FLEET_CONFIG).values():
         g = next(g for g in stage["gates"] if g["id"] == "cross_stream_acceptances")
         assert g["meter"]["needed"] == 100_000
         if g["status"] == "insufficient" and g["meter"]["last_hour"]:
@@ -116,7 +124,7 @@ def test_meter_estimates_time_to_conclusion(fleet):
 
 def test_sessionless_revision_is_judged_by_idempotency(fleet):
     con, _, _ = fleet
-    for stage in _by_stage(con, Config()).values():
+    for stage in _by_stage(con, FLEET_CONFIG).values():
         for rev in stage["by_revision"]:
             if rev["revision"] == "2026-07-28":
                 assert rev["gates"]["cross_stream_acceptances"]["status"] == "not_applicable"
@@ -158,8 +166,8 @@ def _only(tmp_path, names: list[str]):
     from .conftest import SAMPLE
 
     con = dbm.connect(str(tmp_path / "only.duckdb"))
-    ingest(con, [SAMPLE / n for n in names], Config())
-    runner.analyse(con, Config())
+    ingest(con, [SAMPLE / n for n in names], FLEET_CONFIG)
+    runner.analyse(con, FLEET_CONFIG)
     return con
 
 
@@ -167,7 +175,7 @@ def test_only_a_rollout_log_passes_no_gate_and_verifies_no_rollback(tmp_path):
     from replaygate.queries import api
 
     con = _only(tmp_path, ["rollout.csv"])
-    doc = api.gates_doc(con, Config(), all_stages=True)
+    doc = api.gates_doc(con, FLEET_CONFIG, all_stages=True)
     assert doc["stages"]
     for stage in doc["stages"]:
         assert stage["decision"] != "PROCEED", stage["stage"]
@@ -186,7 +194,7 @@ def test_a_present_source_that_saw_no_case_still_passes_as_not_exercised(tmp_pat
     # The proxy log is there for every stage: the Origin gate judged every request; had
     # none carried an invalid Origin it would pass with sample 0 ("not exercised").
     con = _only(tmp_path, ["rollout.csv", "proxy-edge.jsonl", "proxy-access.jsonl.gz"])
-    for stage in _by_stage(con, Config()).values():
+    for stage in _by_stage(con, FLEET_CONFIG).values():
         by_id = {g["id"]: g for g in stage["gates"]}
         assert by_id["raw_session_ids"]["no_evidence"] is None
         assert by_id["reconnect_qps"]["status"] in ("pass", "fail")
@@ -200,8 +208,8 @@ def test_a_present_source_that_saw_no_case_still_passes_as_not_exercised(tmp_pat
 def test_server_only_fleet_decisions_match_truth(tmp_path):
     """Recorder ledgers and proxy logs only: every gate judges what the server bases see."""
     con, truth, _ = build(tmp_path, seed=9, sessions=350, server_only=True)
-    _check(con, truth, Config())
-    for stage in _by_stage(con, Config()).values():
+    _check(con, truth, FLEET_CONFIG)
+    for stage in _by_stage(con, FLEET_CONFIG).values():
         g = {x["id"]: x for x in stage["gates"]}
         # Every minimum counts units a server-only fleet produces (what the server
         # delivered, not client receipts): reaching it is a matter of volume.
@@ -216,7 +224,12 @@ def test_healthy_server_only_fleet_proceeds(tmp_path):
     """A healthy fleet seen only through the recorder and proxy logs reaches PROCEED with
     minimum samples scaled to its size (as the committed sample fleet's replaygate.toml
     does): every gate counts units a server-only fleet produces."""
-    config = from_mapping({"min_samples": {"cross_stream_acceptances": 300, "recovery_p99": 8}})
+    config = from_mapping(
+        {
+            "origin_allowlist": list(FLEET_CONFIG.origin_allowlist or ()),
+            "min_samples": {"cross_stream_acceptances": 300, "recovery_p99": 8},
+        }
+    )
     con, truth, _ = build(
         tmp_path, seed=5, sessions=1200, faults="none", config=config, server_only=True
     )

@@ -11,7 +11,7 @@ from replaygate.ingest import config as cfg
 from replaygate.sim import simulate
 from replaygate.sim.faults import CATALOGUE
 
-from .conftest import SAMPLE
+from .conftest import FLEET_CONFIG, SAMPLE
 
 
 def _digests(folder):
@@ -55,7 +55,7 @@ def test_sample_data_regenerates_identically(tmp_path, monkeypatch):
 
 
 def test_truth_lists_every_fault_with_its_findings(tmp_path):
-    simulate(tmp_path / "t", seed=9, sessions=150)
+    simulate(tmp_path / "t", seed=9, sessions=150, config=FLEET_CONFIG)
     truth = json.loads((tmp_path / "t" / "truth.json").read_text())
     assert {f["fault"] for f in truth["faults"]} == set(CATALOGUE)
     for f in truth["faults"]:

@@ -8,12 +8,11 @@ import json
 
 import pytest
 
-from replaygate.ingest.config import Config
 from replaygate.queries import gates as gm
 from replaygate.sim import simulate
 from replaygate.sim.faults import CATALOGUE
 
-from .conftest import build, findings_of, match_truth
+from .conftest import FLEET_CONFIG, build, findings_of, match_truth
 from .test_detectors_truth import _assert_exact
 from .test_gates import _check
 
@@ -117,13 +116,13 @@ def test_truth_counts_what_the_gates_count(tmp_path, monkeypatch, server_only):
     con, truth, _ = build(
         tmp_path, seed=8, sessions=2500, faults="none", engine="vector", server_only=server_only
     )
-    doc = gm.evaluate(con, Config(), all_stages=True)
+    doc = gm.evaluate(con, FLEET_CONFIG, all_stages=True)
     for stage in doc["stages"]:
         got = {g["id"]: g["sample"] for g in stage["gates"] if g["id"] in seen[stage["stage"]]}
         want = {k: v for k, v in seen[stage["stage"]].items() if k in got}
         assert got == want, stage["stage"]
     assert sum(v["cross_stream_acceptances"] for v in seen.values()) > 1000
-    _check(con, truth, Config())
+    _check(con, truth, FLEET_CONFIG)
 
 
 @pytest.mark.parametrize(
@@ -136,7 +135,7 @@ def test_fleets_are_exact(tmp_path, seed, sessions, fmt, server_only):
     )
     assert {f["fault"] for f in truth["faults"]} == set(CATALOGUE)
     _assert_exact(con, truth)
-    _check(con, truth, Config())
+    _check(con, truth, FLEET_CONFIG)
 
 
 @pytest.mark.slow
@@ -146,7 +145,7 @@ def test_a_200k_event_fleet_is_exact(tmp_path):
     assert 150_000 < truth["events"] < 250_000
     assert len({f["id"] for f in truth["faults"]}) == 4 * len(CATALOGUE) - 3
     _assert_exact(con, truth)
-    _check(con, truth, Config())
+    _check(con, truth, FLEET_CONFIG)
     pairs, missed, extra = match_truth(findings_of(con), truth)
     assert not missed and not extra and pairs
     assert json.loads((out / "truth.json").read_text())["events"] == truth["events"]

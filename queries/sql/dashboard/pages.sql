@@ -89,7 +89,7 @@ GROUP BY ALL ORDER BY bucket;
 
 -- name: measures
 -- purpose: the records behind every gate's measure and sample, under the filters
--- params: flt, origin_patterns
+-- params: flt, origin_patterns, origin_configured, dead_statuses
 -- filters: stage, revision, server, client, time
 WITH p AS (SELECT * FROM rg_proxy()
            WHERE rg_keep(stage, baseline, revision, server, client, ts, $flt)),
@@ -109,17 +109,24 @@ e AS (SELECT * FROM rg_server_delivered()
 q AS (SELECT epoch_ms(ts) // 10000 AS win, count(*) AS n FROM p
       WHERE is_reconnect(method, last_event_id, status)
       GROUP BY win),
-o AS (SELECT * FROM p WHERE origin IS NOT NULL AND NOT origin_allowed(origin, $origin_patterns))
+o AS (SELECT * FROM p WHERE is_mcp_request(method)
+                          AND origin_invalid(origin, $origin_patterns, $origin_configured)
+                          AND (is_served(status) OR is_refused(status)))
 SELECT (SELECT count(*) FROM i) AS accepted_receipts,
        (SELECT count(*) FROM i) + (SELECT count(*) FROM e) AS delivered_events,
        (SELECT count(*) FROM d WHERE tool_class IN ('write', 'paid')) AS write_dispatches,
        (SELECT count(*) FROM s) AS completed_streams,
        (SELECT count(*) FROM r) AS recoveries,
        (SELECT quantile_cont(secs, 0.99) FROM r) AS recovery_p99,
-       (SELECT count(*) FROM p WHERE status = 404 AND session_hmac IS NOT NULL
-                                 AND method <> 'DELETE') AS session_404s,
+       (SELECT count(*) FROM p WHERE dead_session(status, session_hmac, method, $dead_statuses))
+           AS session_404s,
        (SELECT count(*) FROM o) AS invalid_origin_requests,
-       (SELECT count(*) FROM o WHERE status <> 403) AS invalid_origin_served,
+       (SELECT count(*) FROM o WHERE is_served(status)) AS invalid_origin_served,
+       (SELECT count(*) FROM p WHERE is_mcp_request(method)
+                                 AND origin_unjudged(origin, $origin_patterns, $origin_configured))
+           AS origin_unjudged,
+       (SELECT count(*) FROM p WHERE is_mcp_request(method) AND origin_ok(origin, $origin_patterns))
+           AS allowed_origin_requests,
        (SELECT coalesce(max(n) / 10.0, 0) FROM q) AS reconnect_peak,
        (SELECT coalesce(sum(n), 0) FROM q) AS reconnects,
        (SELECT count(*) FROM p WHERE raw_session_id) AS raw_session_records,

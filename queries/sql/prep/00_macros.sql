@@ -36,6 +36,32 @@ CREATE OR REPLACE MACRO is_reconnect(method, last_event_id, status) AS
 CREATE OR REPLACE MACRO origin_allowed(origin, patterns) AS
     len(list_filter(patterns, lambda p: like_escape(origin, p, '\'))) > 0;
 
+-- An MCP request: a CORS preflight (OPTIONS) is answered by the web framework in front of
+-- the MCP transport, so it is neither refused nor served as MCP.
+CREATE OR REPLACE MACRO is_mcp_request(method) AS upper(method) <> 'OPTIONS';
+
+-- Refused: any 4xx (a server checks Host (421), routing (404/400) or Origin (403) in its
+-- own order); served: a 2xx or 3xx. A 5xx is neither: a proxy's 502/504 never reached the
+-- server, a server's 500 may have processed the request.
+CREATE OR REPLACE MACRO is_refused(status) AS status BETWEEN 400 AND 499;
+CREATE OR REPLACE MACRO is_served(status) AS status BETWEEN 200 AND 399;
+
+-- An Origin judged invalid: present, and outside an allow-list that was configured. With
+-- no allow-list configured the patterns are the loopback origins, and a foreign Origin
+-- cannot be judged (origin_unjudged).
+CREATE OR REPLACE MACRO origin_invalid(origin, patterns, configured) AS
+    origin IS NOT NULL AND configured AND NOT origin_allowed(origin, patterns);
+CREATE OR REPLACE MACRO origin_unjudged(origin, patterns, configured) AS
+    origin IS NOT NULL AND NOT configured AND NOT origin_allowed(origin, patterns);
+-- A request whose Origin is allowed or absent: real clients, which must be served.
+CREATE OR REPLACE MACRO origin_ok(origin, patterns) AS
+    origin IS NULL OR origin_allowed(origin, patterns);
+
+-- What a server answers for a terminated or unknown session (`dead_session_statuses`): a
+-- request naming a session, answered so, that is not the DELETE ending it.
+CREATE OR REPLACE MACRO dead_session(status, session_hmac, method, statuses) AS
+    list_contains(statuses, status) AND session_hmac IS NOT NULL AND method <> 'DELETE';
+
 -- Stage attribution, joined against a_stage_windows: a cohort session's record belongs to
 -- its stage inside that stage's window, a baseline session's (no cohort) to none, and a
 -- record without a known session to the stage whose window it falls in (the stage started

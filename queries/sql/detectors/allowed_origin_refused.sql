@@ -1,0 +1,20 @@
+-- name: allowed_origin_refused
+-- invariant: an MCP request whose Origin is on the allow-list (or absent) is not refused as a foreign origin (403) or a foreign host (421)
+-- failure: A release locks out real clients: its Origin or Host check refuses origins on the
+--   allow-list, or requests without an Origin (native clients send none).
+-- dashboard: Overview: the `allowed_origin_refusals` gate fails; Sessions & proxy lists a
+--   `high` row per request with its Origin and status.
+-- fix: Give the server the same allow-list (and allowed hosts) as the deployment; behind a
+--   proxy, pass Host and Origin through unchanged.
+-- severity: high
+-- needs: proxy
+-- facts: proxy.origin
+-- units: proxy
+-- params: origin_patterns
+-- unit: proxy request (ts, session_hmac, origin)
+-- page: sessions
+SELECT DISTINCT session_hmac, 'high' AS severity, ts,
+       json_object('origin', origin, 'status', status, 'method', method,
+                   'jsonrpc_method', jsonrpc_method) AS detail
+FROM proxy
+WHERE is_mcp_request(method) AND status IN (403, 421) AND origin_ok(origin, $origin_patterns)

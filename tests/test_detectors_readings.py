@@ -1,0 +1,129 @@
+"""The readings real implementations asked for (detectors.md, "Added 2026-12-01"): refused
+is any 4xx, a preflight is not MCP, no placeholder allow-list, dead-session statuses,
+initializes, reconnects, client identity for re-init, redacted logs, undelivered results."""
+
+from __future__ import annotations
+
+from replaygate.ingest import db as dbm
+from replaygate.ingest.config import Config, from_mapping
+from replaygate.queries import gates as gm
+
+from .test_detectors_focused import T, findings, px
+
+CONFIGURED = from_mapping({"origin_allowlist": ["https://app.example.com", "http://localhost:*"]})
+EVIL = "https://evil.example"
+START = {"ts": T - 60_000, "stage": "s", "action": "start", "scope": "read"}
+
+
+def _stage(tmp_path, config: Config, **tables) -> dict:
+    """The one stage's evaluation after ingesting these tables (a rollout is added)."""
+    findings(tmp_path, config, rollout=[START], **tables)
+    con = dbm.connect(str(tmp_path / "t.duckdb"), read_only=True)
+    try:
+        stage = gm.evaluate(con, config)["stages"][0]
+    finally:
+        con.close()
+    return {**stage, "by_id": {g["id"]: g for g in stage["gates"]}}
+
+
+# -- Origin ---------------------------------------------------------------------------------
+def test_refused_is_any_4xx_and_a_preflight_is_not_an_mcp_request(tmp_path):
+    rows = [
+        px(0, status=421, origin=EVIL),  # the Python SDK checks Host first
+        px(10, status=404, origin=EVIL, session_hmac="c" * 64),  # TS routing: unknown session
+        px(20, status=400, origin=EVIL),  # TS routing: no session
+        px(30, "OPTIONS", 204, origin=EVIL),  # Express answers the CORS preflight
+        px(40, status=403, origin=EVIL),
+        px(50, status=502, origin=EVIL),  # the proxy's: cannot tell
+    ]
+    got = findings(tmp_path / "a", CONFIGURED, proxy=rows)
+    assert "invalid_origin_accepted" not in got
+    assert sorted(f["detail"]["status"] for f in got["origin_refused_not_403"]) == [400, 404, 421]
+    assert all(f["severity"] == "low" for f in got["origin_refused_not_403"])
+    stage = _stage(tmp_path / "b", CONFIGURED, proxy=rows)
+    gate = stage["by_id"]["invalid_origin_rejection"]
+    assert (gate["status"], gate["sample"], gate["failures"]) == ("pass", 4, 0)
+    assert stage["decision"] != "ROLLBACK"
+    # A served bad Origin still fails, 3xx included.
+    served = findings(tmp_path / "c", CONFIGURED, proxy=[px(0, status=302, origin=EVIL)])
+    assert len(served["invalid_origin_accepted"]) == 1
+    failed = _stage(tmp_path / "d", CONFIGURED, proxy=[*rows, px(60, status=200, origin=EVIL)])
+    assert failed["by_id"]["invalid_origin_rejection"]["status"] == "fail"
+    assert failed["by_id"]["invalid_origin_rejection"]["failures"] == 1
+
+
+def test_allowed_origin_refused(tmp_path):
+    rows = [
+        px(0, status=421, origin="https://app.example.com"),
+        px(10, status=403),  # no Origin: a native client
+        px(20, status=404, origin="http://localhost:6274"),  # a dead session, not a lock-out
+        px(30, "OPTIONS", 403, origin="https://app.example.com"),
+        px(40, status=403, origin=EVIL),
+    ]
+    got = findings(tmp_path / "a", CONFIGURED, proxy=rows)
+    assert sorted(f["detail"]["status"] for f in got["allowed_origin_refused"]) == [403, 421]
+    assert all(f["severity"] == "high" for f in got["allowed_origin_refused"])
+    stage = _stage(tmp_path / "b", CONFIGURED, proxy=rows)
+    gate = stage["by_id"]["allowed_origin_refusals"]
+    assert (gate["status"], gate["value"]) == ("fail", 2)
+    assert stage["decision"] == "ROLLBACK"
+    fine = _stage(tmp_path / "c", CONFIGURED, proxy=rows[2:])
+    assert fine["by_id"]["allowed_origin_refusals"]["status"] == "pass"
+
+
+def test_no_allow_list_configured_allows_loopback_only_and_judges_nothing_foreign(tmp_path):
+    assert Config().origin_allowlist is None
+    loopback = [
+        px(0, origin="http://localhost:6274"),
+        px(10, origin="http://127.0.0.1:8080"),
+        px(20, origin="https://[::1]"),
+        px(30, origin="http://localhost"),
+    ]
+    foreign = [px(40, origin="https://claude.ai"), px(50, origin=EVIL)]
+    got = findings(tmp_path / "a", proxy=loopback + foreign)
+    # Foreign origins with no allow-list: nothing critical, nothing at all about Origin.
+    assert not {"invalid_origin_accepted", "origin_refused_not_403"} & set(got)
+    stage = _stage(tmp_path / "b", Config(), proxy=loopback + foreign)
+    gate = stage["by_id"]["invalid_origin_rejection"]
+    assert gate["status"] == "insufficient"
+    assert (
+        gate["reason"] == "invalid_origin_rejection: no evidence: origin allow-list not configured"
+    )
+    assert stage["decision"] == "HOLD"
+    # Loopback alone: judged (nothing invalid), not insufficient.
+    only_loopback = _stage(tmp_path / "c", Config(), proxy=loopback)
+    assert only_loopback["by_id"]["invalid_origin_rejection"]["status"] == "pass"
+    # A loopback origin refused with 403 locks out a real (local) client.
+    refused = findings(tmp_path / "d", proxy=[px(0, status=403, origin="http://127.0.0.1:3000")])
+    assert len(refused["allowed_origin_refused"]) == 1
+
+
+def test_ingest_and_gates_say_the_allow_list_is_not_configured(tmp_path):
+    from .conftest import run_cli
+
+    (tmp_path / "logs").mkdir()
+    findings(tmp_path / "logs", rollout=[START], proxy=[px(0, origin="https://claude.ai")])
+    db = tmp_path / "x.duckdb"
+    r = run_cli("ingest", tmp_path / "logs", "--db", db, cwd=tmp_path)
+    assert r.returncode == 0, r.stderr
+    note = "origin allow-list not configured"
+    assert (r.stdout + r.stderr).count(note) == 1
+    r = run_cli("gates", "--db", db, cwd=tmp_path)
+    assert (r.stdout + r.stderr).count(note) >= 1
+    assert r.returncode == 2  # HOLD, never ROLLBACK
+
+
+def test_a_fleet_without_an_allow_list_never_rolls_back_on_origins(tmp_path):
+    from .conftest import build, findings_of
+    from .test_gates import _check
+
+    faults = "proxy_modified_origin,origin_refused_not_403"
+    con, truth, _ = build(tmp_path, seed=12, sessions=120, faults=faults, config=Config())
+    _check(con, truth, Config())
+    assert findings_of(con) == []
+    stages = gm.evaluate(con, Config(), all_stages=True)["stages"]
+    statuses = {
+        g["status"] for s in stages for g in s["gates"] if g["id"] == "invalid_origin_rejection"
+    }
+    assert statuses == {"insufficient"}
+    assert {s["decision"] for s in stages} == {"HOLD"}
