@@ -127,3 +127,26 @@ def test_a_fleet_without_an_allow_list_never_rolls_back_on_origins(tmp_path):
     }
     assert statuses == {"insufficient"}
     assert {s["decision"] for s in stages} == {"HOLD"}
+
+
+# -- dead sessions ----------------------------------------------------------------------
+def test_dead_session_statuses_configure_what_a_dead_session_answers(tmp_path):
+    # The TypeScript SDK's examples up to 1.24 answer an unknown session with 400.
+    gone = px(
+        1000,
+        status=400,
+        session_hmac="a" * 64,
+        principal="p1",
+        protocol_version="2025-11-25",
+        jsonrpc_method="tools/call",
+    )
+    assert "reinit_missing" not in findings(tmp_path / "a", proxy=[gone])
+    ts_shop = from_mapping({"dead_session_statuses": [400, 404]})
+    got = findings(tmp_path / "b", ts_shop, proxy=[gone])
+    assert len(got["reinit_missing"]) == 1
+    stage = _stage(tmp_path / "c", ts_shop, proxy=[gone])
+    gate = stage["by_id"]["reinit_after_404"]
+    assert (gate["status"], gate["sample"], gate["failures"]) == ("fail", 1, 1)
+    init = px(3000, principal="p1", jsonrpc_method="initialize")
+    ok = _stage(tmp_path / "d", ts_shop, proxy=[gone, init])["by_id"]["reinit_after_404"]
+    assert (ok["status"], ok["sample"], ok["failures"]) == ("pass", 1, 0)

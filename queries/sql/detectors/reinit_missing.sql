@@ -9,8 +9,8 @@
 -- severity: high
 -- needs: proxy
 -- facts: proxy.initialize, proxy.principal|proxy.client_addr
--- units: proxy WHERE status = 404 AND session_hmac IS NOT NULL AND method <> 'DELETE'
--- params: reinit_window_s
+-- units: proxy WHERE dead_session(status, session_hmac, method, $dead_statuses)
+-- params: reinit_window_s, dead_statuses
 -- unit: (session_hmac, ts of the 404)
 -- page: sessions
 WITH p AS (
@@ -19,7 +19,7 @@ WITH p AS (
 ),
 gone AS (
     SELECT * FROM p
-    WHERE status = 404 AND session_hmac IS NOT NULL AND method <> 'DELETE'
+    WHERE dead_session(status, session_hmac, method, $dead_statuses)
 )
 SELECT g.session_hmac, 'high' AS severity, g.ts,
        json_object(

@@ -6,11 +6,11 @@
 -- sample: 404s on a session
 -- unit: 404s not followed by a re-initialize
 -- unit_one: 404 not followed by a re-initialize
--- params: detectors
--- measure: share of 404s on a session (not DELETE) followed by a re-initialize; sample: those 404s
+-- params: detectors, dead_statuses
+-- measure: share of dead-session answers (`dead_session_statuses`, default 404) on a session (not DELETE) followed by a re-initialize; sample: those answers
 WITH gone AS (
     SELECT stage, count(*) AS n FROM a_proxy_staged
-    WHERE status = 404 AND session_hmac IS NOT NULL AND method <> 'DELETE'
+    WHERE dead_session(status, session_hmac, method, $dead_statuses)
       -- only the 404s its detector could judge (not those of a log that cannot show an
       -- initialize: they are `cannot_tell`)
       AND file_id NOT IN (SELECT file_id FROM blind_files
