@@ -131,6 +131,12 @@ def analyse(
     for stmt in FINDINGS_DDL.split(";"):
         if stmt.strip():
             con.execute(stmt)
+    # The shared macros first: a detector's units predicate may call one before any
+    # prepare step has run in this database (capability.plan).
+    for q in catalog.load("prep"):
+        if q.name == "macros":
+            for stmt in q.statements():
+                con.execute(stmt)
     # Detectors may also read what replaygate itself recorded (queries/history.py).
     history_version = history.version(con)
     counts["decision_history"] = history.load_table(con)

@@ -218,14 +218,7 @@ def _encode(cf: _Capture, n_tpl: int, pools: dict[str, np.ndarray]) -> Templates
             classes = [origin_class(r.get("origin"), r["method"], cf.allowlist) for r in rows]
             cols["_bad_origin"] = np.array([c == "invalid" for c in classes], bool)
             cols["_unjudged_origin"] = np.array([c == "unjudged" for c in classes], bool)
-            cols["_reconnect"] = np.array(
-                [
-                    (r["method"] == "GET" and bool(r.get("last_event_id")))
-                    or r["status"] in (429, 503)
-                    for r in rows
-                ],
-                bool,
-            )
+            cols["_reconnect"] = np.array(_reconnects(rows), bool)
         cols["_flag"] = np.array(flag, bool)
         tables[table] = cols
     # Renumber the tokens template by template, so each copy's identifiers are one range.
@@ -256,6 +249,22 @@ def _encode(cf: _Capture, n_tpl: int, pools: dict[str, np.ndarray]) -> Templates
 
 
 _NUMPY = {"ts": np.int64, "int": np.int64, "float": np.float64, "bool": bool}
+
+
+def _reconnects(rows: list[dict]) -> list[bool]:
+    """Which proxy rows of the templates are reconnects: a resuming GET, a GET re-opening a
+    session's stream without a cursor (the session's earlier GETs, template by template),
+    429 or 503."""
+    gets: dict[tuple, int] = defaultdict(int)
+    out = []
+    for r in rows:
+        session = r.get("session_hmac")
+        before = gets[(r["_tpl"], session)] if session else 0
+        if r["method"] == "GET" and session:
+            gets[(r["_tpl"], session)] += 1
+        get = r["method"] == "GET" and (bool(r.get("last_event_id")) or before > 0)
+        out.append(get or r["status"] in (429, 503))
+    return out
 
 
 def _classify(value: str) -> tuple[int, str, str, int]:

@@ -551,6 +551,25 @@ def _storm(f, t, cohort, resumable):
 
 
 @fault(
+    "cursorless_reopen_storm",
+    "any",
+    "004",
+    "standalone GET streams without a priming event re-opened without Last-Event-ID, all at once",
+)
+def _cursorless_storm(f, t, cohort, resumable):
+    sessions = [session(f, t + i * 100, cohort, resumable) for i in range(3)]
+    for s in sessions:
+        f.proxy(s.t, "GET", 200, s)  # the standalone GET stream: an open, not a reconnect
+    bucket = (max(x.t for x in sessions) // 10_000 + 2) * 10_000
+    for i in range(60):
+        f.proxy(bucket + i * 150, "GET", 200, sessions[i % 3])  # re-opened, no cursor
+    for s in sessions:
+        s.t = bucket + 10_000
+        f.delete(s)
+    return [X(f, "reconnect_storm", "high", bucket, None, keyed=False, ts=bucket)]
+
+
+@fault(
     "obsolete_resume",
     "sessionless",
     "000",

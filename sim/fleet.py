@@ -147,6 +147,7 @@ class Fleet:
         self.bulk_delivered: dict[str | None, int] = defaultdict(int)
         self.counter = 0
         self.capture: list | None = None  # proxy rows seen while a fault is traced
+        self.gets: dict[str, int] = defaultdict(int)  # GETs seen per session
 
     # -- ids and time ---------------------------------------------------------------------
     def uid(self) -> str:
@@ -389,7 +390,11 @@ class Fleet:
             st.invalid_origin += 1
         elif seen == "unjudged":
             st.unjudged_origin += 1
-        if (method == "GET" and last_event_id) or status in (429, 503):
+        gets_before = self.gets.get(hm, 0) if hm is not None else 0
+        if method == "GET" and hm is not None:
+            self.gets[hm] = gets_before + 1
+        # A resuming GET, a re-open of a session's stream without a cursor, 429 or 503.
+        if (method == "GET" and (last_event_id or gets_before)) or status in (429, 503):
             st.reconnect_ts.append(t)
         if raw:
             st.raw_ids += 1

@@ -150,3 +150,21 @@ def test_dead_session_statuses_configure_what_a_dead_session_answers(tmp_path):
     init = px(3000, principal="p1", jsonrpc_method="initialize")
     ok = _stage(tmp_path / "d", ts_shop, proxy=[gone, init])["by_id"]["reinit_after_404"]
     assert (ok["status"], ok["sample"], ok["failures"]) == ("pass", 1, 0)
+
+
+# -- reconnects ---------------------------------------------------------------------------
+def test_cursorless_get_reopens_on_a_session_are_reconnects(tmp_path):
+    s = "d" * 64
+    opened = px(0, "GET", session_hmac=s, protocol_version="2025-06-18")
+    # 80 re-opens of the standalone GET stream within 0.2 s, no Last-Event-ID.
+    storm = [dict(opened, ts=T + 1000 + i * 2) for i in range(80)]
+    # (a log that can show Last-Event-ID: one resume elsewhere, long before)
+    resumed = px(-60_000, "GET", session_hmac="e" * 64, last_event_id="1:1")
+    got = findings(tmp_path / "a", proxy=[resumed, opened, *storm])
+    assert len(got["reconnect_storm"]) == 1
+    assert got["reconnect_storm"][0]["detail"]["reconnects"] == 80  # the first GET opens
+    stage = _stage(tmp_path / "b", Config(), proxy=[resumed, opened, *storm])
+    assert stage["by_id"]["reconnect_qps"]["status"] == "fail"
+    # First GETs of 80 sessions are opens, not reconnects.
+    opens = [px(i * 2, "GET", session_hmac=f"{i:064x}") for i in range(80)]
+    assert "reconnect_storm" not in findings(tmp_path / "c", proxy=[resumed, *opens])

@@ -106,8 +106,9 @@ i AS (SELECT * FROM rg_inbox()
         AND rg_keep(stage, baseline, revision, server, client, ts, $flt)),
 e AS (SELECT * FROM rg_server_delivered()
       WHERE rg_keep(stage, baseline, revision, server, client, ts, $flt)),
-q AS (SELECT epoch_ms(ts) // 10000 AS win, count(*) AS n FROM p
-      WHERE is_reconnect(method, last_event_id, status)
+q AS (SELECT epoch_ms(ts) // 10000 AS win, count(*) AS n
+      FROM (SELECT *, prior_gets(method, session_hmac, ts) AS gets_before FROM p)
+      WHERE is_reconnect(method, last_event_id, status, gets_before)
       GROUP BY win),
 o AS (SELECT * FROM p WHERE is_mcp_request(method)
                           AND origin_invalid(origin, $origin_patterns, $origin_configured)
@@ -173,13 +174,14 @@ WHERE rg_keep(stage, baseline, revision, server, client, ts, $flt)
 GROUP BY ALL ORDER BY bucket;
 
 -- name: reconnects
--- purpose: reconnects per second in 10-second windows (GET with Last-Event-ID, 429, 503)
+-- purpose: reconnects per second in 10-second windows (GET with Last-Event-ID, cursor-less
+--          GET re-opens on a session, 429, 503)
 -- params: flt
 -- filters: stage, revision, server, client, time
 SELECT make_timestamptz((epoch_ms(ts) // 10000) * 10000000) AS win, count(*) / 10.0 AS qps
-FROM rg_proxy()
-WHERE is_reconnect(method, last_event_id, status)
-  AND rg_keep(stage, baseline, revision, server, client, ts, $flt)
+FROM (SELECT *, prior_gets(method, session_hmac, ts) AS gets_before FROM rg_proxy()
+      WHERE rg_keep(stage, baseline, revision, server, client, ts, $flt))
+WHERE is_reconnect(method, last_event_id, status, gets_before)
 GROUP BY ALL ORDER BY win;
 
 -- name: inspector_subjects

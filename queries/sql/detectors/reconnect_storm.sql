@@ -1,5 +1,5 @@
 -- name: reconnect_storm
--- invariant: reconnects (GET with Last-Event-ID, requests answered 429 or 503) stay within the budget in every 10-second window
+-- invariant: reconnects (GET with Last-Event-ID, a GET re-opening a session's stream without one, requests answered 429 or 503) stay within the budget in every 10-second window
 -- failure: After an outage every client reconnects at once (ignoring retry and Retry-After),
 --   and 429/503 answers feed more reconnects.
 -- dashboard: Sessions & proxy: the reconnect chart crosses the budget line; Overview: the
@@ -18,8 +18,9 @@ SELECT 'high' AS severity, make_timestamptz(bucket * 10 * 1000000) AS ts,
                    'qps', count(*) / 10.0,
                    'by_status', histogram(status)) AS detail
 FROM (
-    SELECT *, epoch_ms(ts) // 10000 AS bucket FROM proxy
-    WHERE is_reconnect(method, last_event_id, status)
+    SELECT *, epoch_ms(ts) // 10000 AS bucket
+    FROM (SELECT *, prior_gets(method, session_hmac, ts) AS gets_before FROM proxy)
+    WHERE is_reconnect(method, last_event_id, status, gets_before)
 )
 GROUP BY bucket
 HAVING count(*) > $reconnect_budget_qps * 10

@@ -26,10 +26,21 @@ CREATE OR REPLACE MACRO dispatch_caller(principal, session_hmac) AS
     CASE WHEN session_hmac IS NOT NULL THEN 's:' || session_hmac
          WHEN principal IS NOT NULL THEN 'p:' || principal END;
 
--- A reconnect as the load budget counts it: a resuming GET, or a request turned away
--- with 429 or 503 (the client will come back).
-CREATE OR REPLACE MACRO is_reconnect(method, last_event_id, status) AS
-    (method = 'GET' AND last_event_id IS NOT NULL) OR status IN (429, 503);
+-- A reconnect as the load budget counts it: a resuming GET, a GET re-opening a stream on
+-- a session that already had one without a cursor (the TypeScript SDK's standalone GET
+-- stream has no priming event, so its clients re-open it without Last-Event-ID), or a
+-- request turned away with 429 or 503 (the client will come back). `gets_before`: the
+-- session's earlier GETs (prior_gets).
+CREATE OR REPLACE MACRO is_reconnect(method, last_event_id, status, gets_before) AS
+    (method = 'GET' AND (last_event_id IS NOT NULL OR gets_before > 0))
+    OR status IN (429, 503);
+-- The GETs a session sent before this request, in time order (a window: call it in a
+-- SELECT list); 0 for a request without a session, whose re-opens cannot be told.
+CREATE OR REPLACE MACRO prior_gets(method, session_key, ts) AS
+    CASE WHEN session_key IS NULL THEN 0
+         ELSE count(*) FILTER (WHERE method = 'GET') OVER (
+             PARTITION BY session_key ORDER BY ts
+             ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING) END;
 
 -- An Origin on the allow-list; patterns are LIKE patterns with backslash escapes
 -- (queries/params.py turns the configured globs into them).
