@@ -345,6 +345,7 @@ def test_a_gate_says_how_many_of_its_units_in_the_stage_cannot_tell():
         "id": "duplicate_dispatches",
         "status": "pass",
         "value": 0,
+        "threshold": 0,
         "sample": 40,
         "min_sample": 10,
         "failures": 0,
