@@ -373,3 +373,38 @@ def test_the_server_produced_both_lost_answers(traffic, analysed):
             key,
         ).fetchone()[0]
         assert states == ["STREAM_OPEN", ends[lost["via"]]], (lost, states)
+
+
+def _findings_by_scenario(con, truth: dict) -> dict[str, list[tuple[str, str]]]:
+    """Each finding (but the per-file raw-id one) under the scenario that was running
+    when its unit began; after the suite, under "after"."""
+    out: dict[str, list[tuple[str, str]]] = {n: [] for _, n in truth["starts"]}
+    out["after"] = []
+    rows = con.execute(
+        "SELECT detector, severity, epoch_ms(ts) / 1000.0 FROM findings "
+        "WHERE detector <> 'raw_session_id_logged' ORDER BY ts"
+    ).fetchall()
+    for detector, severity, ts in rows:
+        out[_scenario_at(truth, ts)].append((detector, severity))
+    return out
+
+
+def test_no_finding_where_the_suite_saw_the_server_behave(traffic, analysed):
+    """Every scenario Caddy lost no answer in has no finding: the DNS-rebinding probe
+    the SDK refused with 421 is none, and with no allow-list configured the Origin gate
+    cannot judge the foreign origin it saw (insufficient), it does not fail; no allowed
+    origin was refused."""
+    from replaygate.queries import gates
+
+    d, results, truth = traffic
+    con, config, _ = analysed
+    found = _findings_by_scenario(con, truth)
+    lost = _lost_in_caddy(d, truth)
+    for name in results:
+        if name not in lost:
+            assert found[name] == [], (name, found[name])
+    stage = gates.evaluate(con, config, STAGE)["stages"][0]
+    g = {x["id"]: x for x in stage["gates"]}
+    assert g["invalid_origin_rejection"]["status"] == "insufficient"
+    assert "not configured" in g["invalid_origin_rejection"]["reason"]
+    assert g["allowed_origin_refusals"]["status"] == "pass"

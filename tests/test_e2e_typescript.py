@@ -389,3 +389,69 @@ def test_initializes_are_requests_without_a_session_that_got_one(traffic, analys
         assert len(answers) > len(made)  # the header on answers that are no initialize
         got = con.execute("SELECT count(*) FROM proxy WHERE jsonrpc_method = 'initialize'")
         assert got.fetchone()[0] == len(made), name
+
+
+def _gates(stage: dict) -> dict:
+    return {x["id"]: x for x in stage["gates"]}
+
+
+def _count(con, detector: str) -> int:
+    return con.execute(
+        "SELECT count(*) FROM findings WHERE detector = $d", {"d": detector}
+    ).fetchone()[0]
+
+
+def test_refused_foreign_origins_never_count_as_served(traffic, analysed):
+    """Protection on: every foreign-Origin request was refused (403 by the transport,
+    404/400 by the session routing) or was Express's preflight: no finding of a served
+    one, the Origin gate passes, and the refusals that are not 403 are low findings."""
+    _, truth, _ = traffic
+    for name, (front, protected) in LOGS.items():
+        con, _, stage = analysed[name]
+        evil = [r for r in truth[front] if r["origin"] == "https://evil.example"]
+        served = [r for r in evil if _served(r) and r["method"] != "OPTIONS"]
+        not_403 = [r for r in evil if 400 <= r["status"] < 500 and r["status"] != 403]
+        assert _count(con, "invalid_origin_accepted") == len(served), name
+        assert _count(con, "origin_refused_not_403") == len(not_403), name
+        assert _count(con, "allowed_origin_refused") == 0, name
+        g = _gates(stage)
+        assert g["invalid_origin_rejection"]["status"] == ("pass" if protected else "fail"), name
+        assert g["allowed_origin_refusals"]["status"] == "pass", name
+
+
+def test_unconfigured_foreign_origins_are_never_critical(traffic):
+    """With no allow-list configured, a foreign Origin is no critical finding and no
+    ROLLBACK: the Origin gate says it cannot judge."""
+    d, _, _ = traffic
+    for name in ("nginx-redacted", "caddy-redacted", "nginx-off-redacted"):
+        con, _, stage = _analyse(d, name, {})
+        crit = con.execute(
+            "SELECT count(*) FROM findings WHERE severity = 'critical' AND detector LIKE '%origin%'"
+        ).fetchone()[0]
+        assert crit == 0, name
+        assert _gates(stage)["invalid_origin_rejection"]["status"] == "insufficient", name
+        con.close()
+
+
+def test_dead_sessions_answered_400_count_once_configured(traffic, analysed):
+    """The server behind nginx-400 answers a deleted or expired session 400: by default
+    that is no dead session (nothing to judge); with `dead_session_statuses = [400]` the
+    client that never initialized again fails the gate."""
+    d, truth, _ = traffic
+    con, _, stage = analysed["nginx-400-raw"]
+    assert _count(con, "reinit_missing") == 0
+    assert _gates(stage)["reinit_after_404"]["sample"] == 0
+    con, _, stage = _analyse(
+        d,
+        "nginx-400-raw",
+        {"origin_allowlist": ["http://localhost:*"], "dead_session_statuses": [400]},
+    )
+    dead = [r for r in truth["nginx-400"] if r["session"] and r["status"] == 400]
+    g = _gates(stage)["reinit_after_404"]
+    assert g["status"] == "fail" and dead, g
+    never = con.execute(
+        "SELECT count(*) FROM findings WHERE detector = 'reinit_missing' "
+        "AND NOT CAST(detail->>'reinitialized' AS BOOLEAN)"
+    ).fetchone()[0]
+    assert never == 1  # the client that stopped after its DELETE
+    con.close()
