@@ -228,9 +228,11 @@ def status(db: str, config_path: str | None, as_json: bool) -> None:
 
     from .render import status_table
 
+    # Resolved before the connection below is opened: the stored configuration is read
+    # on a connection of its own, which a second one in this process can refuse.
+    conf = load_config(config_path, db)
     con = dbm.connect(db, read_only=True)
     doc = get_status(con)
-    conf = load_config(config_path, db)
     # Whether the stored findings are those of this data and this configuration.
     doc["configuration"] = {
         "source": conf.source,
