@@ -486,7 +486,6 @@ def gates(
     if wait_for and all_stages:
         raise click.UsageError("--wait gates one stage: give --stage (and --release)")
     conf = load_config(config_path, db)
-    _allowlist_note(conf)
     if wait_for:
         doc = gatewait.wait(db, conf, stage, release, list(paths), wait_for, every, source)
     else:
@@ -502,6 +501,8 @@ def gates(
             "`replaygate rollout start --release R --stage S --db DB` or ingest a rollout "
             'log (docs/ci-integration.md, "Writing the rollout log")'
         )
+    # Said once the gates are evaluated, so that an error stays one line.
+    _allowlist_note(conf)
     if junit_file:
         from pathlib import Path
 
