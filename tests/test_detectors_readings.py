@@ -59,6 +59,8 @@ def test_allowed_origin_refused(tmp_path):
         px(20, status=404, origin="http://localhost:6274"),  # a dead session, not a lock-out
         px(30, "OPTIONS", 403, origin="https://app.example.com"),
         px(40, status=403, origin=EVIL),
+        # A foreign Host without an Origin (a DNS-rebinding probe): the Host is not logged.
+        px(50, status=421),
     ]
     got = findings(tmp_path / "a", CONFIGURED, proxy=rows)
     assert sorted(f["detail"]["status"] for f in got["allowed_origin_refused"]) == [403, 421]

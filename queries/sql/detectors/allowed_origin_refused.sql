@@ -1,5 +1,5 @@
 -- name: allowed_origin_refused
--- invariant: an MCP request whose Origin is on the allow-list (or absent) is not refused as a foreign origin (403) or a foreign host (421)
+-- invariant: an MCP request whose Origin is on the allow-list (or absent) is not refused as a foreign origin (403), nor one with an allowed Origin as a foreign host (421)
 -- failure: A release locks out real clients: its Origin or Host check refuses origins on the
 --   allow-list, or requests without an Origin (native clients send none).
 -- dashboard: Overview: the `allowed_origin_refusals` gate fails; Sessions & proxy lists a
@@ -17,4 +17,7 @@ SELECT DISTINCT session_hmac, 'high' AS severity, ts,
        json_object('origin', origin, 'status', status, 'method', method,
                    'jsonrpc_method', jsonrpc_method) AS detail
 FROM proxy
-WHERE is_mcp_request(method) AND status IN (403, 421) AND origin_ok(origin, $origin_patterns)
+-- A 421 answers the Host, which an access log does not show: without an Origin it may be a
+-- DNS-rebinding probe refused as it should be (the Python SDK checks Host first).
+WHERE is_mcp_request(method) AND origin_ok(origin, $origin_patterns)
+  AND (status = 403 OR (status = 421 AND origin IS NOT NULL))
