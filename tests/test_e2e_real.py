@@ -358,7 +358,9 @@ def traffic(tmp_path_factory):
         assert e.initialize() == 200
         # 5. A bad Origin (403, through Caddy) and a bad Host (421, through nginx).
         assert Client(caddy_port, inbox).initialize(Origin="https://evil.example") == 403
-        assert Client(nginx_port, inbox).initialize(Host="evil.example") == 421
+        # As a DNS-rebinding page sends it: its own Origin with the foreign Host.
+        rebind = {"Host": "evil.example", "Origin": "http://evil.example"}
+        assert Client(nginx_port, inbox).initialize(**rebind) == 421
         # 6. Failure modes of public clients and servers (docs/field-guide.md).
         # 6a. A client that puts its cursor on a POST (and never resumes by GET).
         e = Client(caddy_port, inbox, agent="e2e-client/7")
@@ -480,6 +482,7 @@ def test_findings_are_exactly_the_raw_ids_and_the_field_failures(analysed):
         ).fetchall()
     )
     assert others == {
+        "origin_refused_not_403": 1,  # the 421 to the rebinding probe (low, not gated)
         "cursor_on_post": 1,
         "resume_without_cursor": 1,
         "replay_buffer_exhausted": 1,
