@@ -124,7 +124,6 @@ def ingest(
         ingest_summary(report, analysed)
     for w in report.warnings:
         click.echo(f"warning: {w}", err=True)
-    _allowlist_note(conf)
     if strict and report.quarantined:
         raise ReplaygateError(f"{report.quarantined} rows quarantined (--strict)")
     unreadable = [f for f in report.files if f.status == "unreadable"]
@@ -134,6 +133,8 @@ def ingest(
             f"{len(unreadable)} of {len(report.files)} files could not be read "
             f"(first: {unreadable[0].path}: {unreadable[0].note or 'unreadable'})"
         )
+    # Said only when the ingest succeeded, so that an error stays one line.
+    _allowlist_note(conf)
 
 
 # The formats the help names are the registered ones (ingest/readers.py).
