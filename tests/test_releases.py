@@ -7,12 +7,15 @@ from __future__ import annotations
 import json
 
 from replaygate.ingest import db as dbm
-from replaygate.ingest.config import Config
 from replaygate.ingest.load import ingest
 from replaygate.queries import gates as gm
 from replaygate.queries import runner
 
+from .conftest import FLEET_CONFIG
+
 EVIL = "https://evil.example"
+# EVIL is foreign to this allow-list (with none configured, a foreign Origin is not judged).
+CONF = FLEET_CONFIG
 
 
 def _write(path, rows):
@@ -54,8 +57,8 @@ def _rollout(ts, stage, action, release=None, scope="read"):
 def _db(tmp_path, rows):
     _write(tmp_path / "fleet.jsonl", rows)
     con = dbm.connect(str(tmp_path / "fleet.duckdb"))
-    ingest(con, [tmp_path / "fleet.jsonl"], Config())
-    runner.analyse(con, Config())
+    ingest(con, [tmp_path / "fleet.jsonl"], CONF)
+    runner.analyse(con, CONF)
     return con
 
 
@@ -92,7 +95,7 @@ def test_two_releases_with_the_same_stage_names_stay_apart(tmp_path):
         ("full@v1", "v1", "full", True),
         ("canary@v2", "v2", "canary", False),
     ]
-    doc = gm.evaluate(con, Config(), all_stages=True)
+    doc = gm.evaluate(con, CONF, all_stages=True)
     origin = {
         s["stage"]: next(g for g in s["gates"] if g["id"] == "invalid_origin_rejection")
         for s in doc["stages"]

@@ -176,8 +176,10 @@ def test_wait_ingests_before_each_evaluation_until_rollback(tmp_path):
         if len(slept) == 2:  # an invalid Origin served arrives during the wait
             (logs / "proxy.jsonl").write_text(_origin_line("2026-11-30T00:10:00Z", 200) + "\n")
 
+    # An allow-list the served Origin is not on (with none, a foreign Origin is not judged).
+    conf = Config(origin_allowlist=["https://app.example.com"])
     doc = gatewait.wait(
-        db, Config(), "canary", "r1", [str(logs)], 600, 60, clock=lambda: clock[0], sleep=sleep
+        db, conf, "canary", "r1", [str(logs)], 600, 60, clock=lambda: clock[0], sleep=sleep
     )
     assert doc["stages"][0]["decision"] == "ROLLBACK"
     assert slept == [60, 60]
