@@ -26,7 +26,7 @@ from .test_e2e_server import ROOT, _findings
 
 pytest.importorskip("mcp")
 pytestmark = [
-    REAL_PROXIES,
+    *REAL_PROXIES,
     # Known defect: in two full runs the probe's healthy-store run hung past 120 s (and once
     # its tools/list failed) against the SDK server behind Caddy, while it passes alone in
     # under a minute. The probe has no overall deadline yet; these stay off until it has.
