@@ -2,9 +2,14 @@
 
 from __future__ import annotations
 
+import json
+
+from rich import box
+from rich.cells import cell_len
 from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
+from rich.text import Text
 
 from replaygate.ingest.capabilities import LABELS
 from replaygate.ingest.contract import RECORD_TYPES
@@ -17,7 +22,77 @@ from replaygate.queries.gates import (
     display_value,
 )
 
-console = Console()
+# Tables fit the terminal (80 columns where there is none, as in CI logs) without cutting
+# anything: ids and times wrap inside their column (overflow="fold"), other text wraps at
+# spaces, and no column is made narrower than its longest word (see `_fit`).
+
+
+def _print(*objects: object) -> None:
+    # A console per call: its width is read from the environment then ($COLUMNS), not
+    # when this module was first imported.
+    console = Console()
+    for obj in objects:
+        if isinstance(obj, Table):
+            _fit(obj, console.width)
+    console.print(*objects)
+
+
+def _table(title: str | None = None, rules: bool = True) -> Table:
+    """A table with rules between columns and rows (or, with `rules=False`, only under
+    the header: a character more for the data between any two columns)."""
+    if rules:
+        return Table(
+            title=title,
+            title_justify="left",
+            box=box.MINIMAL_HEAVY_HEAD,
+            show_edge=False,
+            pad_edge=False,
+        )
+    return Table(
+        title=title,
+        title_justify="left",
+        box=box.SIMPLE_HEAD,
+        show_edge=False,
+        padding=(0, 1, 0, 0),
+    )
+
+
+def _fit(table: Table, width: int) -> None:
+    """Set each column's width so that the table fits `width`: every column as wide as
+    its widest line if that fits; else each at least its longest word (a column that
+    folds, at least 8), then made whole in order of what each lacks. rich's own
+    shrinking can cut words with an ellipsis even where room is left elsewhere."""
+    cols = table.columns
+    lines = [
+        [
+            ln
+            for cell in (c.header, *c._cells)
+            for ln in Text.from_markup(str(cell)).plain.split("\n")
+        ]
+        for c in cols
+    ]
+    widest = [max((cell_len(ln) for ln in ls), default=1) for ls in lines]
+    longest_word = [max((cell_len(w) for ln in ls for w in ln.split()), default=1) for ls in lines]
+    least = [
+        widest[i] if c.no_wrap else (min(8, widest[i]) if c.overflow == "fold" else longest_word[i])
+        for i, c in enumerate(cols)
+    ]
+    room = width - table._extra_width - sum(table._get_padding_width(i) for i in range(len(cols)))
+    if sum(widest) <= room:
+        return
+    if sum(least) > room:
+        # Nothing fits whole; rich folds what it must.
+        return
+    # The columns that lack least are made whole first; the last that cannot be is
+    # given what is left, and wraps.
+    given = list(least)
+    spare = room - sum(least)
+    for i in sorted(range(len(cols)), key=lambda i: widest[i] - least[i]):
+        extra = min(widest[i] - least[i], spare)
+        given[i] += extra
+        spare -= extra
+    for c, w in zip(cols, given, strict=True):
+        c.width = w
 
 
 def _units(n: int) -> str:
@@ -56,50 +131,47 @@ def ingest_summary(report, analysed=None, as_dict: bool = False):
     statuses: dict[str, int] = {}
     for f in report.files:
         statuses[f.status] = statuses.get(f.status, 0) + 1
-    console.print(
+    _print(
         "files: " + ", ".join(f"{n} {s}" for s, n in sorted(statuses.items()))
         if statuses
         else "no input files found"
     )
-    t = Table(title="rows loaded", title_justify="left")
-    t.add_column("record type")
-    t.add_column("table")
+    t = _table("rows loaded")
+    t.add_column("record type", overflow="fold")
+    t.add_column("table", overflow="fold")
     t.add_column("rows", justify="right")
     for rt in RECORD_TYPES:
         if by_type.get(rt.table):
             t.add_row(rt.schema, rt.table, f"{by_type[rt.table]:,}")
     if by_type:
-        console.print(t)
+        _print(t)
     if report.quarantined:
-        q = Table(
-            title=f"quarantined: {report.quarantined:,} rows (table `quarantine`)",
-            title_justify="left",
-        )
+        q = _table(f"quarantined: {report.quarantined:,} rows (table `quarantine`)")
         q.add_column("reason")
         q.add_column("rows", justify="right")
         for reason, n in report.quarantine_reasons.most_common(8):
             q.add_row(_t(reason), f"{n:,}")
-        console.print(q)
+        _print(q)
     _lines_table(report.files)
     for f in report.files:
         if f.note:
-            console.print(f"{_t(f.path)}: {_t(f.note)}")
+            _print(f"{_t(f.path)}: {_t(f.note)}")
     for f in report.files:
         if f.facts is not None:
             found = ", ".join(LABELS.get(x, x) for x in f.facts["found"]) or "nothing"
             text = f"{one_line(f.path)}: proxy log shows {found}"
             if f.facts["missing"]:
                 text += "; cannot show " + ", ".join(LABELS.get(x, x) for x in f.facts["missing"])
-            console.print(escape(text))
+            _print(escape(text))
     if report.skipped:
         n = len(report.skipped)
-        console.print(
+        _print(
             "skipped 1 file that is not an input file"
             if n == 1
             else f"skipped {n} files that are not input files"
         )
     if analysed:
-        console.print(f"findings: {analysed.get('total', 0):,} (replaygate findings)")
+        _print(f"findings: {analysed.get('total', 0):,} (replaygate findings)")
 
 
 def _lines_table(files, limit: int = 20) -> None:
@@ -108,45 +180,47 @@ def _lines_table(files, limit: int = 20) -> None:
     shown = [f for f in files if f.lines is not None and (f.quarantined or f.blank)]
     if not shown:
         return
-    t = Table(title="lines read (loaded + quarantined + blank)", title_justify="left")
-    t.add_column("file")
+    t = _table("lines read (loaded + quarantined + blank)")
+    t.add_column("file", overflow="fold")
     for col in ("lines", "loaded", "quarantined", "blank"):
         t.add_column(col, justify="right")
     for f in shown[:limit]:
         loaded = sum(f.rows.values())
         t.add_row(_t(f.path), f"{f.lines:,}", f"{loaded:,}", f"{f.quarantined:,}", f"{f.blank:,}")
-    console.print(t)
+    _print(t)
     if len(shown) > limit:
-        console.print(f"... and {len(shown) - limit} more files (ingest --json lists them)")
+        _print(f"... and {len(shown) - limit} more files (ingest --json lists them)")
 
 
 def status_table(doc: dict) -> None:
-    t = Table(title="record types", title_justify="left")
-    for col in ("table", "record type", "rows", "first", "last"):
-        t.add_column(col, justify="right" if col == "rows" else "left")
+    t = _table("record types", rules=False)
+    # The table under its record type: a column less, so both times stay whole.
+    t.add_column("record type", no_wrap=True)
+    t.add_column("rows", justify="right")
+    t.add_column("first", overflow="fold")
+    t.add_column("last", overflow="fold")
     for row in doc["tables"]:
         t.add_row(
-            row["table"],
-            row["record_type"],
+            f"{row['record_type']}\n[dim]{row['table']}[/]",
             f"{row['rows']:,}",
             _t(row["first"] or "-"),
             _t(row["last"] or "-"),
         )
-    console.print(t)
+    _print(t)
     if doc["rollout"]:
-        r = Table(title="rollout", title_justify="left")
+        r = _table("rollout")
         for col in ("ts", "stage", "action", "scope"):
-            r.add_column(col)
+            r.add_column(col, overflow="fold")
         for s in doc["rollout"]:
             r.add_row(_t(s["ts"]), _t(s["stage"]), _t(s["action"]), _t(s["scope"] or "-"))
-        console.print(r)
+        _print(r)
     q = doc["quarantine"]
-    console.print(
+    _print(
         f"files: {doc['files']['count']:,} ({doc['files']['bytes']:,} bytes); "
         f"quarantined rows: {q['rows']:,}"
     )
     for item in q["top_reasons"]:
-        console.print(f"  {item['rows']:>8,}  {_t(item['reason'])}")
+        _print(f"  {item['rows']:>8,}  {_t(item['reason'])}")
 
 
 SEVERITY_STYLE = {"critical": "bold red", "high": "red", "medium": "yellow", "low": "dim"}
@@ -160,43 +234,65 @@ STATUS_STYLE = {
 
 
 def _unit(f: dict) -> str:
+    """The finding's unit, one id a line and each whole (the column wraps a long one)."""
     parts = []
     if f["session_hmac"]:
-        parts.append(f"session {f['session_hmac'][:12]}")
+        parts.append(f"session {f['session_hmac']}")
+    if f.get("generation") is not None:
+        parts.append(f"generation {f['generation']}")
     if f["stream_id"] is not None:
         parts.append(f"stream {f['stream_id']}")
     if f["event_id"]:
-        parts.append(f"event {f['event_id'][:24]}")
+        parts.append(f"event {f['event_id']}")
     if f["dispatch_id"]:
         parts.append(f"dispatch {f['dispatch_id']}")
     if f["idempotency_key"]:
-        parts.append(f"key {f['idempotency_key'][:24]}")
-    unit = ", ".join(parts) or ", ".join(f"{k}={v}" for k, v in list(f["detail"].items())[:2])
-    return _t(unit)
+        parts.append(f"key {f['idempotency_key']}")
+    return "\n".join(_t(p) for p in parts)
+
+
+def _detail(value: object) -> str:
+    """A finding's JSON detail as `key: value` lines (lists comma-separated)."""
+    if not isinstance(value, dict):
+        return "" if value is None else _t(value)
+    lines = []
+    for k, v in value.items():
+        if v is None:
+            continue
+        if isinstance(v, list):
+            v = ", ".join(str(x) for x in v)
+        elif isinstance(v, dict):
+            v = json.dumps(v, separators=(", ", ": "))
+        lines.append(_t(f"{k}: {v}"))
+    return "\n".join(lines)
 
 
 def findings_table(rows: list[dict], limit: int, coverage: dict) -> None:
-    t = Table(title=f"{len(rows):,} findings", title_justify="left")
-    for col in ("severity", "detector", "ts", "stage", "unit"):
-        t.add_column(col)
+    t = _table(f"{len(rows):,} findings")
+    # Two columns, so that at 80 columns the ids have the width to stay whole: what
+    # and when on the left, which unit and the detector's detail on the right.
+    t.add_column("finding", overflow="fold")
+    t.add_column("unit and detail", overflow="fold")
     for f in rows[:limit]:
-        t.add_row(
-            f"[{SEVERITY_STYLE[f['severity']]}]{f['severity']}[/]",
-            _t(f["detector"]),
-            _t(f["ts"]),
-            _t(f["stage"] or "-"),
-            _unit(f),
+        left = (
+            f"{_t(f['detector'])}\n[{SEVERITY_STYLE[f['severity']]}]{f['severity']}[/]"
+            f" · {_t(f['stage'] or '-')}\n{_t(f['ts'])}"
         )
-    console.print(t)
+        unit, detail = _unit(f), _detail(f["detail"])
+        right = "\n".join(x for x in (unit, f"[dim]{detail}[/]" if detail else "") if x)
+        t.add_row(left, right or "-")
+        if f is not rows[:limit][-1]:
+            t.add_section()
+    _print(t)
     if len(rows) > limit:
-        console.print(f"... {len(rows) - limit:,} more (--limit, or --json for all)")
+        _print(f"... {len(rows) - limit:,} more (--limit, or --json for all)")
     status = {d: (s["status"] if isinstance(s, dict) else s) for d, s in coverage.items()}
     gaps = {d: s for d, s in status.items() if s != "ok"}
     if gaps:
-        console.print("not run: " + "; ".join(f"{d} ({s})" for d, s in sorted(gaps.items())))
+        _print("not run: " + "; ".join(f"{d} ({s})" for d, s in sorted(gaps.items())))
     for d, s in sorted(coverage.items()):
         for e in s.get("cannot_tell", []) if isinstance(s, dict) else []:
-            console.print(
+            _print(
                 escape(
                     f"cannot tell: {d}, {_units(e['units'])}: {one_line(e['file'])} "
                     f"cannot show {e['missing']}"
@@ -206,22 +302,28 @@ def findings_table(rows: list[dict], limit: int, coverage: dict) -> None:
 
 def gates_report(doc: dict) -> None:
     if not doc["stages"]:
-        console.print(_t(doc.get("note", "no stages")))
+        _print(_t(doc.get("note", "no stages")))
         return
     for st in doc["stages"]:
         decision = st["decision"]
-        console.print(
+        _print(
             f"\n[bold]{_t(st['stage'])}[/] ({_t(st['scope'] or 'no scope')}) "
             f"{_t(st['window']['start'])} .. {_t(st['window']['end'] or 'open')}: "
             f"[{DECISION_STYLE[decision]}]{decision}[/]"
         )
         for r in st["reasons"]:
-            console.print(f"  - {_t(r)}")
+            _print(f"  - {_t(r)}")
         for w in st.get("warnings", []):
-            console.print(f"  [yellow]warning:[/] {_t(w)}")
-        t = Table(show_header=True)
-        for col in ("gate", "status", "value", "threshold", "sample", "min", "95% bound"):
-            t.add_column(col)
+            _print(f"  [yellow]warning:[/] {_t(w)}")
+        t = _table(rules=False)
+        # Gate ids are short and fixed: never wrapped, the other columns give way.
+        t.add_column("gate", no_wrap=True)
+        t.add_column("status")
+        # Numbers with their unit are never broken; the words of a threshold may be.
+        t.add_column("value", justify="right", no_wrap=True)
+        t.add_column("threshold")
+        t.add_column("sample\n(min)", justify="right", no_wrap=True)
+        t.add_column("95%\nbound", no_wrap=True)
         for g in st["gates"]:
             shown = display_status(g)
             style = "dim" if shown == NOT_EXERCISED else STATUS_STYLE[g["status"]]
@@ -230,13 +332,12 @@ def gates_report(doc: dict) -> None:
                 f"[{style}]{shown}[/]",
                 _t(display_value(g)),
                 _t(display_threshold(g)),
-                f"{g['sample']:,}",
-                f"{g['min_sample']:,}",
+                f"{g['sample']:,} [dim]({g['min_sample']:,})[/]",
                 display_bound(g),
             )
-        console.print(t)
+        _print(t)
         for e in st.get("cannot_tell", []):
-            console.print(
+            _print(
                 escape(
                     f"  cannot tell in this stage: {e['detector']}, {_units(e['units'])}: "
                     f"{one_line(e['file'])} cannot show {e['missing']}"
@@ -244,7 +345,7 @@ def gates_report(doc: dict) -> None:
             )
     for rb in doc.get("rollback_verification", []):
         ok = "[green]verified[/]" if rb["verified"] else f"[bold red]{rb['status']}[/]"
-        console.print(
+        _print(
             f"\nrollback of {_t(rb['stage'])} at {_t(rb['rollback_at'])}: {ok}; "
             + ", ".join(f"{k} {v}" for k, v in rb["checks"].items())
         )
