@@ -2,15 +2,14 @@
 the decision history and the input manifest, listed with their digests in a statement
 that the user's Ed25519 key signs (queries/attest.py has the format and verification).
 
-Writing never follows a symbolic link: each file is written to a new temporary file in
-the bundle folder and renamed over its name, which replaces a link instead of writing
-where it points. The folder must hold nothing but a previous bundle, and no bundle file
-may land on an input or the database.
+Every file goes through the output guard (queries/outputs.py): a bundle file that is a
+symbolic link, or that would land on the database, its history, the configuration or
+an input, is refused before anything is written; each file is written whole and
+renamed over its name. The folder must hold nothing but a previous bundle.
 """
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
 import tempfile
@@ -20,7 +19,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from replaygate.ingest.errors import ReplaygateError
-from replaygate.queries import attest, history
+from replaygate.queries import attest, history, outputs
 from replaygate.queries.gates import effective_settings
 
 from . import report as render
@@ -36,48 +35,19 @@ NAMES = (*(f"report.{f}" for f in REPORTS), FINDINGS, MANIFEST, CONFIGURATION, H
 NAMES += attest.ENVELOPE
 
 
-def _protected(con, db_path: str | None) -> set[Path]:
-    """Files a bundle must never replace: the database and every loaded input."""
-    paths = set()
-    if db_path and db_path != ":memory:":
-        for p in (db_path, f"{db_path}.wal", str(history.file_for_db(db_path))):
-            paths.add(Path(p).resolve())
-    cols = {r[0] for r in con.execute("DESCRIBE files").fetchall()}
-    wanted = "path, abspath" if "abspath" in cols else "path"
-    for row in con.execute(f"SELECT {wanted} FROM files").fetchall():
-        for p in row:
-            if p:
-                paths.add(Path(p).resolve())
-    return paths
-
-
-def _prepare(out_dir: Path, protected: set[Path]) -> None:
+def _prepare(out_dir: Path, guard: outputs.Guard) -> None:
     if out_dir.is_symlink() and not out_dir.is_dir():
         raise ReplaygateError(f"bundle folder {out_dir} is a link to nothing")
     out_dir.mkdir(parents=True, exist_ok=True)
+    # Every name judged before anything is written: a refusal leaves no half bundle.
     for name in NAMES:
-        target = (out_dir / name).resolve()
-        if target in protected:
-            raise ReplaygateError(f"the bundle would overwrite {target} (an input or the database)")
+        guard.check(out_dir / name)
     others = sorted(n for n in os.listdir(out_dir) if n not in NAMES)
     if others:
         shown = ", ".join(others[:3]) + (", ..." if len(others) > 3 else "")
         raise ReplaygateError(
             f"bundle folder {out_dir} holds other files ({shown}): give an empty folder"
         )
-
-
-def _put(out_dir: Path, name: str, data: bytes) -> None:
-    fd, tmp = tempfile.mkstemp(prefix=f".{name}.", dir=out_dir)
-    try:
-        with os.fdopen(fd, "wb") as fh:
-            fh.write(data)
-        # rename replaces the name itself: a link there is replaced, never written through
-        os.replace(tmp, out_dir / name)
-    except BaseException:
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(tmp)
-        raise
 
 
 def _pdf(doc: dict) -> bytes | None:
@@ -143,20 +113,21 @@ def bundle(
 ) -> list[str]:
     """Write the bundle; the names written, the statement (and signature) last."""
     key = attest.load_private_key(sign_key) if sign_key else None
-    _prepare(out_dir, _protected(con, db_path))
+    guard = outputs.for_database(db_path, con, config.source)
+    _prepare(out_dir, guard)
     files, omitted = contents(doc, con, config, pdf=pdf)
     for name in NAMES:
         # A file of an earlier bundle that this one does not have would not verify.
         if name not in files and os.path.lexists(out_dir / name):
             os.unlink(out_dir / name)
     for name, data in files.items():
-        _put(out_dir, name, data)
+        guard.write_bytes(out_dir / name, data)
     subjects = [(n, attest.sha256_bytes(files[n])) for n in files]
     raw = attest.encode(attest.statement(doc, subjects, omitted, files.get(HISTORY)))
-    _put(out_dir, attest.STATEMENT, raw)
+    guard.write_bytes(out_dir / attest.STATEMENT, raw)
     written = [*files, attest.STATEMENT]
     if key is not None:
-        _put(out_dir, attest.SIGNATURE, attest.sign(raw, key))
-        _put(out_dir, attest.PUBLIC_KEY, attest.public_pem(key.public_key()))
+        guard.write_bytes(out_dir / attest.SIGNATURE, attest.sign(raw, key))
+        guard.write_bytes(out_dir / attest.PUBLIC_KEY, attest.public_pem(key.public_key()))
         written += [attest.SIGNATURE, attest.PUBLIC_KEY]
     return written

@@ -22,6 +22,7 @@ from markupsafe import Markup
 from plotly.offline import get_plotlyjs
 
 from replaygate.ingest.errors import ReplaygateError
+from replaygate.queries import outputs
 from replaygate.queries.escape import md_code, md_code_block, md_text
 from replaygate.queries.runner import UNIT_COLUMNS
 
@@ -401,41 +402,19 @@ def to_pdf(doc: dict, out: Path) -> None:
             capture_output=True,
             timeout=120,
         )
-    if r.returncode != 0 or not out.exists():
+    # `out` may be an empty file made for it (the output guard's temporary file).
+    if r.returncode != 0 or not out.exists() or out.stat().st_size == 0:
         raise ReplaygateError("chromium could not print the PDF")
 
 
-def _same(a: Path, b: Path) -> bool:
-    try:
-        return a.resolve() == b.resolve() or (a.exists() and b.exists() and a.samefile(b))
-    except OSError:
-        return False
-
-
-def refuse_overwrite(out: Path, doc: dict, db_path: str | None) -> None:
-    """Refuse an output path that is the database (or its WAL), the configuration or
-    an ingested input: a report must never destroy what it reports on."""
-    protected: list[tuple[Path, str]] = []
-    if db_path:
-        protected += [(Path(db_path), "the database"), (Path(db_path + ".wal"), "the database")]
-    source = doc.get("configuration", {}).get("source")
-    if source and source != "built-in defaults":
-        protected.append((Path(source), "the configuration"))
-    protected += [(Path(f["path"]), "an input file") for f in doc["inputs"]["files"]]
-    for path, what in protected:
-        if _same(out, path):
-            raise ReplaygateError(f"{out}: is {what}; refusing to overwrite it")
-
-
-def write(doc: dict, fmt: str, out: Path) -> None:
-    out.parent.mkdir(parents=True, exist_ok=True)
-    if fmt == "md":
-        out.write_text(to_markdown(doc), encoding="utf-8")
-    elif fmt == "json":
-        out.write_text(to_json(doc), encoding="utf-8")
-    elif fmt == "html":
-        out.write_text(to_html(doc), encoding="utf-8")
-    elif fmt == "pdf":
-        to_pdf(doc, out)
-    else:
+def write(doc: dict, fmt: str, out: Path, guard: outputs.Guard) -> None:
+    """Write the report through the output guard: never onto the database, its history,
+    the configuration or an input, never through a link, and whole or not at all."""
+    if fmt not in ("md", "json", "html", "pdf"):
         raise ReplaygateError(f"unknown report format {fmt!r}")
+    if fmt == "pdf":
+        with guard.replacing(out) as tmp:
+            to_pdf(doc, tmp)
+        return
+    text = {"md": to_markdown, "json": to_json, "html": to_html}[fmt](doc)
+    guard.write_text(out, text)

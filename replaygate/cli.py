@@ -505,11 +505,17 @@ def gates(
     # Said once the gates are evaluated, so that an error stays one line.
     _allowlist_note(conf)
     if junit_file:
-        from pathlib import Path
+        from replaygate.queries import outputs
 
         from .junit import render
 
-        Path(junit_file).write_text(render(doc), encoding="utf-8")
+        # The connection that evaluated, else (after --wait) one to read the inputs.
+        known = con if not wait_for else api.open_analysed(db, conf)
+        given = [(p, outputs.INPUT) for p in paths]
+        guard = outputs.for_database(db, known, conf.source, given)
+        if wait_for:
+            known.close()
+        guard.write_text(junit_file, render(doc))
     if record:
         if not wait_for:
             con.close()  # one connection at a time: the refresh below may write
@@ -693,7 +699,7 @@ def report(
     from pathlib import Path
 
     from replaygate.dashboard import report as render
-    from replaygate.queries import api
+    from replaygate.queries import api, outputs
     from replaygate.queries import report as rep
 
     if verify_dir:
@@ -711,8 +717,8 @@ def report(
     con = api.open_analysed(db, conf)
     doc = rep.build(con, conf, stage, db_path=db, config_path=config_path)
     if output:
-        render.refuse_overwrite(Path(output), doc, db)
-        render.write(doc, fmt, Path(output))
+        guard = outputs.for_database(db, con, conf.source)
+        render.write(doc, fmt, Path(output), guard)
         click.echo(f"wrote {output} ({doc['scope']['stage']}: {doc['decision']})", err=True)
     if bundle:
         from replaygate.dashboard.bundle import bundle as write_bundle

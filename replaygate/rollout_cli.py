@@ -67,6 +67,11 @@ def _write(
 
     conf = load_config(config_path)
     if to_file:
+        from replaygate.queries import outputs
+
+        # An append, not a replacement: judged by the guard (never the database, its
+        # history or the configuration, never through a link), then appended to.
+        outputs.for_database(db, config_source=conf.source).check(to_file)
         if must_have_started:
             _started(rolloutlog.started_in_file(to_file, *must_have_started), must_have_started)
         return rolloutlog.append_file(to_file, records, dedupe=dedupe, config=conf)

@@ -33,6 +33,7 @@ from replaygate.ingest.config import Config
 from replaygate.ingest.contract import RECORD_TYPES
 from replaygate.ingest.errors import ReplaygateError
 from replaygate.ingest.load import ingest
+from replaygate.queries import outputs
 from replaygate.queries.escape import terminal
 
 from . import duration
@@ -326,11 +327,10 @@ class Watcher:
             "rows": c.rows,
             "decisions": c.decisions,
         }
-        path = heartbeat_path(self.db)
-        tmp = path.with_name(f".{path.name}.tmp")
-        with contextlib.suppress(OSError):
-            tmp.write_text(json.dumps(doc, indent=1))
-            os.replace(tmp, path)
+        # Through the output guard: a link planted at the name is refused, not followed.
+        guard = outputs.for_database(self.db)
+        with contextlib.suppress(OSError, ReplaygateError):
+            guard.write_text(heartbeat_path(self.db), json.dumps(doc, indent=1))
 
 
 def _wal(p: Path) -> Path:

@@ -1,0 +1,152 @@
+"""The one guard every file replaygate writes goes through (`gates --junit`, `report -o`,
+`report --bundle`, `rollout ... --to`, watch's heartbeat).
+
+An output path is judged by where it really lands: its parent folders resolved, so a
+relative path from another folder or a link among the folders cannot make it miss the
+database, its WAL, its decision history, its writer lock, the configuration or an
+ingested input (inputs are known by their absolute path, recorded at ingest). A path
+that is itself a symbolic link is refused: whatever it points at, writing there is
+not what the name says. A file is written whole to a new temporary file in the same
+folder and renamed over its name, so a reader never sees half a report, a crash
+leaves the old file, and a hard link to an input keeps the input's bytes.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import stat
+import tempfile
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import duckdb
+
+from replaygate.ingest.errors import ReplaygateError
+from replaygate.ingest.lock import lock_path
+
+from . import history
+
+DATABASE = "the database"
+HISTORY = "the database's decision history"
+CONFIGURATION = "the configuration"
+INPUT = "an ingested input"
+
+
+class OutputRefused(ReplaygateError):
+    """An output path that would destroy something replaygate reads."""
+
+
+def _real(path: str | os.PathLike[str]) -> Path:
+    """Where a name really is: its folders resolved, its last component kept (a link
+    there is judged as a link, not as what it points at)."""
+    p = Path(os.path.abspath(os.fspath(path)))
+    return p.parent.resolve() / p.name
+
+
+@dataclass
+class Guard:
+    """The files an output must not land on, each with what it is."""
+
+    protected: dict[Path, str] = field(default_factory=dict)
+
+    def protect(self, path: str | os.PathLike[str] | None, what: str) -> None:
+        if not path or os.fspath(path) == ":memory:":
+            return
+        for p in {_real(path), Path(os.path.abspath(os.fspath(path))).resolve()}:
+            self.protected.setdefault(p, what)
+
+    def check(self, out: str | os.PathLike[str]) -> Path:
+        """The real path `out` writes to, or a one-line refusal."""
+        real = _real(out)
+        try:
+            st = os.lstat(real)
+        except FileNotFoundError:
+            st = None
+        except OSError as exc:
+            raise OutputRefused(f"{out}: cannot write there ({exc.strerror})") from None
+        if st is not None and stat.S_ISLNK(st.st_mode):
+            raise OutputRefused(
+                f"{out}: is a symbolic link; refusing to write through it "
+                "(remove it, or give the path it points to)"
+            )
+        if st is not None and not stat.S_ISREG(st.st_mode):
+            raise OutputRefused(f"{out}: is not a regular file; refusing to replace it")
+        what = self.protected.get(real)
+        if what is None and st is not None:
+            what = self._same_file(st)
+        if what is not None:
+            raise OutputRefused(f"{out}: is {what}; refusing to overwrite it")
+        return real
+
+    def _same_file(self, st: os.stat_result) -> str | None:
+        # A second name for a protected file (a hard link, a bind mount) is that file.
+        for p, what in self.protected.items():
+            with contextlib.suppress(OSError):
+                o = os.stat(p)
+                if (o.st_dev, o.st_ino) == (st.st_dev, st.st_ino):
+                    return what
+        return None
+
+    @contextlib.contextmanager
+    def replacing(self, out: str | os.PathLike[str]) -> Iterator[Path]:
+        """A new temporary file beside `out` to write; renamed over `out` when the block
+        ends without an error, removed otherwise."""
+        real = self.check(out)
+        real.parent.mkdir(parents=True, exist_ok=True)
+        fd, name = tempfile.mkstemp(prefix=f".{real.name}.", suffix=".tmp", dir=real.parent)
+        os.close(fd)
+        tmp = Path(name)
+        try:
+            yield tmp
+            # Checked again just before: a link planted meanwhile is refused, not replaced.
+            self.check(out)
+            os.replace(tmp, real)
+        finally:
+            with contextlib.suppress(FileNotFoundError):
+                tmp.unlink()
+
+    def write_bytes(self, out: str | os.PathLike[str], data: bytes) -> Path:
+        with self.replacing(out) as tmp, open(tmp, "wb") as fh:
+            fh.write(data)
+            fh.flush()
+            os.fsync(fh.fileno())
+        return _real(out)
+
+    def write_text(self, out: str | os.PathLike[str], text: str) -> Path:
+        return self.write_bytes(out, text.encode("utf-8"))
+
+
+def for_database(
+    db_path: str | os.PathLike[str] | None,
+    con: duckdb.DuckDBPyConnection | None = None,
+    config_source: str | os.PathLike[str] | None = None,
+    extra: Iterable[tuple[str | os.PathLike[str], str]] = (),
+) -> Guard:
+    """The guard for outputs of a command on a database: the database, its WAL, its
+    history and lock, the configuration, and (given a connection) every input it holds."""
+    g = Guard()
+    if db_path and os.fspath(db_path) != ":memory:":
+        db = os.fspath(db_path)
+        g.protect(db, DATABASE)
+        g.protect(db + ".wal", DATABASE)
+        g.protect(lock_path(db), DATABASE)
+        g.protect(history.file_for_db(db), HISTORY)
+    if config_source and os.fspath(config_source) != "built-in defaults":
+        g.protect(config_source, CONFIGURATION)
+    if con is not None:
+        for name in inputs(con):
+            g.protect(name, INPUT)
+    for path, what in extra:
+        g.protect(path, what)
+    return g
+
+
+def inputs(con: duckdb.DuckDBPyConnection) -> list[str]:
+    """Every input file the database was loaded from: by the absolute path recorded at
+    ingest, and by the path as given (all that databases of older versions kept)."""
+    cols = {r[0] for r in con.execute("DESCRIBE files").fetchall()}
+    wanted = "path, abspath" if "abspath" in cols else "path"
+    rows = con.execute(f"SELECT DISTINCT {wanted} FROM files").fetchall()
+    return sorted({p for row in rows for p in row if p})
