@@ -22,7 +22,9 @@ objects still show, following each controller's state machine:
   one stage `ab-test`, a blue/green one `preview`; "Halt ..." holds, "Rolling back" /
   "Canary failed" roll back, "Copying ... template spec" / "Routing all traffic to canary"
   proceed, "Promotion completed" completes. The Canary's phase adds what the events
-  (which Kubernetes expires after an hour) no longer show.
+  (which Kubernetes expires after an hour) no longer show; Flagger resets the weight on
+  failure, so a Failed canary without events rolls back the last stage the rollout log
+  already holds a start of (an earlier import saw it), else a stage named `canary`.
 
 The records are not validated here; rolloutlog.check does that. `read` also says, per
 object, why it gave no record, so an import never drops an object silently.
@@ -150,6 +152,8 @@ class Reading:
     skipped: list[str] = field(default_factory=list)
     # (kind, namespace, name) of each Rollout and Canary that gave a record
     sources: set[tuple[str, str, str]] = field(default_factory=set)
+    # (namespace, name) of each Experiment -> the Rollout that owns it
+    experiments: dict[tuple[str, str], str] = field(default_factory=dict)
 
     def used(self, obj: dict[str, Any]) -> bool:
         """Whether an object went into a record (itself, or as its Rollout's analysis or
@@ -159,6 +163,8 @@ class Reading:
             return (str(obj["kind"]), ns, name) in self.sources
         if obj.get("kind") in ("AnalysisRun", "Experiment"):
             owner = _owner(obj, "Rollout")
+            if owner is None and (exp := _owner(obj, "Experiment")):
+                owner = self.experiments.get((ns, exp))  # read as its experiment
             return owner is not None and ("Rollout", ns, owner) in self.sources
         if obj.get("kind") == "Event":
             inv = event_subject(obj)
@@ -559,8 +565,40 @@ def _final_stage(canary: dict[str, Any]) -> tuple[str, float | None]:
     return CANARY, None
 
 
+def _instant(ts: Any) -> datetime | None:
+    try:
+        t = datetime.fromisoformat(str(ts).replace("Z", "+00:00"))
+    except ValueError:
+        return None
+    return t if t.tzinfo else t.replace(tzinfo=UTC)
+
+
+def _reached(
+    starts: Iterable[dict[str, Any]], release: str, until: str | None
+) -> tuple[str, float | None] | None:
+    """The stage of `release` started last at or before `until`, among rollout records
+    (what an earlier import of the same objects, or an operator, recorded)."""
+    end = _instant(until) if until else None
+    best: tuple[datetime, str, float | None] | None = None
+    for rec in starts:
+        at = _instant(rec.get("ts"))
+        if rec.get("action") != "start" or rec.get("release") != release or at is None:
+            continue
+        if end is not None and at > end:
+            continue
+        if best is None or at >= best[0]:
+            pct = rec.get("percent")
+            num = pct if isinstance(pct, int | float) and not isinstance(pct, bool) else None
+            best = (at, str(rec["stage"]), None if num is None else float(num))
+    return (best[1], best[2]) if best else None
+
+
 def _flagger(
-    canary: dict[str, Any], events: list[dict[str, Any]], release: str | None, scope: str | None
+    canary: dict[str, Any],
+    events: list[dict[str, Any]],
+    release: str | None,
+    scope: str | None,
+    known: list[dict[str, Any]] | None = None,
 ) -> Reading:
     ns, name = _ident(canary)
     st = _status(canary)
@@ -621,9 +659,18 @@ def _flagger(
             next((x.get("percent") for x in reversed(out.records) if x["stage"] == stage), None),
         )
     weight = st.get("canaryWeight")
+    # What the rollout log already holds of this release: an earlier import saw the
+    # weights that the Canary's status has since reset.
+    reached = _reached(known or [], r, t) if stage is None else None
     if phase == "Failed" and stage is None:
-        # Flagger resets the weight on failure: without events the stage is not known.
-        current, current_w = (CANARY, None) if kind == "canary" else (one_stage, final_w)
+        # Flagger sets the weight to 0 on failure: without events, the stage is the last
+        # one the log saw start, else it is not known.
+        if kind != "canary":
+            current, current_w = one_stage, final_w
+        else:
+            current, current_w = reached or (CANARY, None)
+    elif phase != "Progressing" and stage is None and current == CANARY and reached:
+        current, current_w = reached
     if phase == "Progressing" and stage is None and t:
         if weight:
             current, current_w = stage_for(weight), float(weight)
@@ -644,7 +691,12 @@ def _flagger(
         and action != ""
         and not any(x["stage"] == current and x["action"] == action for x in out.records)
     ):
-        if not any(x["stage"] == current and x["action"] == "start" for x in out.records):
+        # A stage already started (here, or in the log) is not started again: a second
+        # start would move its window to the phase's time.
+        started = [x for x in out.records if x["action"] == "start"]
+        if stage is None:
+            started += [x for x in known or [] if x.get("release") == r]
+        if not any(x["stage"] == current and x.get("action") == "start" for x in started):
             add(min(began or t, t), current, "start", current_w)
         if action:
             add(t, current, action, why=f"phase {phase}")
@@ -682,32 +734,55 @@ def _rec(
 ORDER = {"start": 0, "hold": 1, "proceed": 2, "rollback": 3, "complete": 4}
 
 
-def read(docs: Iterable[Any], release: str | None = None, scope: str | None = None) -> Reading:
+def read(
+    docs: Iterable[Any],
+    release: str | None = None,
+    scope: str | None = None,
+    known: list[dict[str, Any]] | None = None,
+) -> Reading:
     """Rollout records, oldest first, from `kubectl get` documents, and per object that
-    gave none, the reason."""
+    gave none, the reason. `known` are the records the rollout log already holds: a
+    Canary whose status no longer shows its stage (Failed, with its events expired) is
+    attributed to the last stage the log saw start."""
     objs = flatten(docs)
     runs: dict[tuple[str, str], list[dict[str, Any]]] = {}
     experiments: dict[tuple[str, str], list[dict[str, Any]]] = {}
     events: dict[tuple[str, str], list[dict[str, Any]]] = {}
     out = Reading()
-    known = {_ident(o) for o in objs if _is(o, ARGO_GROUP, "Rollout")}
+    rollouts = {_ident(o) for o in objs if _is(o, ARGO_GROUP, "Rollout")}
+    exps = {_ident(o) for o in objs if _is(o, ARGO_GROUP, "Experiment")}
     for o in objs:
         if _is(o, ARGO_GROUP, "AnalysisRun"):
+            ns, name = _ident(o)
             if owner := _owner(o, "Rollout"):
-                runs.setdefault((_ident(o)[0], owner), []).append(o)
-            elif not _owner(o, "Experiment"):  # an experiment's runs: read as the experiment
+                runs.setdefault((ns, owner), []).append(o)
+            elif exp := _owner(o, "Experiment"):
+                # An experiment's runs are read as the experiment (its phase is theirs).
+                if (ns, exp) not in exps:
+                    out.skipped.append(f"analysis {ns}/{name}: its Experiment {exp} is not given")
+            else:
+                # Argo sets the owner on every run it creates; without one (a run created
+                # by hand, or stripped by an export) nothing says which rollout or step it
+                # judged.
                 out.skipped.append(
-                    f"analysis {_ident(o)[1]}: owned by no Rollout (no ownerReferences)"
+                    f"analysis {ns}/{name}: no Rollout owns it (no ownerReferences), so "
+                    "its rollout and step are unknown"
                 )
         elif _is(o, ARGO_GROUP, "Experiment") and (owner := _owner(o, "Rollout")):
             experiments.setdefault((_ident(o)[0], owner), []).append(o)
+            out.experiments[_ident(o)] = owner
+        elif _is(o, ARGO_GROUP, "Experiment"):
+            out.skipped.append(
+                "experiment {}/{}: no Rollout owns it (a stand-alone experiment is no "
+                "rollout step)".format(*_ident(o))
+            )
         elif o.get("kind") == "Event":
             inv = event_subject(o)
             if inv.get("kind") == "Canary":
                 key = (str(inv.get("namespace") or _meta(o).get("namespace") or ""),
                        str(inv.get("name") or ""))  # fmt: skip
                 events.setdefault(key, []).append(o)
-    for key in runs.keys() - known:
+    for key in runs.keys() - rollouts:
         out.skipped.append(f"analysis of rollout {key[0]}/{key[1]}: its Rollout is not given")
     for o in objs:
         if _is(o, ARGO_GROUP, "Rollout"):
@@ -720,7 +795,7 @@ def read(docs: Iterable[Any], release: str | None = None, scope: str | None = No
             if not argo.recs and not argo.skipped:
                 out.skipped.append(f"{argo.note}: no stage to record")
         elif _is(o, FLAGGER_GROUP, "Canary"):
-            got = _flagger(o, events.get(_ident(o), []), release, scope)
+            got = _flagger(o, events.get(_ident(o), []), release, scope, known)
             out.records += got.records
             out.skipped += got.skipped
             if got.records:

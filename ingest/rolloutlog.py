@@ -297,3 +297,35 @@ def started_in_db(con: duckdb.DuckDBPyConnection, release: str | None, stage: st
     except duckdb.CatalogException:  # a new database: nothing started yet
         return False
     return bool(rows[0][0])
+
+
+def starts_in_file(path: str | os.PathLike[str]) -> list[dict[str, Any]]:
+    """The start records of a JSON Lines rollout log (none when it does not exist)."""
+    p = Path(path)
+    if not p.exists():
+        return []
+    out = []
+    with open(p, encoding="utf-8", errors="replace") as fh:
+        for raw in fh:
+            try:
+                rec = json.loads(raw)
+            except json.JSONDecodeError:
+                continue
+            if isinstance(rec, dict) and rec.get("action") == "start" and rec.get("stage"):
+                out.append(rec)
+    return out
+
+
+def starts_in_db(con: duckdb.DuckDBPyConnection) -> list[dict[str, Any]]:
+    """The start records of the database's rollout log."""
+    try:
+        rows = con.execute(
+            """SELECT strftime(ts AT TIME ZONE 'UTC', '%Y-%m-%dT%H:%M:%S.%gZ'), release, stage,
+                      percent
+               FROM rollout WHERE action = 'start' ORDER BY ts"""
+        ).fetchall()
+    except duckdb.CatalogException:  # a new database: nothing started yet
+        return []
+    return [
+        {"ts": t, "release": r, "stage": s, "action": "start", "percent": p} for t, r, s, p in rows
+    ]

@@ -205,7 +205,8 @@ def import_(paths, release, scope, as_json, db, config_path, to_file):
 
     files = [(p, _documents(p)) for p in paths]
     docs = [d for _, docs in files for d in docs]
-    reading = cdobjects.read(docs, release=_release(release), scope=scope)
+    known = _known_starts(db, to_file)
+    reading = cdobjects.read(docs, release=_release(release), scope=scope, known=known)
     for why in reading.skipped:
         click.echo(f"rollout import: skipped {why}", err=True)
     empty = [p for p, docs in files if not any(map(reading.used, cdobjects.flatten(docs)))]
@@ -225,6 +226,31 @@ def import_(paths, release, scope, as_json, db, config_path, to_file):
         return
     n = _write(records, db, to_file, dedupe=True, config_path=config_path)
     click.echo(f"rollout import: {len(records)} records read, {n} new -> {to_file or db}", err=True)
+
+
+def _known_starts(db: str, to_file: str | None) -> list[dict]:
+    """The starts the destination's rollout log already holds: an earlier import saw
+    stages that the objects no longer show (a failed Flagger canary's weight)."""
+    from pathlib import Path
+
+    from replaygate.ingest import rolloutlog
+
+    if to_file:
+        return rolloutlog.starts_in_file(to_file)
+    if not Path(db).exists():
+        return []
+    import duckdb
+
+    from replaygate.ingest import db as dbm
+
+    try:
+        con = dbm.connect(db, read_only=True)
+    except (ReplaygateError, duckdb.Error):
+        return []  # busy or unreadable: the write below says so
+    try:
+        return rolloutlog.starts_in_db(con)
+    finally:
+        con.close()
 
 
 def _documents(path: str) -> list:

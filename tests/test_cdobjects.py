@@ -322,6 +322,47 @@ def test_flagger_phases_without_events():
     assert {r["stage"] for r in cdobjects.records([canary])} == {"canary-50pct"}
 
 
+def test_flagger_failed_without_events_rolls_back_the_stage_the_log_saw(tmp_path):
+    # argo-cd's Progressing canary (weight 10), imported on one pass; on a later pass the
+    # canary has failed (argo-cd's degraded one: Flagger set its weight to 0) and its
+    # events have expired. The rollback belongs to canary-10pct, not to a stage "canary"
+    # that never started.
+    progressing = _docs("argo-cd/Canary_progressing.yaml")[0]
+    failed = _docs("argo-cd/Canary_degraded.yaml")[0]
+    for dest in ("--to", "--db"):
+        target = tmp_path / ("rollout.jsonl" if dest == "--to" else "fleet.duckdb")
+        for i, obj in enumerate((progressing, failed)):
+            f = tmp_path / f"canary-{i}.json"
+            f.write_text(json.dumps(obj))
+            r = run_cli("rollout", "import", f, "--release", "3.1.0", dest, target)
+            assert r.returncode == 0, r.stderr
+        if dest == "--to":
+            recs = [json.loads(x) for x in target.read_text().splitlines()]
+            assert _short(recs) == [
+                ("2020-07-03T18:46:52Z", "3.1.0", "canary-10pct", "start"),
+                ("2020-07-03T19:13:47Z", "3.1.0", "canary-10pct", "rollback"),
+            ]
+            db = tmp_path / "from-file.duckdb"
+            assert run_cli("ingest", target, "--db", db).returncode == 0
+        else:
+            db = target
+        r = run_cli("gates", "--db", db, "--all-stages", "--json")
+        stages = {s["stage"]: s for s in json.loads(r.stdout)["stages"]}
+        assert set(stages) == {"canary-10pct@3.1.0"}, dest
+        assert stages["canary-10pct@3.1.0"]["rolled_back"], dest
+    # Nothing in the log: the stage is not known, and says so by its name.
+    alone = cdobjects.read([failed], release="3.1.0")
+    assert {r["stage"] for r in alone.records} == {"canary"}
+    # A stage the log saw start is not started again at the phase's time (which would
+    # move its window): a Succeeded canary whose spec shows no weights completes it.
+    known = [{"ts": "2020-07-03T13:30:00.000Z", "release": "658bbf784f",
+              "stage": "canary-30pct", "action": "start", "percent": 30.0}]  # fmt: skip
+    done = cdobjects.read(_docs("argo-cd/Canary_succeeded.yaml"), known=known)
+    assert _short(done.records) == [
+        ("2020-07-03T13:36:22Z", "658bbf784f", "canary-30pct", "complete")
+    ]
+
+
 def test_flagger_canary_without_a_release_says_so():
     canary = _docs("argo-cd/Canary_progressing.yaml")[0]
     del canary["status"]["lastAppliedSpec"]
@@ -347,6 +388,53 @@ def test_import_reads_yaml_of_several_documents(tmp_path):
     # Unquoted YAML timestamps (argo-cd's files) are read as the same RFC 3339 times.
     r = run_cli("rollout", "import", CD / "argo-cd/Rollout_suspended_userPause.yaml", "--json")
     assert json.loads(r.stdout.splitlines()[0])["ts"] == "2019-04-26T20:18:38Z"
+
+
+def test_analysis_runs_without_their_owner_are_skipped_with_the_reason():
+    # argo-cd's failed run has no ownerReferences: which rollout and step it judged is
+    # unknown, and the import says so beside what the Rollout gave.
+    got = cdobjects.read(
+        _docs(
+            "argo-cd/Rollout_suspended_userPause.yaml", "argo-cd/AnalysisRun_failedAnalysisRun.yaml"
+        )
+    )
+    assert [r["action"] for r in got.records] == ["start", "hold"]
+    assert got.skipped == [
+        "analysis default/canary-demo-analysis-template-6c6bb7cf6f-9k5rj: no Rollout owns it "
+        "(no ownerReferences), so its rollout and step are unknown"
+    ]
+    # An experiment's run without its Experiment, and an Experiment without its Rollout.
+    got = cdobjects.read(
+        _docs(
+            "argo-rollouts/experiment-step_canary-demo.yaml",
+            "argo-rollouts/experiment-step_canary-exp-analysis.yaml",
+        )
+    )
+    assert any(
+        "its Experiment canary-demo-645d5dbc4c-2-0 is not given" in w for w in got.skipped
+    ), got.skipped
+    exp = _docs("argo-rollouts/experiment-step_canary-exp.yaml")[0]
+    del exp["metadata"]["ownerReferences"]
+    got = cdobjects.read([exp])
+    assert any("no Rollout owns it" in w for w in got.skipped), got.skipped
+
+
+def test_import_of_an_experiment_step_in_separate_files(tmp_path):
+    # kubectl get of each kind to a file of its own: the experiment's run is read as the
+    # experiment, so its file is not "no rollout record".
+    r = run_cli(
+        "rollout", "import",
+        *(CD / f"argo-rollouts/experiment-step_{n}.yaml"
+          for n in ("canary-demo", "canary-exp", "canary-exp-analysis")),
+        "--json",
+    )  # fmt: skip
+    assert r.returncode == 0, r.stderr
+    assert [json.loads(x)["stage"] for x in r.stdout.splitlines()] == ["canary-0pct"]
+    r = run_cli(
+        "rollout", "import", CD / "argo-cd/Rollout_suspended_userPause.yaml",
+        CD / "argo-cd/AnalysisRun_failedAnalysisRun.yaml", "--json",
+    )  # fmt: skip
+    assert "skipped analysis default/canary-demo-analysis-template" in r.stderr
 
 
 def test_import_of_a_file_that_yields_nothing_exits_1_with_the_reason(tmp_path):
