@@ -19,7 +19,8 @@ Requests never analyse or open the database: a background thread reads the last
 completed analysis (refreshing it when the data or the configuration changed, as
 `replaygate gates` would) and swaps in a new snapshot, one per data version, so an
 import or an analysis in progress never delays an answer. The evaluations the answers
-gave are appended to the decision history (source `serve`) by that thread.
+gave are appended to the decision history (source `serve`) by that thread; its own
+appends do not count as a change to analyse (see GateServer.refresh).
 """
 
 from __future__ import annotations
@@ -125,6 +126,9 @@ class GateServer(ThreadingHTTPServer):
         self.slots = threading.BoundedSemaphore(max_connections)
         self._asked: set[str] = set()
         self._asked_lock = threading.Lock()
+        # The history's version right after this server's own last append, when the
+        # analysis was current for the history before it.
+        self._own_history: str | None = None
         self._stop = threading.Event()
         self._refresher = threading.Thread(target=self._refresh_loop, daemon=True)
         self._refresher.start()
@@ -152,7 +156,7 @@ class GateServer(ThreadingHTTPServer):
             return
         try:
             try:
-                current = runner.is_current(con, self.config)
+                current = runner.is_current(con, self.config) or self._only_own_appends(con)
             except duckdb.Error:
                 current = False
             if not current:
@@ -169,10 +173,28 @@ class GateServer(ThreadingHTTPServer):
         finally:
             con.close()
 
+    def _only_own_appends(self, con: duckdb.DuckDBPyConnection) -> bool:
+        """Whether the analysis is current but for this server's own history appends.
+
+        Those are evaluations of the analysis itself: re-analysing for them would take
+        the database for writing (locking out other readers and writers) after every
+        answered question, to re-run a detector (proceeded_while_rollback) whose result
+        they can change only for rollout actions dated after them, which arrive as a
+        data change and a full analysis anyway."""
+        from replaygate.ingest.db import get_meta
+        from replaygate.queries import history, runner
+
+        return (
+            self._own_history is not None
+            and get_meta(con, "analysis_stamp") == runner.stamp(con, self.config)
+            and history.version(con) == self._own_history
+        )
+
     def _record(self, con: duckdb.DuckDBPyConnection) -> None:
         """Append the evaluations answered since the last pass to the history (an
         unchanged evaluation of a stage is not repeated)."""
-        from replaygate.queries import api
+        from replaygate.ingest.db import get_meta
+        from replaygate.queries import api, history
 
         with self._asked_lock:
             asked, self._asked = self._asked, set()
@@ -180,10 +202,19 @@ class GateServer(ThreadingHTTPServer):
         if not asked or snap is None:
             return
         stages = [snap.stages[k] for k in sorted(asked) if k in snap.stages]
+        before = history.version(con)
+        current = before in (get_meta(con, "history_stamp", "0"), self._own_history)
         try:
-            api.record_decisions(con, {"stages": stages}, self.config, "serve", only_changes=True)
+            rows = api.record_decisions(
+                con, {"stages": stages}, self.config, "serve", only_changes=True
+            )
         except (ReplaygateError, OSError) as exc:
             self.problem = f"history not written: {exc}".splitlines()[0]
+            return
+        if rows:
+            # Only an append onto a history the analysis had read is ours alone; one onto
+            # another writer's change leaves that change to be analysed.
+            self._own_history = history.version(con) if current else None
 
     def asked(self, key: str) -> None:
         with self._asked_lock:

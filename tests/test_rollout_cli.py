@@ -492,3 +492,55 @@ def test_no_release_is_spelled_the_same_everywhere_and_unstarted_stages_are_refu
     )
     r = run_cli("gates", "--db", db, "--release", "2.0", "--stage", "s", "--json")
     assert json.loads(r.stdout)["stages"][0]["stage"] == "s@2.0"
+
+
+def test_serve_does_not_analyse_its_own_history_appends(sample_db, tmp_path, monkeypatch):
+    from replaygate.ingest.config import load as load_config
+    from replaygate.queries import history, runner
+    from replaygate.serve import make_server
+
+    db = tmp_path / "served.duckdb"
+    shutil.copy(sample_db, db)
+    calls = []
+    analyse = runner.analyse
+    monkeypatch.setattr(runner, "analyse", lambda *a, **k: calls.append(1) or analyse(*a, **k))
+    conf = load_config(SAMPLE_CONF)
+    server = make_server(str(db), conf, port=0, quiet=True, refresh_s=0.05)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        assert server.wait_ready()
+        host, port = server.server_address[:2]
+        base = f"http://{host}:{port}"
+        first = len(calls)  # the copy's analysis, if it was not current
+        for stage in ("write-10pct", "write-10pct-v2"):
+            assert _get(f"{base}/gates/-/{stage}")[0] in (200, 412)
+            deadline = time.monotonic() + 30
+            while not any(
+                x.get("source") == "serve" and x["stage"] == stage
+                for x in history.read(history.file_for_db(db))
+            ):
+                assert time.monotonic() < deadline
+                time.sleep(0.05)
+            time.sleep(0.5)  # ten refresh passes
+        # Its own appends are no change to analyse: the database is never taken for
+        # writing for them.
+        assert len(calls) == first
+        # Another writer's append to the history is: the findings that read it catch up.
+        script = (
+            "import sys\n"
+            "from replaygate.ingest import db as dbm\n"
+            "from replaygate.ingest.config import load\n"
+            "from replaygate.queries import api\n"
+            "con = dbm.connect(sys.argv[1], read_only=True)\n"
+            "conf = load(sys.argv[2])\n"
+            "api.record_decisions(con, api.gates_doc(con, conf, stage='write-10pct'), conf, 'x')\n"
+        )
+        r = subprocess.run([sys.executable, "-c", script, str(db), str(SAMPLE_CONF)], cwd=ROOT)
+        assert r.returncode == 0
+        deadline = time.monotonic() + 30
+        while len(calls) == first:
+            assert time.monotonic() < deadline, "another writer's append was not analysed"
+            time.sleep(0.05)
+    finally:
+        server.shutdown()
+        server.server_close()
