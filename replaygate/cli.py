@@ -157,7 +157,7 @@ def _analyse(con: duckdb.DuckDBPyConnection, conf: Config) -> dict[str, Any]:
 
 
 @cli.command(context_settings=CONTEXT)
-@click.argument("paths", nargs=-1, required=True, type=click.Path())
+@click.argument("paths", nargs=-1, type=click.Path())
 @db_option
 @config_option
 @click.option(
@@ -172,7 +172,7 @@ def _analyse(con: duckdb.DuckDBPyConnection, conf: Config) -> dict[str, Any]:
     "notify",
     multiple=True,
     metavar="URL",
-    help="POST decision changes here as JSON (Slack-compatible); repeatable.",
+    help="POST decision changes here as JSON (Slack-compatible); http(s) only; repeatable.",
 )
 @click.option(
     "--dashboard-url",
@@ -182,6 +182,11 @@ def _analyse(con: duckdb.DuckDBPyConnection, conf: Config) -> dict[str, Any]:
 )
 @source_option("How to read proxy access logs.")
 @click.option("--cycles", type=click.IntRange(1), help="Stop after this many cycles.")
+@click.option(
+    "--check",
+    is_flag=True,
+    help="Say whether a watch is running on --db and keeping up (exit 0) or not (exit 1).",
+)
 def watch(
     paths: tuple[str, ...],
     db: str,
@@ -191,6 +196,7 @@ def watch(
     dashboard_url: str,
     source: str,
     cycles: int | None,
+    check: bool,
 ) -> None:
     """Ingest what is new, analyse and gate, again and again: one line per cycle.
 
@@ -199,16 +205,33 @@ def watch(
     logs are recognised by content. Each cycle prints new rows per type, findings
     added and resolved, the decision of each open stage and the data lag; decision
     changes are printed and, with --notify, POSTed. Readers (dashboard, gates) see a
-    copy published after every cycle that changed something. Stop with Ctrl-C.
+    copy published after every cycle that changed something. Stop with Ctrl-C or
+    SIGTERM: queued notifications are delivered within 10 s, or each is logged.
+
+    \b
+    --check is for supervisors: it exits 0 while a watch holds the database and its
+    heartbeat (NAME.watch.json) is fresh, and 1 with the reason otherwise (killed,
+    stopped, hung, or its last cycle failed).
 
     \b
     Examples:
       replaygate watch /var/log/mcp/ /var/log/caddy/ --db fleet.duckdb
       replaygate watch logs/ --every 1m --notify https://hooks.slack.com/services/...
+      replaygate watch --check --db fleet.duckdb || restart-watch
     """
-    from .watch import main
+    from replaygate.queries.escape import terminal
 
-    main(paths, db, config_path, every, notify, dashboard_url, source, cycles)
+    from . import watch as w
+
+    if check:
+        if paths or notify or cycles:
+            raise click.UsageError("--check takes only --db")
+        alive, line = w.check(db)
+        click.echo(terminal(line))
+        sys.exit(0 if alive else 1)
+    if not paths:
+        raise click.UsageError("give the files or folders to watch (or --check)")
+    w.main(paths, db, config_path, every, notify, dashboard_url, source, cycles)
 
 
 @cli.command(context_settings=CONTEXT)

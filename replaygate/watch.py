@@ -10,7 +10,13 @@ does not touch an open file). While watch runs it is the database's only writer.
 A failed cycle (a file that cannot be read, a database error) is reported and tried
 again at the next tick; a cycle that runs past the next tick skips the ticks it missed
 and says so, so work never queues up behind itself. SIGINT and SIGTERM end the loop
-after the cycle in progress; every cycle's writes are one transaction.
+after the cycle in progress; every cycle's writes are one transaction; notifications
+still queued are delivered within a grace period, or logged (replaygate/notify.py).
+
+Liveness: after every cycle watch writes `NAME.watch.json` beside the database, with
+`stale_after`, the time by which the next one is due. A supervisor runs
+`replaygate watch --check --db NAME`: watch is alive while it holds the database's
+writer lock (which dies with it, `kill -9` included) and its heartbeat is not stale.
 """
 
 from __future__ import annotations
@@ -20,6 +26,7 @@ import datetime as dt
 import json
 import os
 import shutil
+import socket
 import threading
 import time
 from dataclasses import dataclass, field
@@ -118,6 +125,9 @@ class Watcher:
         self.con: duckdb.DuckDBPyConnection | None = None
         self.started = False
         self.known: dict[str, dict] | None = None  # stage -> {decision, gates}
+        # False until there is a state to compare with: without one (nothing analysed
+        # when watch started), the first cycle's decisions are that state, not changes.
+        self.baselined = False
         self.lock: dblock.Lock | None = None
 
     # -- storage ---------------------------------------------------------------------------
@@ -185,8 +195,9 @@ class Watcher:
         t0 = time.perf_counter()
         try:
             con = self._open()
-            if self.known is None:
+            if not self.baselined:
                 self.known = self._decisions(con, gates, runner, baseline=True)
+                self.baselined = True
             version = dbm.get_meta(con, "data_version", "0")
             rep = ingest(con, list(self.paths), self.config, source=self.source)
             c.rows, c.quarantined = rep.rows_by_type(), rep.quarantined
@@ -198,10 +209,10 @@ class Watcher:
                 c.added, c.resolved = len(after - before), len(before - after)
                 changed = True
             # Unchanged data and configuration: the same decisions as last cycle.
-            state = self._decisions(con, gates, runner) if changed else self.known
+            state = (self._decisions(con, gates, runner) if changed else self.known) or {}
             c.decisions = {s: v["decision"] for s, v in state.items()}
             c.open_stages = [s for s, v in state.items() if v["open"]]
-            c.changes = self._changes(state, c.at)
+            c.changes = self._changes(state, c.at) if self.known is not None else []
             self.known = state
             c.lag = _lag(con, c.at)
             c.stale = _stale(con)
@@ -224,13 +235,15 @@ class Watcher:
         except duckdb.CatalogException:
             return set()
 
-    def _decisions(self, con, gates, runner, baseline: bool = False) -> dict[str, dict]:
+    def _decisions(self, con, gates, runner, baseline: bool = False) -> dict[str, dict] | None:
+        """Every stage's decision now; for the baseline, None when nothing was analysed
+        with this configuration yet (there is no earlier state to compare with)."""
         try:
             if baseline and not runner.is_current(con, self.config):
-                return {}
+                return None
             doc = gates.evaluate(con, self.config, all_stages=True)
         except duckdb.CatalogException:
-            return {}  # nothing analysed yet
+            return None if baseline else {}  # nothing analysed yet
         from replaygate.queries.api import record_decisions
 
         # Each evaluation that differs from the last one recorded joins the history.
@@ -246,14 +259,13 @@ class Watcher:
         }
 
     def _changes(self, state: dict[str, dict], at: dt.datetime) -> list[dict]:
-        """Stages whose decision changed, or a gate that started or stopped failing.
-        A stage seen for the first time is announced only when it is ROLLBACK."""
+        """Stages whose decision changed, or a gate that started or stopped failing, and
+        stages that appeared since the last cycle (their first decision, whatever it is).
+        Stages already known when watch started are not announced again."""
         out = []
         for stage, now in state.items():
             was = (self.known or {}).get(stage)
             if was is None:
-                if now["decision"] != "ROLLBACK":
-                    continue
                 gate_changes = []
             else:
                 gate_changes = [
@@ -309,15 +321,22 @@ class Watcher:
         finally:
             self.close()
             self.notifier.close()
+            self._stopped()
         return n
 
     def _heartbeat(self, c: Cycle) -> None:
         """A small JSON file next to the database: when watch last looked, and how it went
         (readers can tell "no new data" from "watch stopped")."""
+        # The next heartbeat is due one interval plus one cycle later; twice that, and
+        # at least 30 s more, before a reader may call this one stale.
+        due = c.at + dt.timedelta(seconds=2 * (self.every + c.seconds) + 30)
         doc = {
+            "state": "running",
             "pid": os.getpid(),
+            "host": socket.gethostname(),
             "cycle": c.n,
             "at": c.at.strftime("%Y-%m-%dT%H:%M:%SZ"),
+            "stale_after": due.strftime("%Y-%m-%dT%H:%M:%SZ"),
             "every_seconds": self.every,
             "seconds": round(c.seconds, 3),
             "ok": c.error is None,
@@ -327,10 +346,74 @@ class Watcher:
             "rows": c.rows,
             "decisions": c.decisions,
         }
-        # Through the output guard: a link planted at the name is refused, not followed.
-        guard = outputs.for_database(self.db)
-        with contextlib.suppress(OSError, ReplaygateError):
-            guard.write_text(heartbeat_path(self.db), json.dumps(doc, indent=1))
+        _write_heartbeat(self.db, doc)
+
+    def _stopped(self) -> None:
+        """Say in the heartbeat that watch stopped on purpose (a killed watch cannot)."""
+        path = heartbeat_path(self.db)
+        try:
+            doc = json.loads(path.read_text())
+        except (OSError, ValueError):
+            return
+        if not isinstance(doc, dict) or doc.get("pid") != os.getpid():
+            return
+        doc.update(
+            state="stopped",
+            stopped_at=dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
+            stale_after=None,
+        )
+        _write_heartbeat(self.db, doc)
+
+
+def _write_heartbeat(db: str, doc: dict) -> None:
+    # Through the output guard: a link planted at the name is refused, not followed.
+    guard = outputs.for_database(db)
+    with contextlib.suppress(OSError, ReplaygateError):
+        guard.write_text(heartbeat_path(db), json.dumps(doc, indent=1))
+
+
+def check(db: str, now: dt.datetime | None = None) -> tuple[bool, str]:
+    """Whether a watch is alive on `db` and keeping up, and one line saying so: it holds
+    the database's writer lock (gone with the process, even after `kill -9`) and its
+    last heartbeat is not past `stale_after` (a hung watch still holds the lock)."""
+    now = now or dt.datetime.now(dt.UTC)
+    try:
+        hb = json.loads(heartbeat_path(db).read_text())
+        if not isinstance(hb, dict):
+            raise ValueError
+    except FileNotFoundError:
+        hb = None
+    except (OSError, ValueError):
+        return False, f"the heartbeat {heartbeat_path(db)} cannot be read"
+    held = dblock.holder(db) or {}
+    here = hb is None or hb.get("host") in (None, socket.gethostname())
+    running = held.get("role") == dblock.WATCH if here else hb is not None
+    pid = held.get("pid") or (hb or {}).get("pid")
+    if hb is None:
+        if running:
+            return True, f"watch (pid {pid}) is running; its first cycle has not finished"
+        return False, f"no watch has run on {db} (no heartbeat)"
+    last = f"cycle #{hb.get('cycle')} at {hb.get('at')}"
+    if not running:
+        if hb.get("state") == "stopped":
+            return False, f"watch is not running: it stopped at {hb.get('stopped_at')} ({last})"
+        return False, (
+            f"watch is not running: pid {hb.get('pid')} is gone without stopping (killed?); "
+            f"its last {last}"
+        )
+    try:
+        due = dt.datetime.strptime(str(hb.get("stale_after")), "%Y-%m-%dT%H:%M:%SZ")
+        stale = now > due.replace(tzinfo=dt.UTC)
+    except ValueError:
+        stale = True
+    if stale:
+        return False, (
+            f"watch (pid {pid}) holds the database but its heartbeat is stale: last {last}, "
+            f"the next was due by {hb.get('stale_after')} (hung, or a cycle far too slow)"
+        )
+    if not hb.get("ok", False):
+        return False, f"watch (pid {pid}) is running but its last {last} failed: {hb.get('error')}"
+    return True, f"watch (pid {pid}) is running; last {last}"
 
 
 def _wal(p: Path) -> Path:
@@ -386,6 +469,12 @@ def main(paths, db, config_path, every, notify, dashboard_url, source, cycles) -
 
     from replaygate.ingest import config as cfg
 
+    from .notify import check_url
+
+    for url in notify:
+        why = check_url(url)
+        if why:
+            raise ReplaygateError(f"--notify URL {why}: webhooks are posted to over http(s)")
     conf = cfg.load(config_path)
     stop = threading.Event()
 
