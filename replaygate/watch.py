@@ -128,6 +128,7 @@ class Watcher:
         # False until there is a state to compare with: without one (nothing analysed
         # when watch started), the first cycle's decisions are that state, not changes.
         self.baselined = False
+        self._last_heartbeat: dict | None = None
         self.lock: dblock.Lock | None = None
 
     # -- storage ---------------------------------------------------------------------------
@@ -346,17 +347,12 @@ class Watcher:
             "rows": c.rows,
             "decisions": c.decisions,
         }
+        self._last_heartbeat = doc
         _write_heartbeat(self.db, doc)
 
     def _stopped(self) -> None:
         """Say in the heartbeat that watch stopped on purpose (a killed watch cannot)."""
-        path = heartbeat_path(self.db)
-        try:
-            doc = json.loads(path.read_text())
-        except (OSError, ValueError):
-            return
-        if not isinstance(doc, dict) or doc.get("pid") != os.getpid():
-            return
+        doc = dict(self._last_heartbeat or {"pid": os.getpid(), "cycle": 0, "at": None})
         doc.update(
             state="stopped",
             stopped_at=dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
