@@ -82,7 +82,9 @@ def _axes(fig: go.Figure, x: str | None = "time (UTC)", y: str | None = None) ->
 def _empty(title: str, message: str = "nothing to show for these filters") -> go.Figure:
     fig = go.Figure()
     fig.add_annotation(text=message, showarrow=False, x=0.5, y=0.5, xref="paper", yref="paper")
-    fig.update_layout(title=title, xaxis={"visible": False}, yaxis={"visible": False}, **LAYOUT)
+    fig.update_layout(
+        title=plot_text(title), xaxis={"visible": False}, yaxis={"visible": False}, **LAYOUT
+    )
     return fig
 
 
@@ -197,7 +199,7 @@ def findings_over_time(
         fig.add_trace(
             go.Bar(x=part["bucket"], y=part["n"], name=det, marker_color=detector_color(det))
         )
-    fig.update_layout(barmode="stack", title=title, **LAYOUT)
+    fig.update_layout(barmode="stack", title=plot_text(title), **LAYOUT)
     _axes(fig, y=f"findings per {bucket}")
     return annotate_rollout(fig, actions)
 
@@ -231,7 +233,7 @@ def recovery_histogram(df: pd.DataFrame, threshold_s: float) -> go.Figure:
         font={"color": "#1a237e", "size": 11},
         xanchor="right" if threshold_s >= p99 else "left",
     )
-    fig.update_layout(title=title, showlegend=False, **LAYOUT)
+    fig.update_layout(title=plot_text(title), showlegend=False, **LAYOUT)
     return _axes(fig, x="seconds from disconnect to reopened stream", y="recoveries")
 
 
@@ -254,7 +256,7 @@ def series_by(
         trace = go.Bar if bar else go.Scatter
         color = (colors or {}).get(str(k), MUTED if colors else None)
         fig.add_trace(trace(x=part["bucket"], y=part["n"], name=plot_text(k), marker_color=color))
-    fig.update_layout(barmode="stack", title=title, **LAYOUT)
+    fig.update_layout(barmode="stack", title=plot_text(title), **LAYOUT)
     _axes(fig, y=f"{y} per {bucket}" if bucket else y)
     return annotate_rollout(fig, actions) if actions is not None else fig
 
@@ -274,7 +276,7 @@ def share_pie(
             texttemplate="%{label}<br>%{value:,}",
         )
     )
-    fig.update_layout(title=title, **LAYOUT)
+    fig.update_layout(title=plot_text(title), **LAYOUT)
     return fig
 
 
@@ -309,7 +311,7 @@ def reconnect_qps(df: pd.DataFrame, budget: float, actions: pd.DataFrame) -> go.
         annotation_text=f"budget {budget:g}/s",
         annotation_position="bottom right",
     )
-    fig.update_layout(title=title, **LAYOUT)
+    fig.update_layout(title=plot_text(title), **LAYOUT)
     _axes(fig, y="reconnects per second")
     return annotate_rollout(fig, actions)
 
@@ -491,5 +493,5 @@ def inspector_timeline(df: pd.DataFrame, title: str, marks: pd.Series | None = N
         showgrid=True,
         zeroline=False,
     )
-    fig.update_layout(title=title, **{**LAYOUT, "height": 120 + 70 * max(len(lanes), 3)})
+    fig.update_layout(title=plot_text(title), **{**LAYOUT, "height": 120 + 70 * max(len(lanes), 3)})
     return _axes(fig)

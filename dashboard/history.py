@@ -15,6 +15,8 @@ import streamlit as st
 
 from replaygate.queries import history
 
+from . import fmt
+
 
 def section(db_path: str, stage: str | None) -> None:
     st.subheader("Decision history")
@@ -23,7 +25,7 @@ def section(db_path: str, stage: str | None) -> None:
         history.checked_for_db(db_path)
     except history.HistoryBroken as exc:
         # Nothing of a broken history is shown as if it held.
-        st.error(f"The decision history does not verify: {exc}")
+        st.error(f"The decision history does not verify: {fmt.md_text(exc)}")
         return
     entries = history.timeline(path, stage)
     if not entries:
@@ -77,4 +79,4 @@ def section(db_path: str, stage: str | None) -> None:
         width="stretch",
     )
     if at < first:
-        st.caption(f"The first decision was recorded at {entries[0]['recorded_at']}.")
+        st.caption(f"The first decision was recorded at {fmt.md_text(entries[0]['recorded_at'])}.")

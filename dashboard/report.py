@@ -23,7 +23,7 @@ from plotly.offline import get_plotlyjs
 
 from replaygate.ingest.errors import ReplaygateError
 from replaygate.queries import outputs
-from replaygate.queries.escape import md_code, md_code_block, md_text
+from replaygate.queries.escape import html_text, md_code, md_code_block, md_text
 from replaygate.queries.runner import UNIT_COLUMNS
 
 from . import figures
@@ -319,6 +319,10 @@ def _environment() -> jinja2.Environment:
         autoescape=True,  # every value from the data is HTML-escaped
         undefined=jinja2.StrictUndefined,
         keep_trailing_newline=True,
+        # Every value shown is made visible before it is escaped: a bidi override or a
+        # zero-width character in a stage name cannot reorder or hide a heading's words.
+        # Our own markup (CSS, scripts, charts) is Markup and passes untouched.
+        finalize=lambda v: v if isinstance(v, Markup) or not isinstance(v, str) else html_text(v),
     )
     env.filters["thousands"] = lambda n: f"{n:,}"
     env.filters["tojson_sorted"] = lambda v, indent=None: json.dumps(

@@ -2,13 +2,15 @@
 
 A link pasted in an incident channel must open the same view, so every filter
 lives in the query string: stage, rev, server, client, range, from, to. Values
-from the URL are validated against the data; what had to be corrected is said.
+from the URL are validated against the data; what had to be corrected is said, with
+the value quoted inert (`quoted`): anyone can craft a link.
 """
 
 from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
 
+from replaygate.queries import escape
 from replaygate.queries.filters import Filters
 
 KEYS = ("stage", "rev", "server", "client", "range", "from", "to")
@@ -23,6 +25,20 @@ PRESETS = {
 }
 
 __all__ = ["Filters", "from_query", "to_query", "short", "PRESETS", "parse_ts"]
+
+
+# A value from the URL is quoted in a note at most this long: a link is attacker text.
+QUOTED = 60
+
+
+def quoted(value: object) -> str:
+    """A value from the URL as it is quoted in a note (shown as Streamlit Markdown):
+    shortened, on one line, bidi and zero-width characters shown, every Markdown,
+    Streamlit directive and math character escaped (queries/escape.py)."""
+    text = escape.one_line(value)
+    if len(text) > QUOTED:
+        text = text[:QUOTED] + "…"
+    return escape.md_text(text, streamlit=True)
 
 
 def _split(value: str | None) -> tuple[str, ...]:
@@ -55,11 +71,14 @@ def from_query(
     is swapped, a range outside the data is clamped, and each correction gets a note.
     """
     notes: list[str] = []
+    # None: the stages are not known here (nothing to validate against); {}: none exist,
+    # so a stage in the URL is unknown like any other.
+    known_stages = stages is not None
     stages = stages or {}
     options = options or {}
     stage = params.get("stage") or None
-    if stage is not None and stages and stage not in stages:
-        notes.append(f"No stage named “{stage}”: showing all stages.")
+    if stage is not None and known_stages and stage not in stages:
+        notes.append(f"No stage named “{quoted(stage)}”: showing all stages.")
         stage = None
 
     def known(key: str, opt: str, label: str) -> tuple[str, ...]:
@@ -69,7 +88,7 @@ def from_query(
             return wanted
         bad = [v for v in wanted if v not in allowed]
         if bad:
-            notes.append(f"Unknown {label} ignored: {', '.join(bad)}.")
+            notes.append(f"Unknown {label} ignored: {quoted(', '.join(bad))}.")
         return tuple(v for v in wanted if v in allowed)
 
     revisions = known("rev", "revisions", "protocol revision")
@@ -78,7 +97,7 @@ def from_query(
     lo, hi = options.get("span", (None, None))
     preset = params.get("range") or ("custom" if params.get("from") or params.get("to") else "all")
     if preset not in PRESETS:
-        notes.append(f"Unknown time range “{preset}”: showing all data.")
+        notes.append(f"Unknown time range “{quoted(preset)}”: showing all data.")
         preset = "all"
     start = end = None
     if preset == "custom":

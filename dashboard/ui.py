@@ -323,7 +323,7 @@ def gate_tile(col, gate: dict, ctx: Ctx, stage: str | None) -> None:
         st.metric(
             fmt.gate_title(gate["id"]),
             display_value(gate),
-            help=f"{gate['id']}: {gate['reason']}",
+            help=fmt.md_text(f"{gate['id']}: {gate['reason']}"),
         )
         bound = display_bound(gate)
         st.caption(
@@ -500,7 +500,7 @@ def gate_metric(col, gate: dict, ctx: Ctx) -> None:
         st.metric(
             fmt.gate_title(gate["id"]),
             display_value(gate),
-            help=f"{gate['id']}: {gate['reason']}",
+            help=fmt.md_text(f"{gate['id']}: {gate['reason']}"),
         )
         line = f":{color}-badge[{fmt.md_text(word)}]"
         if BY_ID[gate["id"]].kind == "share":

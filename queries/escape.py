@@ -1,4 +1,5 @@
-"""Escaping for every output context: Markdown, CSV, shell commands, terminal text.
+"""Escaping for every output context: Markdown, CSV, shell commands, terminal text,
+Slack mrkdwn, HTML text (before autoescaping).
 
 Logged fields (origins, user agents, tool names, idempotency keys, stage names, file
 names) are attacker-controlled. Whatever leaves replaygate as a document goes through
@@ -66,6 +67,18 @@ def slack_text(value: object) -> str:
     cannot forge a headline), no link, mention, emphasis, code or emoji from it."""
     text = one_line(value).translate(_SLACK)
     return _SLACK_EDGE.sub(lambda m: "\u02cd" if m[0] == "_" else "\ua789", text)
+
+
+# What HTML shows of a control character is nothing (or a box): tab and line feed stay
+# (a <pre> block keeps them), every other one becomes a space.
+_HTML_CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")
+
+
+def html_text(value: object) -> str:
+    """Data for an HTML text node or attribute, before autoescaping: bidi and zero-width
+    characters shown by code point (`visible`), so a stage name cannot make a ROLLBACK
+    heading or title read PROCEED, and control characters as spaces."""
+    return visible(_HTML_CONTROL.sub(" ", "" if value is None else str(value)))
 
 
 def terminal(value: object) -> str:

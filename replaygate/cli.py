@@ -23,6 +23,7 @@ from .options import (
     emit_json,
     engine_options,
     json_option,
+    say,
     source_option,
 )
 
@@ -53,7 +54,7 @@ def say_config() -> None:
     ctx = click.get_current_context(silent=True)
     note = ctx.meta.get("replaygate.config") if ctx is not None else None
     if note:
-        click.echo(f"configuration: {note}", err=True)
+        say(f"configuration: {note}", err=True)
 
 
 @click.group(context_settings=CONTEXT)
@@ -123,7 +124,7 @@ def ingest(
     else:
         ingest_summary(report, analysed)
     for w in report.warnings:
-        click.echo(f"warning: {w}", err=True)
+        say(f"warning: {w}", err=True)
     if strict and report.quarantined:
         raise ReplaygateError(f"{report.quarantined} rows quarantined (--strict)")
     unreadable = [f for f in report.files if f.status == "unreadable"]
@@ -146,7 +147,7 @@ def _allowlist_note(conf: Config) -> None:
 
     note = allowlist_note(conf)
     if note:
-        click.echo(f"note: {note}", err=True)
+        say(f"note: {note}", err=True)
 
 
 def _analyse(con: duckdb.DuckDBPyConnection, conf: Config) -> dict[str, Any]:
@@ -742,14 +743,14 @@ def report(
     if output:
         guard = outputs.for_database(db, con, conf.source)
         render.write(doc, fmt, Path(output), guard)
-        click.echo(f"wrote {output} ({doc['scope']['stage']}: {doc['decision']})", err=True)
+        say(f"wrote {output} ({doc['scope']['stage']}: {doc['decision']})", err=True)
     if bundle:
         from replaygate.dashboard.bundle import bundle as write_bundle
 
         files = write_bundle(
             doc, con, conf, Path(bundle), sign_key=sign_key, db_path=db, pdf=bundle_pdf
         )
-        click.echo(f"wrote bundle {bundle}: " + ", ".join(files), err=True)
+        say(f"wrote bundle {bundle}: " + ", ".join(files), err=True)
     say_config()
 
 
@@ -759,12 +760,12 @@ def _verify_bundle(folder: Path, public_key: str | None, inputs: tuple[str, ...]
 
     verdict = attest.verify(folder, public_key=public_key, inputs=list(inputs))
     for note in verdict.notes:
-        click.echo(note, err=True)
+        say(note, err=True)
     for item in verdict.inputs:
         if item["status"] != "not checked":
-            click.echo(f"input {item['name']}: {item['status']}", err=True)
+            say(f"input {item['name']}: {item['status']}", err=True)
     for problem in verdict.problems:
-        click.echo(problem, err=True)
+        say(problem, err=True)
     if verdict.problems:
         raise ReplaygateError(f"bundle does not verify: {verdict.problems[0]}")
     click.echo(f"bundle verified: {verdict.files} files match the statement")
@@ -802,19 +803,17 @@ def main(argv: list[str] | None = None) -> None:
         click.echo("replaygate: aborted", err=True)
         sys.exit(1)
     except click.ClickException as exc:
-        click.echo(f"replaygate: error: {exc.format_message()}", err=True)
+        say(f"replaygate: error: {exc.format_message()}", err=True)
         sys.exit(1)
     except ReplaygateError as exc:
         if _debug_requested(argv):
             raise
-        click.echo(f"replaygate: error: {exc}", err=True)
+        say(f"replaygate: error: {exc}", err=True)
         sys.exit(1)
     except Exception as exc:  # noqa: BLE001 - the one place that turns crashes into a line
         if _debug_requested(argv):
             raise
         msg = str(exc).splitlines()[0] if str(exc) else ""
-        click.echo(
-            f"replaygate: error: {type(exc).__name__}: {msg} (--debug for details)", err=True
-        )
+        say(f"replaygate: error: {type(exc).__name__}: {msg} (--debug for details)", err=True)
         sys.exit(1)
     sys.exit(rc if isinstance(rc, int) else 0)

@@ -7,11 +7,10 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 
-import click
-
 from replaygate.ingest.errors import ReplaygateError
 
 from . import duration
+from .options import say
 
 
 def ingest_paths(db: str, paths: list[str], conf, source: str = "auto") -> None:
@@ -27,7 +26,7 @@ def ingest_paths(db: str, paths: list[str], conf, source: str = "auto") -> None:
     finally:
         dbm.close(con)
     for w in report.warnings:
-        click.echo(f"warning: {w}", err=True)
+        say(f"warning: {w}", err=True)
 
 
 def evaluate_once(db: str, conf, stage: str | None, release: str | None) -> dict:
@@ -76,7 +75,7 @@ def wait(
         decision = stages[0]["decision"] if stages else "HOLD"
         shown = stages[0]["stage"] if stages else (stage or release)
         left = deadline - clock()
-        click.echo(
+        say(
             f"gates {shown}: {decision} (evaluation {n}, {duration.show(max(left, 0))} left)",
             err=True,
         )

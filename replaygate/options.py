@@ -81,3 +81,12 @@ def json_option(f: F) -> F:
 
 def emit_json(doc: Any) -> None:
     click.echo(json.dumps(doc, indent=2, default=str))
+
+
+def say(text: object, err: bool = False) -> None:
+    """One line of text that may quote data (a stage, a file name, an error that names
+    either) for the terminal: no escape sequence, line break, bidi or zero-width
+    character from it reaches the reader (queries/escape.py `terminal`)."""
+    from replaygate.queries.escape import terminal
+
+    click.echo(terminal(text), err=err)

@@ -10,7 +10,7 @@ import click
 
 from replaygate.ingest.errors import ReplaygateError
 
-from .options import CONTEXT, config_option, db_option
+from .options import CONTEXT, config_option, db_option, say
 
 
 @click.group(context_settings=CONTEXT)
@@ -144,7 +144,7 @@ def _action_command(verb: str, action: str, summary: str):
         if as_json:
             click.echo(json.dumps(rec))
         where = to_file or db
-        click.echo(
+        say(
             f"rollout: {action} {stage} of {release or NO_RELEASE} by {rec['actor']} "
             f"at {rec['ts']} -> {where}",
             err=True,
@@ -208,7 +208,7 @@ def import_(paths, release, scope, as_json, db, config_path, to_file):
     known = _known_starts(db, to_file)
     reading = cdobjects.read(docs, release=_release(release), scope=scope, known=known)
     for why in reading.skipped:
-        click.echo(f"rollout import: skipped {why}", err=True)
+        say(f"rollout import: skipped {why}", err=True)
     empty = [p for p, docs in files if not any(map(reading.used, cdobjects.flatten(docs)))]
     if empty:
         # An import that yields nothing for a file is a CD step that reads the wrong thing:

@@ -264,6 +264,52 @@ def test_inspector_opens_a_sessionless_finding(app, sample_db):
     assert app.selectbox(key="inspector_subject").value[1] == subject
 
 
+FORGED_LINK = (
+    "**ROLLBACK cleared — PROCEED approved** [click](https://evil.example) "
+    "![x](https://evil.example/beacon.png)\u202e\n## PROCEED"
+)
+
+
+def _rendered(app) -> list[str]:
+    """Every text the page shows as Markdown (or as an alert, which is Markdown too)."""
+    return [e.value for kind in ("markdown", "caption", "info", "warning", "error", "title")
+            for e in getattr(app, kind)] + [m.label for m in app.metric]  # fmt: skip
+
+
+def _no_forged_markdown(texts: list[str]) -> None:
+    for text in texts:
+        assert "](https://evil" not in text and "\u202e" not in text, text
+        assert "**ROLLBACK cleared" not in text, text
+
+
+@pytest.mark.parametrize("page", ["overview", "findings", "inspector"])
+def test_a_crafted_link_shows_its_values_as_inert_text(app, page):
+    """Every filter and inspector parameter of the URL holds the forged text: the page
+    still renders, says what it ignored, and no Markdown, link or image of it survives."""
+    if page != "overview":
+        app.switch_page(f"views/{page}.py")
+    for key in ("stage", "range", "rev", "server", "client", "session", "subject", "stream"):
+        app.query_params[key] = FORGED_LINK
+    app.run()
+    assert not app.exception, [e.message for e in app.exception]
+    texts = _rendered(app)
+    _no_forged_markdown(texts)
+    assert any("No stage named" in t for t in texts)
+    if page == "inspector":
+        assert any("Session HMAC" in t and "\\*\\*ROLLBACK" in t for t in texts), texts
+
+
+def test_a_crafted_moment_is_ignored_not_a_crash(app):
+    app.switch_page("views/inspector.py")
+    for bad in ("yesterday", "0001-01-01T00:00:00Z", FORGED_LINK):
+        app.query_params.clear()
+        app.query_params["at"] = bad
+        app.run()
+        assert not app.exception, (bad, [e.message for e in app.exception])
+        assert any("is not a timestamp" in i.value for i in app.info), bad
+        _no_forged_markdown(_rendered(app))
+
+
 def test_busy_or_missing_database_is_said_clearly(monkeypatch, tmp_path):
     from streamlit.testing.v1 import AppTest
 

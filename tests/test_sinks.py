@@ -52,3 +52,110 @@ def test_watch_lines_carry_no_escape_sequence():
     assert "\x1b" not in line and "\x07" not in line and "\r" not in line
     assert "\u202e" not in line and "[U+202E]" in line
     assert terminal("a\x1b[31mb") == "a [31mb"
+
+
+# Everything a crafted dashboard link, a stage name or a file name can try on a reader.
+HOSTILE = [
+    "x\x1b[2J\x1b]0;pwned\x07",  # terminal escape sequences
+    "canary\u202e KCABLLOR",  # a bidi override
+    "can\u200bary",  # a zero-width space
+    "<img src=https://evil.example/i.png> <b>bold</b>",  # HTML
+    "**ROLLBACK cleared — PROCEED approved** [click](https://evil.example) "
+    "![x](https://evil.example/beacon.png)",  # Markdown
+    ":red-background[PROCEED] :material/check: $x^2$",  # Streamlit directives and math
+    "=cmd|' /C calc'!A0",  # a spreadsheet formula
+    "a\n\n## Decision\n\n**PROCEED**\r",  # line breaks
+]
+
+
+def _inert_markdown(text: str) -> None:
+    """No construct of Markdown (or Streamlit's) can start in `text`: every character
+    with a meaning is backslash-escaped, and nothing invisible or on a new line."""
+    for ch in "\n\r\x1b\x07\u202e\u200b":
+        assert ch not in text, (ch, text)
+    unescaped = re.sub(r"\\.", "", text)
+    for ch in "[]()<>*_`$:!#|~":
+        if ch in "()":
+            continue  # parentheses mean nothing once the brackets are escaped
+        assert ch not in unescaped, (ch, text)
+
+
+def test_dashboard_url_values_are_quoted_inert_in_notes():
+    from replaygate.dashboard import state
+
+    stages = {"a": (dt.datetime(2026, 11, 28, tzinfo=dt.UTC), None)}
+    opts = {"revisions": ["2025-06-18"], "servers": [], "clients": [], "span": (None, None)}
+    for bad in HOSTILE:
+        f, preset, notes = state.from_query({"stage": bad, "range": bad, "rev": bad}, stages, opts)
+        assert f.stage is None and preset == "all" and f.revisions == ()
+        shown = state.quoted(bad)
+        _inert_markdown(shown)
+        # Each note is ours around the quoted value, and nothing else of the value.
+        assert sorted(n.replace(shown, "…") for n in notes) == [
+            "No stage named “…”: showing all stages.",
+            "Unknown protocol revision ignored: ….",
+            "Unknown time range “…”: showing all data.",
+        ]
+    long = state.quoted("x" * 1_000_000)
+    assert len(long) == state.QUOTED + 1  # a 1 MB value from a link is cut
+    # No stage at all in the data: a stage from a link is still unknown, not trusted.
+    f, _, notes = state.from_query({"stage": HOSTILE[4]}, {}, opts)
+    assert f.stage is None and notes
+
+
+def test_html_report_shows_invisible_characters_in_headings_and_title(sample_db, tmp_path):
+    from replaygate.dashboard import report as render
+    from replaygate.queries import api
+    from replaygate.queries import report as rep
+
+    conf = api.load_config("sample_data/replaygate.toml")
+    con = api.open_analysed(str(sample_db), conf)
+    doc = rep.build(con, conf, "write-10pct", db_path=str(sample_db))
+    con.close()
+    doc["scope"]["stage"] = "write\u202e KCABLLOR\u200b\x1b[2J"
+    html = render.to_html(doc)
+    title = html[html.index("<title>") : html.index("</title>")]
+    h1 = html[html.index("<h1>") : html.index("</h1>")]
+    for text in (title, h1):
+        assert "\u202e" not in text and "\u200b" not in text and "\x1b" not in text
+        assert "[U+202E]" in text and "[U+200B]" in text
+    assert "\u202e" not in html and "\x1b" not in html
+
+
+def test_chart_titles_are_plain_text():
+    import pandas as pd
+
+    from replaygate.dashboard import figures
+
+    empty = pd.DataFrame(columns=["ts", "lane", "label"])
+    fig = figures.inspector_timeline(empty, "subject <a href='https://evil.example'>x</a>")
+    assert "<a" not in fig.layout.title.text and "&lt;a" in fig.layout.title.text
+
+
+def test_error_and_verify_lines_carry_no_escape_sequence(tmp_path):
+    """`report --verify` on a crafted statement whose subject name tries to print
+    "bundle verified" over the failure, and an ingest error naming a crafted file."""
+    import json
+
+    from .conftest import run_cli as run
+
+    bundle = tmp_path / "bundle"
+    bundle.mkdir()
+    forged = "x\x1b[1A\x1b[2K\rbundle verified: 9 files match the statement\u202e"
+    statement = {"subject": [{"name": forged, "digest": {"sha256": "0" * 64}}], "predicate": {}}
+    (bundle / "statement.json").write_text(json.dumps(statement))
+    r = run("report", "--verify", bundle)
+    assert r.returncode == 1
+    for ch in ("\x1b", "\r", "\u202e"):
+        assert ch not in r.stderr and ch not in r.stdout
+    assert all(
+        line.startswith(("replaygate: error: bundle does not verify", "x "))
+        or "bundle verified" not in line
+        for line in r.stderr.splitlines()
+    )
+    bad = tmp_path / "logs\x1b[31m\u202e.jsonl.gz"
+    bad.write_text("not gzip\n")
+    r = run("ingest", bad, "--db", tmp_path / "x.duckdb")
+    assert r.returncode == 1 and "could not be read" in r.stderr
+    line = r.stderr.strip().splitlines()[-1]
+    assert "\x1b" not in line and "\u202e" not in line and "[U+202E]" in line

@@ -19,7 +19,7 @@ severities = st.multiselect(
     "Severity", ["critical", "high", "medium", "low"], key="findings_severity"
 )
 df = data.findings_of_severity(ctx.stamp, ctx.filters, tuple(detectors), tuple(severities))
-where = ctx.filters.stage or "all stages"
+where = fmt.md_text(ctx.filters.stage) if ctx.filters.stage else "all stages"
 st.caption(f"{fmt.count(len(df))} findings · {where}")
 ui.summary_table(
     data.finding_summary(ctx.stamp, ctx.filters, tuple(detectors)), key="findings_summary"

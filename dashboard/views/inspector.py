@@ -4,7 +4,7 @@ a single timeline, with the finding's evidence marked."""
 import pandas as pd
 import streamlit as st
 
-from replaygate.dashboard import data, figures, fmt, ui
+from replaygate.dashboard import data, figures, fmt, state, ui
 from replaygate.dashboard.state import short
 
 ctx = ui.bootstrap()
@@ -27,7 +27,12 @@ if params.get("session"):
 elif params.get("subject"):
     wanted = ("subject", params["subject"])
 elif params.get("at"):
-    wanted = ("moment", params["at"])
+    moment = state.parse_ts(params["at"])
+    # pandas' nanosecond timestamps span 1677-2262: a link's year 1 must not crash the page.
+    if moment is None or not 1678 <= moment.year <= 2261:
+        st.info(f"“{state.quoted(params['at'])}” is not a timestamp: ignored.")
+    else:
+        wanted = ("moment", params["at"])
 options = list(labels)
 if wanted is not None:
     match = [o for o in options if o[1] == wanted[1]]
@@ -87,7 +92,7 @@ if kind == "session":
             params.pop("stream", None)
         else:
             params["stream"] = stream_id
-    st.caption(f"Session HMAC: {subject}")
+    st.caption(f"Session HMAC: {fmt.md_text(subject)}")
     tl = data.timeline(ctx.stamp, subject, stream_id)
     found = data.findings(ctx.stamp, ctx.filters.with_(stage=None))
     found = found[found["session_hmac"] == subject]
