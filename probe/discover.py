@@ -10,13 +10,17 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import json
+import threading
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar, cast
 
 import anyio
 import httpx2
 
 from .wire import PROBE_HEADER
+
+T = TypeVar("T")
 
 
 @dataclass
@@ -44,10 +48,47 @@ def _headers(run_id: str, agent: str, origin: str | None) -> dict[str, str]:
     return h
 
 
-def discover(url: str, *, run_id: str, agent: str, origin: str | None, timeout: float) -> Discovery:
+def within(seconds: float, fn: Callable[..., T], *args: Any) -> T:
+    """`fn(*args)` in a thread of its own, given at most `seconds`: the SDK client's own
+    timeouts bound its requests, but not its teardown (a DELETE on the way out, a task
+    group waiting on a stream), so the probe does not wait on it past its deadline. A
+    call still running then is abandoned (TimeoutError)."""
+    box: dict[str, Any] = {}
+
+    def work() -> None:
+        try:
+            box["value"] = fn(*args)
+        except BaseException as exc:  # noqa: BLE001 - handed to the caller's thread
+            box["error"] = exc
+
+    t = threading.Thread(target=work, daemon=True)
+    t.start()
+    t.join(max(0.0, seconds))
+    if t.is_alive():
+        raise TimeoutError(f"no answer within {seconds:.1f} s")
+    if "error" in box:
+        raise box["error"]
+    return cast(T, box["value"])
+
+
+def discover(
+    url: str,
+    *,
+    run_id: str,
+    agent: str,
+    origin: str | None,
+    timeout: float,
+    limit: float | None = None,
+) -> Discovery:
     """Connect with the SDK client (mode `auto`), list the tools, disconnect (the SDK
-    deletes its session on the way out)."""
-    return anyio.run(_discover, url, run_id, agent, origin, timeout)
+    deletes its session on the way out); all of it within `limit` seconds."""
+    limit = timeout if limit is None else limit
+    try:
+        # The SDK's own timeout a little shorter: its error names what it waited for.
+        inner = min(timeout, max(0.1, limit - 1.0))
+        return within(limit, anyio.run, _discover, url, run_id, agent, origin, inner)
+    except TimeoutError as exc:
+        return Discovery(None, None, [], False, error=f"discovery stopped: {exc}")
 
 
 async def _discover(
@@ -87,7 +128,10 @@ async def _discover(
             if not isinstance(inner, Exception):
                 break
             exc = inner
-        return Discovery(None, None, [], False, error=f"{type(exc).__name__}: {exc}")
+        why = str(exc) or (
+            f"no answer within {timeout:g} s" if isinstance(exc, TimeoutError) else ""
+        )
+        return Discovery(None, None, [], False, error=f"{type(exc).__name__}: {why}")
 
 
 def _modern(version: str | None) -> bool:
@@ -105,12 +149,22 @@ def resend(
     arguments: dict[str, Any],
     key_arg: str,
     key: str,
+    limit: float | None = None,
 ) -> dict[str, Any]:
     """The 2026-07-28 re-send: a call cut by the client after its first progress event (a
     broken stream is a cancelled request in that revision), then sent again twice with the
     same idempotency key. One execution answers both re-sends with the original receipt;
-    differing answers mean each re-send executed."""
-    return anyio.run(_resend, url, run_id, agent, origin, timeout, tool, arguments, key_arg, key)
+    differing answers mean each re-send executed. All of it within `limit` seconds
+    (TimeoutError past it)."""
+    if limit is None:
+        return anyio.run(
+            _resend, url, run_id, agent, origin, timeout, tool, arguments, key_arg, key
+        )
+    inner = min(timeout, max(0.1, limit - 1.0))
+    return within(
+        limit, anyio.run, _resend, url, run_id, agent, origin, inner, tool, arguments, key_arg,
+        key,
+    )  # fmt: skip
 
 
 async def _resend(

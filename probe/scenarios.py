@@ -12,6 +12,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import re
 import threading
@@ -24,7 +25,7 @@ from urllib.parse import urlsplit
 
 from .discover import Discovery
 from .evidence import Evidence, payload_digest
-from .wire import Answer, Event, Pacer, Wire
+from .wire import Answer, BudgetExhausted, DeadlineReached, Event, Pacer, Wire
 
 SCENARIOS = ("resume", "cursors", "dead_session", "origin", "resend")
 DEFAULT_SCENARIOS = ("resume", "cursors", "dead_session", "origin")
@@ -50,6 +51,7 @@ class Settings:
     key_arg: str | None = None
     dead_statuses: tuple[int, ...] = (404,)
     timeout: float = 30.0
+    deadline: float | None = None  # time.monotonic() by which the run ends
     stage: str | None = None
     release: str | None = None
     ledger: bool = True
@@ -71,6 +73,7 @@ class Verdict:
     status: str  # pass, fail, cannot_tell, skipped
     line: str
     detail: dict[str, Any] = field(default_factory=dict)
+    seconds: float | None = None  # how long the scenario took
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -94,7 +97,7 @@ class Probe:
     def __init__(self, s: Settings, discovery: Discovery) -> None:
         self.s = s
         self.discovery = discovery
-        self.pacer = Pacer(s.max_requests, s.rate)
+        self.pacer = Pacer(s.max_requests, s.rate, s.deadline)
         self.ev = Evidence(
             s.out, s.run_id, s.key, stage=s.stage, release=s.release, ledger=s.ledger
         )
@@ -126,13 +129,24 @@ class Probe:
         return ans
 
     def close(self, w: Wire, generation: int = 1) -> Answer | None:
-        """DELETE the session (the probe leaves nothing behind on the server)."""
+        """DELETE the session (the probe leaves nothing behind on the server; past the
+        deadline and its grace, the session is left to the server's expiry)."""
         if not w.session:
             w.close()
             return None
         raw = w.session
+        left = self.pacer.left(cleanup=True)
+        if left is not None and left <= 0:
+            w.session = None
+            w.close()
+            return None
         self.ev.session(raw, generation, "DELETE_REQUESTED", version=self.s.version)
-        ans = w.delete()
+        try:
+            ans = w.delete()
+        except DeadlineReached:
+            w.session = None
+            w.close()
+            return None
         if ok(ans):
             self.ev.session(raw, generation, "TERMINATED", version=self.s.version)
         w.session = None
@@ -186,13 +200,15 @@ class Probe:
     # -- scenarios ----------------------------------------------------------------------
     def run(self, name: str) -> Verdict:
         fn = getattr(self, f"scenario_{name}")
+        t0 = time.monotonic()
         try:
             verdict: Verdict = fn()
+        except (BudgetExhausted, DeadlineReached) as exc:
+            # Stopped by its own bounds: what the endpoint does was not seen to the end.
+            verdict = Verdict(name, "cannot_tell", f"stopped: {exc}")
         except Exception as exc:  # noqa: BLE001 - a scenario's failure is its verdict
-            from .wire import BudgetExhausted
-
-            status = "cannot_tell" if isinstance(exc, BudgetExhausted) else "fail"
-            verdict = Verdict(name, status, f"{type(exc).__name__}: {exc}")
+            verdict = Verdict(name, "fail", f"{type(exc).__name__}: {exc}")
+        verdict.seconds = round(time.monotonic() - t0, 2)
         return verdict
 
     def scenario_resume(self) -> Verdict:
@@ -232,9 +248,12 @@ class Probe:
         rw.session = sid
         box: dict[str, Answer] = {}
         self.ev.stream(sid, 1, ref_rid, "STREAM_OPEN", request_id=ref_rid, **call_fields)
-        ref_thread = threading.Thread(
-            target=lambda: box.update(ans=rw.call(tool, args, ref_rid)), daemon=True
-        )
+
+        def reference() -> None:
+            with contextlib.suppress(BudgetExhausted, DeadlineReached):
+                box["ans"] = rw.call(tool, args, ref_rid)
+
+        ref_thread = threading.Thread(target=reference, daemon=True)
         ref_thread.start()
         self.ev.stream(sid, 1, cut_rid, "STREAM_OPEN", request_id=cut_rid, **call_fields)
         cut = w.call(tool, args, cut_rid, cut_after=self.s.cut_after)
@@ -264,7 +283,9 @@ class Probe:
                 )
             cursor = ids[-1]
             told = next((e.retry_ms for e in cut.events if e.retry_ms), None)
-            retry = told or 500
+            # The server's `retry:` is obeyed up to --timeout: a retry of an hour would
+            # otherwise hold the probe for that long.
+            retry = min(told or 500, int(self.s.timeout * 1000))
             self.ev.stream(
                 sid,
                 1,
@@ -277,7 +298,7 @@ class Probe:
             )
             # Away for the server's `retry:` at least: what it produces meanwhile is stored,
             # and only a replay can deliver it.
-            time.sleep(max(retry / 1000, self.s.resume_after))
+            self.pacer.pause(max(retry / 1000, self.s.resume_after))
             for _ in range(MAX_RESUMES):
                 self.ev.stream(
                     sid,
@@ -319,9 +340,12 @@ class Probe:
                     close_reason="server_close",
                     last_acked_event_id=cursor,
                 )
-                time.sleep(retry / 1000)
+                self.pacer.pause(retry / 1000)
         finally:
-            ref_thread.join(self.s.timeout + 5)
+            # The reference call's exchange is bounded by the deadline as well; its
+            # thread is waited for no longer than that.
+            left = self.pacer.left(cleanup=True)
+            ref_thread.join(self.s.timeout + 5 if left is None else max(0.0, left))
             rw.close()
         ref = box.get("ans")
         ref_done = ref is not None and any(e.answers == ref_rid for e in ref.events)
@@ -697,17 +721,22 @@ class Probe:
         # Each request of the re-send counts against the run's budget too.
         for _ in range(4):
             self.pacer.take()
-        res = resend(
-            self.s.url,
-            run_id=self.s.run_id,
-            agent=self.s.agent,
-            origin=self.s.allowed_origin(),
-            timeout=self.s.timeout,
-            tool=self.s.write_tool,
-            arguments=self.s.write_arguments,
-            key_arg=self.s.key_arg,
-            key=f"replaygate-probe-{self.s.run_id}-{uuid.uuid4().hex[:8]}",
-        )
+        left = self.pacer.left()
+        try:
+            res = resend(
+                self.s.url,
+                run_id=self.s.run_id,
+                agent=self.s.agent,
+                origin=self.s.allowed_origin(),
+                timeout=self.s.timeout,
+                tool=self.s.write_tool,
+                arguments=self.s.write_arguments,
+                key_arg=self.s.key_arg,
+                key=f"replaygate-probe-{self.s.run_id}-{uuid.uuid4().hex[:8]}",
+                limit=left,
+            )
+        except TimeoutError as exc:
+            return Verdict("resend", "cannot_tell", f"stopped at the probe's deadline: {exc}")
         if "skipped" in res:
             return Verdict("resend", "skipped", res["skipped"], res)
         if res["same_receipt"]:

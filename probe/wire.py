@@ -5,9 +5,11 @@ request marked as synthetic and held to a request budget and a rate."""
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import itertools
 import json
+import socket
 import threading
 import time
 from collections.abc import Iterator
@@ -23,30 +25,58 @@ PRINCIPAL = "replaygate-probe"
 ACCEPT = "application/json, text/event-stream"
 
 
+# After the deadline, the DELETEs that end the sessions the probe opened may still go out
+# for this long (a probe leaves nothing behind when it can).
+CLEANUP_GRACE = 5.0
+
+
 class BudgetExhausted(RuntimeError):
     """The run reached its request budget: the probe stops rather than load the server."""
 
 
-class Pacer:
-    """A request budget and a minimum interval between requests, shared by every
-    connection of one probe run (threads included)."""
+class DeadlineReached(RuntimeError):
+    """The run's deadline passed: the probe stops instead of waiting on the endpoint."""
 
-    def __init__(self, max_requests: int, rate: float) -> None:
+
+class Pacer:
+    """A request budget, a minimum interval between requests and the run's deadline,
+    shared by every connection of one probe run (threads included). Every request takes
+    its turn here, so nothing starts after the deadline (but the cleanup DELETEs, for a
+    short grace)."""
+
+    def __init__(self, max_requests: int, rate: float, deadline: float | None = None) -> None:
         self.max_requests, self.interval = max_requests, 1.0 / rate
+        self.deadline = deadline  # time.monotonic() by which the run ends; None: never
         self.sent = 0
         self._next = 0.0
         self._lock = threading.Lock()
 
-    def take(self) -> None:
+    def left(self, cleanup: bool = False) -> float | None:
+        """Seconds until the deadline (None: no deadline)."""
+        if self.deadline is None:
+            return None
+        return self.deadline + (CLEANUP_GRACE if cleanup else 0.0) - time.monotonic()
+
+    def take(self, cleanup: bool = False) -> None:
         with self._lock:
-            if self.sent >= self.max_requests:
+            left = self.left(cleanup)
+            if left is not None and left <= 0:
+                raise DeadlineReached("the probe's deadline passed")
+            if self.sent >= self.max_requests and not cleanup:
                 raise BudgetExhausted(f"request budget of {self.max_requests} reached")
             self.sent += 1
             now = time.monotonic()
             wait = self._next - now
+            if left is not None and wait >= left:
+                raise DeadlineReached("the probe's deadline passes before its next request")
             self._next = max(now, self._next) + self.interval
         if wait > 0:
             time.sleep(wait)
+
+    def pause(self, seconds: float) -> None:
+        """Sleep, but not past the deadline."""
+        left = self.left()
+        time.sleep(max(0.0, seconds if left is None else min(seconds, left)))
 
 
 @dataclass
@@ -201,19 +231,30 @@ class Wire:
         cut_after: int | None = None,
         until_answer: str | None = None,
         read_for: float | None = None,
+        cleanup: bool = False,
     ) -> Answer:
         """One request; an SSE answer is read event by event: up to `cut_after` events that
         carry data (then the connection is closed), until the answer to `until_answer`, for
-        at most `read_for` seconds, or to its end."""
-        self.pacer.take()
+        at most `read_for` seconds, or to its end — and never past the run's deadline."""
+        self.pacer.take(cleanup)
         h = self.headers(extra, session)
         if body is not None:
             h["Content-Type"] = "application/json"
         started = time.time()
+        left = self.pacer.left(cleanup)
+        # A stream's whole reading ends at read_for or at the deadline, whichever is first:
+        # read timeouts bound only the silence between two reads, and a server that sends
+        # keep-alive comments (or trickles events without ever answering) never trips them.
+        spans = [x for x in (read_for, left) if x is not None]
+        span = min(spans) if spans else None
+        by_deadline = left is not None and (read_for is None or left <= read_for)
+        wait = self.timeout if span is None else max(0.01, min(self.timeout, span))
         # With read_for, no single read waits longer either: a stream that sends nothing
         # must not hold the probe for the whole timeout.
-        timeout = httpx2.Timeout(self.timeout, read=read_for or self.timeout)
+        timeout = httpx2.Timeout(wait, read=wait)
         ans = Answer(0, {}, started=started)
+        stopped = threading.Event()
+        watchdog: threading.Timer | None = None
         try:
             with self.http.stream(
                 method,
@@ -223,10 +264,11 @@ class Wire:
                 timeout=timeout,
             ) as resp:
                 ans.status, ans.headers = resp.status_code, dict(resp.headers)
+                if span is not None:
+                    watchdog = _watchdog(resp, max(0.01, span - (time.time() - started)), stopped)
                 if "text/event-stream" not in resp.headers.get("content-type", ""):
                     ans.body = resp.read().decode("utf-8", "replace")
                     return ans
-                deadline = None if read_for is None else time.monotonic() + read_for
                 with_data = 0
                 for ev in sse_events(resp.iter_lines()):
                     ev.ts = time.time_ns() // 1_000_000
@@ -238,20 +280,31 @@ class Wire:
                     if cut_after is not None and with_data >= cut_after:
                         ans.cut = True
                         break
-                    if deadline is not None and time.monotonic() > deadline:
-                        ans.cut = True
-                        break
                 return ans
         except httpx2.TimeoutException as exc:
-            if ans.status and read_for is not None:
+            if ans.status and read_for is not None and not by_deadline:
                 ans.cut = True  # read for as long as asked: what came is the answer
             else:
                 ans.error = f"timeout: {exc}"
             return ans
         except httpx2.HTTPError as exc:
-            ans.error = f"{type(exc).__name__}: {exc}"
+            if not stopped.is_set():
+                ans.error = f"{type(exc).__name__}: {exc}"
             return ans
         finally:
+            if watchdog is not None:
+                watchdog.cancel()
+            answered = until_answer is not None and any(
+                e.answers == until_answer for e in ans.events
+            )
+            if stopped.is_set() and not answered and not ans.cut:
+                # The reading was stopped at its span: at read_for that is the answer (what
+                # came is what a client waiting that long gets); at the deadline it is not.
+                if read_for is not None and not by_deadline:
+                    ans.cut = True
+                    ans.error = None
+                else:
+                    ans.error = "stopped at the probe's deadline"
             ans.ended = time.time()
 
     def initialize(self, extra: dict[str, str] | None = None) -> Answer:
@@ -299,10 +352,28 @@ class Wire:
         )
 
     def delete(self) -> Answer:
-        return self.exchange("DELETE")
+        return self.exchange("DELETE", cleanup=True)
 
     def resume(self, cursor: str, **kw: Any) -> Answer:
         return self.exchange("GET", extra={"Last-Event-ID": cursor}, **kw)
+
+
+def _watchdog(resp: httpx2.Response, seconds: float, stopped: threading.Event) -> threading.Timer:
+    """Shut the response's socket after `seconds`: the blocked read returns at once, where
+    closing the response from another thread could wait on the reader's own lock."""
+    stream = resp.extensions.get("network_stream")
+    sock = stream.get_extra_info("socket") if stream is not None else None
+
+    def stop() -> None:
+        stopped.set()
+        if sock is not None:
+            with contextlib.suppress(OSError):
+                sock.shutdown(socket.SHUT_RDWR)
+
+    timer = threading.Timer(seconds, stop)
+    timer.daemon = True
+    timer.start()
+    return timer
 
 
 def _answer_doc(ans: Answer, rid: str) -> dict[str, Any] | None:

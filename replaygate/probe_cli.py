@@ -125,6 +125,12 @@ def _scenarios(text: str) -> tuple[str, ...]:
     help="Seconds to wait for any one answer.",
 )
 @click.option(
+    "--deadline",
+    type=Duration(),
+    help="The whole run ends by then, whatever the endpoint does "
+    "(default: 2m a round; with --every, the rounds' span plus 2m).",
+)
+@click.option(
     "--receipts-only",
     is_flag=True,
     help="Write no session or stream ledger rows (where the server's recorder writes them).",
@@ -152,6 +158,7 @@ def probe(
     max_requests: int,
     rate: float,
     timeout: float,
+    deadline: float | None,
     receipts_only: bool,
     config_path: str | None,
     as_json: bool,
@@ -181,6 +188,10 @@ def probe(
           --arguments '{"n": 6}' --count 10 --every 1m
     """
     try:
+        # The SDK is imported here, before the run's deadline starts: loading it takes
+        # seconds on a busy machine, and the deadline is for time spent on the endpoint.
+        import mcp  # noqa: F401
+
         from replaygate import probe as p
     except ImportError as exc:
         raise ReplaygateError(
@@ -227,6 +238,7 @@ def probe(
         settings,
         count=count,
         every=every,
+        deadline=deadline,
         echo=(lambda _line: None) if as_json else (lambda line: click.echo(line)),
     )
     if as_json:

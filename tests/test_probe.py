@@ -4,9 +4,15 @@ command's errors, and that a plain install (no `probe` extra) runs every other c
 
 from __future__ import annotations
 
+import itertools
 import json
+import os
 import subprocess
 import sys
+import threading
+import time
+import uuid
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 from click.testing import CliRunner
@@ -196,3 +202,135 @@ def test_a_plain_install_runs_other_commands_and_probe_names_its_extra(tmp_path)
         text=True,
     )
     assert r.stdout.strip() == "[]"
+
+
+# -- the run's deadline ----------------------------------------------------------------------
+
+
+class _Stalling(BaseHTTPRequestHandler):
+    """An endpoint that keeps a client waiting: `silent` reads each request and never
+    answers; `trickle` completes the handshake and lists a read-only tool, but its calls
+    and GET streams send a priming event with `retry:` of an hour, then a progress event
+    and keep-alive comments every 0.2 s, forever, never the answer."""
+
+    protocol_version = "HTTP/1.0"
+
+    def log_message(self, *args):
+        pass
+
+    def _json(self, code, doc=None, headers=()):
+        body = b"" if doc is None else json.dumps(doc).encode()
+        self.send_response(code)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(body)))
+        for k, v in headers:
+            self.send_header(k, v)
+        self.end_headers()
+        self.wfile.write(body)
+
+    def _stream(self, rid=None):
+        self.send_response(200)
+        self.send_header("Content-Type", "text/event-stream")
+        self.end_headers()
+        try:
+            self.wfile.write(b"id: e0\nretry: 3600000\ndata: \n\n")
+            for n in itertools.count(1):
+                if n <= 3 and rid is not None:
+                    note = {"jsonrpc": "2.0", "method": "notifications/progress",
+                            "params": {"progressToken": rid, "progress": n}}  # fmt: skip
+                    self.wfile.write(f"id: e{n}\ndata: {json.dumps(note)}\n\n".encode())
+                else:
+                    self.wfile.write(b": keep-alive\n\n")
+                self.wfile.flush()
+                time.sleep(0.2)
+        except OSError:
+            return
+
+    def do_POST(self):  # noqa: N802
+        body = json.loads(self.rfile.read(int(self.headers.get("Content-Length") or 0)) or b"{}")
+        if self.server.mode == "silent":
+            time.sleep(120)
+            return
+        method, rid = body.get("method"), body.get("id")
+        if method == "initialize":
+            result = {
+                "protocolVersion": body["params"]["protocolVersion"],
+                "capabilities": {"tools": {}},
+                "serverInfo": {"name": "stalling", "version": "0"},
+            }
+            self._json(200, {"jsonrpc": "2.0", "id": rid, "result": result},
+                       [("Mcp-Session-Id", "s-" + uuid.uuid4().hex)])  # fmt: skip
+        elif rid is None:
+            self._json(202)
+        elif method == "ping":
+            self._json(200, {"jsonrpc": "2.0", "id": rid, "result": {}})
+        elif method == "tools/list":
+            tool = {"name": "count", "inputSchema": {"type": "object"},
+                    "annotations": {"readOnlyHint": True}}  # fmt: skip
+            self._json(200, {"jsonrpc": "2.0", "id": rid, "result": {"tools": [tool]}})
+        elif method == "tools/call":
+            self._stream(rid)
+        else:
+            error = {"code": -32601, "message": "Method not found"}
+            self._json(200, {"jsonrpc": "2.0", "id": rid, "error": error})
+
+    def do_GET(self):  # noqa: N802
+        if self.server.mode == "silent":
+            time.sleep(120)
+            return
+        self._stream()
+
+    def do_DELETE(self):  # noqa: N802
+        self._json(200)
+
+
+@pytest.mark.parametrize("mode", ["silent", "trickle"])
+def test_the_deadline_ends_a_run_against_an_endpoint_that_never_answers(tmp_path, mode):
+    server = ThreadingHTTPServer(("127.0.0.1", 0), _Stalling)
+    server.daemon_threads = True
+    server.mode = mode
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    url = f"http://127.0.0.1:{server.server_address[1]}/mcp"
+    try:
+        t0 = time.monotonic()
+        r = subprocess.run(
+            [sys.executable, "-m", "replaygate", "probe", url, "--out", str(tmp_path),
+             "--deadline", "4s", "--timeout", "30", "--json"],
+            env={**os.environ, "REPLAYGATE_HMAC_KEY": "k"}, cwd=tmp_path,
+            capture_output=True, text=True, timeout=90,
+        )  # fmt: skip
+        took = time.monotonic() - t0
+    finally:
+        server.shutdown()
+        server.server_close()
+    # Within the deadline, the DELETEs' grace and the interpreter's start: never the
+    # 30 s a read may wait, nor the hour the endpoint asks the client to stay away.
+    assert took < 25, (took, r.stderr)
+    doc = json.loads(r.stdout)
+    assert r.returncode == 2 and doc["verdict"] == "cannot_tell", doc
+    assert doc["deadline_s"] == 4
+    verdicts = {v["scenario"]: v for v in doc["rounds"][0]["scenarios"]}
+    assert set(verdicts) == {"resume", "cursors", "dead_session", "origin"}, verdicts
+    assert {v["status"] for v in verdicts.values()} == {"cannot_tell"}, verdicts
+    assert any("deadline" in v["line"] for v in verdicts.values()), verdicts
+    assert (tmp_path / f"probe-{doc['run_id']}.json").exists()
+
+
+def test_deadline_defaults_cover_the_rounds():
+    from replaygate.probe import ROUND_DEADLINE, default_deadline
+
+    assert default_deadline(1, None) == ROUND_DEADLINE
+    assert default_deadline(3, None) == 3 * ROUND_DEADLINE
+    assert default_deadline(30, 60.0) == 29 * 60 + ROUND_DEADLINE
+
+
+def test_nothing_starts_after_the_deadline():
+    from replaygate.probe.wire import DeadlineReached
+
+    pacer = Pacer(100, 1000.0, deadline=time.monotonic() - 0.1)
+    with pytest.raises(DeadlineReached):
+        pacer.take()
+    pacer.take(cleanup=True)  # the DELETEs of the sessions opened: a short grace
+    t0 = time.monotonic()
+    Pacer(100, 1000.0, deadline=time.monotonic() + 0.2).pause(3600)
+    assert time.monotonic() - t0 < 1
