@@ -25,7 +25,7 @@ from . import transpile
 
 # Prepare steps (queries/sql/prep file names) with no Spark form yet: while one is listed,
 # the Spark analysis stops with the reason before it starts (docs/spark.md).
-PREP_NOT_YET: frozenset[str] = frozenset({"01_stages.sql"})
+PREP_NOT_YET: frozenset[str] = frozenset()
 
 # Detectors the Spark engine does not run yet (docs/spark.md says why); their coverage
 # says so and `tests/test_spark.py` holds this list to what the engine can do.

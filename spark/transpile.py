@@ -387,7 +387,8 @@ def asof_joins(node: exp.Expression) -> exp.Expression:
     """`l ASOF JOIN r ON <equalities> AND l.t >= r.t` pairs each left row with the right
     row of the newest r.t not after l.t. In Spark: each right row holds from its r.t up to
     the next r.t of the same keys (`lead`), and an ordinary join finds the one whose span
-    holds l.t. (`>` instead of `>=`: the span is open at its start.)"""
+    holds l.t. (`>` instead of `>=`: the span is open at its start.) The other direction,
+    `l.t <= r.t` (the first r.t not before l.t), spans from the previous r.t (`lag`)."""
     if not isinstance(node, exp.Join) or node.args.get("method", "").upper() != "ASOF":
         return node
     right = node.this
@@ -413,14 +414,17 @@ def asof_joins(node: exp.Expression) -> exp.Expression:
     if isinstance(a, exp.Column) and a.table == alias:
         a, b = b, a
         op = {exp.GTE: exp.LTE, exp.GT: exp.LT, exp.LTE: exp.GTE, exp.LT: exp.GT}[op]
-    if op not in (exp.GTE, exp.GT) or not (isinstance(b, exp.Column) and b.table == alias):
-        raise Untranslatable("ASOF JOIN other than left.t >= right.t has no rewrite yet")
+    if not (isinstance(b, exp.Column) and b.table == alias):
+        raise Untranslatable("ASOF JOIN whose inequality does not compare with a right column")
     t = b.name
     part = ", ".join(keys)
     src = right.copy()
     src.set("alias", None)
+    # The neighbouring r.t that closes the span: the next one looking back, the previous
+    # one looking forward.
+    step = "lead" if op in (exp.GTE, exp.GT) else "lag"
     inner = (
-        f"SELECT *, lead({t}) OVER ("
+        f"SELECT *, {step}({t}) OVER ("
         + (f"PARTITION BY {part} " if part else "")
         + f"ORDER BY {t}) AS rg_asof_next FROM x"
     )
@@ -428,11 +432,15 @@ def asof_joins(node: exp.Expression) -> exp.Expression:
         lambda n: src if isinstance(n, exp.Table) and n.name == "x" and not n.alias else n
     )
     nxt = exp.column("rg_asof_next", table=alias)
-    upper = (exp.LT if op is exp.GTE else exp.LTE)(this=a.copy(), expression=nxt)
+    closes = {exp.GTE: exp.LT, exp.GT: exp.LTE, exp.LTE: exp.GT, exp.LT: exp.GTE}
+    closing: type[exp.Binary] = closes[op]
+    upper = closing(this=a.copy(), expression=nxt)
     span = exp.Paren(this=exp.or_(exp.Is(this=nxt.copy(), expression=exp.Null()), upper))
+    # Every condition stays in ON, so a LEFT ASOF join keeps its unmatched left rows.
     joined = exp.Join(
         this=exp.Subquery(this=sub, alias=exp.TableAlias(this=exp.to_identifier(alias))),
         on=exp.and_(on.copy(), span),
+        side=node.args.get("side"),
     )
     return joined
 

@@ -21,7 +21,12 @@ from replaygate.queries import catalog, params, runner
 from .conftest import build
 
 OLD = Path(__file__).parent / "fixtures" / "sql_v0"
-REWRITTEN = ("resume_without_cursor", "replay_buffer_exhausted", "duplicate_dispatch")
+REWRITTEN = (
+    "resume_without_cursor",
+    "replay_buffer_exhausted",
+    "duplicate_dispatch",
+    "reinit_missing",
+)
 
 # Large client groups: few principals and addresses, many sessionless rows.
 _COLLAPSE = [

@@ -88,6 +88,16 @@ def test_asof_join_becomes_a_span_join():
     assert "r.rg_asof_next IS NULL OR p.ts < r.rg_asof_next" in out
 
 
+def test_a_forward_left_asof_join_spans_back_to_the_previous_row():
+    """`l.t < r.t` pairs each left row with the first right row after it: each right row
+    holds from the previous r.t of its keys; a LEFT join keeps the unmatched left rows."""
+    out = transpile.to_spark("SELECT g.x, i.y FROM g ASOF LEFT JOIN i ON i.k = g.k AND i.ts > g.ts")
+    assert "ASOF JOIN" not in out.upper()
+    assert "LEFT JOIN" in out.upper()
+    assert "LAG(ts) OVER (PARTITION BY k ORDER BY ts" in out
+    assert "i.rg_asof_next IS NULL OR g.ts >= i.rg_asof_next" in out
+
+
 def test_alter_and_update_become_a_new_version_of_the_table():
     steps = transpile.prepare_steps(
         [

@@ -18,25 +18,31 @@ WITH p AS (
     FROM proxy
 ),
 gone AS (
-    SELECT * FROM p
+    SELECT session_hmac, ts, client FROM p
     WHERE dead_session(status, session_hmac, method, $dead_statuses)
+),
+inits AS (
+    SELECT client, ts AS init_ts FROM p
+    WHERE jsonrpc_method = 'initialize' AND session_hmac IS NULL AND client IS NOT NULL
+),
+-- The first initialize of the 404's client after it: the only one the window can hold if
+-- any does (a join to every later initialize grows with the square of a client's size).
+judged AS (
+    SELECT g.session_hmac, g.ts,
+           coalesce(epoch_ms(i.init_ts) - epoch_ms(g.ts) <= $reinit_window_s * 1000, false)
+               AS reinitialized
+    FROM gone g ASOF LEFT JOIN inits i ON i.client = g.client AND i.init_ts > g.ts
+),
+-- Requests on the dead session after its 404: a join within one session's requests.
+later AS (
+    SELECT g.session_hmac, g.ts, count(l.ts) AS n
+    FROM (SELECT DISTINCT session_hmac, ts FROM gone) g
+    JOIN p l ON l.session_hmac = g.session_hmac AND l.ts > g.ts AND l.method <> 'DELETE'
+    GROUP BY ALL
 )
-SELECT g.session_hmac, 'high' AS severity, g.ts,
-       json_object(
-           'reinitialized', EXISTS (
-               SELECT 1 FROM p i
-                WHERE i.client = g.client AND i.jsonrpc_method = 'initialize'
-                  AND i.session_hmac IS NULL AND i.ts > g.ts
-                  AND epoch_ms(i.ts) - epoch_ms(g.ts) <= $reinit_window_s * 1000),
-           'later_requests', (SELECT count(*) FROM p l
-                               WHERE l.session_hmac = g.session_hmac AND l.ts > g.ts
-                                 AND l.method <> 'DELETE')) AS detail
-FROM gone g
-WHERE NOT EXISTS (
-        SELECT 1 FROM p i
-         WHERE i.client = g.client AND i.jsonrpc_method = 'initialize'
-           AND i.session_hmac IS NULL AND i.ts > g.ts
-           AND epoch_ms(i.ts) - epoch_ms(g.ts) <= $reinit_window_s * 1000)
-   OR EXISTS (
-        SELECT 1 FROM p l
-         WHERE l.session_hmac = g.session_hmac AND l.ts > g.ts AND l.method <> 'DELETE')
+SELECT j.session_hmac, 'high' AS severity, j.ts,
+       json_object('reinitialized', j.reinitialized,
+                   'later_requests', coalesce(l.n, 0)) AS detail
+FROM judged j
+LEFT JOIN later l USING (session_hmac, ts)
+WHERE NOT j.reinitialized OR coalesce(l.n, 0) > 0
