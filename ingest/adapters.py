@@ -16,8 +16,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from .capabilities import INITIALIZE
-
 if TYPE_CHECKING:
     import duckdb
 
@@ -81,7 +79,9 @@ _CADDY_FIELDS = {
     "client_addr": "coalesce(j->>'$.request.client_ip', j->>'$.request.remote_ip')",
     "user_agent": _caddy_header("User-Agent"),
     "retry_after_s": f"j->>'$.resp_headers.{_h('Retry-After')}[0]'",
-    "new_session": f"({_CADDY_RESP}) IS NOT NULL",
+    # Only a real id: `REDACTED` is written by the filter that also deletes the request's
+    # Mcp-Session-Id, so whether the request carried one cannot be told (_infer_initialize).
+    "new_session": f"({_nz(_CADDY_RESP, ('', REDACTED))}) IS NOT NULL",
 }
 
 # nginx writes "" for an unset variable and "-" for some; Envoy "-" for a missing header.
@@ -206,15 +206,18 @@ def _infer_initialize(adapter: Adapter) -> Adapter:
     """A proxy does not see the JSON-RPC method in the body. A request without a
     session whose answer carries a new Mcp-Session-Id (or the flag logged in its
     place) is an initialize; otherwise the Mcp-Method header (2026-07-28 clients) names
-    the method."""
+    the method. The answer's header alone is not (the TypeScript SDK sets it on every SSE
+    answer): where the log cannot show the request's session id (no key for it, or
+    Caddy's redacting filter), no initialize is read from the answer."""
     fields = dict(adapter.fields)
     response = adapter.response_session
     issued = fields.pop("new_session", None) or (
         f"({response}) IS NOT NULL" if response else "false"
     )
-    without = f"({fields['session_id']}) IS NULL"
-    if "session_hmac" in fields:
-        without += f" AND ({fields['session_hmac']}) IS NULL"
+    shown = [fields[f] for f in ("session_id", "session_hmac") if fields.get(f, "NULL") != "NULL"]
+    if not shown:
+        issued = "false"
+    without = " AND ".join(f"({x}) IS NULL" for x in shown) or "true"
     fields["jsonrpc_method"] = (
         f"coalesce({fields['jsonrpc_method']}, CASE WHEN {without} AND ({issued}) "
         "THEN 'initialize' END)"
@@ -341,9 +344,9 @@ register(
         detect="json_exists(j, '$.request.headers') AND json_exists(j, '$.status')",
         fixed=_CADDY_FIELDS,
         response_session=_nz(_CADDY_RESP, ("", REDACTED)),
-        # Caddy logs every request header.
+        # Caddy logs every request header; the session id and the initialize are read
+        # from the rows (its log filter may delete or replace them).
         shows=(
-            "proxy.session_hmac",
             "proxy.origin",
             "proxy.protocol_version",
             "proxy.last_event_id",
@@ -352,7 +355,6 @@ register(
             "proxy.client_addr",
             "proxy.path",
             "proxy.duration_ms",
-            INITIALIZE,
         ),
         doc="its default JSON access log (`log { format json }`)",
     )

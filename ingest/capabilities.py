@@ -9,7 +9,10 @@ named `<table>.<field>` (`proxy.principal`, `streams.last_acked_event_id`), plus
 A file shows a fact when one of its rows has a value for it, or — for nginx and Envoy
 logs, whose keys every user names differently — when its lines carry a key the adapter
 reads for it (an unset nginx variable is logged as "", so the key tells what the
-log_format can show even where no value happened). Caddy logs every request header.
+log_format can show even where no value happened). Caddy logs every request header, but
+its log filter may delete the session id: that and the initialize are read from its rows.
+An initialize read from the answer's new session id needs the request's session id to be
+visible (a request known to carry none), so a log that keeps it out shows no initialize.
 The facts are stored per file in `file_facts`; queries/runner.py reads them against
 each detector's `-- facts:` header.
 """
@@ -41,10 +44,11 @@ def proxy_facts() -> list[str]:
 
 
 def fact_of_spec(field: str, key: str) -> str | None:
-    """The fact an nginx/Envoy adapter key shows."""
+    """The fact an nginx/Envoy adapter key shows (the new-session keys show an
+    initialize only with a key for the request's session id: from_keys)."""
     if key in ("new_session_id", "new_session"):
         return INITIALIZE
-    if field == "session_id":
+    if field in ("session_id", "session_hmac"):
         return "proxy.session_hmac"
     if field in ("ts", "method", "status") or not field:
         return None
@@ -65,6 +69,10 @@ def from_keys(present: set[str], shapes: set[str], user_fields: dict[str, Any]) 
             keys = spec.keys(user_fields.get(proxy.name, {}).get(spec.key))
             if fact and any(k.path in present for k in keys):
                 out.add(fact)
+    if "proxy.session_hmac" not in out:
+        # An answer's new session id says "initialize" only of a request known to carry
+        # none (adapters._infer_initialize): a log without the request's id cannot show it.
+        out.discard(INITIALIZE)
     return out
 
 
@@ -94,19 +102,35 @@ def record(
         )
     for table in tables:
         facts = [f for f in optional_facts(table) if f not in known]
-        if not facts:
-            continue
-        fields = [f.split(".", 1)[1] for f in facts]
-        counts = ", ".join(f"count({c}) > 0" for c in fields)
-        shown = one_row(
-            con.execute(f"SELECT {counts} FROM {table} WHERE file_id = $f", {"f": file_id})
-        )
-        found = [fact for fact, yes in zip(facts, shown, strict=True) if yes]
+        found: list[str] = []
+        if facts:
+            fields = [f.split(".", 1)[1] for f in facts]
+            counts = ", ".join(f"count({c}) > 0" for c in fields)
+            shown = one_row(
+                con.execute(f"SELECT {counts} FROM {table} WHERE file_id = $f", {"f": file_id})
+            )
+            found = [fact for fact, yes in zip(facts, shown, strict=True) if yes]
         if table == "proxy" and "proxy.jsonrpc_method" in found and not key_facts:
             # A contract-format log names methods: an initialize would show. (An nginx
             # or Envoy log's methods come from Mcp-Method, which only 2026-07-28
             # clients send: there the keys decide.)
             found.append(INITIALIZE)
+        elif (
+            table == "proxy"
+            and INITIALIZE not in known | key_facts
+            and "proxy.session_hmac" in known | set(found)
+        ):
+            # A proxy log read by its shape shows an initialize where one of its rows was
+            # read as one (Caddy: the answer's real new id to a request without one).
+            seen = one_row(
+                con.execute(
+                    "SELECT count(*) > 0 FROM proxy WHERE file_id = $f "
+                    "AND jsonrpc_method = 'initialize'",
+                    {"f": file_id},
+                )
+            )[0]
+            if seen:
+                found.append(INITIALIZE)
         for fact in found:
             con.execute(
                 """INSERT INTO file_facts SELECT $f, $fact, 'values' WHERE NOT EXISTS (

@@ -70,3 +70,40 @@ def test_the_conformance_lines_hold_the_probe_and_the_lost_answers():
         for j in map(json.loads, (CAPTURED / FILES[0]).read_text().splitlines())
     ]
     assert sizes.count(("POST", 200, 0)) == 2
+
+
+@pytest.mark.parametrize("name", [f for f in FILES if "redacted" in f])
+def test_a_redacting_log_reads_no_initialize_and_leaves_the_reinit_gate_insufficient(
+    tmp_path, name
+):
+    """The TypeScript server sets Mcp-Session-Id on every SSE answer, and these formats
+    hide the request's session: no answer reads as an initialize, the log is said to show
+    neither the session id nor an initialize (from its rows, not its format), and every
+    404 is a unit the reinit gate cannot judge — `insufficient`, never a pass."""
+    from replaygate.queries import gates, runner
+
+    path = CAPTURED / name
+    lines = path.read_text().splitlines()
+    as_written = [_as_written(x)[:2] for x in lines]
+    gone = sum(1 for m, s in as_written if s == 404 and m != "DELETE")
+    assert gone
+    first = min(float(j["msec"]) if "msec" in j else j["ts"] for j in map(json.loads, lines))
+    rollout = tmp_path / "rollout.jsonl"
+    start = {"schema": "mcpRollout.v1", "ts": int(first * 1000) - 60_000, "stage": "s"}
+    rollout.write_text(json.dumps({**start, "action": "start", "scope": "read"}) + "\n")
+    con = dbm.connect(str(tmp_path / "a.duckdb"))
+    report = ingest(con, [path, rollout], Config())
+    assert report.quarantined == 0, report.quarantine_reasons
+    runner.analyse(con, Config())
+    assert con.execute(
+        "SELECT count(*) FROM proxy WHERE jsonrpc_method = 'initialize'"
+    ).fetchone() == (0,)
+    facts = next(f.facts for f in report.files if f.facts)
+    assert {"proxy.session_hmac", "proxy.initialize"} <= set(facts["missing"])
+    blind = runner.cannot_tell(con)["reinit_missing"]
+    assert [(e["missing"], e["units"]) for e in blind] == [("proxy.session_hmac", gone)]
+    stage = gates.evaluate(con, Config())["stages"][0]
+    gate = {g["id"]: g for g in stage["gates"]}["reinit_after_404"]
+    assert gate["status"] == "insufficient", gate
+    assert gate["cannot_tell"] == gone
+    con.close()

@@ -195,12 +195,22 @@ def _caddy(t, status, sid=None, resp=None):
     return line
 
 
-def test_caddy_with_the_recommended_filter_logs_no_raw_id_and_shows_initialize(tmp_path):
-    # `request>headers>Mcp-Session-Id delete`, `resp_headers>Mcp-Session-Id replace REDACTED`
-    lines = [_caddy(T0, 200, resp="REDACTED"), _caddy(T0 + 1, 200)]
-    report, found, methods, _ = _run(tmp_path, lines)
-    assert methods == ["initialize", None]
+def test_caddy_with_the_redacting_filter_logs_no_raw_id_and_shows_no_initialize(tmp_path):
+    # `request>headers>Mcp-Session-Id delete`, `resp_headers>Mcp-Session-Id replace REDACTED`:
+    # whether a request carried a session cannot be told, so an answer setting one is no
+    # initialize (the TypeScript SDK sets it on every SSE answer), and the file shows
+    # neither the session id nor an initialize (read from its rows, not its format).
+    lines = [_caddy(T0, 200, resp="REDACTED"), _caddy(T0 + 1, 200), _caddy(T0 + 2, 404)]
+    report, found, methods, blind = _run(tmp_path, lines)
+    assert methods == [None, None, None]
     assert "raw_session_id_logged" not in found
+    facts = report.files[0].facts
+    assert {"proxy.session_hmac", "proxy.initialize"} <= set(facts["missing"])
+    # Its 404, whose session the filter took, cannot be judged.
+    assert "reinit_missing" not in found
+    assert [(e["missing"], e["units"]) for e in blind["reinit_missing"]] == [
+        ("proxy.session_hmac", 1)
+    ]
 
 
 def test_caddy_raw_response_id_still_counts_as_raw(tmp_path):
@@ -220,6 +230,13 @@ def test_envoy_one_character_flag(tmp_path):
         }
         for i, flag in enumerate(["0", "-"])  # an id starting with 0; none
     ]
+    for line in lines:  # the request's session, as an HMAC from a filter of one's own
+        line["mcp_session_hmac"] = "-"
     _, found, methods, _ = _run(tmp_path, lines)
     assert methods == ["initialize", None]
     assert "raw_session_id_logged" not in found
+    # Without a key for the request's session, the flag says nothing of an initialize.
+    for line in lines:
+        del line["mcp_session_hmac"]
+    _, _, methods, _ = _run(tmp_path / "no-session", lines)
+    assert methods == [None, None]

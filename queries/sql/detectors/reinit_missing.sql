@@ -8,8 +8,8 @@
 --   transport specification requires it).
 -- severity: high
 -- needs: proxy
--- facts: proxy.initialize, proxy.principal|proxy.client_addr
--- units: proxy WHERE dead_session(status, session_hmac, method, $dead_statuses)
+-- facts: proxy.session_hmac, proxy.initialize, proxy.principal|proxy.client_addr
+-- units: proxy WHERE dead_session_unit(status, session_hmac, method, $dead_statuses, file_id NOT IN (SELECT file_id FROM file_facts WHERE fact = 'proxy.session_hmac'))
 -- params: reinit_window_s, dead_statuses
 -- unit: (session_hmac, ts of the 404)
 -- page: sessions

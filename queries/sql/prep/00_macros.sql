@@ -72,6 +72,12 @@ CREATE OR REPLACE MACRO origin_ok(origin, patterns) AS
 -- request naming a session, answered so, that is not the DELETE ending it.
 CREATE OR REPLACE MACRO dead_session(status, session_hmac, method, statuses) AS
     list_contains(statuses, status) AND session_hmac IS NOT NULL AND method <> 'DELETE';
+-- The same answer as a log can show it: where no row of the log names a request's session
+-- (`ids_hidden`: a format that keeps raw ids out, or ids dropped without the HMAC key),
+-- any such answer to a request other than a DELETE may be one, and cannot be judged.
+CREATE OR REPLACE MACRO dead_session_unit(status, session_hmac, method, statuses, ids_hidden) AS
+    list_contains(statuses, status) AND method <> 'DELETE'
+    AND (session_hmac IS NOT NULL OR ids_hidden);
 
 -- Stage attribution, joined against a_stage_windows: a cohort session's record belongs to
 -- its stage inside that stage's window, a baseline session's (no cohort) to none, and a
