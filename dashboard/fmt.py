@@ -177,3 +177,50 @@ def when(ts) -> str:
     if isinstance(ts, str):
         return ts.replace("T", " ").replace(".000Z", "Z").replace("Z", " UTC")
     return ts.astimezone(UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
+
+
+# What each hygiene check found, in the words of the rollback verification.
+HYGIENE_CHECKS = {
+    "rollback_resumable_new_stream": (
+        "stream opened after the rollback still resumed",
+        "streams opened after the rollback still resumed",
+    ),
+    "rollback_cursor_dropped": ("older stream's cursor dropped", "older streams' cursors dropped"),
+    "rollback_post_storm": (
+        "re-sent POST instead of a resume",
+        "re-sent POSTs instead of a resume",
+    ),
+}
+
+
+def rollback_note(rb: dict, stage: str, decision: str) -> tuple[bool, str, str]:
+    """The previous stage's rollback verification as it stands next to another stage's
+    decision: (verified, headline, what it means for that decision). The decision is
+    that stage's own gates; the rollback's hygiene is the rolled-back stage's, and the
+    text says so, so that a PROCEED above a failed hygiene check is never read as a
+    contradiction or as a pass of the check."""
+    when_ = when(rb["rollback_at"])
+    if rb["verified"]:
+        return (
+            True,
+            f"Previous stage {rb['stage']} was rolled back at {when_}: hygiene verified.",
+            "Streams opened after the rollback did not resume and older ones recovered.",
+        )
+    found = [
+        f"{count(n)} {HYGIENE_CHECKS.get(d, (d, d))[0 if n == 1 else 1]}"
+        for d, n in rb["checks"].items()
+        if n
+    ]
+    what = (
+        "no stream records in its hygiene window, so nothing could be checked"
+        if rb["status"] == "not verifiable"
+        else "; ".join(found)
+    )
+    return (
+        False,
+        f"Previous stage {rb['stage']}: rollback at {when_} {rb['status']} ({what}).",
+        f"This does not change the decision above: {decision} is stage {stage}'s own "
+        f"gates. The hygiene checks belong to {rb['stage']}'s rollback: clients of the "
+        "rolled-back version may still be affected; review the rollback verification "
+        f"before promoting {stage} further.",
+    )

@@ -275,6 +275,17 @@ def status_box(ok: bool, text: str) -> None:
         st.markdown(f":{color}[{icon} **{fmt.md_text(text)}**]")
 
 
+def rollback_box(verified: bool, headline: str, meaning: str) -> None:
+    """Another stage's rollback verification (fmt.rollback_note): green when verified;
+    otherwise orange, not red, beside this stage's decision, with what it means for it."""
+    color, icon = (
+        ("green", ":material/check_circle:") if verified else ("orange", ":material/warning:")
+    )
+    with st.container(border=True):
+        st.markdown(f":{color}[{icon} **{fmt.md_text(headline)}**]")
+        st.caption(fmt.md_text(meaning))
+
+
 def findings_query(ctx: Ctx, detectors, stage: str | None) -> dict[str, str]:
     """The Findings page's URL for these detectors in this stage, other filters kept."""
     q = state.to_query(ctx.filters.with_(stage=stage), ctx.preset)
@@ -406,15 +417,33 @@ def findings_section(
     findings_table(found, key=f"{page}_findings", ctx=ctx)
 
 
+# Pixel widths of the findings table's first columns: together within FINDINGS_VISIBLE,
+# the width of the page's content beside the sidebar in a 1400 px wide window.
+FINDINGS_WIDTHS = {
+    "open": 64,
+    "severity": 72,
+    "detector": 215,
+    "detail": 345,
+    "guide": 100,
+    "time (UTC)": 110,
+}
+FINDINGS_VISIBLE = 920
+
+
 def findings_table(df: pd.DataFrame, key: str, ctx: Ctx, height: int = 360) -> None:
     if df.empty:
         st.success("No findings for these filters.")
         return
+    # What a reader needs first comes first, at widths that fit the page beside the
+    # sidebar at 1400 px (FINDINGS_VISIBLE): the finding, its detail and its field guide
+    # entry; the time, stage and the unit's ids follow (the table scrolls sideways).
     view = pd.DataFrame(
         {
             "open": [inspector_url(ctx, r) for r in df.to_dict("records")],
             "severity": df["severity"],
             "detector": df["detector"],
+            "detail": df["detail"].map(fmt.detail),
+            "guide": df["detector"].map(guide_link),
             "time (UTC)": df["ts"],
             "stage": [
                 fmt.stage_label(s, b) for s, b in zip(df["stage"], df["baseline"], strict=True)
@@ -426,11 +455,10 @@ def findings_table(df: pd.DataFrame, key: str, ctx: Ctx, height: int = 360) -> N
                 fmt.blank(d) + (" · " if fmt.blank(d) and fmt.blank(k) else "") + fmt.blank(k)
                 for d, k in zip(df["dispatch_id"], df["idempotency_key"], strict=True)
             ],
-            "detail": df["detail"].map(fmt.detail),
             "revision": df["revision"].map(fmt.blank),
-            "guide": df["detector"].map(guide_link),
         }
     )
+    w = FINDINGS_WIDTHS
     st.dataframe(
         view,
         key=key,
@@ -442,16 +470,25 @@ def findings_table(df: pd.DataFrame, key: str, ctx: Ctx, height: int = 360) -> N
                 "inspect",
                 display_text="open ›",
                 help="open this finding in the inspector",
-                width="small",
+                width=w["open"],
             ),
-            "time (UTC)": st.column_config.DatetimeColumn("time (UTC)", format="MM-DD HH:mm:ss"),
+            "severity": st.column_config.TextColumn("severity", width=w["severity"]),
+            "detector": st.column_config.TextColumn("detector", width=w["detector"]),
+            "detail": st.column_config.TextColumn(
+                "detail", width=w["detail"], help="the detector's evidence for this finding"
+            ),
             "guide": st.column_config.LinkColumn(
-                "guide", display_text="field guide ›", help="what it means and the usual fix"
+                "guide",
+                display_text="field guide ›",
+                help="what it means and the usual fix",
+                width=w["guide"],
+            ),
+            "time (UTC)": st.column_config.DatetimeColumn(
+                "time (UTC)", format="MM-DD HH:mm:ss", width=w["time (UTC)"]
             ),
             "session": st.column_config.TextColumn(
                 "session", help="HMAC of the session id (shortened)"
             ),
-            "detail": st.column_config.TextColumn("detail", width="large"),
         },
     )
 

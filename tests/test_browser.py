@@ -1,10 +1,12 @@
-"""The running dashboard in a real headless chromium (Debian's): every page loads with
-no error element; screenshots land in docs/screenshots/ (one is in the README)."""
+"""The running dashboard in a real headless chromium (Debian's) at 1400x1000: every page
+loads with no error element, and the README's screenshots are made by the script that
+`./dev screenshots` runs (the test writes its own into a temporary folder)."""
 
 from __future__ import annotations
 
 import os
 import shutil
+import struct
 import subprocess
 import sys
 import time
@@ -12,9 +14,11 @@ import time
 import pytest
 
 from replaygate.dashboard.report import CHROMIUM_FLAGS
+from replaygate.dashboard.ui import FINDINGS_VISIBLE
 
 from .conftest import ROOT, SAMPLE
 from .procs import free_port, wait_port
+from .screenshots import VIEWPORT
 
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 pytestmark = [
@@ -78,11 +82,11 @@ def test_every_page_in_a_real_browser(server, sample_db, tmp_path):
         "inspector": f"/inspector?session={session}&stream={stream}&f_detector=replay_gap",
     }
 
-    shots = ROOT / "docs" / "screenshots"
-    shots.mkdir(parents=True, exist_ok=True)
+    shots = tmp_path / "screenshots"
+    shots.mkdir()
     with sync_playwright() as p:
         browser = p.chromium.launch(executable_path=CHROMIUM, args=FLAGS, headless=True)
-        page = browser.new_page(viewport={"width": 1440, "height": 1000})
+        page = browser.new_page(viewport=VIEWPORT)
         for name in PAGES:
             # The overview is the default page, served at the root.
             page.goto(server + urls.get(name, f"/{name}"))
@@ -99,9 +103,35 @@ def test_every_page_in_a_real_browser(server, sample_db, tmp_path):
             assert "Page not found" not in page.inner_text("body"), name
             title = page.inner_text("[data-testid='stMainBlockContainer'] h1")
             assert title.strip(), name
-            page.screenshot(path=str(shots / f"{name}.png"), full_page=True)
+            page.screenshot(path=str(shots / f"{name}.png"))
+            if name == "findings":
+                # The findings table (the second frame, after the per-detector summary)
+                # has room for its first columns: the finding, its detail, its guide entry.
+                box = page.locator("[data-testid='stDataFrame']").nth(1).bounding_box()
+                assert box and box["width"] >= FINDINGS_VISIBLE, box
         browser.close()
     assert (shots / "overview.png").stat().st_size > 10_000
+
+
+def _png_size(path) -> tuple[int, int]:
+    head = path.read_bytes()[:24]
+    assert head[:8] == b"\x89PNG\r\n\x1a\n"
+    return struct.unpack(">II", head[16:24])
+
+
+def test_readme_screenshot_is_made_by_the_script_from_the_demo(server, tmp_path):
+    """`./dev screenshots` makes the README's image: the demo's landing page (no filter,
+    so the stage that needs attention), at 1400x1000."""
+    from . import screenshots
+
+    readme = (ROOT / "README.md").read_text()
+    assert "](docs/screenshots/overview.png)" in readme and "./dev screenshots" in readme
+    assert "screenshots)" in (ROOT / "dev").read_text()
+    assert screenshots.PAGES["overview"] == "/"
+    (made,) = screenshots.capture(server, tmp_path, {"overview": screenshots.PAGES["overview"]})
+    assert made == tmp_path / "overview.png"
+    assert _png_size(made) == (1400, 1000)
+    assert made.stat().st_size > 30_000
 
 
 def test_a_reason_leads_to_its_evidence(server, sample_db):

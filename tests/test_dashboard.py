@@ -419,3 +419,99 @@ def test_unfiltered_measures_kept_by_the_analysis_equal_the_records(sample_db, t
     set_meta(con, "analysis_stamp", "stale")
     assert views.measures(con, config, Filters()) == kept
     con.close()
+
+
+def test_previous_rollback_beside_a_proceed_says_it_is_not_part_of_the_decision(app, sample_db):
+    """The demo opens on write-10pct-v2 (PROCEED) right after write-10pct's rollback, whose
+    hygiene was not verified: the page must say that the check is the rolled-back stage's
+    and does not change this decision, and not show it as a red error beside PROCEED."""
+    app.run()
+    doc = _cli(sample_db, "gates", "--all-stages")
+    stage = next(s for s in doc["stages"] if s["window"]["open"])
+    rb = next(r for r in doc["rollback_verification"] if not r["verified"])
+    assert stage["decision"] == "PROCEED"
+    markdown = [m.value for m in app.markdown]
+    captions = [c.value for c in app.caption]
+    box = [m for m in markdown if "rollback at" in m and md_text(rb["stage"]) in m]
+    assert box and not any(":red[" in m for m in box), box
+    assert any(":orange[" in m for m in box)
+    # Each check that found something is named with its count.
+    for det, n in rb["checks"].items():
+        if n:
+            assert any(str(n) in m for m in box), det
+    meaning = [c for c in captions if "does not change the decision above" in c]
+    assert meaning and "PROCEED" in meaning[0] and md_text(stage["stage"]) in meaning[0]
+    # And the decision says what it is made of.
+    assert any(f"{len(stage['gates'])} gates" in c for c in captions)
+
+
+def test_rollback_note_words():
+    from replaygate.dashboard import fmt
+
+    rb = {
+        "stage": "s1",
+        "status": "not verified",
+        "verified": False,
+        "rollback_at": "2026-11-28T05:00:00.000Z",
+        "checks": {
+            "rollback_resumable_new_stream": 1,
+            "rollback_cursor_dropped": 2,
+            "rollback_post_storm": 0,
+        },
+    }
+    ok, head, meaning = fmt.rollback_note(rb, "s2", "PROCEED")
+    assert not ok
+    assert "1 stream opened after the rollback still resumed" in head
+    assert "2 older streams' cursors dropped" in head and "POST" not in head
+    assert "PROCEED is stage s2's own gates" in meaning
+    blind = dict(rb, status="not verifiable", checks=dict.fromkeys(rb["checks"], 0))
+    assert "nothing could be checked" in fmt.rollback_note(blind, "s2", "HOLD")[1]
+    good = dict(rb, status="verified", verified=True)
+    assert fmt.rollback_note(good, "s2", "PROCEED")[0]
+
+
+def test_findings_table_shows_detail_and_guide_first(app):
+    """At 1400x1000 the Findings table's detail and field guide columns are on screen:
+    they come right after the finding, at widths that fit beside the sidebar (the
+    browser test measures that width)."""
+    from replaygate.dashboard.ui import FINDINGS_VISIBLE
+
+    app.run()
+    app.switch_page("views/findings.py").run()
+    assert not app.exception
+    (table,) = [d for d in app.dataframe if "detail" in d.value.columns]
+    cols = list(table.value.columns)
+    config = json.loads(table.proto.columns)
+    shown, used = [], 0
+    for c in cols:
+        width = config.get(c, {}).get("width")
+        if not isinstance(width, int) or used + width > FINDINGS_VISIBLE:
+            break
+        shown.append(c)
+        used += width
+    assert {"open", "severity", "detector", "detail", "guide"} <= set(shown), shown
+    # The detail is the detector's evidence in words, never raw JSON.
+    assert not table.value["detail"].str.startswith("{").any()
+
+
+def test_data_page_tables_read_as_words(app):
+    """Headers in words, counts with separators, times as UTC text, sizes in units."""
+    import re
+
+    app.run()
+    app.switch_page("views/datafiles.py").run()
+    assert not app.exception
+    frames = [d.value for d in app.dataframe]
+    assert len(frames) >= 5
+    for df in frames:
+        for c in df.columns:
+            assert "_" not in str(c), (c, list(df.columns))
+        for c in df.columns:
+            for v in df[c].astype(str):
+                assert not re.search(r"\d{4}-\d\d-\d\dT\d\d:", v), (c, v)
+                assert not re.fullmatch(r"\d{4,}", v), (c, v)
+    (types,) = [df for df in frames if "record type" in df.columns and "rows" in df.columns]
+    assert types["rows"].str.contains(",").any()
+    assert types["last record"].str.endswith("UTC").all()
+    (files,) = [df for df in frames if "rows loaded" in df.columns]
+    assert files["size"].str.contains("iB|B").all()

@@ -2,7 +2,7 @@
 
 import streamlit as st
 
-from replaygate.dashboard import data, fmt, ui
+from replaygate.dashboard import data, fmt, tables, ui
 from replaygate.queries import sources
 
 ctx = ui.bootstrap()
@@ -32,32 +32,33 @@ if fresh["stale"]:
         f"(older than {fmt.duration(ui.STALE_AFTER.total_seconds())})."
     )
 st.subheader("Record types")
-st.dataframe(d["status"]["tables"], hide_index=True, key="data_tables", width="stretch")
+st.dataframe(
+    tables.record_types(d["status"]["tables"]), hide_index=True, key="data_tables", width="stretch"
+)
 st.subheader("Files")
-files = d["files"].copy()
-files["size"] = files["size"].map(fmt.nbytes)
-files["rows_loaded"] = files["rows_loaded"].map(fmt.count)
-files["rows_quarantined"] = files["rows_quarantined"].map(fmt.count)
-files["ingested_at"] = files["ingested_at"].map(fmt.when)
-st.dataframe(files, hide_index=True, key="data_files", width="stretch")
+st.dataframe(tables.files(d["files"]), hide_index=True, key="data_files", width="stretch")
 q = d["status"]["quarantine"]
 st.subheader(f"Quarantine: {q['rows']:,} rows")
 if q["rows"]:
-    st.dataframe(q["top_reasons"], hide_index=True, key="data_reasons")
-    st.dataframe(d["quarantine"], hide_index=True, key="data_quarantine", width="stretch")
+    st.dataframe(tables.quarantine_reasons(q["top_reasons"]), hide_index=True, key="data_reasons")
+    st.dataframe(
+        tables.quarantine(d["quarantine"]), hide_index=True, key="data_quarantine", width="stretch"
+    )
 else:
     st.success("Every row met the contract.")
 st.subheader("Detector coverage")
-cov = d["coverage"].copy()
-cov["rows"] = cov["rows"].map(fmt.count)
-cov["seconds"] = cov["seconds"].map(lambda s: fmt.duration(s) if s else "")
-st.dataframe(cov, hide_index=True, key="data_coverage", width="stretch")
+st.dataframe(tables.coverage(d["coverage"]), hide_index=True, key="data_coverage", width="stretch")
 if len(d["cannot_tell"]):
     st.subheader("Cannot tell")
     st.caption(
         "Units whose verdict needs a fact the file cannot show: neither findings nor passes."
     )
-    st.dataframe(d["cannot_tell"], hide_index=True, key="data_cannot_tell", width="stretch")
+    st.dataframe(
+        tables.cannot_tell(d["cannot_tell"]),
+        hide_index=True,
+        key="data_cannot_tell",
+        width="stretch",
+    )
 st.subheader("What each set of sources can show")
 st.caption(
     "Which detectors run with proxy logs alone, with the recorder's ledgers and event log "

@@ -38,7 +38,8 @@ ui.decision_banner(
     stage["decision"],
     name,
     f"{stage['scope']} · {fmt.when(window['start'])} → "
-    + (fmt.when(window["end"]) if window["end"] else "open"),
+    + (fmt.when(window["end"]) if window["end"] else "open")
+    + f" · decided by this stage's {len(stage['gates'])} gates",
 )
 st.caption(
     f"The same evaluation as `{fmt.code(data.gates_command(name))}`"
@@ -56,12 +57,7 @@ i = names.index(name)
 previous = all_doc["stages"][i - 1] if i > 0 else None
 for rb in all_doc.get("rollback_verification", []):
     if previous is not None and rb["stage"] == previous["stage"]:
-        verdict = "hygiene verified" if rb["verified"] else f"hygiene {rb['status']}"
-        ui.status_box(
-            rb["verified"],
-            f"Previous stage {rb['stage']} was rolled back at {fmt.when(rb['rollback_at'])}: "
-            f"{verdict}.",
-        )
+        ui.rollback_box(*fmt.rollback_note(rb, name, stage["decision"]))
         st.page_link(
             "views/rollout.py",
             label="Rollback verification on the Rollout page ›",
