@@ -312,7 +312,7 @@ def count_differs(gate: dict, findings: int | None) -> str | None:
     observation of a unit (each extra execution, each log line)."""
     g = BY_ID.get(gate["id"])
     value = gate.get("value")
-    if g is None or g.kind != "count" or value is None or findings is None:
+    if g is None or not g.kind.counts or value is None or findings is None:
         return None
     if int(value) == findings:
         return None
@@ -540,9 +540,9 @@ def gate_metric(col, gate: dict, ctx: Ctx) -> None:
             help=fmt.md_text(f"{gate['id']}: {gate['reason']}"),
         )
         line = f":{color}-badge[{fmt.md_text(word)}]"
-        if BY_ID[gate["id"]].kind == "share":
-            handled = gate["sample"] - gate["failures"]
-            line += f" {fmt.count(handled)} of {fmt.count(gate['sample'])} handled"
+        handled = BY_ID[gate["id"]].kind.handled(gate["sample"], gate["failures"])
+        if handled is not None:
+            line += f" {fmt.count(handled[0])} of {fmt.count(handled[1])} handled"
         else:
             line += f" {fmt.md_text(fmt.sample(gate))}"
         st.markdown(line)

@@ -2,7 +2,7 @@
 server instances, clients and a time range.
 
 It is bound into every dashboard query as one STRUCT parameter `$flt` and applied there by
-one SQL predicate (`rg_keep` in queries/sql/dashboard/00_setup.sql), so a filter means the
+one SQL predicate (`rg_keep` in queries/sql/facts/gate_facts.sql), so a filter means the
 same on every figure, table and metric.
 """
 

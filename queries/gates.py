@@ -10,7 +10,7 @@ from __future__ import annotations
 import hashlib
 import json
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, ClassVar
 
 import duckdb
 
@@ -19,7 +19,151 @@ from replaygate.ingest.db import one_row
 from replaygate.ingest.errors import ReplaygateError
 from replaygate.ingest.timefmt import iso_ms as _iso
 
-from . import catalog, freshness, params, runner
+from . import catalog, freshness, named, params, runner
+from .filters import Filters
+from .outcome import Decision, Status
+
+
+class Kind:
+    """A kind of gate (`-- kind:` of its SQL header): how its measure reads as a status,
+    what its threshold is, and how its numbers and reasons are written. Every surface asks
+    the kind, never the gate, so a new gate's SQL header is all it needs."""
+
+    name: ClassVar[str]
+    # Its failures are units (findings or requests): an upper bound on the failure rate
+    # when none was seen, and "all units cannot tell" when it had nothing else.
+    counts_units: ClassVar[bool] = False
+    # Read per protocol revision (by_revision): the count and p99 kinds.
+    by_revision: ClassVar[bool] = False
+    # Its value is a number of units (a count of 0 is a reading, not "not exercised");
+    # the findings behind it may be more (a finding per observation of a unit).
+    counts: ClassVar[bool] = False
+
+    def __str__(self) -> str:
+        return self.name
+
+    def threshold(self, config: Config) -> float:
+        raise NotImplementedError
+
+    def failures(self, measure: dict[str, Any]) -> int:
+        return 0
+
+    def status(
+        self, value: float | None, sample: int, failures: int, minimum: int, limit: float
+    ) -> Status:
+        if failures > 0:
+            return Status.FAIL
+        return Status.INSUFFICIENT if sample < minimum else Status.PASS
+
+    def show(self, v: float) -> str:
+        raise NotImplementedError
+
+    def show_threshold(self, t: float) -> str:
+        return f"{t:g}"
+
+    def reading(self, g: GateDef, v: float, n: int, f: int, shown: str, limit: str) -> str:
+        raise NotImplementedError
+
+    def handled(self, sample: int, failures: int) -> tuple[int, int] | None:
+        """What a tile says of its sample: (handled, of how many) for a share, else None."""
+        return None
+
+    def revision_value(self, found: int, p99: float | None) -> float | None:
+        """Its value within one protocol revision (by_revision): findings, or the p99."""
+        return found
+
+
+class Count(Kind):
+    name = "count"
+    counts_units = True
+    by_revision = True
+    counts = True
+
+    def threshold(self, config: Config) -> float:
+        return 0
+
+    def failures(self, measure: dict[str, Any]) -> int:
+        return int(measure.get("value") or 0)
+
+    def show(self, v: float) -> str:
+        return f"{int(v):,}"
+
+    def reading(self, g: GateDef, v: float, n: int, f: int, shown: str, limit: str) -> str:
+        return f"{g.id}: {_fmt_n(v)} {g.noun(v)} (threshold {limit})"
+
+
+class Share(Kind):
+    name = "share"
+    counts_units = True
+
+    def threshold(self, config: Config) -> float:
+        return 1.0
+
+    def failures(self, measure: dict[str, Any]) -> int:
+        return int(measure.get("failures") or 0)
+
+    def show(self, v: float) -> str:
+        return _percent(v)
+
+    def handled(self, sample: int, failures: int) -> tuple[int, int] | None:
+        return sample - failures, sample
+
+    def show_threshold(self, t: float) -> str:
+        return f"{_percent(t)} handled"
+
+    def reading(self, g: GateDef, v: float, n: int, f: int, shown: str, limit: str) -> str:
+        return f"{g.id}: {_fmt_n(f)} of {_fmt_n(n)} {g.noun(n)} (threshold {limit})"
+
+
+class P99(Kind):
+    name = "p99"
+    by_revision = True
+
+    def threshold(self, config: Config) -> float:
+        return config.recovery_threshold_s
+
+    def status(
+        self, value: float | None, sample: int, failures: int, minimum: int, limit: float
+    ) -> Status:
+        if sample < minimum:
+            return Status.INSUFFICIENT
+        return Status.FAIL if value is not None and value >= limit else Status.PASS
+
+    def show(self, v: float) -> str:
+        return f"{v:.2f} s"
+
+    def revision_value(self, found: int, p99: float | None) -> float | None:
+        return p99
+
+    def show_threshold(self, t: float) -> str:
+        return f"< {t:g} s"
+
+    def reading(self, g: GateDef, v: float, n: int, f: int, shown: str, limit: str) -> str:
+        return f"{g.id}: p99 {shown} over {_fmt_n(n)} recoveries (threshold {limit})"
+
+
+class Peak(Kind):
+    name = "peak"
+
+    def threshold(self, config: Config) -> float:
+        return config.reconnect_budget_qps
+
+    def status(
+        self, value: float | None, sample: int, failures: int, minimum: int, limit: float
+    ) -> Status:
+        return Status.FAIL if (value or 0) > limit else Status.PASS
+
+    def show(self, v: float) -> str:
+        return f"{v:.2f}/s".replace(".00/", "/")
+
+    def show_threshold(self, t: float) -> str:
+        return f"≤ {t:g}/s"
+
+    def reading(self, g: GateDef, v: float, n: int, f: int, shown: str, limit: str) -> str:
+        return f"{g.id}: peak {shown} reconnects in a 10 s window (budget {limit})"
+
+
+KINDS: dict[str, Kind] = {k.name: k() for k in (Count, Share, P99, Peak)}
 
 
 @dataclass(frozen=True)
@@ -28,7 +172,7 @@ class GateDef:
 
     id: str
     title: str
-    kind: str  # count | share | p99 | peak
+    kind: Kind
     detectors: tuple[str, ...]
     sample_noun: str  # what the sample counts
     failure_noun: str  # what a unit of the measure is
@@ -37,6 +181,9 @@ class GateDef:
     replay: bool  # meaningless for sessionless revisions (no resumption)
     meter: str | None  # a_stage_samples sample behind the evidence meter
     min_sample: int  # default minimum sample ([min_samples] overrides it)
+
+    def noun(self, n: float) -> str:
+        return self.failure_noun_one if n == 1 else self.failure_noun
 
 
 ALL_SCOPES = ("shadow", "read", "write")
@@ -48,7 +195,7 @@ def _gate(q: catalog.Query) -> GateDef:
     return GateDef(
         id=q.name,
         title=h["title"],
-        kind=h["kind"],
+        kind=KINDS[h["kind"]],
         detectors=catalog.split(h["detectors"]),
         sample_noun=h["sample"],
         failure_noun=unit,
@@ -81,15 +228,6 @@ def effective_settings(config: Config) -> dict[str, Any]:
     return {"settings": settings, "sha256": hashlib.sha256(blob).hexdigest()}
 
 
-def _threshold(g: GateDef, config: Config) -> float:
-    return {
-        "count": 0,
-        "share": 1.0,
-        "p99": config.recovery_threshold_s,
-        "peak": config.reconnect_budget_qps,
-    }[g.kind]
-
-
 def status_of(
     g: GateDef,
     value: float | None,
@@ -98,21 +236,14 @@ def status_of(
     minimum: int,
     scope: str | None,
     config: Config,
-) -> str:
+) -> Status:
     if scope is not None and scope not in g.scopes:
-        return "not_applicable"
-    if g.kind in ("count", "share"):
-        if failures > 0:
-            return "fail"
-        return "insufficient" if sample < minimum else "pass"
-    if g.kind == "p99":
-        if sample < minimum or value is None:
-            return "insufficient" if sample < minimum else "pass"
-        return "fail" if value >= config.recovery_threshold_s else "pass"
-    return "fail" if (value or 0) > config.reconnect_budget_qps else "pass"
+        return Status.NOT_APPLICABLE
+    return g.kind.status(value, sample, failures, minimum, g.kind.threshold(config))
 
 
-def _stage_sources(con: duckdb.DuckDBPyConnection) -> dict[str, dict[str, int]]:
+def stage_sources(con: duckdb.DuckDBPyConnection) -> dict[str, dict[str, int]]:
+    """Per stage, how many records of each source fall in its window."""
     out: dict[str, dict[str, int]] = {}
     for stage, source, n in con.execute("SELECT stage, source, n FROM a_stage_sources").fetchall():
         out.setdefault(stage, {})[source] = n
@@ -150,10 +281,75 @@ def judged_nothing(
     or every unit it had was `cannot_tell`. Either is `insufficient`, never a pass."""
     if measure.get("insufficient"):
         return str(measure["insufficient"])
-    if g.kind in ("count", "share") and sample == 0 and cannot_tell > 0:
+    if g.kind.counts_units and sample == 0 and cannot_tell > 0:
         noun = "unit" if cannot_tell == 1 else "units"
         return f"all {_fmt_n(cannot_tell)} {noun} in this stage cannot tell"
     return None
+
+
+@dataclass(frozen=True)
+class Judgement:
+    """A gate's reading of one stage (or of the records under a dashboard filter)."""
+
+    gate: GateDef
+    status: Status
+    value: float | None
+    threshold: float
+    sample: int
+    minimum: int
+    failures: int
+    no_evidence: str | None
+    cannot_tell: int
+
+    def as_dict(self) -> dict[str, Any]:
+        """The gate as the gates document carries it (JSON, reports, the dashboard)."""
+        bounded = self.gate.kind.counts_units and self.failures == 0 and self.sample > 0
+        return {
+            "id": self.gate.id,
+            "status": self.status,
+            "value": self.value,
+            "threshold": self.threshold,
+            "sample": self.sample,
+            "min_sample": self.minimum,
+            "failures": self.failures,
+            "upper_bound_95": min(1.0, 3 / self.sample) if bounded else None,
+            "exercised": self.sample > 0,
+            "no_evidence": self.no_evidence,
+            "cannot_tell": self.cannot_tell,
+        }
+
+
+def judge(
+    g: GateDef,
+    measure: dict[str, Any],
+    minimum: int,
+    scope: str | None,
+    config: Config,
+    sources: dict[str, int],
+    blind: dict[str, str],
+    cannot_tell: int,
+) -> Judgement:
+    """The one judge of a gate's measure, for the decision and the dashboard alike.
+    `measure`: the gate query's row; `sources`: records per source in what was measured;
+    `blind`: detectors no file can judge; `cannot_tell`: its detectors' units there that
+    no file could show."""
+    value, sample = measure.get("value"), int(measure.get("sample") or 0)
+    failures = g.kind.failures(measure)
+    st = status_of(g, value, sample, failures, minimum, scope, config)
+    why = no_evidence(g, sources, blind) or judged_nothing(g, measure, sample, cannot_tell)
+    if why and st == Status.PASS:
+        st = Status.INSUFFICIENT
+    return Judgement(
+        gate=g,
+        status=st,
+        value=value,
+        threshold=g.kind.threshold(config),
+        sample=sample,
+        minimum=minimum,
+        failures=failures,
+        no_evidence=why if st == Status.INSUFFICIENT else None,
+        cannot_tell=cannot_tell,
+    )
 
 
 def _fmt_n(x: float) -> str:
@@ -166,10 +362,6 @@ def _duration(hours: float) -> str:
         return f"{minutes} min"
     h, m = divmod(minutes, 60)
     return f"{h} h {m} min" if h < 48 else f"{h / 24:.1f} days"
-
-
-def _noun(g: GateDef, n: float) -> str:
-    return g.failure_noun_one if n == 1 else g.failure_noun
 
 
 def reason(gate: dict[str, Any], config: Config) -> str:
@@ -187,7 +379,7 @@ def _reason(gate: dict[str, Any], config: Config) -> str:
         return f"{g.id}: not applicable to this scope (applies to {', '.join(g.scopes)})"
     if gate["status"] == "insufficient" and gate.get("no_evidence"):
         return f"{g.id}: no evidence: {gate['no_evidence']}"
-    if v is None or (gate["status"] == "pass" and not n and g.kind != "count"):
+    if v is None or (gate["status"] == "pass" and not n and not g.kind.counts):
         return f"{g.id}: not exercised (no {g.sample_noun})"
     if gate["status"] == "insufficient":
         text = f"{g.id}: {_fmt_n(n)} of {_fmt_n(gate['min_sample'])} {g.sample_noun}"
@@ -196,14 +388,7 @@ def _reason(gate: dict[str, Any], config: Config) -> str:
             text += f", about {_duration(eta)} more at the last hour's rate"
         return text
     # Numbers as display_value and display_threshold give them: the tiles' numbers.
-    shown, limit = display_value(gate), display_threshold(gate)
-    if g.kind == "count":
-        return f"{g.id}: {_fmt_n(v)} {_noun(g, v)} (threshold {limit})"
-    if g.kind == "share":
-        return f"{g.id}: {_fmt_n(f)} of {_fmt_n(n)} {_noun(g, n)} (threshold {limit})"
-    if g.kind == "p99":
-        return f"{g.id}: p99 {shown} over {_fmt_n(n)} recoveries (threshold {limit})"
-    return f"{g.id}: peak {shown} reconnects in a 10 s window (budget {limit})"
+    return g.kind.reading(g, v, n, f, display_value(gate), display_threshold(gate))
 
 
 # How every surface (CLI, dashboard, reports) names and formats a gate: by its kind,
@@ -230,24 +415,11 @@ def display_value(gate: dict[str, Any]) -> str:
     v = gate["value"]
     if v is None:
         return "—"
-    kind = BY_ID[gate["id"]].kind
-    if kind == "share":
-        return _percent(v)
-    if kind == "p99":
-        return f"{v:.2f} s"
-    if kind == "peak":
-        return f"{v:.2f}/s".replace(".00/", "/")
-    return f"{int(v):,}"
+    return BY_ID[gate["id"]].kind.show(v)
 
 
 def display_threshold(gate: dict[str, Any]) -> str:
-    kind = BY_ID[gate["id"]].kind
-    t = gate["threshold"]
-    return {
-        "share": f"{_percent(t)} handled",
-        "p99": f"< {t:g} s",
-        "peak": f"≤ {t:g}/s",
-    }.get(kind, f"{t:g}")
+    return BY_ID[gate["id"]].kind.show_threshold(gate["threshold"])
 
 
 def display_bound(gate: dict[str, Any]) -> str:
@@ -282,11 +454,19 @@ def _stale_inputs(g: GateDef, behind: list[dict[str, Any]]) -> list[str]:
     ]
 
 
-def _measures(
-    con: duckdb.DuckDBPyConnection, config: Config
-) -> dict[str, dict[str, dict[str, Any]]]:
-    values = params.from_config(config)
-    out: dict[str, dict[str, dict[str, Any]]] = {}
+def measures(
+    con: duckdb.DuckDBPyConnection, config: Config, f: Filters | None = None
+) -> dict[str | None, dict[str, dict[str, Any]]]:
+    """Every gate's measure from the gate facts: per stage, or (`f`) over the facts the
+    dashboard's filter keeps, under the key None. The same query either way: a measure is
+    written once, in its gate's SQL file."""
+    named.prepare(con, "facts")
+    values = {
+        **params.from_config(config),
+        "by_stage": f is None,
+        "flt": (f or Filters()).param(),
+    }
+    out: dict[str | None, dict[str, dict[str, Any]]] = {}
     for q in catalog.load("gates"):
         g = BY_ID[q.name]
         gate_values = {**values, "detectors": list(g.detectors), "meter": g.meter}
@@ -407,14 +587,14 @@ def evaluate(
     # With many stages, every per-stage lookup is read once for all of them (one query
     # per stage and gate would make 100,000 stages take hours).
     pre = _Prefetch(con) if len(chosen) > 1 else None
-    measures = _measures(con, config)
+    measured = measures(con, config)
     meters = _meters(con)
     minimums = min_samples(config)
     fresh = freshness.sources(con)
     # The proxy log's newest plausible record: one dated years ahead does not count.
     data_end = fresh["proxy"]["newest"]
     fleet_warnings = freshness.warnings(fresh)
-    sources = _stage_sources(con)
+    sources = stage_sources(con)
     blind = runner.blind_detectors(con)
     unjudged = runner.cannot_tell_by_stage(con)
     out = []
@@ -423,38 +603,17 @@ def evaluate(
             continue
         gates = []
         for g in GATES:
-            m = measures.get(name, {}).get(g.id, {})
-            value, sample = m.get("value"), int(m.get("sample") or 0)
-            failures = int(m.get("failures") or 0) if g.kind == "share" else 0
-            if g.kind == "count":
-                failures = int(value or 0)
             minimum = minimums[g.id]
-            st = status_of(g, value, sample, failures, minimum, scope, config)
-            blind_why = no_evidence(g, sources.get(name, {}), blind)
             # units of its detectors in this stage that no file could show
             unjudged_units = sum(
                 e["units"] for e in unjudged.get(name, []) if e["detector"] in g.detectors
             )
-            blind_why = blind_why or judged_nothing(g, m, sample, unjudged_units)
-            if blind_why and st == "pass":
-                st = "insufficient"
-            gate = {
-                "id": g.id,
-                "status": st,
-                "value": value,
-                "threshold": _threshold(g, config),
-                "sample": sample,
-                "min_sample": minimum,
-                "failures": failures,
-                "upper_bound_95": (
-                    min(1.0, 3 / sample)
-                    if g.kind in ("count", "share") and failures == 0 and sample > 0
-                    else None
-                ),
-                "exercised": sample > 0,
-                "no_evidence": blind_why if st == "insufficient" else None,
-                "cannot_tell": unjudged_units,
-            }
+            m = measured.get(name, {}).get(g.id, {})
+            judged = judge(
+                g, m, minimum, scope, config, sources.get(name, {}), blind, unjudged_units
+            )
+            sample = judged.sample
+            gate = judged.as_dict()
             if g.meter and minimum:
                 meter = dict(meters.get((g.meter, name), {"observed": 0, "last_hour": 0}))
                 meter["needed"] = minimum
@@ -467,9 +626,9 @@ def evaluate(
                 pre.refs(name, g.detectors) if pre else _findings_refs(con, name, g.detectors)
             )
             gates.append(gate)
-        failing = [g for g in gates if g["status"] == "fail"]
-        short = [g for g in gates if g["status"] == "insufficient"]
-        decision = "ROLLBACK" if failing else ("HOLD" if short else "PROCEED")
+        failing = [g for g in gates if g["status"] == Status.FAIL]
+        short = [g for g in gates if g["status"] == Status.INSUFFICIENT]
+        decision = Decision.of([g["status"] for g in gates])
         drivers = failing + short  # everything that stands between this stage and PROCEED
         # Sources that stopped before the window's end (the data's newest time for an
         # open stage): what they would have shown is missing from every gate reading them.
@@ -555,16 +714,9 @@ def resolve_stage(
     raise ReplaygateError(f"no stage named {stage!r}{where} (stages: {', '.join(known)})")
 
 
-def worst(decisions: list[str]) -> str:
-    order = {"PROCEED": 0, "HOLD": 1, "ROLLBACK": 2}
-    return max(decisions, key=lambda d: order[d]) if decisions else "HOLD"
-
-
 ROLLBACK_NOT_VERIFIABLE = (
     "rollback of {stage}: not verifiable (no stream records in its hygiene window)"
 )
-
-EXIT_CODES = {"PROCEED": 0, "HOLD": 2, "ROLLBACK": 3}
 
 
 def by_revision(
@@ -624,17 +776,17 @@ def _by_revision(
     for rev in revisions:
         gates = {}
         for g in GATES:
-            if g.kind not in ("count", "p99"):
+            if not g.kind.by_revision:
                 continue
             if g.replay and not resumable[rev]:
-                gates[g.id] = {"status": "not_applicable", "value": None, "sample": None}
+                gates[g.id] = {"status": Status.NOT_APPLICABLE, "value": None, "sample": None}
                 continue
             n_found = sum(c for r, d, c in found if r == rev and d in g.detectors)
             n, p99 = sample_of.get((rev, g.meter), (0, None)) if g.meter else (None, None)
-            value = p99 if g.kind == "p99" else n_found
-            minimum = minimums[g.id]
+            measure = {"value": g.kind.revision_value(n_found, p99), "failures": n_found}
+            value = measure["value"]
             st = status_of(
-                g, value, n or 0, n_found if g.kind == "count" else 0, minimum, scope, config
+                g, value, n or 0, g.kind.failures(measure), minimums[g.id], scope, config
             )
             gates[g.id] = {"status": st, "value": value, "sample": n}
         out.append({"revision": rev, "gates": gates})

@@ -105,9 +105,11 @@ def get(name: str, group: str = "dashboard") -> NamedQuery:
 
 
 def prepare(con: duckdb.DuckDBPyConnection, group: str = "dashboard") -> None:
-    """Define the connection's macros (temporary objects, so a read-only connection works)."""
-    for stmt in get("setup", group).statements():
-        con.execute(stmt)
+    """Define the connection's macros (temporary objects, so a read-only connection works):
+    the gate facts' reader and filter (queries/sql/facts), then the group's own."""
+    for g in dict.fromkeys(("facts", group)):
+        for stmt in get("setup", g).statements():
+            con.execute(stmt)
 
 
 def bind(q: NamedQuery, args: dict[str, Any]) -> dict[str, Any]:

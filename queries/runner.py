@@ -18,7 +18,7 @@ from replaygate.ingest.contract import RECORD_TYPES
 from replaygate.ingest.db import get_meta, one_row, set_meta, transaction
 from replaygate.ingest.errors import ReplaygateError
 
-from . import capability, catalog, history, incremental, params
+from . import capability, catalog, history, incremental, named, params
 
 # The columns that name a finding's unit (its session, stream, event or dispatch), in
 # the order they are shown.
@@ -122,7 +122,10 @@ def analyse(
     force: bool = False,
 ) -> dict[str, Any]:
     """Refresh derived tables and findings (skipped when already current)."""
-    current = get_meta(con, "analysis_stamp") == stamp(con, config)
+    # A database analysed before the gate facts existed is not current: gates read them.
+    current = get_meta(con, "analysis_stamp") == stamp(con, config) and _has_table(
+        con, "a_gate_facts"
+    )
     if not force and only is None and current and _history_current(con):
         return summary(con)
     values = params.from_config(config)
@@ -163,8 +166,8 @@ def analyse(
                 continue
             _run_detector(con, name, q, values, counts)
         _assign_stages(con)
+        _gate_facts(con)
         if only is None:
-            _fleet_measures(con, config)
             set_meta(con, "analysis_stamp", stamp(con, config))
             store_config(con, config)
             set_meta(con, "analysis_mode", "full")
@@ -191,6 +194,7 @@ def _history_only(
                 con.execute(f"DELETE FROM {table} WHERE detector = $d", {"d": name})
             _run_detector(con, name, q, values, counts)
         _assign_stages(con)
+        _gate_facts(con)
         set_meta(con, "history_stamp", version)
 
 
@@ -269,7 +273,7 @@ def _incrementally(con: duckdb.DuckDBPyConnection, config: Config, counts: dict[
         with transaction(con):
             incremental.analyse(con, config, counts, blind)
             _assign_stages(con)
-            _fleet_measures(con, config)
+            _gate_facts(con)
             set_meta(con, "analysis_stamp", stamp(con, config))
             store_config(con, config)
             set_meta(con, "analysis_mode", "incremental")
@@ -284,13 +288,21 @@ def _incrementally(con: duckdb.DuckDBPyConnection, config: Config, counts: dict[
     return True
 
 
-def _fleet_measures(con: duckdb.DuckDBPyConnection, config: Config) -> None:
-    """Every gate's measure over the whole fleet, as the dashboard shows it when nothing is
-    filtered (views.py): kept with the analysis, so a page's first view does not read every
-    record of a large fleet again."""
-    from . import views
+def _has_table(con: duckdb.DuckDBPyConnection, name: str) -> bool:
+    return bool(
+        con.execute(
+            "SELECT count(*) FROM duckdb_tables() WHERE table_name = $n AND NOT temporary",
+            {"n": name},
+        ).fetchall()[0][0]
+    )
 
-    views.store_fleet_measures(con, config)
+
+def _gate_facts(con: duckdb.DuckDBPyConnection) -> None:
+    """The gate facts and the samples behind the meters (queries/sql/facts), after the
+    detectors and the stages of their findings: every gate measure, for the decision and
+    under the dashboard's filters, aggregates them."""
+    for stmt in named.get("build", "facts").statements():
+        con.execute(stmt)
 
 
 def _assign_stages(con: duckdb.DuckDBPyConnection) -> None:

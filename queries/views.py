@@ -1,14 +1,13 @@
 """What the dashboard shows, computed through the named queries under one filter model.
 
-`gate_measures` recomputes every gate's measure from the filtered records with the gates'
-own thresholds, minimum samples and statuses, so under a stage filter alone it equals
-`replaygate gates --stage S`, and under revision, server, client or time filters it shows
-the same measure for that slice.
+`gate_measures` runs every gate's own measure query over the gate facts the filter keeps
+and judges it with the gates' one judge (`gates.judge`), so under a stage filter alone it
+equals `replaygate gates --stage S`, and under revision, server, client or time filters it
+shows the same measure for that slice.
 """
 
 from __future__ import annotations
 
-import contextlib
 from typing import Any
 
 import duckdb
@@ -17,31 +16,6 @@ from replaygate.ingest.config import Config
 
 from . import catalog, gates, named, runner
 from .filters import Filters
-from .params import from_config
-
-# Per gate: the column of the `measures` query that is its sample, and for gates not
-# counted from findings, the column that is its value (share gates: failures).
-_SAMPLE = {
-    "cross_stream_acceptances": "delivered_events",
-    "duplicate_dispatches": "write_dispatches",
-    "silent_truncations": "completed_streams",
-    "reinit_after_404": "session_404s",
-    "invalid_origin_rejection": "invalid_origin_requests",
-    "recovery_p99": "recoveries",
-    "reconnect_qps": "reconnects",
-    "raw_session_ids": "proxy_records",
-    "auth_binding": "session_requests",
-    "write_idempotency": "write_dispatches",
-    "allowed_origin_refusals": "allowed_origin_requests",
-}
-# Per gate: the column that, when above 0, makes it unjudgeable, and why.
-_UNJUDGED = {"invalid_origin_rejection": ("origin_unjudged", "origin allow-list not configured")}
-_VALUE = {
-    "invalid_origin_rejection": "invalid_origin_served",
-    "recovery_p99": "recovery_p99",
-    "reconnect_qps": "reconnect_peak",
-    "raw_session_ids": "raw_session_records",
-}
 
 
 def detectors_for(page: str) -> tuple[str, ...]:
@@ -49,34 +23,11 @@ def detectors_for(page: str) -> tuple[str, ...]:
     return tuple(sorted(n for n, q in catalog.detectors().items() if q.header.get("page") == page))
 
 
-FLEET_MEASURES = "a_fleet_measures"
-
-
-def measures(con: duckdb.DuckDBPyConnection, config: Config, f: Filters) -> dict[str, Any]:
-    cur = None
-    if not f.active() and runner.is_current(con, config):
-        # Nothing filtered: what the analysis kept (store_fleet_measures), if it is current.
-        with contextlib.suppress(duckdb.CatalogException):
-            cur = con.execute(f"SELECT * FROM {FLEET_MEASURES}")
-    if cur is None:
-        cur = named.execute(con, "measures", flt=f, **_measure_values(config))
-    cols = [d[0] for d in cur.description]
-    row = cur.fetchone()
-    assert row is not None  # an aggregate query always returns its one row
-    return dict(zip(cols, row, strict=True))
-
-
-def _measure_values(config: Config) -> dict[str, Any]:
-    values = from_config(config)
-    return {k: values[k] for k in ("origin_patterns", "origin_configured", "dead_statuses")}
-
-
-def store_fleet_measures(con: duckdb.DuckDBPyConnection, config: Config) -> None:
-    """Keep the unfiltered measures in the database (part of every analysis)."""
-    named.prepare(con)
-    q = named.get("measures")
-    args = named.bind(q, {"flt": Filters(), **_measure_values(config)})
-    con.execute(f"CREATE OR REPLACE TABLE {FLEET_MEASURES} AS {q.body()}", args)
+def measures(
+    con: duckdb.DuckDBPyConnection, config: Config, f: Filters
+) -> dict[str, dict[str, Any]]:
+    """Every gate's measure over the gate facts the filter keeps (its gate's own query)."""
+    return gates.measures(con, config, f).get(None, {})
 
 
 def finding_counts(con: duckdb.DuckDBPyConnection, f: Filters) -> dict[str, int]:
@@ -117,37 +68,24 @@ def gate_measures(
         ]  # fmt: skip
     m = measures(con, config, f)
     minimums = gates.min_samples(config)
-    # Which sources could be judged: the stage's window, else the whole database.
-    sources = gates._stage_sources(con).get(f.stage, {}) if f.stage else runner.table_counts(con)
+    # What could be judged: the stage's window and its units that no file could show,
+    # else the whole database (units cannot be told apart by the other filters).
+    if f.stage:
+        sources = gates.stage_sources(con).get(f.stage, {})
+        unjudged = runner.cannot_tell_by_stage(con).get(f.stage, [])
+    else:
+        sources, unjudged = runner.table_counts(con), []
+    blind = runner.blind_detectors(con)
     out = []
     for g in gates.GATES:
-        sample = int(m[_SAMPLE[g.id]] or 0)
-        n_found = sum(found.get(d, 0) for d in g.detectors)
-        failures = 0
-        value = m[_VALUE[g.id]] if g.id in _VALUE else n_found
-        if g.kind == "share":
-            failures = n_found if g.id not in _VALUE else int(value or 0)
-            value = None if not sample else (sample - failures) / sample
-        elif g.kind == "count":
-            failures = int(value or 0)
-        minimum = minimums[g.id]
-        status = gates.status_of(g, value, sample, failures, minimum, scope, config)
-        blind = gates.no_evidence(g, sources)
-        if g.id in _UNJUDGED and m[_UNJUDGED[g.id][0]]:
-            blind = blind or _UNJUDGED[g.id][1]
-        if blind and status == "pass":
-            status = "insufficient"
+        cannot_tell = sum(e["units"] for e in unjudged if e["detector"] in g.detectors)
+        judged = gates.judge(
+            g, m.get(g.id, {}), minimums[g.id], scope, config, sources, blind, cannot_tell
+        )
         gate = {
-            "id": g.id,
-            "status": status,
-            "value": value,
-            "threshold": gates._threshold(g, config),
-            "sample": sample,
-            "min_sample": minimum,
-            "failures": failures,
+            **judged.as_dict(),
             "detectors": list(g.detectors),
-            "findings": n_found,
-            "no_evidence": blind if status == "insufficient" else None,
+            "findings": sum(found.get(d, 0) for d in g.detectors),
         }
         gate["reason"] = gates.reason(gate, config)
         out.append(gate)

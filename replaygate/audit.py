@@ -8,11 +8,12 @@ import json
 import click
 
 from replaygate.ingest.errors import ReplaygateError
+from replaygate.queries.outcome import Decision
 
 from .cli import load_config
 from .options import CONTEXT, config_option, db_option, emit_json, json_option
 
-DECISION = click.Choice(["PROCEED", "HOLD", "ROLLBACK"], case_sensitive=False)
+DECISION = click.Choice([d.value for d in Decision], case_sensitive=False)
 
 
 def _action(kind, db, config_path, as_json, stage, decision, reason, by, release):

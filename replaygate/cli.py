@@ -501,7 +501,7 @@ def gates(
     """
     from replaygate.queries import api
     from replaygate.queries import gates as gm
-    from replaygate.queries.gates import EXIT_CODES, worst
+    from replaygate.queries.outcome import Decision
 
     from . import gatewait
     from .render import gates_report
@@ -553,7 +553,7 @@ def gates(
         gates_report(doc)
     say_config()
     decisions = [s["decision"] for s in doc["stages"]]
-    sys.exit(EXIT_CODES[worst(decisions)])
+    sys.exit(Decision.worst(decisions).exit_code)
 
 
 @cli.command(context_settings=CONTEXT)

@@ -38,8 +38,8 @@ from urllib.parse import parse_qs, unquote, urlsplit
 import duckdb
 
 from replaygate.ingest.errors import ReplaygateError
+from replaygate.queries.outcome import Decision
 
-CODES = {"PROCEED": 200, "HOLD": 409, "ROLLBACK": 412}
 NEWEST = "_"
 NO_RELEASE = "-"
 NOT_IN_LOG = "stage not in the rollout log"
@@ -51,8 +51,8 @@ def status_for(decision: str, ok: str | None) -> int:
     if ok == "any":
         return 200
     if ok == "rollback":
-        return 200 if decision == "ROLLBACK" else 409
-    return CODES[decision]
+        return 200 if decision == Decision.ROLLBACK else Decision.HOLD.http_code
+    return Decision(decision).http_code
 
 
 @dataclass

@@ -372,3 +372,28 @@ def test_the_capability_table_in_the_docs_is_true():
     for name, line in written.items():
         assert line == rows[name], f"docs/detectors.md: regenerate the row of {name}"
     assert set(CASES) <= set(written)
+
+
+def test_the_dashboards_measures_equal_the_gates_on_a_blind_file(tmp_path):
+    """The dashboard's measures under a stage filter are the gates' own (one query per
+    gate over the gate facts): on a fleet whose proxy log cannot show an initialize, the
+    dead-session answers it holds are left out of reinit_after_404 by both."""
+    from replaygate.queries import gates as gm
+    from replaygate.queries import named, views
+    from replaygate.queries.filters import Filters
+
+    tables, drop = CASES["reinit_missing"]
+    rollout = [{"ts": 1_795_824_000_000, "stage": "s", "action": "start", "scope": "read"}]
+    run(tmp_path, rollout=rollout, **_without(tables, drop))
+    con = dbm.connect(str(tmp_path / "t.duckdb"), read_only=True)
+    named.prepare(con)
+    stage = gm.evaluate(con, CONF)["stages"][0]
+    shown = views.gate_measures(con, CONF, Filters(stage="s"), stage["scope"])
+    fields = ("id", "status", "value", "sample", "failures", "min_sample", "no_evidence")
+    assert [{k: g[k] for k in fields} for g in shown] == [
+        {k: g[k] for k in fields} for g in stage["gates"]
+    ]
+    # the blind file's 404 is no sample of the gate: it cannot tell
+    reinit = next(g for g in shown if g["id"] == "reinit_after_404")
+    assert reinit["sample"] == 0 and reinit["cannot_tell"] == 1
+    con.close()

@@ -393,31 +393,38 @@ def test_gate_measures_from_the_records_equal_the_decision(sample_db, stage):
     con.close()
 
 
-def test_unfiltered_measures_kept_by_the_analysis_equal_the_records(sample_db, tmp_path):
-    # With nothing filtered the dashboard reads the measures the analysis kept; they must
-    # be what the records give, and stop being read once the analysis is not current.
-    import shutil
-
+def test_unfiltered_measures_count_every_gate_fact(sample_db):
+    # With nothing filtered a gate's measure runs over every gate fact, those of no stage
+    # too: a gate counting findings (`fails(...)`) counts every gated finding of its
+    # detectors.
     from replaygate.ingest import db as dbm
-    from replaygate.ingest.db import set_meta
-    from replaygate.queries import api, named, views
+    from replaygate.queries import api, gates, named, views
     from replaygate.queries.filters import Filters
 
     from .conftest import SAMPLE_CONF
 
     config = api.load_config(SAMPLE_CONF)
-    db = tmp_path / "m.duckdb"
-    shutil.copy(sample_db, db)
-    con = dbm.connect(str(db))
+    con = dbm.connect(str(sample_db), read_only=True)
     named.prepare(con)
-    kept = views.measures(con, config, Filters())
-    con.execute(f"DROP TABLE {views.FLEET_MEASURES}")
-    assert kept == views.measures(con, config, Filters())
-    views.store_fleet_measures(con, config)
-    con.execute(f"UPDATE {views.FLEET_MEASURES} SET proxy_records = -1")
-    assert views.measures(con, config, Filters())["proxy_records"] == -1
-    set_meta(con, "analysis_stamp", "stale")
-    assert views.measures(con, config, Filters()) == kept
+    m = views.measures(con, config, Filters())
+    found = dict(
+        con.execute(
+            "SELECT detector, count(*) FROM findings WHERE gated(detail) GROUP BY ALL"
+        ).fetchall()
+    )
+    from replaygate.queries import catalog
+
+    counted = [
+        gates.BY_ID[q.name]
+        for q in catalog.load("gates")
+        if "count(*) FILTER (WHERE fails(" in q.sql
+    ]
+    assert counted
+    for g in counted:
+        failed = m[g.id]["failures" if g.kind.name == "share" else "value"]
+        assert failed == sum(found.get(d, 0) for d in g.detectors), g.id
+    proxy = con.execute("SELECT count(*) FROM proxy").fetchone()[0]
+    assert m["raw_session_ids"]["sample"] >= proxy > 0
     con.close()
 
 

@@ -12,11 +12,11 @@ from replaygate.queries import gates
 
 from .conftest import run_cli as run
 
-KIND_OF = {g.id: g.kind for g in gates.GATES}
+KIND_OF = {g.id: g.kind.name for g in gates.GATES}
 
 
 def _a(kind: str) -> str:
-    return next(g.id for g in gates.GATES if g.kind == kind)
+    return next(g.id for g in gates.GATES if g.kind.name == kind)
 
 
 def _gate(kind, **kw):

@@ -6,6 +6,7 @@ import pytest
 
 from replaygate.ingest.config import from_mapping
 from replaygate.queries import gates as gm
+from replaygate.queries.outcome import Decision, Status
 
 from .conftest import FLEET_CONFIG, build
 
@@ -153,8 +154,20 @@ def test_rollback_verified_without_hygiene_faults(tmp_path):
 
 
 def test_worst_decision():
-    assert gm.worst(["PROCEED", "HOLD"]) == "HOLD"
-    assert gm.worst(["HOLD", "ROLLBACK", "PROCEED"]) == "ROLLBACK"
+    assert Decision.worst(["PROCEED", "HOLD"]) == "HOLD"
+    assert Decision.worst(["HOLD", "ROLLBACK", "PROCEED"]) == "ROLLBACK"
+    assert Decision.worst([]) == "HOLD"  # nothing to gate is never a pass
+
+
+def test_decisions_carry_their_codes():
+    assert [(d, d.exit_code, d.http_code) for d in sorted(Decision, key=lambda d: d.rank)] == [
+        ("PROCEED", 0, 200),
+        ("HOLD", 2, 409),
+        ("ROLLBACK", 3, 412),
+    ]
+    assert Decision.of([Status.PASS, Status.INSUFFICIENT]) == "HOLD"
+    assert Decision.of([Status.INSUFFICIENT, Status.FAIL]) == "ROLLBACK"
+    assert Decision.of([Status.PASS, Status.NOT_APPLICABLE]) == "PROCEED"
 
 
 def _only(tmp_path, names: list[str]):

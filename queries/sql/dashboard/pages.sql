@@ -87,55 +87,6 @@ WHERE rg_keep(stage, baseline, revision, server, client, ts, $flt)
   AND list_contains($dets::VARCHAR[], detector)
 GROUP BY ALL ORDER BY bucket;
 
--- name: measures
--- purpose: the records behind every gate's measure and sample, under the filters
--- params: flt, origin_patterns, origin_configured, dead_statuses
--- filters: stage, revision, server, client, time
-WITH p AS (SELECT * FROM rg_proxy()
-           WHERE rg_keep(stage, baseline, revision, server, client, ts, $flt)),
-d AS (SELECT * FROM rg_dispatches()
-      WHERE rg_keep(stage, baseline, revision, server, client, ts, $flt)),
-r AS (SELECT * FROM rg_recoveries()
-      WHERE reopen_ts IS NOT NULL
-        AND rg_keep(stage, baseline, revision, server, client, ts, $flt)),
-s AS (SELECT * FROM rg_streams()
-      WHERE state = 'CLOSED' AND close_reason = 'completed'
-        AND rg_keep(stage, baseline, revision, server, client, ts, $flt)),
-i AS (SELECT * FROM rg_inbox()
-      WHERE verdict = 'accepted'
-        AND rg_keep(stage, baseline, revision, server, client, ts, $flt)),
-e AS (SELECT * FROM rg_server_delivered()
-      WHERE rg_keep(stage, baseline, revision, server, client, ts, $flt)),
-q AS (SELECT epoch_ms(ts) // 10000 AS win, count(*) AS n
-      FROM (SELECT *, prior_gets(method, session_hmac, ts) AS gets_before FROM p)
-      WHERE is_reconnect(method, last_event_id, status, gets_before)
-      GROUP BY win),
-o AS (SELECT * FROM p WHERE is_mcp_request(method)
-                          AND origin_invalid(origin, $origin_patterns, $origin_configured)
-                          AND (is_served(status) OR is_refused(status)))
-SELECT (SELECT count(*) FROM i) AS accepted_receipts,
-       (SELECT count(*) FROM i) + (SELECT count(*) FROM e) AS delivered_events,
-       (SELECT count(*) FROM d WHERE tool_class IN ('write', 'paid')) AS write_dispatches,
-       (SELECT count(*) FROM s) AS completed_streams,
-       (SELECT count(*) FROM r) AS recoveries,
-       (SELECT quantile_cont(secs, 0.99) FROM r) AS recovery_p99,
-       (SELECT count(*) FROM p WHERE dead_session(status, session_hmac, method, $dead_statuses))
-           AS session_404s,
-       (SELECT count(*) FROM o) AS invalid_origin_requests,
-       (SELECT count(*) FROM o WHERE is_served(status)) AS invalid_origin_served,
-       (SELECT count(*) FROM p WHERE is_mcp_request(method)
-                                 AND origin_unjudged(origin, $origin_patterns, $origin_configured))
-           AS origin_unjudged,
-       (SELECT count(*) FROM p WHERE is_mcp_request(method) AND origin_ok(origin, $origin_patterns))
-           AS allowed_origin_requests,
-       (SELECT coalesce(max(n) / 10.0, 0) FROM q) AS reconnect_peak,
-       (SELECT coalesce(sum(n), 0) FROM q) AS reconnects,
-       (SELECT count(*) FROM p WHERE raw_session_id) AS raw_session_records,
-       (SELECT count(*) FROM p) AS proxy_records,
-       (SELECT count(*) FROM p WHERE session_hmac IS NOT NULL) AS session_requests,
-       (SELECT count(*) FROM d WHERE outcome = 'idempotency_hit') AS idempotency_hits,
-       (SELECT count(*) FROM d WHERE idempotency_key IS NOT NULL) AS keyed_dispatches;
-
 -- name: recoveries
 -- purpose: seconds from each DISCONNECTED to the STREAM_OPEN that ended it
 -- params: flt
@@ -174,14 +125,14 @@ WHERE rg_keep(stage, baseline, revision, server, client, ts, $flt)
 GROUP BY ALL ORDER BY bucket;
 
 -- name: reconnects
--- purpose: reconnects per second in 10-second windows (GET with Last-Event-ID, cursor-less
---          GET re-opens on a session, 429, 503)
+-- purpose: reconnects per second in each 10-second window of the reconnect budget (the
+--          reconnect_qps gate's facts: GET with Last-Event-ID, cursor-less GET re-opens on a
+--          session, 429, 503)
 -- params: flt
 -- filters: stage, revision, server, client, time
-SELECT make_timestamptz((epoch_ms(ts) // 10000) * 10000000) AS win, count(*) / 10.0 AS qps
-FROM (SELECT *, prior_gets(method, session_hmac, ts) AS gets_before FROM rg_proxy()
-      WHERE rg_keep(stage, baseline, revision, server, client, ts, $flt))
-WHERE is_reconnect(method, last_event_id, status, gets_before)
+SELECT make_timestamptz(reconnect_window(ts) * 10000000) AS win, count(*) / 10.0 AS qps
+FROM gate_rows(false, $flt)
+WHERE fact = 'proxy_records' AND reconnect
 GROUP BY ALL ORDER BY win;
 
 -- name: inspector_subjects

@@ -8,14 +8,10 @@
 -- unit: accepted events from another stream
 -- unit_one: accepted event from another stream
 -- meter: delivered_events
--- params: detectors, meter
+-- params: by_stage, flt, detectors, meter
 -- measure: count of cross_stream_acceptance findings; sample: delivered events (accepted
 --          receipts where the client keeps an inbox, else the events the server's log shows
 --          it sent or replayed: what the server-based detector judges)
-SELECT w.stage,
-       (SELECT count(*) FROM findings f
-         WHERE f.stage = w.stage AND list_contains($detectors, f.detector)) AS value,
-       coalesce((SELECT n FROM a_stage_samples s
-                  WHERE s.stage = w.stage AND s.sample = $meter AND s.revision IS NULL), 0)
-           AS sample
-FROM a_stages w
+SELECT k AS stage, count(*) FILTER (WHERE fails(fact, detector, $detectors)) AS value,
+       count(*) FILTER (WHERE fact = $meter) AS sample
+FROM gate_rows($by_stage, $flt) GROUP BY k

@@ -7,13 +7,9 @@
 -- unit: duplicate business dispatches
 -- unit_one: duplicate business dispatch
 -- meter: write_dispatches
--- params: detectors, meter
+-- params: by_stage, flt, detectors, meter
 -- measure: count of duplicate_dispatch findings; sample: write dispatches
-SELECT w.stage,
-       (SELECT count(*) FROM findings f
-         WHERE f.stage = w.stage AND list_contains($detectors, f.detector)
-           AND gated(f.detail)) AS value,
-       coalesce((SELECT n FROM a_stage_samples s
-                  WHERE s.stage = w.stage AND s.sample = $meter AND s.revision IS NULL), 0)
-           AS sample
-FROM a_stages w
+-- (a suspected duplicate is no gate fact: gated() in macros.sql)
+SELECT k AS stage, count(*) FILTER (WHERE fails(fact, detector, $detectors)) AS value,
+       count(*) FILTER (WHERE fact = $meter) AS sample
+FROM gate_rows($by_stage, $flt) GROUP BY k

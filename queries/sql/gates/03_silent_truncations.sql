@@ -8,13 +8,8 @@
 -- unit: answers closed incomplete or without their result
 -- unit_one: answer closed incomplete or without its result
 -- meter: completed_streams
--- params: detectors, meter
+-- params: by_stage, flt, detectors, meter
 -- measure: count of silent_truncation and dropped_terminal findings; sample: completed streams
-SELECT w.stage,
-       (SELECT count(*) FROM findings f
-         WHERE f.stage = w.stage
-           AND list_contains($detectors, f.detector)) AS value,
-       coalesce((SELECT n FROM a_stage_samples s
-                  WHERE s.stage = w.stage AND s.sample = $meter AND s.revision IS NULL), 0)
-           AS sample
-FROM a_stages w
+SELECT k AS stage, count(*) FILTER (WHERE fails(fact, detector, $detectors)) AS value,
+       count(*) FILTER (WHERE fact = $meter) AS sample
+FROM gate_rows($by_stage, $flt) GROUP BY k

@@ -8,9 +8,8 @@
 -- sample: recoveries
 -- unit: seconds
 -- meter: recoveries
--- params: meter
+-- params: by_stage, flt, meter
 -- measure: p99 of DISCONNECTED -> STREAM_OPEN seconds; sample: recoveries
-SELECT w.stage, s.p99 AS value, coalesce(s.n, 0) AS sample
-FROM a_stages w
-LEFT JOIN a_stage_samples s
-  ON s.stage = w.stage AND s.sample = $meter AND s.revision IS NULL
+SELECT k AS stage, quantile_cont(secs, 0.99) FILTER (WHERE fact = $meter) AS value,
+       count(*) FILTER (WHERE fact = $meter) AS sample
+FROM gate_rows($by_stage, $flt) GROUP BY k

@@ -7,7 +7,7 @@
 -- unit: raw session ids in logs
 -- unit_one: raw session id in logs
 -- measure: proxy records that carried a raw session id; sample: proxy records
-SELECT w.stage, count(p.stage) FILTER (WHERE p.raw_session_id) AS value,
-       count(p.stage) AS sample
-FROM a_stages w LEFT JOIN a_proxy_staged p USING (stage)
-GROUP BY w.stage
+-- params: by_stage, flt
+SELECT k AS stage, count(*) FILTER (WHERE fact = 'proxy_records' AND raw_session_id) AS value,
+       count(*) FILTER (WHERE fact = 'proxy_records') AS sample
+FROM gate_rows($by_stage, $flt) GROUP BY k

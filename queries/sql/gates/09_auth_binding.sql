@@ -6,11 +6,8 @@
 -- sample: requests on a session
 -- unit: auth-binding violations
 -- unit_one: auth-binding violation
--- params: detectors
+-- params: by_stage, flt, detectors
 -- measure: count of auth_subject_mismatch and session_after_terminal findings; sample: proxy requests on a session
-SELECT w.stage,
-       (SELECT count(*) FROM findings f WHERE f.stage = w.stage
-           AND list_contains($detectors, f.detector)) AS value,
-       (SELECT count(*) FROM a_proxy_staged p
-         WHERE p.stage = w.stage AND p.session_hmac IS NOT NULL) AS sample
-FROM a_stages w
+SELECT k AS stage, count(*) FILTER (WHERE fails(fact, detector, $detectors)) AS value,
+       count(*) FILTER (WHERE fact = 'proxy_records' AND session_hmac IS NOT NULL) AS sample
+FROM gate_rows($by_stage, $flt) GROUP BY k

@@ -8,12 +8,8 @@
 -- unit: writes executed without an idempotency key
 -- unit_one: write executed without an idempotency key
 -- meter: write_dispatches
--- params: detectors, meter
+-- params: by_stage, flt, detectors, meter
 -- measure: count of missing_idempotency_key findings; sample: write and paid dispatches
-SELECT w.stage,
-       (SELECT count(*) FROM findings f
-         WHERE f.stage = w.stage AND list_contains($detectors, f.detector)) AS value,
-       coalesce((SELECT n FROM a_stage_samples s
-                  WHERE s.stage = w.stage AND s.sample = $meter AND s.revision IS NULL), 0)
-           AS sample
-FROM a_stages w
+SELECT k AS stage, count(*) FILTER (WHERE fails(fact, detector, $detectors)) AS value,
+       count(*) FILTER (WHERE fact = $meter) AS sample
+FROM gate_rows($by_stage, $flt) GROUP BY k

@@ -7,14 +7,8 @@
 -- unit: allowed-Origin requests refused
 -- unit_one: allowed-Origin request refused
 -- measure: count of allowed_origin_refused findings; sample: MCP requests whose Origin is on the allow-list or absent
--- params: detectors, origin_patterns
-WITH ok AS (
-    SELECT stage, count(*) AS n FROM a_proxy_staged
-    WHERE is_mcp_request(method) AND origin_ok(origin, $origin_patterns)
-    GROUP BY stage
-)
-SELECT w.stage,
-       (SELECT count(*) FROM findings f
-         WHERE f.stage = w.stage AND list_contains($detectors, f.detector)) AS value,
-       coalesce(o.n, 0) AS sample
-FROM a_stages w LEFT JOIN ok o USING (stage)
+-- params: by_stage, flt, detectors, origin_patterns
+SELECT k AS stage, count(*) FILTER (WHERE fails(fact, detector, $detectors)) AS value,
+       count(*) FILTER (WHERE fact = 'proxy_records' AND is_mcp_request(method)
+                          AND origin_ok(origin, $origin_patterns)) AS sample
+FROM gate_rows($by_stage, $flt) GROUP BY k

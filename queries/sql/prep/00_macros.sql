@@ -100,3 +100,14 @@ CREATE OR REPLACE MACRO gated(detail) AS
 -- A synthetic session of `replaygate probe` (its clientInfo name and the principal it writes).
 CREATE OR REPLACE MACRO is_probe(client_name, principal) AS
     coalesce(client_name = 'replaygate-probe' OR principal = 'replaygate-probe', false);
+
+-- A write: a dispatch of a tool that changes something (`paid` ones too), the writes that
+-- must carry an idempotency key and whose duplicates cost money.
+CREATE OR REPLACE MACRO is_write(tool_class) AS tool_class IN ('write', 'paid');
+
+-- A stream that ended as it should: closed with its answer complete.
+CREATE OR REPLACE MACRO is_completed(state, close_reason) AS
+    state = 'CLOSED' AND close_reason = 'completed';
+
+-- The 10-second window the reconnect budget is counted in (its number since the epoch).
+CREATE OR REPLACE MACRO reconnect_window(ts) AS epoch_ms(ts) // 10000;

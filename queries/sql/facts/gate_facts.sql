@@ -1,0 +1,129 @@
+-- name: build
+-- purpose: the gate facts: one row per unit a gate samples or fails (a delivered event, a
+--          completed stream, a write dispatch, a recovery, a proxy record, a gated finding)
+--          and per stage it is attributed to (stage_key in macros.sql; NULL for none), with
+--          the dimensions the dashboard filters by. Every gate's measure, per stage for the
+--          decision and under any filter for the dashboard, aggregates this one table
+--          (queries/sql/gates); a_stage_samples (the evidence meters, the per-revision
+--          samples) is its per-stage summary. Built after the detectors and their stages.
+-- filters: none
+CREATE OR REPLACE TABLE a_gate_facts AS
+WITH units AS (
+    SELECT 'accepted_receipts' AS fact, ts, session_hmac, NULL::DOUBLE AS secs
+    FROM inbox WHERE verdict = 'accepted'
+    UNION ALL
+    -- delivered events: accepted receipts where the client keeps an inbox, else the
+    -- events the server's log shows it sent or replayed (what the server basis judges)
+    SELECT 'delivered_events', ts, session_hmac, NULL
+    FROM inbox WHERE verdict = 'accepted'
+    UNION ALL
+    SELECT 'delivered_events', e.ts, e.session_hmac, NULL
+    FROM events e ANTI JOIN a_inbox_sessions USING (session_hmac, generation)
+    WHERE e.kind <> 'priming' AND e.disposition IN ('sent', 'replayed')
+    UNION ALL
+    SELECT 'completed_streams', ts, session_hmac, NULL
+    FROM streams WHERE is_completed(state, close_reason)
+    UNION ALL
+    SELECT 'write_dispatches', ts, session_hmac, NULL
+    FROM dispatches WHERE is_write(tool_class)
+    UNION ALL
+    SELECT 'recoveries', disc_ts, session_hmac, secs
+    FROM a_recoveries WHERE reopen_ts IS NOT NULL
+),
+records AS (
+    SELECT u.fact, w.stage, u.ts, u.session_hmac, u.secs, NULL::VARCHAR AS detector,
+           NULL::INTEGER AS status, NULL::VARCHAR AS method, NULL::VARCHAR AS origin,
+           NULL::BOOLEAN AS raw_session_id, NULL::BOOLEAN AS reconnect,
+           NULL::BIGINT AS file_id
+    FROM units u
+    LEFT JOIN a_sessions a ON a.session_hmac = u.session_hmac
+    LEFT JOIN a_stage_windows w
+      ON attributed(w.key, w.start_ts, w.end_ts, a.session_hmac IS NOT NULL, a.cohort, u.ts)
+),
+proxied AS (
+    SELECT w.stage, p.ts, p.session_hmac, p.status, p.method, p.origin, p.raw_session_id,
+           p.file_id, p.last_event_id
+    FROM proxy p
+    LEFT JOIN a_sessions a ON a.session_hmac = p.session_hmac
+    LEFT JOIN a_stage_windows w
+      ON attributed(w.key, w.start_ts, w.end_ts, a.session_hmac IS NOT NULL, a.cohort, p.ts)
+),
+requests AS (
+    -- a session's earlier GETs within the stage it is counted in
+    SELECT 'proxy_records' AS fact, stage, ts, session_hmac, NULL::DOUBLE AS secs,
+           NULL::VARCHAR AS detector, status, method, origin, raw_session_id,
+           is_reconnect(method, last_event_id, status,
+                        prior_gets(method, coalesce(stage, '') || session_hmac, ts))
+               AS reconnect,
+           file_id
+    FROM proxied
+),
+found AS (
+    SELECT 'findings' AS fact, stage, ts, session_hmac, NULL::DOUBLE AS secs, detector,
+           NULL::INTEGER, NULL::VARCHAR, NULL::VARCHAR, NULL::BOOLEAN, NULL::BOOLEAN,
+           NULL::BIGINT
+    FROM findings WHERE gated(detail)
+)
+SELECT f.*, record_revision(f.session_hmac, a.protocol_version) AS revision,
+       a.server_instance AS server, a.client_name AS client,
+       (a.session_hmac IS NOT NULL AND a.cohort IS NULL) AS baseline
+FROM (SELECT * FROM records UNION ALL SELECT * FROM requests UNION ALL SELECT * FROM found) f
+LEFT JOIN a_sessions a ON a.session_hmac = f.session_hmac;
+
+-- The samples behind the evidence meters per stage, and per stage and revision: counts,
+-- the last hour before the stage's newest sample, and the p99 of recoveries.
+CREATE OR REPLACE TABLE a_stage_samples AS
+WITH staged AS (
+    SELECT fact AS sample, stage, ts, secs, revision FROM a_gate_facts
+    WHERE stage IS NOT NULL
+      AND fact IN ('accepted_receipts', 'delivered_events', 'completed_streams',
+                   'write_dispatches', 'recoveries')
+),
+-- the newest sample of each kind per stage, for the last hour (a group, not a window: the
+-- window function partitioned every fact)
+last AS (
+    SELECT sample, stage, max(ts) AS last_ts_all FROM staged GROUP BY ALL
+),
+revised AS (
+    SELECT * FROM staged JOIN last USING (sample, stage)
+)
+SELECT sample, stage, revision, count(*) AS n, min(ts) AS first_ts, max(ts) AS last_ts,
+       count(*) FILTER (WHERE ts > last_ts_all - INTERVAL 1 HOUR) AS n_last_hour,
+       quantile_cont(secs, 0.99) AS p99
+FROM revised
+GROUP BY GROUPING SETS ((sample, stage), (sample, stage, revision));
+
+-- name: setup
+-- purpose: per-connection macros (temporary, so a read-only connection works): the filter
+--          predicate and the rows a gate's measure aggregates
+-- filters: none
+-- $flt is one STRUCT: stage, baseline (sessions outside every cohort), revs, servers,
+-- clients, t_from, t_to. Empty lists and NULLs do not filter.
+CREATE OR REPLACE TEMP MACRO rg_keep(stage, baseline, revision, server, client, ts, flt) AS
+    (CASE WHEN coalesce(flt.baseline::BOOLEAN, false) THEN baseline
+          ELSE flt.stage::VARCHAR IS NULL OR stage = flt.stage::VARCHAR END)
+    AND (len(flt.revs::VARCHAR[]) = 0 OR list_contains(flt.revs::VARCHAR[], revision))
+    AND (len(flt.servers::VARCHAR[]) = 0 OR list_contains(flt.servers::VARCHAR[], server))
+    AND (len(flt.clients::VARCHAR[]) = 0 OR list_contains(flt.clients::VARCHAR[], client))
+    AND (flt.t_from::TIMESTAMPTZ IS NULL OR ts >= flt.t_from::TIMESTAMPTZ)
+    AND (flt.t_to::TIMESTAMPTZ IS NULL OR ts <= flt.t_to::TIMESTAMPTZ);
+
+-- The gate facts a measure aggregates, grouped by `k`: per stage (`by_stage`: every
+-- stage has a row, one that is no fact when nothing happened in it), else the facts the
+-- filter keeps as one group (k NULL).
+CREATE OR REPLACE TEMP MACRO gate_rows(by_stage, flt) AS TABLE
+    SELECT CASE WHEN by_stage THEN stage END AS k, fact, detector, ts, secs, session_hmac,
+           status, method, origin, raw_session_id, reconnect, file_id
+    FROM a_gate_facts
+    WHERE CASE WHEN by_stage THEN stage IS NOT NULL
+               ELSE rg_keep(stage, baseline, revision, server, client, ts, flt) END
+    UNION ALL
+    SELECT stage, 'none', NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL
+    FROM a_stages WHERE by_stage
+    UNION ALL
+    SELECT NULL, 'none', NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL
+    WHERE NOT by_stage;
+
+-- A gate fact that fails a gate: a finding of one of its detectors.
+CREATE OR REPLACE TEMP MACRO fails(fact, detector, detectors) AS
+    fact = 'findings' AND list_contains(detectors, detector);
