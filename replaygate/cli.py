@@ -184,6 +184,32 @@ def _analyse(con: duckdb.DuckDBPyConnection, conf: Config) -> dict[str, Any]:
 @source_option("How to read proxy access logs.")
 @click.option("--cycles", type=click.IntRange(1), help="Stop after this many cycles.")
 @click.option(
+    "--probe",
+    "probe_url",
+    metavar="URL",
+    help="Also run `replaygate probe URL` (the probe extra) every --probe-every, and ingest "
+    "what it writes.",
+)
+@click.option(
+    "--probe-every",
+    type=Duration(),
+    default="1m",
+    show_default=True,
+    help="How often to start a probe run (one at a time).",
+)
+@click.option(
+    "--probe-out",
+    type=click.Path(file_okay=False),
+    help="Where the probe writes (default: a folder `NAME.probes` beside the database).",
+)
+@click.option(
+    "--probe-args",
+    metavar="ARGS",
+    default="",
+    help="The probe's other options, as on its command line "
+    '(e.g. "--tool count --arguments \'{"n": 6}\' --stage canary-5pct").',
+)
+@click.option(
     "--check",
     is_flag=True,
     help="Say whether a watch is running on --db and keeping up (exit 0) or not (exit 1).",
@@ -197,6 +223,10 @@ def watch(
     dashboard_url: str,
     source: str,
     cycles: int | None,
+    probe_url: str | None,
+    probe_every: float,
+    probe_out: str | None,
+    probe_args: str,
     check: bool,
 ) -> None:
     """Ingest what is new, analyse and gate, again and again: one line per cycle.
@@ -208,6 +238,11 @@ def watch(
     changes are printed and, with --notify, POSTed. Readers (dashboard, gates) see a
     copy published after every cycle that changed something. Stop with Ctrl-C or
     SIGTERM: queued notifications are delivered within 10 s, or each is logged.
+
+    \b
+    --probe URL runs the synthetic client (`replaygate probe`) against the endpoint every
+    --probe-every, in a process of its own that never holds up a cycle, and ingests its
+    evidence with the rest; one line per finished probe run.
 
     \b
     --check is for supervisors: it exits 0 while a watch holds the database and its
@@ -232,7 +267,26 @@ def watch(
         sys.exit(0 if alive else 1)
     if not paths:
         raise click.UsageError("give the files or folders to watch (or --check)")
-    w.main(paths, db, config_path, every, notify, dashboard_url, source, cycles)
+    probe = None
+    if probe_url:
+        import shlex
+
+        try:
+            extra = shlex.split(probe_args)
+        except ValueError as exc:
+            raise click.BadParameter(str(exc), param_hint="--probe-args") from None
+        taken = sorted({a.split("=")[0] for a in extra} & {"--out", "--json", "--config"})
+        if taken:
+            raise click.BadParameter(
+                f"{', '.join(taken)} is set by watch", param_hint="--probe-args"
+            )
+        from pathlib import Path
+
+        out = Path(probe_out) if probe_out else Path(db).with_name(Path(db).name + ".probes")
+        probe = w.ProbeSpec(probe_url, out, probe_every, extra, config_path)
+    elif probe_out or probe_args:
+        raise click.UsageError("--probe-out and --probe-args go with --probe URL")
+    w.main(paths, db, config_path, every, notify, dashboard_url, source, cycles, probe)
 
 
 @cli.command(context_settings=CONTEXT)

@@ -13,6 +13,11 @@ and says so, so work never queues up behind itself. SIGINT and SIGTERM end the l
 after the cycle in progress; every cycle's writes are one transaction; notifications
 still queued are delivered within a grace period, or logged (replaygate/notify.py).
 
+Probes: with `--probe URL`, watch also runs `replaygate probe` against the endpoint every
+`--probe-every` (a process of its own, bounded by the probe's deadline, never more than
+one at a time and never holding up a cycle), writes its evidence under `--probe-out` and
+ingests it with the rest: a stage with probes running has client evidence each cycle.
+
 Liveness: after every cycle watch writes `NAME.watch.json` beside the database, with
 `stale_after`, the time by which the next one is due. A supervisor runs
 `replaygate watch --check --db NAME`: watch is alive while it holds the database's
@@ -27,6 +32,9 @@ import json
 import os
 import shutil
 import socket
+import subprocess
+import sys
+import tempfile
 import threading
 import time
 from dataclasses import dataclass, field
@@ -51,6 +59,89 @@ _FINDING_KEY = (
     "hash(detector, ts, session_hmac, generation, stream_id, event_id, dispatch_id, "
     "idempotency_key)"
 )
+
+
+@dataclass
+class ProbeSpec:
+    """What `--probe` asks for: the endpoint, how often, where to, and the probe's other
+    options as given (`--probe-args`)."""
+
+    url: str
+    out: Path
+    every: float = 60.0
+    args: list[str] = field(default_factory=list)
+    config_path: str | None = None
+
+
+class Prober:
+    """Runs `replaygate probe` in a process of its own, one at a time: started at most
+    every `spec.every`, never waited for by a cycle; a finished run is reported once."""
+
+    def __init__(self, spec: ProbeSpec) -> None:
+        self.spec = spec
+        self.proc: subprocess.Popen[bytes] | None = None
+        self.runs = 0
+        self._started = -float("inf")
+        self._out: tempfile.SpooledTemporaryFile[bytes] | None = None
+        self._err: tempfile.SpooledTemporaryFile[bytes] | None = None
+
+    def command(self) -> list[str]:
+        cmd = [sys.executable, "-m", "replaygate", "probe", self.spec.url]
+        cmd += ["--out", str(self.spec.out), "--json", *self.spec.args]
+        if self.spec.config_path:
+            cmd += ["--config", self.spec.config_path]
+        return cmd
+
+    def poll(self, now: float | None = None) -> str | None:
+        """Start a run when one is due; the line of a run that ended since, if any."""
+        now = time.monotonic() if now is None else now
+        line = None
+        if self.proc is not None and self.proc.poll() is not None:
+            line = self._finished()
+        if self.proc is None and now - self._started >= self.spec.every:
+            self.spec.out.mkdir(parents=True, exist_ok=True)
+            self._out = tempfile.SpooledTemporaryFile(1 << 20)  # noqa: SIM115 - kept open
+            self._err = tempfile.SpooledTemporaryFile(1 << 16)  # noqa: SIM115
+            self.proc = subprocess.Popen(
+                self.command(), stdin=subprocess.DEVNULL, stdout=self._out, stderr=self._err
+            )
+            self._started = now
+            self.runs += 1
+        return line
+
+    def _finished(self) -> str:
+        assert self.proc is not None and self._out is not None and self._err is not None
+        code = self.proc.returncode
+        self._out.seek(0)
+        self._err.seek(0)
+        out, err = self._out.read(), self._err.read()
+        self._out.close()
+        self._err.close()
+        self.proc = None
+        try:
+            doc = json.loads(out)
+        except ValueError:
+            last = err.decode("utf-8", "replace").strip().splitlines()
+            return f"probe #{self.runs} failed (exit {code}): {last[-1] if last else 'no output'}"
+        scen = [x for r in doc.get("rounds", []) for x in r.get("scenarios", [])]
+        parts = ", ".join(f"{x.get('scenario')} {str(x.get('status')).upper()}" for x in scen)
+        return (
+            f"probe #{self.runs} {str(doc.get('verdict')).upper()}: {parts} "
+            f"({doc.get('requests')} requests, {duration.show(float(doc.get('seconds') or 0))})"
+        )
+
+    def stop(self) -> str | None:
+        """End a run in progress (its evidence so far stays on disk)."""
+        if self.proc is None:
+            return None
+        if self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        return self._finished()
 
 
 def work_path(db: str) -> Path:
@@ -112,7 +203,13 @@ class Watcher:
         dashboard_url: str = "http://127.0.0.1:8501",
         source: str = "auto",
         say=print,
+        probe: ProbeSpec | None = None,
     ):
+        # The probe's folder is read with the rest, so its evidence is in the next cycle.
+        if probe is not None and str(probe.out) not in paths:
+            paths = [*paths, str(probe.out)]
+            probe.out.mkdir(parents=True, exist_ok=True)
+        self.prober = Prober(probe) if probe is not None else None
         self.paths = paths
         self.db = db
         self.config = config
@@ -299,6 +396,8 @@ class Watcher:
         try:
             while not stop.is_set():
                 n += 1
+                if self.prober is not None:
+                    self._probe_line(self.prober.poll())
                 c = self.cycle(n)
                 self.say(terminal(c.line()))
                 for ch in c.changes:
@@ -320,10 +419,16 @@ class Watcher:
                 tick = due
                 stop.wait(max(0.0, start + due * self.every - time.monotonic()))
         finally:
+            if self.prober is not None:
+                self._probe_line(self.prober.stop())
             self.close()
             self.notifier.close()
             self._stopped()
         return n
+
+    def _probe_line(self, line: str | None) -> None:
+        if line:
+            self.say(terminal(f"{dt.datetime.now(dt.UTC):%H:%M:%S} {line}"))
 
     def _heartbeat(self, c: Cycle) -> None:
         """A small JSON file next to the database: when watch last looked, and how it went
@@ -457,7 +562,7 @@ def _one_line(exc: Exception) -> str:
     return (text[0] if text else type(exc).__name__)[:300]
 
 
-def main(paths, db, config_path, every, notify, dashboard_url, source, cycles) -> None:
+def main(paths, db, config_path, every, notify, dashboard_url, source, cycles, probe=None) -> None:
     """The `watch` command: run until SIGINT/SIGTERM (or `cycles` cycles)."""
     import signal
 
@@ -480,7 +585,7 @@ def main(paths, db, config_path, every, notify, dashboard_url, source, cycles) -
     previous = {s: signal.signal(s, on_signal) for s in (signal.SIGINT, signal.SIGTERM)}
     say = lambda line: click.echo(line)  # noqa: E731
     notifier = Notifier(list(notify), log=lambda line: click.echo(line, err=True))
-    w = Watcher(list(paths), db, conf, every, notifier, dashboard_url, source, say)
+    w = Watcher(list(paths), db, conf, every, notifier, dashboard_url, source, say, probe)
     click.echo(
         f"watching {len(paths)} path{'s' if len(paths) > 1 else ''} every "
         f"{duration.show(every)}; publishing {db}"
