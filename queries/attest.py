@@ -9,7 +9,13 @@ signature of the exact bytes of `statement.json`; `signer.pub` the signer's publ
 (PEM). docs/audit.md says how to check all of it without replaygate.
 
 Verification reads only regular files directly inside the bundle folder: a name with a
-path in it, or a symbolic link, is a failure and is never opened.
+path in it, a symbolic link or a folder is a failure and is never read. A bundle
+verifies only when it is signed by a trusted key: one given with `--public-key`, or
+listed in the file(s) `$REPLAYGATE_TRUSTED_KEYS` names. `signer.pub` inside the bundle
+is never trusted (anyone who edits a bundle can re-sign it and replace it); an
+unsigned bundle, or one signed by any other key, does not verify. The statement must be
+one replaygate writes: its type, its predicate's decision, stage and gates, and a
+report whose decision and stage agree with them.
 """
 
 from __future__ import annotations
@@ -19,7 +25,7 @@ import hashlib
 import json
 import os
 import stat
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeGuard
@@ -40,6 +46,9 @@ PUBLIC_KEY = "signer.pub"
 # Files a bundle may hold besides the subjects the statement lists.
 ENVELOPE = (STATEMENT, SIGNATURE, PUBLIC_KEY)
 BUNDLE_FORMAT = "2"
+STATEMENT_TYPE = "https://in-toto.io/Statement/v1"
+PREDICATE_TYPE = "https://in-toto.io/attestation/test-result/v0.1"
+TRUSTED_KEYS_ENV = "REPLAYGATE_TRUSTED_KEYS"
 
 
 def sha256_bytes(data: bytes) -> str:
@@ -94,6 +103,43 @@ def _load_public_key(data: bytes, what: str) -> Ed25519PublicKey:
     return key
 
 
+def load_trusted_keys(path: str | os.PathLike[str]) -> list[Ed25519PublicKey]:
+    """The Ed25519 public keys of a key file: one PEM key, or a trusted-keys file of
+    several (PEM blocks and `ssh-ed25519 ...` lines; blank and `#` lines ignored)."""
+    try:
+        data = Path(path).read_bytes()
+    except OSError as exc:
+        raise ReplaygateError(f"cannot read public key {path}: {exc.strerror}") from None
+    blocks: list[bytes] = []
+    pem: list[bytes] = []
+    for line in data.splitlines(keepends=True):
+        text = line.strip()
+        if pem:
+            pem.append(line)
+            if text.startswith(b"-----END"):
+                blocks.append(b"".join(pem))
+                pem = []
+        elif text.startswith(b"-----BEGIN"):
+            pem = [line]
+        elif text and not text.startswith(b"#"):
+            blocks.append(text)
+    if pem or not blocks:
+        raise ReplaygateError(f"public key {path}: no key in it, or a PEM block not closed")
+    return [_load_public_key(b, f"public key {path}") for b in blocks]
+
+
+def trusted_keys(given: Sequence[str] = ()) -> tuple[list[Ed25519PublicKey], str]:
+    """The keys a bundle's signature may match, and where they came from: the files
+    given (`--public-key`), else those `$REPLAYGATE_TRUSTED_KEYS` names (separated by
+    `os.pathsep`), else none."""
+    names = list(given)
+    where = "--public-key"
+    if not names:
+        names = [p for p in os.environ.get(TRUSTED_KEYS_ENV, "").split(os.pathsep) if p]
+        where = f"${TRUSTED_KEYS_ENV}"
+    return [k for n in names for k in load_trusted_keys(n)], where
+
+
 def public_pem(key: Ed25519PublicKey) -> bytes:
     from cryptography.hazmat.primitives import serialization
 
@@ -143,9 +189,9 @@ def statement(
         by[STATUS_WORD[g["status"]]].append(g["id"])
     result = "FAILED" if by["FAILED"] else ("WARNED" if by["WARNED"] else "PASSED")
     return {
-        "_type": "https://in-toto.io/Statement/v1",
+        "_type": STATEMENT_TYPE,
         "subject": [{"name": n, "digest": {"sha256": d}} for n, d in subjects],
-        "predicateType": "https://in-toto.io/attestation/test-result/v0.1",
+        "predicateType": PREDICATE_TYPE,
         "predicate": {
             "result": result,
             "configuration": [
@@ -224,9 +270,12 @@ def read_inside(folder: Path, name: object) -> bytes:
             if isinstance(exc, FileNotFoundError):
                 raise
             raise ValueError(f"cannot be read ({exc.strerror})") from None
+        # Judged on the descriptor before any read: a folder (or a FIFO) is named, not
+        # opened as a file.
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            os.close(fd)
+            raise ValueError("is not a regular file")
         with os.fdopen(fd, "rb") as fh:
-            if not stat.S_ISREG(os.fstat(fh.fileno()).st_mode):
-                raise ValueError("is not a regular file")
             return fh.read()
     finally:
         os.close(dir_fd)
@@ -248,9 +297,69 @@ def _digest_of_inputs(paths: list[str]) -> dict[str, str]:
     return found
 
 
-def verify(bundle: Path, public_key: str | None = None, inputs: Sequence[str] = ()) -> Verdict:
-    """Check a bundle: the signature, then every file against the statement (in the
-    statement's order, so the first problem names the first file that differs), then
+_DECISIONS = ("PROCEED", "HOLD", "ROLLBACK")
+
+
+def _statement_problems(st: Any) -> list[str]:
+    """What makes a statement not one replaygate wrote (an empty predicate, another
+    statement type, a subject that is not a name and a digest)."""
+    if not isinstance(st, dict):
+        return [f"{STATEMENT}: not a statement"]
+    out = []
+    if st.get("_type") != STATEMENT_TYPE:
+        out.append(f"{STATEMENT}: _type is not {STATEMENT_TYPE}")
+    if st.get("predicateType") != PREDICATE_TYPE:
+        out.append(f"{STATEMENT}: predicateType is not {PREDICATE_TYPE}")
+    subjects = st.get("subject")
+    if not isinstance(subjects, list) or not subjects:
+        out.append(f"{STATEMENT}: lists no subject")
+    elif not all(
+        isinstance(s, dict)
+        and isinstance(s.get("name"), str)
+        and isinstance(s.get("digest"), dict)
+        and isinstance(s["digest"].get("sha256"), str)
+        for s in subjects
+    ):
+        out.append(f"{STATEMENT}: a subject is not a name with a sha256 digest")
+    p = st.get("predicate")
+    if not isinstance(p, dict) or not p:
+        return [*out, f"{STATEMENT}: the predicate is empty"]
+    wants: dict[str, Callable[[Any], bool]] = {
+        "decision": lambda x: x in _DECISIONS,
+        "result": lambda x: x in STATUS_WORD.values() and x != "SKIPPED",
+        "stage": lambda x: isinstance(x, str) and x != "",
+        "gates": lambda x: isinstance(x, dict) and len(x) > 0,
+        "asOf": lambda x: isinstance(x, str) and x != "",
+        "bundleFormat": lambda x: x == BUNDLE_FORMAT,
+        "inputs": lambda x: isinstance(x, list),
+    }
+    bad = [k for k, ok in wants.items() if not ok(p.get(k))]
+    if bad:
+        out.append(f"{STATEMENT}: the predicate lacks a valid " + ", ".join(bad))
+    return out
+
+
+def _agrees_with_report(data: bytes, predicate: dict[str, Any]) -> str | None:
+    """Why report.json and the statement's predicate disagree (decision, stage), or None."""
+    try:
+        doc = json.loads(data)
+        decision, stage = doc["decision"], doc["scope"]["stage"]
+    except (ValueError, KeyError, TypeError):
+        return "report.json: not a report"
+    if (decision, stage) != (predicate.get("decision"), predicate.get("stage")):
+        return (
+            f"report.json: says {stage} {decision}, the statement "
+            f"{predicate.get('stage')} {predicate.get('decision')}"
+        )
+    return None
+
+
+def verify(
+    bundle: Path, public_key: str | Sequence[str] | None = None, inputs: Sequence[str] = ()
+) -> Verdict:
+    """Check a bundle: the statement, its signature by a trusted key (`public_key`: key
+    files; none: `$REPLAYGATE_TRUSTED_KEYS`), then every file against the statement (in
+    the statement's order, so the first problem names the first file that differs), then
     that nothing else is in the folder. Inputs are looked for only where `inputs` says."""
     v = Verdict()
     if not bundle.is_dir():
@@ -259,24 +368,26 @@ def verify(bundle: Path, public_key: str | None = None, inputs: Sequence[str] = 
     try:
         raw = read_inside(bundle, STATEMENT)
         st = json.loads(raw)
-        subjects = st["subject"]
-        assert isinstance(subjects, list)
     except FileNotFoundError:
         v.problems.append(f"{STATEMENT}: missing")
         return v
-    except (ValueError, KeyError, TypeError, AssertionError) as exc:
-        v.problems.append(
-            f"{STATEMENT}: {exc if isinstance(exc, ValueError) else 'not a statement'}"
-        )
+    except ValueError as exc:
+        v.problems.append(f"{STATEMENT}: {exc}")
         return v
+    malformed = _statement_problems(st)
+    if malformed:
+        v.problems += malformed
+        return v
+    subjects = st["subject"]
+    predicate = st["predicate"]
 
-    _check_signature(bundle, raw, public_key, v)
+    given = [public_key] if isinstance(public_key, str) else list(public_key or ())
+    _check_signature(bundle, raw, given, v)
 
-    listed = set()
+    listed: set[str] = set()
     for subj in subjects:
-        name = subj.get("name") if isinstance(subj, dict) else None
-        want = (subj.get("digest") or {}).get("sha256") if isinstance(subj, dict) else None
-        shown = name if isinstance(name, str) else repr(name)
+        name, want = subj["name"], subj["digest"]["sha256"]
+        shown = name
         listed.add(name)
         try:
             data = read_inside(bundle, name)
@@ -290,9 +401,13 @@ def verify(bundle: Path, public_key: str | None = None, inputs: Sequence[str] = 
             v.problems.append(f"{shown}: content changed")
             continue
         v.files += 1
+        if name == "report.json":
+            disagree = _agrees_with_report(data, predicate)
+            if disagree:
+                v.problems.append(disagree)
         if name == "decision_history.jsonl":
             rows = history._parse(data.decode("utf-8", "replace"))
-            head = (st.get("predicate") or {}).get("decisionHistory")
+            head = predicate.get("decisionHistory")
             broken = history.verify_chain(rows)
             if not broken and isinstance(head, dict) and isinstance(head.get("rows"), int):
                 broken = history.against_anchor(
@@ -300,18 +415,21 @@ def verify(bundle: Path, public_key: str | None = None, inputs: Sequence[str] = 
                 )
             if broken:
                 v.problems.append(f"{name}: {broken}")
+    if "report.json" not in listed:
+        v.problems.append("report.json: not in the statement (a bundle holds its report)")
     for extra in sorted(os.listdir(bundle)):
         if extra not in listed and extra not in ENVELOPE:
             v.problems.append(f"{extra}: not in the statement")
 
-    recorded = (st.get("predicate") or {}).get("inputs") or []
+    recorded = [i for i in predicate["inputs"] if isinstance(i, dict)]
     on_disk = _digest_of_inputs(list(inputs)) if inputs else {}
     for item in recorded:
-        d = (item.get("digest") or {}).get("sha256")
+        digest = item.get("digest")
+        d = digest.get("sha256") if isinstance(digest, dict) else None
         entry = {"name": item.get("name"), "sha256": d}
         if not inputs:
             entry["status"] = "not checked"
-        elif d in on_disk:
+        elif isinstance(d, str) and d in on_disk:
             entry["status"] = f"present at {on_disk[d]}"
         else:
             entry["status"] = "not present, digest recorded"
@@ -328,41 +446,50 @@ def verify(bundle: Path, public_key: str | None = None, inputs: Sequence[str] = 
     return v
 
 
-def _check_signature(bundle: Path, raw: bytes, public_key: str | None, v: Verdict) -> None:
+def _check_signature(bundle: Path, raw: bytes, given: list[str], v: Verdict) -> None:
+    """A bundle is signed by a trusted key, or it fails: unsigned, no trusted key to check
+    with, or a key nobody trusted (the bundle's own signer.pub is only named)."""
     from cryptography.exceptions import InvalidSignature
 
     try:
         sig = read_inside(bundle, SIGNATURE)
     except FileNotFoundError:
-        sig = None
+        v.problems.append(
+            f"{SIGNATURE}: missing (the bundle is not signed; sign it with --sign-key)"
+        )
+        return
     except ValueError as exc:
         v.problems.append(f"{SIGNATURE}: {exc}")
         return
-    if sig is None:
-        if public_key:
-            v.problems.append(f"{SIGNATURE}: missing (the bundle is not signed)")
-        else:
-            v.notes.append("not signed")
+    keys, where = trusted_keys(given)
+    for key in keys:
+        try:
+            key.verify(sig, raw)
+        except InvalidSignature:
+            continue
+        v.notes.append(f"signature valid, key {fingerprint(key)}, a trusted key ({where})")
         return
-    if public_key:
-        try:
-            data = Path(public_key).read_bytes()
-        except OSError as exc:
-            raise ReplaygateError(f"cannot read public key {public_key}: {exc.strerror}") from None
-        key, whose = _load_public_key(data, f"public key {public_key}"), "the trusted key"
-    else:
-        try:
-            key = _load_public_key(read_inside(bundle, PUBLIC_KEY), PUBLIC_KEY)
-        except FileNotFoundError:
-            v.problems.append(f"{PUBLIC_KEY}: missing (give --public-key to check the signature)")
-            return
-        except (ValueError, ReplaygateError) as exc:
-            v.problems.append(f"{PUBLIC_KEY}: {exc}")
-            return
-        whose = "the key in the bundle only (give --public-key to pin the signer)"
+    # Not by a trusted key. Name the key the bundle claims, if it signed this.
     try:
-        key.verify(sig, raw)
-    except InvalidSignature:
+        claimed: Ed25519PublicKey | None = _load_public_key(
+            read_inside(bundle, PUBLIC_KEY), PUBLIC_KEY
+        )
+    except (FileNotFoundError, ValueError, ReplaygateError):
+        claimed = None
+    if claimed is not None:
+        try:
+            claimed.verify(sig, raw)
+        except InvalidSignature:
+            claimed = None
+    if not keys:
+        v.problems.append(
+            f"{SIGNATURE}: no trusted key to check it with: give --public-key or set "
+            f"${TRUSTED_KEYS_ENV} (the bundle's own {PUBLIC_KEY} proves nothing)"
+            + (f"; it was signed by {fingerprint(claimed)}" if claimed is not None else "")
+        )
+    elif claimed is not None:
+        v.problems.append(
+            f"{SIGNATURE}: signed by {fingerprint(claimed)}, which is not a trusted key ({where})"
+        )
+    else:
         v.problems.append(f"{SIGNATURE}: signature does not match {STATEMENT}")
-        return
-    v.notes.append(f"signature valid, key {fingerprint(key)}, checked against {whose}")

@@ -719,7 +719,8 @@ def _check_port_free(host: str, port: int) -> None:
     "--verify",
     "verify_dir",
     type=click.Path(file_okay=False, exists=True),
-    help="Check a bundle's signature and every file against its statement, and exit.",
+    help="Check a bundle's signature by a trusted key and every file against its "
+    "statement, and exit.",
 )
 @click.option(
     "--pdf",
@@ -735,7 +736,9 @@ def _check_port_free(host: str, port: int) -> None:
 @click.option(
     "--public-key",
     metavar="PUB",
-    help="With --verify: the signer's Ed25519 public key the signature must match.",
+    multiple=True,
+    help="With --verify: a trusted signer's Ed25519 public key, or a file of several "
+    "(repeatable; default: the files $REPLAYGATE_TRUSTED_KEYS names).",
 )
 @click.option(
     "--inputs",
@@ -755,7 +758,7 @@ def report(
     bundle_pdf: bool,
     verify_dir: str | None,
     sign_key: str | None,
-    public_key: str | None,
+    public_key: tuple[str, ...],
     inputs: tuple[str, ...],
 ) -> None:
     """Write an audit report: scope, inputs, configuration, methodology, gates,
@@ -764,7 +767,9 @@ def report(
     \b
     HTML is one self-contained file (charts inlined, no network) that prints cleanly;
     PDF is printed from it by headless chromium. The same database and configuration
-    give byte-identical Markdown and JSON.
+    give byte-identical Markdown and JSON. --verify accepts only a bundle signed by a
+    trusted key (--public-key, or $REPLAYGATE_TRUSTED_KEYS): never an unsigned one,
+    and never on the strength of the signer.pub inside it.
 
     \b
     Examples:
@@ -805,10 +810,16 @@ def report(
             doc, con, conf, Path(bundle), sign_key=sign_key, db_path=db, pdf=bundle_pdf
         )
         say(f"wrote bundle {bundle}: " + ", ".join(files), err=True)
+        if not sign_key:
+            say(
+                "note: the bundle is not signed, so `report --verify` will not accept it; "
+                "sign it with --sign-key",
+                err=True,
+            )
     say_config()
 
 
-def _verify_bundle(folder: Path, public_key: str | None, inputs: tuple[str, ...]) -> None:
+def _verify_bundle(folder: Path, public_key: tuple[str, ...], inputs: tuple[str, ...]) -> None:
     """`report --verify`: reads only files inside the bundle (and the --inputs given)."""
     from replaygate.queries import attest
 

@@ -107,7 +107,7 @@ def test_verifies_with_the_signers_key(signed):
     r = run("report", "--verify", str(signed["bundle"]), "--public-key", str(signed["pub"]))
     assert r.returncode == 0, r.stderr
     assert "bundle verified" in r.stdout
-    assert "signature valid" in r.stderr and "the trusted key" in r.stderr
+    assert "signature valid" in r.stderr and "a trusted key (--public-key)" in r.stderr
 
 
 def _subjects(signed) -> list[str]:
@@ -150,7 +150,10 @@ def test_a_changed_signature_fails(signed, tmp_path):
     assert _verify(b, signed["pub"]).problems == [
         "statement.sig: signature does not match statement.json"
     ]
-    assert _verify(b).problems == ["statement.sig: signature does not match statement.json"]
+    assert _verify(b).problems == [
+        "statement.sig: no trusted key to check it with: give --public-key or set "
+        "$REPLAYGATE_TRUSTED_KEYS (the bundle's own signer.pub proves nothing)"
+    ]
 
     # A statement re-written to match edited files: the signature no longer holds.
     b = _copy(signed, tmp_path / "restated")
@@ -164,26 +167,120 @@ def test_a_changed_signature_fails(signed, tmp_path):
         "statement.sig: signature does not match statement.json"
     ]
 
-    # Re-signed with another key: fails against the signer's key; without a trusted key
-    # it shows a different fingerprint.
+    # Re-signed with another key (and its signer.pub replaced): an unknown key is
+    # refused, named by its fingerprint, with the signer's key and without any key.
     other_priv, other_pub = _keypair(tmp_path, "other")
     key = attest.load_private_key(other_priv)
     (b / "statement.sig").write_bytes(key.sign((b / "statement.json").read_bytes()))
     (b / "signer.pub").write_bytes(other_pub.read_bytes())
+    forger = attest.fingerprint(key.public_key())
     assert _verify(b, signed["pub"]).problems == [
-        "statement.sig: signature does not match statement.json"
+        f"statement.sig: signed by {forger}, which is not a trusted key (--public-key)"
     ]
     alone = _verify(b)
-    assert alone.ok and "key in the bundle only" in alone.notes[0]
-    real = attest.fingerprint(attest.load_private_key(signed["priv"]).public_key())
-    assert real not in alone.notes[0]
+    assert not alone.ok and "no trusted key" in alone.problems[0]
+    assert alone.problems[0].endswith(f"it was signed by {forger}")
+    r = run("report", "--verify", str(b))
+    assert r.returncode == 1 and "bundle verified" not in r.stdout + r.stderr
+    # The forger's key among several trusted ones verifies; that is what trusting is.
+    both = tmp_path / "trusted-keys"
+    both.write_bytes(b"# CI and another\n" + signed["pub"].read_bytes() + other_pub.read_bytes())
+    assert _verify(b, both).ok
 
-    # No signature where one is expected.
+    # No signature: never verifies, with or without a key.
     b = _copy(signed, tmp_path / "unsigned")
     (b / "statement.sig").unlink()
-    assert _verify(b, signed["pub"]).problems == [
-        "statement.sig: missing (the bundle is not signed)"
-    ]
+    unsigned = ["statement.sig: missing (the bundle is not signed; sign it with --sign-key)"]
+    assert _verify(b, signed["pub"]).problems == unsigned
+    assert _verify(b).problems == unsigned
+    r = run("report", "--verify", str(b))
+    assert r.returncode == 1 and "bundle verified" not in r.stdout
+
+
+def test_trusted_keys_from_the_environment_and_a_keys_file(signed, tmp_path):
+    """Keys pinned once for a machine: $REPLAYGATE_TRUSTED_KEYS names trusted-keys files
+    (PEM blocks and OpenSSH `ssh-ed25519` lines); --public-key, when given, replaces it."""
+    from cryptography.hazmat.primitives import serialization as ser
+
+    _, other_pub = _keypair(tmp_path, "other")
+    signer = attest.load_private_key(signed["priv"]).public_key()
+    ssh_line = signer.public_bytes(ser.Encoding.OpenSSH, ser.PublicFormat.OpenSSH)
+    keys = tmp_path / "trusted"
+    keys.write_bytes(b"# release signers\n\n" + other_pub.read_bytes() + ssh_line + b" ci\n")
+    bundle = str(signed["bundle"])
+    env = {attest.TRUSTED_KEYS_ENV: str(tmp_path / "absent")}
+    r = run("report", "--verify", bundle, env=env)
+    assert r.returncode == 1 and "cannot read public key" in r.stderr
+    env = {attest.TRUSTED_KEYS_ENV: str(keys)}
+    r = run("report", "--verify", bundle, env=env)
+    assert r.returncode == 0, r.stderr
+    assert "a trusted key ($REPLAYGATE_TRUSTED_KEYS)" in r.stderr
+    # --public-key given: only those keys count.
+    r = run("report", "--verify", bundle, "--public-key", str(other_pub), env=env)
+    assert r.returncode == 1 and "which is not a trusted key (--public-key)" in r.stderr
+    # Not a key file at all: one line.
+    junk = tmp_path / "junk"
+    junk.write_text("hello\n")
+    r = run("report", "--verify", bundle, "--public-key", str(junk))
+    assert r.returncode == 1 and len(r.stderr.strip().splitlines()) == 1, r.stderr
+
+
+def test_a_folder_named_as_a_subject_is_a_problem_not_a_crash(signed, tmp_path):
+    b = _copy(signed, tmp_path / "folder")
+    (b / "report.md").unlink()
+    (b / "report.md").mkdir()
+    assert _verify(b, signed["pub"]).problems == ["report.md: is not a regular file"]
+    r = run("report", "--verify", str(b), "--public-key", str(signed["pub"]))
+    assert r.returncode == 1 and "report.md: is not a regular file" in r.stderr
+    assert "Traceback" not in r.stderr
+
+
+def _resign(b: Path, st: dict, priv: Path) -> None:
+    raw = attest.encode(st)
+    (b / "statement.json").write_bytes(raw)
+    (b / "statement.sig").write_bytes(attest.load_private_key(priv).sign(raw))
+
+
+def _without_report(st: dict) -> None:
+    st["subject"] = [s for s in st["subject"] if s["name"] != "report.json"]
+
+
+@pytest.mark.parametrize(
+    ("edit", "problem"),
+    [
+        (lambda st: st.update(predicate={}), "statement.json: the predicate is empty"),
+        (lambda st: st.pop("predicate"), "statement.json: the predicate is empty"),
+        (
+            lambda st: st["predicate"].update(decision="", gates={}),
+            "statement.json: the predicate lacks a valid decision, gates",
+        ),
+        (lambda st: st.update(subject=[]), "statement.json: lists no subject"),
+        (
+            lambda st: st["subject"].append({"name": ["x"], "digest": "y"}),
+            "statement.json: a subject is not a name with a sha256 digest",
+        ),
+        (
+            lambda st: st.update(predicateType="https://example.com/anything"),
+            "statement.json: predicateType is not https://in-toto.io/attestation/test-result/v0.1",
+        ),
+        (
+            lambda st: st["predicate"].update(decision="PROCEED"),
+            "report.json: says write-10pct ROLLBACK, the statement write-10pct PROCEED",
+        ),
+        (_without_report, "report.json: not in the statement (a bundle holds its report)"),
+    ],
+)
+def test_a_signed_statement_must_be_a_full_one(signed, tmp_path, edit, problem):
+    """Even signed by the trusted key, an empty or partial predicate, or one that
+    contradicts the report it lists, does not verify (nor crash)."""
+    b = _copy(signed, tmp_path)
+    st = json.loads((b / "statement.json").read_bytes())
+    edit(st)
+    _resign(b, st, signed["priv"])
+    v = _verify(b, signed["pub"])
+    assert problem in v.problems, v.problems
+    r = run("report", "--verify", str(b), "--public-key", str(signed["pub"]))
+    assert r.returncode == 1 and "Traceback" not in r.stderr
 
 
 def test_an_added_file_fails(signed, tmp_path):
@@ -230,10 +327,8 @@ def test_verify_reads_only_files_inside_the_bundle(signed, tmp_path):
         {"name": "../outside.txt", "digest": {"sha256": digest}},
         {"name": str(outside), "digest": {"sha256": digest}},
     ]
-    (b / "statement.json").write_bytes(attest.encode(st))
-    (b / "statement.sig").unlink()
-    (b / "signer.pub").unlink()
-    v = _verify(b)
+    _resign(b, st, signed["priv"])
+    v = _verify(b, signed["pub"])
     assert v.problems == [
         "../outside.txt: names a path outside the bundle",
         f"{outside}: names a path outside the bundle",

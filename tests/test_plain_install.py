@@ -110,7 +110,14 @@ def test_every_command_runs_from_a_plain_install(plain, tmp_path):
     report = work / "audit.html"
     rg("report", "--db", db, "-o", str(report), "--bundle", "evidence", "--sign-key", str(key))
     assert report.stat().st_size > 0
-    verified = rg("report", "--verify", "evidence", "--inputs", "sample_data")
+    (work / "ci.pub").write_bytes(
+        serialization.load_pem_private_key(key.read_bytes(), None)
+        .public_key()
+        .public_bytes(serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo)
+    )
+    verified = rg(
+        "report", "--verify", "evidence", "--public-key", "ci.pub", "--inputs", "sample_data"
+    )
     assert "bundle verified" in verified.stdout
 
     procs: list[subprocess.Popen[bytes]] = []

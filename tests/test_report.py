@@ -136,8 +136,16 @@ def test_pdf_has_the_gate_table(db, tmp_path):
 
 
 def test_bundle_and_verify(db, tmp_path):
+    from .test_bundle import _keypair
+
+    priv, pub = _keypair(tmp_path, "ci")
     out = tmp_path / "bundle"
     r = run("report", "--db", str(db), "--config", CONF, "--bundle", str(out))
+    assert r.returncode == 0, r.stderr
+    # Unsigned: written, said to be unsigned, and never verified.
+    assert "the bundle is not signed, so `report --verify` will not accept it" in r.stderr
+    assert run("report", "--verify", str(out), "--public-key", str(pub)).returncode == 1
+    r = run("report", "--db", str(db), "--config", CONF, "--bundle", str(out), "--sign-key", priv)
     assert r.returncode == 0, r.stderr
     names = {p.name for p in out.iterdir()}
     assert {
@@ -151,7 +159,7 @@ def test_bundle_and_verify(db, tmp_path):
     st = json.loads((out / "statement.json").read_text())
     assert st["_type"] == "https://in-toto.io/Statement/v1"
     assert st["predicate"]["result"] in ("PASSED", "WARNED", "FAILED")
-    assert run("report", "--verify", str(out)).returncode == 0
+    assert run("report", "--verify", str(out), "--public-key", str(pub)).returncode == 0
     (out / "findings.parquet").write_bytes(b"tampered")
-    bad = run("report", "--verify", str(out))
+    bad = run("report", "--verify", str(out), "--public-key", str(pub))
     assert bad.returncode == 1 and "findings.parquet: content changed" in bad.stderr
