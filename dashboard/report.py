@@ -1,32 +1,27 @@
 """Render the audit report (queries/report.py) as Markdown, self-contained HTML or PDF
 (evidence bundles: dashboard/bundle.py).
 
-Imports plotly, never streamlit, so `replaygate report` works without the UI.
+Never imports streamlit, so `replaygate report` works without the UI; the HTML report's
+charts are inline SVG (dashboard/svgchart.py), so the report carries no plotting library.
 """
 
 from __future__ import annotations
 
-import base64
-import hashlib
 import json
-import re
 import shutil
 import subprocess
 import tempfile
 from pathlib import Path
 
 import jinja2
-import pandas as pd
-import plotly.graph_objects as go
 from markupsafe import Markup
-from plotly.offline import get_plotlyjs
 
 from replaygate.ingest.errors import ReplaygateError
 from replaygate.queries import outputs
 from replaygate.queries.escape import html_text, md_code, md_code_block, md_text
 from replaygate.queries.runner import UNIT_COLUMNS
 
-from . import figures
+from . import svgchart
 
 STATUS_WORD = {
     "pass": "PASSED",
@@ -293,24 +288,7 @@ h2{page-break-after:avoid}}
 """
 
 
-def _charts(doc: dict) -> list[go.Figure]:
-    gates = doc["gates"]
-    fig1 = figures.gate_matrix(
-        [{"stage": doc["scope"]["stage"], "decision": doc["decision"], "gates": gates}]
-    )
-    by = doc["findings"]["by_detector"]
-    df = pd.DataFrame({"detector": list(by), "n": [d["count"] for d in by.values()]})
-    fig2 = (
-        go.Figure(go.Bar(x=df["detector"], y=df["n"], marker_color="#c62828"))
-        if not df.empty
-        else figures._empty("Findings by detector", "no findings")
-    )
-    fig2.update_layout(title="Findings by detector", **figures.LAYOUT)
-    return [fig1, fig2]
-
-
 _TEMPLATES = Path(__file__).parent / "templates"
-_SCRIPT = re.compile(r"<script[^>]*>(.*?)</script>", re.DOTALL)
 
 
 def _environment() -> jinja2.Environment:
@@ -331,39 +309,18 @@ def _environment() -> jinja2.Environment:
     return env
 
 
-def _script_hashes(*html_parts: str) -> str:
-    """CSP sources for exactly the scripts we wrote: an injected script or event handler
-    would not run even if something slipped past escaping."""
-    hashes = []
-    for part in html_parts:
-        for body in _SCRIPT.findall(part):
-            digest = base64.b64encode(hashlib.sha256(body.encode("utf-8")).digest()).decode()
-            hashes.append(f"'sha256-{digest}'")
-    return " ".join(hashes)
-
-
 def to_html(doc: dict) -> str:
-    """One self-contained HTML file from the autoescaping template (no network)."""
-    charts = [
-        fig.to_html(
-            full_html=False,
-            include_plotlyjs=False,
-            div_id=f"chart{i}",
-            config={"staticPlot": True},
-        )
-        for i, fig in enumerate(_charts(doc))
-    ]
-    plotly_js = get_plotlyjs()
+    """One self-contained HTML file from the autoescaping template: no network, no
+    script, its charts inline SVG (a few kilobytes, not a plotting library)."""
     template = _environment().get_template("report.html.j2")
+    by = doc["findings"]["by_detector"]
     return template.render(
         doc=doc,
         s=doc["scope"],
         unit_keys=UNIT_COLUMNS,
         css=Markup(_CSS),
-        # plotly's own output: its JSON escapes '<', so data cannot close the script.
-        plotly_js=Markup(plotly_js),
-        charts=[Markup(c) for c in charts],
-        script_hashes=Markup(_script_hashes(f"<script>{plotly_js}</script>", *charts)),
+        gate_rows=svgchart.gate_rows(doc["gates"]),
+        finding_bars=svgchart.bars({d: v["count"] for d, v in by.items()}, "Findings by detector"),
     )
 
 

@@ -99,7 +99,7 @@ def test_html_report_runs_no_script_in_chromium(hostile_db, tmp_path):
         )
         page = browser.new_context(offline=True).new_page()
         page.goto(html.as_uri())
-        page.wait_for_selector(".chart .main-svg", timeout=30_000)
+        page.wait_for_selector(".chart svg", timeout=30_000)
         ran = page.evaluate(
             "() => [window.pwned_origin, window.pwned_file, window.pwned_stage]"
             ".filter(x => x !== undefined)"
