@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
 
+from replaygate.ingest import timefmt
 from replaygate.queries import escape
 from replaygate.queries.filters import Filters
 
@@ -49,7 +50,7 @@ def parse_ts(value: str | None) -> datetime | None:
     if not value:
         return None
     try:
-        ts = datetime.fromisoformat(value.replace("Z", "+00:00"))
+        ts = timefmt.parse(value)
     except ValueError:
         return None
     return ts if ts.tzinfo else ts.replace(tzinfo=UTC)

@@ -13,10 +13,10 @@ import os
 import re
 import tomllib
 from dataclasses import asdict, dataclass, field, fields
-from datetime import datetime
 from pathlib import Path
 from typing import Any
 
+from . import timefmt
 from .errors import ReplaygateError
 
 DEFAULT_TS_BOUNDS = {"min": "2000-01-01T00:00:00Z", "max": "2100-01-01T00:00:00Z"}
@@ -50,8 +50,11 @@ class Config:
         return {name: dict(s.get("fields", {})) for name, s in self.sources.items()}
 
     def hmac_key(self) -> bytes | None:
+        """The key's bytes exactly as the environment holds them: a key that is not
+        UTF-8 (random bytes) is what the servers HMAC with too, so it is used as is
+        (Python hands such a value over with surrogate escapes; fsencode undoes them)."""
         value = os.environ.get(self.hmac_key_env)
-        return value.encode("utf-8") if value else None
+        return os.fsencode(value) if value else None
 
     def as_dict(self) -> dict[str, Any]:
         d = asdict(self)
@@ -195,7 +198,7 @@ def _ts_bounds(value: dict[str, Any]) -> dict[str, Any]:
     parsed = {}
     for key, text in out.items():
         try:
-            parsed[key] = datetime.fromisoformat(text.replace("Z", "+00:00"))
+            parsed[key] = timefmt.parse(text)
         except ValueError:
             raise ReplaygateError(f"config: ts_bounds.{key} is not an RFC 3339 time") from None
         if parsed[key].tzinfo is None:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import hashlib
 import hmac
+import re
 
 _BLOCK = 64
 
@@ -40,7 +41,26 @@ def hmac_hex(key: bytes, value: str) -> str:
 URL_SESSION_PARAMS = ("session_id", "sessionId", "mcp-session-id")
 
 
+def _spelled_any_way(name: str) -> str:
+    """A regular expression for a query parameter's name as a server reads it: any
+    character may come percent-encoded (`session%5Fid` is `session_id` once decoded),
+    in either case (with the `i` flag)."""
+    return "".join(
+        "(?:"
+        + "|".join([re.escape(ch), *sorted({f"%{ord(c):02x}" for c in (ch.lower(), ch.upper())})])
+        + ")"
+        for ch in name
+    )
+
+
 def redact_url_sql(expr: str) -> str:
-    """SQL: the URL text `expr` with the values of URL_SESSION_PARAMS replaced."""
-    names = "|".join(p.replace("-", "\\-") for p in URL_SESSION_PARAMS)
-    return f"regexp_replace({expr}, '([?&;](?:{names})=)[^&#;]*', '\\1[redacted]', 'gi')"
+    """SQL: the URL text `expr` with the values of URL_SESSION_PARAMS replaced, however
+    their names are percent-encoded."""
+    names = "|".join(_spelled_any_way(p) for p in URL_SESSION_PARAMS)
+    redacted = f"regexp_replace({expr}, '([?&;](?:{names})=)[^&#;]*', '\\1[redacted]', 'gi')"
+    # Most paths hold no parameter name of ours: a name spelled out contains "ession",
+    # one with an encoded character a '%'. Only those pay for the expression.
+    return (
+        f"CASE WHEN contains({expr}, '=') AND ({expr} ILIKE '%ession%' OR contains({expr}, '%')) "
+        f"THEN {redacted} ELSE {expr} END"
+    )

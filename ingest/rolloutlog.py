@@ -19,7 +19,7 @@ from typing import Any
 import duckdb
 import pyarrow as pa
 
-from . import validate
+from . import timefmt, validate
 from .config import Config
 from .contract import ROLLOUT
 from .db import get_meta, one_row, set_meta, transaction
@@ -144,7 +144,7 @@ def check(records: list[dict[str, Any]], config: Config | None = None) -> None:
 
 def _norm_ts(ts: str) -> str:
     try:
-        return iso_ms(datetime.fromisoformat(ts.replace("Z", "+00:00")))
+        return iso_ms(timefmt.parse(ts))
     except ValueError:
         return ts
 

@@ -9,14 +9,32 @@ and rules, never values: a value in the wrong field could be a secret.
 from __future__ import annotations
 
 from .contract import DERIVED, Field, RecordType
+from .timefmt import OUT_OF_RANGE
 
 
 def ts_sql(v: str) -> str:
-    """Epoch milliseconds or RFC 3339 text to TIMESTAMPTZ (UTC, milliseconds)."""
+    """Epoch milliseconds or RFC 3339 text to TIMESTAMPTZ (UTC, milliseconds).
+
+    RFC 3339's lowercase `t`/`z` are read (DuckDB's cast knows only capitals), a leap
+    second `23:59:60` is the last millisecond of its minute, an hour of 24 or an offset
+    beyond a day is a bad value (the cast would roll them into another day) — the
+    rules of ingest/timefmt.py `parse`."""
+
+    def cast(text: str) -> str:
+        leap = f"regexp_replace({text}, '(:59:)60(\\.\\d*)?', '\\159.999')"
+        return (
+            f"date_trunc('millisecond', TRY_CAST("
+            f"CASE WHEN contains({v}, ':60') THEN {leap} ELSE {text} END AS TIMESTAMPTZ))"
+        )
+
     # Text dates have a '-' after the year; checking it is cheaper than a failed cast.
+    # The common forms (ending in Z) skip the offset's pattern and the case change.
     return (
-        f"CASE WHEN substr({v}, 5, 1) = '-' "
-        f"THEN date_trunc('millisecond', TRY_CAST({v} AS TIMESTAMPTZ)) "
+        f"CASE WHEN substr({v}, 5, 1) = '-' THEN CASE "
+        f"WHEN substr({v}, 12, 2) > '23' THEN NULL "
+        f"WHEN suffix({v}, 'Z') AND substr({v}, 11, 1) <> 't' THEN {cast(v)} "
+        f"WHEN regexp_matches({v}, '{OUT_OF_RANGE}') THEN NULL "
+        f"ELSE {cast(f'upper({v})')} END "
         # try(): an epoch beyond what a timestamp holds is a bad value, not an abort.
         f"ELSE try(CAST(epoch_ms(TRY_CAST(TRY_CAST({v} AS DOUBLE) AS BIGINT)) AS TIMESTAMPTZ)) "
         "END"

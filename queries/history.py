@@ -37,6 +37,7 @@ from typing import Any
 import blake3
 import duckdb
 
+from replaygate.ingest import timefmt
 from replaygate.ingest.config import Config
 from replaygate.ingest.db import get_meta
 from replaygate.ingest.errors import ReplaygateError
@@ -139,7 +140,7 @@ def iso(ts: datetime) -> str:
 def parse_time(text: str) -> datetime:
     """An ISO 8601 time as given on the command line (no zone: UTC)."""
     try:
-        ts = datetime.fromisoformat(text.strip().replace("Z", "+00:00"))
+        ts = timefmt.parse(text)
     except ValueError:
         raise ReplaygateError(f"not an ISO 8601 time: {text!r}") from None
     return ts if ts.tzinfo else ts.replace(tzinfo=UTC)

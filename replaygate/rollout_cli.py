@@ -4,10 +4,10 @@ Rollouts and Flagger report."""
 from __future__ import annotations
 
 import json
-from datetime import datetime
 
 import click
 
+from replaygate.ingest import timefmt
 from replaygate.ingest.errors import ReplaygateError
 
 from .options import CONTEXT, config_option, db_option, say
@@ -100,7 +100,7 @@ def _ts(value: str | None) -> str | None:
     if value is None:
         return None
     try:
-        datetime.fromisoformat(value.replace("Z", "+00:00"))
+        timefmt.parse(value)
     except ValueError:
         raise click.BadParameter(f"{value!r} is not an RFC 3339 time", param_hint="--at") from None
     return value

@@ -68,3 +68,29 @@ def test_digest_changes_with_settings():
 def test_glob_to_like_escapes():
     assert glob_to_like("http://localhost:*") == "http://localhost:%"
     assert glob_to_like("https://a_b%.example") == "https://a\\_b\\%.example"
+
+
+def test_an_hmac_key_that_is_not_utf8_is_used_byte_for_byte(monkeypatch, tmp_path):
+    import os
+
+    from replaygate.ingest.config import Config
+    from replaygate.ingest.redact import hmac_hex
+
+    raw = b"\xff\xfe-random-key-\x80"
+    monkeypatch.setenv("RG_TEST_KEY", os.fsdecode(raw))
+    conf = Config(hmac_key_env="RG_TEST_KEY")
+    assert conf.hmac_key() == raw
+    # And an ingest with it hashes ids with exactly those bytes, as the servers do.
+    from replaygate.ingest import db as dbm
+    from replaygate.ingest.load import ingest
+
+    log = tmp_path / "proxy-ids.jsonl"
+    log.write_text(
+        '{"schema":"mcpProxyLog.v1","ts":"2026-11-28T10:00:00Z","method":"POST",'
+        '"status":200,"path":"/mcp","session_id":"abc"}\n'
+    )
+    con = dbm.connect(str(tmp_path / "t.duckdb"))
+    rep = ingest(con, [str(log)], conf)
+    assert rep.files[0].rows == {"proxy": 1}, rep.files[0]
+    (h,) = con.execute("SELECT session_hmac FROM proxy").fetchone()
+    assert h == hmac_hex(raw, "abc")

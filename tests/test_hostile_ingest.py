@@ -521,3 +521,27 @@ def test_a_line_holding_the_line_readers_delimiter_is_refused_whole(tmp_path):
     assert [r[0] for r in _quarantine(con)] == [1, 2]
     assert (sum(f.rows.values()), f.quarantined, f.blank, f.lines) == (1, 2, 0, 3)
     assert con.execute("SELECT pos FROM sessions").fetchall() == [(3,)]
+
+
+def test_a_session_parameter_is_redacted_however_its_name_is_encoded():
+    """A server decodes `session%5Fid` to `session_id` before reading it: the raw id in
+    its value is as raw as with the plain name."""
+    import duckdb
+
+    from replaygate.ingest.redact import redact_url_sql
+
+    con = duckdb.connect()
+    for path in (
+        "/messages?session%5Fid=RAWID",
+        "/messages?x=1&session%5fid=RAWID&y=2",
+        "/messages?%73ession_id=RAWID",
+        "/messages?%53ESSION%5FID=RAWID",
+        "/sse?sessionI%64=RAWID",
+        "/mcp?mcp%2Dsession%2did=RAWID;v=1",
+        "/mcp?MCP-SESSION-ID=RAWID",
+    ):
+        (out,) = con.execute(f"SELECT {redact_url_sql('$p')}", {"p": path}).fetchone()
+        assert "RAWID" not in out and "=[redacted]" in out, (path, out)
+    for path in ("/mcp", "/m?session_idx=1", "/m?xsession_id=1", "/m?q=session%5Fid", None):
+        (out,) = con.execute(f"SELECT {redact_url_sql('$p')}", {"p": path}).fetchone()
+        assert out == path
