@@ -16,7 +16,7 @@ from urllib.parse import urlencode
 import pandas as pd
 import streamlit as st
 
-from replaygate.queries import named
+from replaygate.queries import escape, named
 from replaygate.queries.gates import (
     BY_ID,
     NOT_EXERCISED,
@@ -166,13 +166,21 @@ def sidebar_filters(options: dict, windows: dict) -> tuple[Filters, str]:
     url_args = (lo, hi, windows)  # every filter widget writes the URL
     sb = st.sidebar
     sb.header("Filters")
+    # Options are data: shown on one line with bidi and zero-width characters by code
+    # point, so two stages (servers, clients) that differ only invisibly look different.
     sb.selectbox(
-        "Stage", ["(all)", *windows], key="flt_stage", on_change=_widgets_to_url, args=url_args
+        "Stage",
+        ["(all)", *windows],
+        key="flt_stage",
+        format_func=escape.one_line,
+        on_change=_widgets_to_url,
+        args=url_args,
     )
     sb.multiselect(
         "Protocol revision",
         options["revisions"],
         key="flt_rev",
+        format_func=escape.one_line,
         on_change=_widgets_to_url,
         args=url_args,
     )
@@ -180,11 +188,17 @@ def sidebar_filters(options: dict, windows: dict) -> tuple[Filters, str]:
         "Server instance",
         options["servers"],
         key="flt_server",
+        format_func=escape.one_line,
         on_change=_widgets_to_url,
         args=url_args,
     )
     sb.multiselect(
-        "Client", options["clients"], key="flt_client", on_change=_widgets_to_url, args=url_args
+        "Client",
+        options["clients"],
+        key="flt_client",
+        format_func=escape.one_line,
+        on_change=_widgets_to_url,
+        args=url_args,
     )
     sb.segmented_control(
         "Time (UTC; “last” counts back from the newest record)",

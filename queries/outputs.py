@@ -1,5 +1,5 @@
 """The one guard every file replaygate writes goes through (`gates --junit`, `report -o`,
-`report --bundle`, `rollout ... --to`, watch's heartbeat).
+`report --bundle`, `rollout ... --to`, `simulate --out`, watch's heartbeat).
 
 An output path is judged by where it really lands: its parent folders resolved, so a
 relative path from another folder or a link among the folders cannot make it miss the
@@ -106,6 +106,14 @@ class Guard:
         finally:
             with contextlib.suppress(FileNotFoundError):
                 tmp.unlink()
+
+    def move_into(self, staged: Path, out: str | os.PathLike[str]) -> Path:
+        """Put a file written elsewhere in the same file system (a folder of staged
+        outputs, such as a simulated fleet) at `out`: judged like any output, then
+        renamed over the name."""
+        real = self.check(out)
+        os.replace(staged, real)
+        return real
 
     def write_bytes(self, out: str | os.PathLike[str], data: bytes) -> Path:
         with self.replacing(out) as tmp, open(tmp, "wb") as fh:

@@ -6,12 +6,15 @@ from __future__ import annotations
 import json
 import os
 import random
+import shutil
+import tempfile
 from pathlib import Path
 
 import numpy as np
 
 from replaygate.ingest.config import Config
 from replaygate.ingest.errors import ReplaygateError
+from replaygate.queries import outputs
 
 from . import bulk
 from .faults import CATALOGUE
@@ -177,6 +180,35 @@ def simulate(
     key = config.hmac_key() or DEMO_KEY.encode()
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
+    # The fleet is written into a folder of its own inside `out`, then each file is moved
+    # through the output guard: no file is written through a link planted in `out`.
+    staging = Path(tempfile.mkdtemp(prefix=".simulate-", dir=out))
+    try:
+        truth = _simulate_into(staging, seed, n_sessions, chosen, fmt, server_only, engine,
+                               rounds, config, key)  # fmt: skip
+        guard = outputs.for_database(None, config_source=config.source)
+        staged = sorted(staging.iterdir())
+        for p in staged:  # every name judged before any is replaced: no half fleet
+            guard.check(out / p.name)
+        for p in staged:
+            guard.move_into(p, out / p.name)
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+    return truth | {"out": str(out)}
+
+
+def _simulate_into(
+    out: Path,
+    seed: int,
+    n_sessions: int,
+    chosen: list[str],
+    fmt: str,
+    server_only: bool,
+    engine: str,
+    rounds: int | None,
+    config: Config,
+    key: bytes,
+) -> dict:
     if engine == "auto":
         engine = "vector" if n_sessions >= VECTOR_FROM_SESSIONS else "python"
     if engine not in ("python", "vector"):

@@ -201,6 +201,10 @@ def test_dashboard_renders_hostile_data_as_text(hostile_db, monkeypatch):
         assert not at.exception, [e.message for e in at.exception]
         shown = [m.value for m in at.markdown]
         assert any(escape.md_text(hostile.FORGED_STAGE, streamlit=True) in v for v in shown)
+        # The stage filter lists data: each option on one line, what it holds visible.
+        options = at.selectbox(key="flt_stage").options
+        assert escape.one_line(hostile.FORGED_STAGE) in options
+        assert not [o for o in options if "\n" in o or "\u202e" in o], options
         for page in ("rollout", "findings", "datafiles"):
             at.switch_page(f"views/{page}.py").run()
             assert not at.exception, (page, [e.message for e in at.exception])

@@ -189,3 +189,22 @@ def test_the_guard_protects_the_lock_and_wal_and_refuses_non_files(tmp_path):
     with pytest.raises(outputs.OutputRefused, match="not a regular file"):
         g.check(tmp_path / "fifo")
     assert g.check(tmp_path / "new.md") == tmp_path.resolve() / "new.md"
+
+
+def test_simulate_writes_no_file_through_a_link(tmp_path):
+    out = tmp_path / "fleet"
+    out.mkdir()
+    victim = tmp_path / "victim.txt"
+    victim.write_text("untouched")
+    (out / "sessions.jsonl").symlink_to(victim)
+    r = run("simulate", "--out", out, "--sessions", "3", "--faults", "none", "--format", "jsonl")
+    assert r.returncode == 1 and "symbolic link" in r.stderr, r.stderr
+    assert victim.read_text() == "untouched"
+    # Nothing half written is left behind: no file of the fleet, no staging folder.
+    assert [p.name for p in out.iterdir()] == ["sessions.jsonl"]
+    (out / "sessions.jsonl").unlink()
+    r = run("simulate", "--out", out, "--sessions", "3", "--faults", "none", "--format", "jsonl")
+    assert r.returncode == 0, r.stderr
+    names = sorted(p.name for p in out.iterdir())
+    assert "sessions.jsonl" in names and "truth.json" in names
+    assert not [n for n in names if n.startswith(".")]

@@ -6,6 +6,7 @@ import streamlit as st
 
 from replaygate.dashboard import data, figures, fmt, state, ui
 from replaygate.dashboard.state import short
+from replaygate.queries import escape
 
 ctx = ui.bootstrap()
 st.title("Stream inspector")
@@ -70,7 +71,7 @@ st.session_state["inspector_subject"] = wanted if wanted in options else options
 picked = st.selectbox(
     "Subject (client · start · stage · findings)",
     options,
-    format_func=lambda o: labels[o],
+    format_func=lambda o: escape.one_line(labels[o]),
     key="inspector_subject",
     on_change=_subject_to_url,
 )
@@ -83,7 +84,13 @@ if kind == "session":
     st.session_state["inspector_stream"] = (
         want_stream if want_stream in stream_opts else "(whole session)"
     )
-    stream = st.selectbox("Stream", stream_opts, key="inspector_stream", on_change=_stream_to_url)
+    stream = st.selectbox(
+        "Stream",
+        stream_opts,
+        key="inspector_stream",
+        format_func=escape.one_line,
+        on_change=_stream_to_url,
+    )
     stream_id = None if stream == "(whole session)" else stream
     if params.get("session") != subject or params.get("stream") != stream_id:
         params.pop("subject", None)
