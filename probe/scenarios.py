@@ -8,7 +8,9 @@
 - dead_session: DELETE, reuse, re-initialize;
 - origin: a foreign Origin, a foreign Host, the allowed Origin;
 - resend: (2026-07-28, only with --write-tool) a cut call sent again with its
-  idempotency key."""
+  idempotency key;
+- evicted: (on request) a real cursor presented after enough further calls for a bounded
+  store to have evicted it."""
 
 from __future__ import annotations
 
@@ -27,7 +29,7 @@ from .discover import Discovery
 from .evidence import Evidence, payload_digest
 from .wire import Answer, BudgetExhausted, DeadlineReached, Event, Pacer, Wire
 
-SCENARIOS = ("resume", "cursors", "dead_session", "origin", "resend")
+SCENARIOS = ("resume", "cursors", "dead_session", "origin", "resend", "evicted")
 DEFAULT_SCENARIOS = ("resume", "cursors", "dead_session", "origin")
 FOREIGN_ORIGIN = "https://replaygate-probe.invalid"
 FOREIGN_HOST = "replaygate-probe.invalid"
@@ -49,6 +51,7 @@ class Settings:
     write_tool: str | None = None
     write_arguments: dict[str, Any] = field(default_factory=dict)
     key_arg: str | None = None
+    evict_calls: int = 20  # further calls of the tool before the evicted cursor is shown
     dead_statuses: tuple[int, ...] = (404,)
     timeout: float = 30.0
     deadline: float | None = None  # time.monotonic() by which the run ends
@@ -296,6 +299,14 @@ class Probe:
                 retry_ms=told,
                 ts=cut.ended and int(cut.ended * 1000),
             )
+            # A resumed stream that stays silent much longer than the call's own pace is
+            # given up and resumed again (a replay then delivers what was stored since): a
+            # server that stores the answer but never sends it on the open stream must not
+            # hold each resume for the whole --timeout.
+            ts = [e.ts for e in cut.events]
+            gap = max((b - a for a, b in zip(ts, ts[1:], strict=False)), default=0) / 1000
+            idle = min(self.s.timeout, max(2.0, 5 * gap, retry / 1000))
+            detail["resume_idle_s"] = round(idle, 2)
             # Away for the server's `retry:` at least: what it produces meanwhile is stored,
             # and only a replay can deliver it.
             self.pacer.pause(max(retry / 1000, self.s.resume_after))
@@ -309,7 +320,7 @@ class Probe:
                     resume_from_event_id=cursor,
                     last_acked_event_id=cursor,
                 )
-                g = w.resume(cursor, until_answer=cut_rid, read_for=self.s.timeout)
+                g = w.resume(cursor, until_answer=cut_rid, read_for=self.s.timeout, idle=idle)
                 if not ok(g):
                     rejected = g
                     self.ev.stream(sid, 1, cut_rid, "CURSOR_REJECTED", resume_from_event_id=cursor)
@@ -337,7 +348,8 @@ class Probe:
                     1,
                     cut_rid,
                     "DISCONNECTED",
-                    close_reason="server_close",
+                    # The probe gave up on a silent stream, or the server ended it.
+                    close_reason="client_disconnect" if g.cut else "server_close",
                     last_acked_event_id=cursor,
                 )
                 self.pacer.pause(retry / 1000)
@@ -595,6 +607,92 @@ class Probe:
         finally:
             self.close(a)
             self.close(b)
+
+    def scenario_evicted(self) -> Verdict:
+        """The first cursor of a call, presented after `evict_calls` further calls of the
+        tool in the same session: a bounded store has evicted it by then. Nothing may be
+        replayed for it (a 4xx, or a stream that delivers nothing): a store that replays
+        from wherever it still can hands the client a stream with a silent hole."""
+        tool, args, why = self.pick_tool()
+        if tool is None:
+            return Verdict("evicted", "cannot_tell", why)
+        w = self.wire()
+        try:
+            if not ok(self.open(w)) or not w.session:
+                return Verdict("evicted", "cannot_tell", "could not open a session")
+            stream, events, why = self._some_events(w)
+            if stream is None:
+                return Verdict("evicted", "cannot_tell", why)
+            if not events:
+                return Verdict(
+                    "evicted",
+                    "cannot_tell",
+                    "the stream carried no event ids: the endpoint offers no resumption",
+                )
+            cursor = events[0].event_id or ""
+            # Where each event id came from (its call and place there): an event replayed
+            # for the cursor is then an event of its own call, or of another one.
+            known = {e.event_id: (stream, i) for i, e in enumerate(events)}
+            produced = len(events)
+            for _ in range(self.s.evict_calls):
+                later, more, why = self._some_events(w)
+                if later is None:
+                    return Verdict("evicted", "cannot_tell", why, {"events": produced})
+                known.update({e.event_id: (later, i) for i, e in enumerate(more)})
+                produced += len(more)
+            g = w.resume(cursor, read_for=min(2.0, self.s.timeout))
+            data = [e for e in g.events if e.event_id and e.data.strip()]
+            assert w.session is not None
+            for e in data:
+                assert e.event_id is not None
+                # Received on the cursor's stream, each with the stream it was first sent
+                # on: another call's events replayed here are a cross-stream replay.
+                origin, seq = known.get(e.event_id, (None, None))
+                self.ev.receipt(
+                    w.session,
+                    1,
+                    ts=e.ts,
+                    stream_id=stream,
+                    event_id=e.event_id,
+                    verdict="accepted",
+                    origin_stream_id=origin,
+                    seq=seq,
+                    kind=e.kind,
+                    delivery="replay",
+                    message_digest=e.digest,
+                    jsonrpc_id=e.answers,
+                )
+            detail = {"events": produced, "status": g.status, "replayed": len(data)}
+            if g.error or g.status >= 500:
+                return Verdict(
+                    "evicted", "cannot_tell", f"no answer for the cursor ({_status(g)})", detail
+                )
+            own = [e for e in data if stream in (e.answers, e.progress_token)]
+            if own:
+                return Verdict(
+                    "evicted",
+                    "cannot_tell",
+                    f"the cursor was still held after {produced} events (its call was "
+                    "replayed): the store keeps more; raise --evict-calls",
+                    detail,
+                )
+            if data:
+                return Verdict(
+                    "evicted",
+                    "fail",
+                    f"replayed {len(data)} events for a cursor evicted {produced} events ago "
+                    "(expected a rejection): what came after it is lost without a word",
+                    detail,
+                )
+            how = "refused" if refused(g) else "nothing replayed"
+            return Verdict(
+                "evicted",
+                "pass",
+                f"a cursor {produced} events old: {how} (HTTP {g.status})",
+                detail,
+            )
+        finally:
+            self.close(w)
 
     def scenario_dead_session(self) -> Verdict:
         w = self.wire()

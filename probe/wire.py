@@ -231,11 +231,14 @@ class Wire:
         cut_after: int | None = None,
         until_answer: str | None = None,
         read_for: float | None = None,
+        idle: float | None = None,
         cleanup: bool = False,
     ) -> Answer:
         """One request; an SSE answer is read event by event: up to `cut_after` events that
         carry data (then the connection is closed), until the answer to `until_answer`, for
-        at most `read_for` seconds, or to its end — and never past the run's deadline."""
+        at most `read_for` seconds, until it has been silent for `idle` seconds (the
+        answer then ends cut, like a client that gives up on a quiet stream), or to its
+        end — and never past the run's deadline."""
         self.pacer.take(cleanup)
         h = self.headers(extra, session)
         if body is not None:
@@ -249,6 +252,8 @@ class Wire:
         span = min(spans) if spans else None
         by_deadline = left is not None and (read_for is None or left <= read_for)
         wait = self.timeout if span is None else max(0.01, min(self.timeout, span))
+        if idle is not None:
+            wait = min(wait, idle)
         # With read_for, no single read waits longer either: a stream that sends nothing
         # must not hold the probe for the whole timeout.
         timeout = httpx2.Timeout(wait, read=wait)
@@ -282,7 +287,7 @@ class Wire:
                         break
                 return ans
         except httpx2.TimeoutException as exc:
-            if ans.status and read_for is not None and not by_deadline:
+            if ans.status and (read_for is not None or idle is not None) and not by_deadline:
                 ans.cut = True  # read for as long as asked: what came is the answer
             else:
                 ans.error = f"timeout: {exc}"

@@ -16,7 +16,7 @@ from replaygate.ingest.errors import ReplaygateError
 from .duration import Duration
 from .options import CONTEXT, config_option, emit_json, json_option
 
-_SCENARIOS = ("resume", "cursors", "dead_session", "origin", "resend")
+_SCENARIOS = ("resume", "cursors", "dead_session", "origin", "resend", "evicted")
 
 
 def _json_object(text: str | None, option: str) -> dict[str, Any]:
@@ -50,7 +50,14 @@ def _scenarios(text: str) -> tuple[str, ...]:
     "scenario_list",
     default="resume,cursors,dead_session,origin",
     show_default=True,
-    help="Comma-separated: resume, cursors, dead_session, origin, resend.",
+    help="Comma-separated: resume, cursors, dead_session, origin, resend, evicted.",
+)
+@click.option(
+    "--evict-calls",
+    default=20,
+    show_default=True,
+    type=click.IntRange(1, 1000),
+    help="evicted: further calls of the tool before the first cursor is shown again.",
 )
 @click.option(
     "--count",
@@ -141,6 +148,7 @@ def probe(
     url: str,
     out: str,
     scenario_list: str,
+    evict_calls: int,
     count: int,
     every: float | None,
     release: str | None,
@@ -171,7 +179,9 @@ def probe(
     one the server does not hold: expect a rejection), dead_session (DELETE, reuse,
     re-initialize), origin (foreign Origin and Host refused, the allowed Origin served),
     resend (2026-07-28: a cut call re-sent with its idempotency key; only with
-    --write-tool). Read-only unless --write-tool names a tool that is safe to call twice.
+    --write-tool), evicted (on request: a call's first cursor shown again after
+    --evict-calls further calls, when a bounded store has evicted it: expect nothing
+    replayed). Read-only unless --write-tool names a tool that is safe to call twice.
     Every request carries `Replaygate-Probe: <run>` and the User-Agent
     `replaygate-probe/...`; its sessions' principal is `replaygate-probe`.
 
@@ -225,6 +235,7 @@ def probe(
         write_tool=write_tool,
         write_arguments=_json_object(write_arguments, "--write-arguments"),
         key_arg=idempotency_key_arg,
+        evict_calls=evict_calls,
         dead_statuses=dead,
         timeout=timeout,
         stage=stage,

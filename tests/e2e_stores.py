@@ -39,3 +39,31 @@ class CrossStreamStore(MemoryEventStore):
             if message is not None:
                 await send_callback(EventMessage(message, event_id))
         return item[0]
+
+
+class SmallStore(MemoryEventStore):
+    """The bundled store bounded to 40 events: a busy session evicts its oldest cursors."""
+
+    def __init__(self) -> None:
+        super().__init__(40)
+
+
+class RingStore(SmallStore):
+    """A ring buffer that, asked for a cursor it no longer holds, replays the oldest events
+    it still has (of whatever stream) instead of refusing: the client gets a stream that
+    starts somewhere after what it acknowledged, with nothing to say what was lost."""
+
+    async def replay_events_after(self, last_event_id, send_callback):
+        from mcp.server.streamable_http import EventMessage
+
+        if last_event_id in self.events:
+            return await super().replay_events_after(last_event_id, send_callback)
+        if not self.order:
+            return None
+        oldest = self.order[0]
+        stream = self.events[oldest][0]
+        for event_id in list(self.streams[stream]):
+            message = self.events[event_id][1]
+            if message is not None:
+                await send_callback(EventMessage(message, event_id))
+        return stream

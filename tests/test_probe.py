@@ -4,6 +4,7 @@ command's errors, and that a plain install (no `probe` extra) runs every other c
 
 from __future__ import annotations
 
+import io
 import itertools
 import json
 import os
@@ -334,3 +335,86 @@ def test_nothing_starts_after_the_deadline():
     t0 = time.monotonic()
     Pacer(100, 1000.0, deadline=time.monotonic() + 0.2).pause(3600)
     assert time.monotonic() - t0 < 1
+
+
+class _QuietResume(_Stalling):
+    """A server that stores a call's answer but, on the first resume of a session, sends
+    only what came before it and then keeps the stream open in silence (the answer was
+    produced while the stream was being attached); a second resume replays it."""
+
+    resumed: dict[str, int] = {}
+
+    def _events(self, rid):
+        notes = [
+            {"jsonrpc": "2.0", "method": "notifications/progress",
+             "params": {"progressToken": rid, "progress": n}}
+            for n in (1, 2, 3)
+        ]  # fmt: skip
+        result = {"jsonrpc": "2.0", "id": rid, "result": {"content": []}}
+        return [(f"{rid}.{i + 1}", doc) for i, doc in enumerate([*notes, result])]
+
+    def _send(self, events, stay=0.0):
+        self.send_response(200)
+        self.send_header("Content-Type", "text/event-stream")
+        self.end_headers()
+        try:
+            for eid, doc in events:
+                self.wfile.write(f"id: {eid}\ndata: {json.dumps(doc)}\n\n".encode())
+                self.wfile.flush()
+                time.sleep(0.05)
+            time.sleep(stay)
+        except OSError:
+            return
+
+    def do_POST(self):  # noqa: N802
+        length = int(self.headers.get("Content-Length") or 0)
+        body = json.loads(self.rfile.read(length) or b"{}")
+        if body.get("method") != "tools/call":
+            self.rfile = io.BytesIO(json.dumps(body).encode())
+            self.headers.replace_header("Content-Length", str(len(json.dumps(body))))
+            return super().do_POST()
+        rid = body["id"]
+        self.send_response(200)
+        self.send_header("Content-Type", "text/event-stream")
+        self.end_headers()
+        try:
+            self.wfile.write(f"id: {rid}.0\nretry: 100\ndata: \n\n".encode())
+            for eid, doc in self._events(rid):
+                self.wfile.write(f"id: {eid}\ndata: {json.dumps(doc)}\n\n".encode())
+                self.wfile.flush()
+                time.sleep(0.05)
+        except OSError:
+            return
+
+    def do_GET(self):  # noqa: N802
+        cursor = self.headers.get("Last-Event-ID") or ""
+        rid, _, n = cursor.rpartition(".")
+        after = [e for e in self._events(rid) if int(e[0].rpartition(".")[2]) > int(n or 0)]
+        session = self.headers.get("Mcp-Session-Id") or ""
+        first = self.resumed.setdefault(session, 0) == 0
+        self.resumed[session] += 1
+        self._send(after[:-1] if first else after, stay=60 if first else 0)
+
+
+def test_a_silent_resumed_stream_is_resumed_again_without_waiting_the_timeout(tmp_path):
+    server = ThreadingHTTPServer(("127.0.0.1", 0), _QuietResume)
+    server.daemon_threads = True
+    server.mode = "answer"
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    url = f"http://127.0.0.1:{server.server_address[1]}/mcp"
+    try:
+        r = subprocess.run(
+            [sys.executable, "-m", "replaygate", "probe", url, "--out", str(tmp_path),
+             "--scenarios", "resume", "--tool", "count", "--timeout", "25", "--json"],
+            env={**os.environ, "REPLAYGATE_HMAC_KEY": "k"}, cwd=tmp_path,
+            capture_output=True, text=True, timeout=120,
+        )  # fmt: skip
+    finally:
+        server.shutdown()
+        server.server_close()
+    doc = json.loads(r.stdout)
+    (resume,) = doc["rounds"][0]["scenarios"]
+    assert resume["status"] == "pass", resume
+    assert resume["detail"]["resumes"] == 2
+    # Given up after a few quiet seconds, not after --timeout.
+    assert resume["seconds"] < 20, resume

@@ -4,7 +4,10 @@ first event after the cursor, seed 002), a healthy one, and one that replays ano
 stream's events — and replaygate fed the probe's output and Caddy's access log only (no
 recorder data). The probe's receipts alone must make the lossy replay a client-based
 `replay_gap` and `silent_truncation`, the crossed one a client-based
-`cross_stream_acceptance`, and leave the healthy deployment without a finding."""
+`cross_stream_acceptance`, and leave the healthy deployment without a finding. Two
+stores bounded to 40 events show the probe's evicted cursor: the bundled store replays
+nothing for it, a ring buffer that replays the oldest events it still holds is a
+client-based `cross_stream_acceptance`."""
 
 from __future__ import annotations
 
@@ -31,8 +34,18 @@ STORES = {
     "lossy": "tests.e2e_stores:LossyStore",
     "healthy": None,
     "cross": "tests.e2e_stores:CrossStreamStore",
+    "small": "tests.e2e_stores:SmallStore",
+    "ring": "tests.e2e_stores:RingStore",
 }
-SCENARIOS = {"lossy": "resume", "healthy": "resume,cursors,dead_session,origin", "cross": "resume"}
+SCENARIOS = {
+    "lossy": "resume",
+    "healthy": "resume,cursors,dead_session,origin",
+    "cross": "resume",
+    "small": "evicted",
+    "ring": "evicted",
+}
+# Ten further calls of `count` (7 events each): past the 40 events the small stores hold.
+EXTRA = {"small": ["--evict-calls", "10"], "ring": ["--evict-calls", "10"]}
 
 
 def _server(d: Path, store: str | None, logs: contextlib.ExitStack) -> subprocess.Popen:
@@ -85,8 +98,10 @@ def probed(tmp_path_factory):
             )
             ports[name] = (server.port, caddy)
         for server, caddy in ports.values():
-            _wait(server)
-            _wait(caddy)
+            # Five SDK servers start at once: on a busy machine their imports alone take
+            # longer than the default wait.
+            _wait(server, 180)
+            _wait(caddy, 60)
         env = dict(os.environ, REPLAYGATE_HMAC_KEY=KEY)
         for name, (_, caddy) in ports.items():
             d = root / name
@@ -110,6 +125,7 @@ def probed(tmp_path_factory):
                     "--deadline",
                     "100s",
                     "--json",
+                    *EXTRA.get(name, []),
                 ],
                 env=env,
                 cwd=root,
@@ -225,6 +241,28 @@ def test_crossed_store_is_a_client_based_cross_stream_acceptance(probed):
     origins = {f["detail"]["origin_stream_id"] for f in found}
     assert len(streams) == 1 and len(origins) == 1 and streams != origins
     assert set(_counts(con)) == {"cross_stream_acceptance"}
+
+
+def test_a_truly_evicted_cursor_is_refused_by_a_bounded_store(probed):
+    d, rc, summary = probed["small"]
+    (evicted,) = summary["rounds"][0]["scenarios"]
+    assert rc == 0 and evicted["status"] == "pass", evicted
+    assert evicted["detail"]["events"] > 40 and evicted["detail"]["replayed"] == 0
+    con, _, report = _analyse(d)
+    assert report.quarantined == 0, report.quarantine_reasons
+    assert _counts(con) == {}
+
+
+def test_a_ring_buffer_replaying_past_an_evicted_cursor_is_a_client_based_finding(probed):
+    # The ring replays the oldest call it still holds onto the evicted cursor's stream.
+    d, rc, summary = probed["ring"]
+    (evicted,) = summary["rounds"][0]["scenarios"]
+    assert rc == 3 and evicted["status"] == "fail" and evicted["detail"]["replayed"], evicted
+    con, _, report = _analyse(d)
+    assert report.quarantined == 0, report.quarantine_reasons
+    found = _findings(con, "cross_stream_acceptance")
+    assert found and {f["detail"]["basis"] for f in found} == {"client"}
+    assert len({f["stream_id"] for f in found}) == 1
 
 
 def test_the_probe_stayed_within_its_budget(probed):

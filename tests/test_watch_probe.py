@@ -43,7 +43,7 @@ def test_watch_runs_probes_and_ingests_their_evidence(tmp_path):
     )
     db = tmp_path / "fleet.duckdb"
     try:
-        wait_port(port)
+        wait_port(port, 180)
         watch = subprocess.Popen(
             [sys.executable, "-m", "replaygate", "watch", str(logs), "--db", str(db),
              "--every", "1s", "--probe", f"http://127.0.0.1:{port}/mcp",
