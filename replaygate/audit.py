@@ -10,7 +10,7 @@ import click
 from replaygate.ingest.errors import ReplaygateError
 from replaygate.queries.outcome import Decision
 
-from .cli import load_config
+from .cli import load_config, say_config
 from .options import CONTEXT, config_option, db_option, emit_json, json_option
 
 DECISION = click.Choice([d.value for d in Decision], case_sensitive=False)
@@ -97,6 +97,7 @@ def override(db, config_path, as_json, stage, reason, by, release, decision):
 
 @click.command(context_settings=CONTEXT)
 @db_option
+@config_option
 @json_option
 @click.option("--stage", metavar="NAME", help="Only this stage.")
 @click.option(
@@ -111,7 +112,7 @@ def override(db, config_path, as_json, stage, reason, by, release, decision):
     metavar="TIME",
     help="The decision in force at this wall-clock time (newest recorded by then).",
 )
-def history(db, as_json, stage, at, recorded_at):
+def history(db, config_path, as_json, stage, at, recorded_at):
     """Show the decision history: each change of a stage's decision and every operator
     action; --at: the decision as of a time of the data (the newest evaluation made on
     data up to then); --recorded-at: the decision in force at a wall-clock time.
@@ -119,7 +120,9 @@ def history(db, as_json, stage, at, recorded_at):
     \b
     Decisions are recorded by `gates --record` (and by watch and serve); the
     history is never recomputed, so it shows what replaygate said then, on the data
-    and configuration it had then (data version and configuration digest).
+    and configuration it had then (data version and configuration digest). A decision
+    made with another configuration than the current one (--config, else the one the
+    database was last analysed with) says so.
 
     \b
     Examples:
@@ -128,6 +131,16 @@ def history(db, as_json, stage, at, recorded_at):
     """
     from replaygate.queries import history as hist
     from replaygate.queries.escape import terminal as show
+    from replaygate.queries.gates import effective_settings
+
+    conf = load_config(config_path, db)
+    # The digest the history records (every setting in force, defaults included).
+    current = str(effective_settings(conf)["sha256"])
+    configuration = {"source": conf.source, "sha256": current}
+
+    def config_of(digest) -> str:
+        short = show(digest)[:12]
+        return f"configuration {short}" + ("" if digest == current else " (not the current one)")
 
     path = hist.file_for_db(db)
     rows = hist.checked_for_db(db)  # a broken history is an error, not a warning
@@ -142,7 +155,10 @@ def history(db, as_json, stage, at, recorded_at):
             found = {s: hist.in_force(path, s, at=when) for s in stages}
         by = "data" if at else "recorded"
         if as_json:
-            emit_json({"at": hist.iso(when), "by": by, "in_force": found})
+            emit_json(
+                {"at": hist.iso(when), "by": by, "in_force": found, "configuration": configuration}
+            )
+            say_config()
             return
         if not any(found.values()):
             raise ReplaygateError(
@@ -162,17 +178,20 @@ def history(db, as_json, stage, at, recorded_at):
             click.echo(
                 f"{show(s)}: {row['decision']} ({seen}recorded {row['recorded_at']} by "
                 f"{show(row['source'])}, data version {show(row['data_version'])}, "
-                f"configuration {show(row['config_sha256'])[:12]})"
+                f"{config_of(row['config_sha256'])})"
             )
             for r in row["reasons"] or []:
                 click.echo(f"  - {show(r)}")
+        say_config()
         return
     entries = hist.timeline(path, stage)
     if as_json:
-        emit_json({"timeline": entries, "chain": "intact"})
+        emit_json({"timeline": entries, "chain": "intact", "configuration": configuration})
+        say_config()
         return
     if not entries:
         click.echo("no decision recorded (replaygate gates --record records one)")
+        say_config()
         return
     for e in entries:
         if e["kind"] == "evaluation":
@@ -180,7 +199,9 @@ def history(db, as_json, stage, at, recorded_at):
             click.echo(
                 f"{show(e['recorded_at'])}  {show(e['stage'])}: {change}{show(e['decision'])}  "
                 f"({show(e['source'])}, data version {show(e['data_version'])}, "
-                f"{e['evaluations']} evaluation{'s' if e['evaluations'] != 1 else ''})"
+                f"{e['evaluations']} evaluation{'s' if e['evaluations'] != 1 else ''}"
+                + ("" if e.get("config_sha256") in (None, current) else ", another configuration")
+                + ")"
             )
         else:
             click.echo(

@@ -4,11 +4,15 @@ Rollouts and Flagger report."""
 from __future__ import annotations
 
 import json
+from typing import TYPE_CHECKING
 
 import click
 
 from replaygate.ingest import timefmt
 from replaygate.ingest.errors import ReplaygateError
+
+if TYPE_CHECKING:
+    from replaygate.ingest.config import Config
 
 from .options import CONTEXT, config_option, db_option, say
 
@@ -62,10 +66,22 @@ def _write(
     config_path: str | None = None,
     must_have_started: tuple[str | None, str] | None = None,
 ) -> int:
-    from replaygate.ingest import rolloutlog
-    from replaygate.queries.api import load_config
+    conf, note = _config(config_path, db)
+    n = _append(records, db, to_file, conf, dedupe, must_have_started)
+    say(note, err=True)
+    return n
 
-    conf = load_config(config_path)
+
+def _append(
+    records: list[dict],
+    db: str,
+    to_file: str | None,
+    conf: Config,
+    dedupe: bool,
+    must_have_started: tuple[str | None, str] | None,
+) -> int:
+    from replaygate.ingest import rolloutlog
+
     if to_file:
         from replaygate.queries import outputs
 
@@ -84,6 +100,16 @@ def _write(
         return rolloutlog.insert_db(con, records, dedupe=dedupe, config=conf)
     finally:
         dbm.close(con)
+
+
+def _config(config_path: str | None, db: str) -> tuple[Config, str]:
+    """--config, else the configuration the database was last analysed with (as every
+    reader), else ./replaygate.toml; and the line that names it (said once the command
+    has succeeded, so that an error stays one line)."""
+    from replaygate.queries.api import resolve_config
+
+    resolved = resolve_config(db, config_path)
+    return resolved.config, f"configuration: {resolved.note}"
 
 
 def _started(ok: bool, what: tuple[str | None, str]) -> None:
@@ -218,11 +244,12 @@ def import_(paths, release, scope, as_json, db, config_path, to_file):
     records = reading.records
     if as_json:
         from replaygate.ingest import rolloutlog
-        from replaygate.queries.api import load_config
 
-        rolloutlog.check(records, load_config(config_path))
+        conf, note = _config(config_path, db)
+        rolloutlog.check(records, conf)
         for r in records:
             click.echo(json.dumps(r))
+        say(note, err=True)
         return
     n = _write(records, db, to_file, dedupe=True, config_path=config_path)
     click.echo(f"rollout import: {len(records)} records read, {n} new -> {to_file or db}", err=True)

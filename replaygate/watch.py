@@ -568,7 +568,7 @@ def main(paths, db, config_path, every, notify, dashboard_url, source, cycles, p
 
     import click
 
-    from replaygate.ingest import config as cfg
+    from replaygate.queries.api import resolve_config
 
     from .notify import check_url
 
@@ -576,7 +576,11 @@ def main(paths, db, config_path, every, notify, dashboard_url, source, cycles, p
         why = check_url(url)
         if why:
             raise ReplaygateError(f"--notify URL {why}: webhooks are posted to over http(s)")
-    conf = cfg.load(config_path)
+    # As every reader: --config, else the configuration the database was last analysed
+    # with, else ./replaygate.toml; so a watch started without --config keeps the
+    # decisions `gates` and the dashboard show.
+    resolved = resolve_config(db, config_path)
+    conf = resolved.config
     stop = threading.Event()
 
     def on_signal(signum, frame):
@@ -592,6 +596,7 @@ def main(paths, db, config_path, every, notify, dashboard_url, source, cycles, p
         + (f"; notifying {len(notify)} URL{'s' if len(notify) > 1 else ''}" if notify else ""),
         err=True,
     )
+    click.echo(f"configuration: {terminal(resolved.note)}", err=True)
     try:
         n = w.run(stop, cycles)
     finally:
