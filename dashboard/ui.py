@@ -85,8 +85,9 @@ def bootstrap() -> Ctx:
         auto_refresh("busy")
         st.stop()
     except Exception as exc:  # noqa: BLE001 - a missing or foreign DB gets one clear line
+        why = (str(exc).splitlines() or [type(exc).__name__])[0]
         st.error(
-            f"Cannot read {s.path}: {str(exc).splitlines()[0]}. Run `replaygate ingest` first."
+            f"Cannot read {fmt.md_text(s.path)}: {fmt.md_text(why)}. Run `replaygate ingest` first."
         )
         st.stop()
     if not current:

@@ -322,6 +322,20 @@ def test_busy_or_missing_database_is_said_clearly(monkeypatch, tmp_path):
     assert "replaygate ingest" in at.error[0].value
 
 
+def test_a_crafted_database_path_is_shown_as_text(monkeypatch, tmp_path):
+    from streamlit.testing.v1 import AppTest
+
+    from replaygate.dashboard import data
+
+    monkeypatch.setenv("REPLAYGATE_DB", str(tmp_path / "**PROCEED** [ok](https:evil) $x$.duckdb"))
+    data.store.clear()
+    at = AppTest.from_file(APP, default_timeout=60).run()
+    assert not at.exception
+    shown = at.error[0].value
+    assert "replaygate ingest" in shown and "](https:evil)" not in shown
+    assert "**PROCEED**" not in shown and "\\$x\\$" in shown, shown
+
+
 def test_overview_offers_the_audit_report(app, sample_db):
     app.run()
     assert not app.exception
