@@ -81,6 +81,18 @@ def html_text(value: object) -> str:
     return visible(_HTML_CONTROL.sub(" ", "" if value is None else str(value)))
 
 
+# Characters XML 1.0 forbids even as references (C0 controls but tab, LF, CR; surrogates;
+# U+FFFE, U+FFFF).
+_NOT_XML = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\ud800-\udfff\ufffe\uffff]")
+
+
+def xml_text(value: object) -> str:
+    """Data for an XML text or attribute value, before the serialiser escapes markup
+    (JUnit reports): what XML 1.0 cannot carry becomes U+FFFD, bidi and zero-width
+    characters are shown by code point (a CI page shows a stage as it is)."""
+    return visible(_NOT_XML.sub("\ufffd", "" if value is None else str(value)))
+
+
 def terminal(value: object) -> str:
     """Data for a terminal line: no escape sequence, line break, bidi or zero-width
     character reaches it (`one_line`)."""

@@ -3,21 +3,15 @@ suite per stage, one test case per gate (fail = failure, insufficient = error, n
 applicable = skipped).
 
 Stage names, reasons and finding details come from logged, attacker-controlled data:
-ElementTree escapes markup, and characters XML 1.0 cannot carry at all are replaced.
+ElementTree escapes markup; queries/escape.py `xml_text` replaces what XML 1.0 cannot
+carry at all and shows bidi and zero-width characters by code point.
 """
 
 from __future__ import annotations
 
-import re
 import xml.etree.ElementTree as ET
 
-# Characters XML 1.0 forbids even as references (C0 controls but tab, LF, CR; surrogates;
-# U+FFFE, U+FFFF).
-_NOT_XML = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\ud800-\udfff\ufffe\uffff]")
-
-
-def clean(text) -> str:
-    return _NOT_XML.sub("\ufffd", "" if text is None else str(text))
+from replaygate.queries.escape import xml_text as clean
 
 
 def render(doc: dict) -> str:

@@ -232,7 +232,7 @@ def test_wait_needs_one_stage(tmp_path):
 def test_junit_escapes_logged_data(tmp_path):
     from replaygate.junit import render
 
-    hostile = 'canary"><x/>&\x01\x1b[31m'
+    hostile = 'canary"><x/>&\x01\x1b[31m\u202e'
     doc = {
         "stages": [
             {
@@ -253,7 +253,7 @@ def test_junit_escapes_logged_data(tmp_path):
     xml = render(doc)
     root = ET.fromstring(xml.encode())  # well-formed despite the control characters
     suite = root.find("testsuite")
-    assert suite.get("name") == 'gates canary"><x/>&\ufffd\ufffd[31m'
+    assert suite.get("name") == 'gates canary"><x/>&\ufffd\ufffd[31m[U+202E]'
     assert (suite.get("tests"), suite.get("failures"), suite.get("errors")) == ("4", "1", "1")
     assert suite.find("testcase/failure").get("message").startswith('a: canary"><x/>&')
     assert root.find(".//x") is None
