@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from functools import cache
+from functools import cache, cached_property
 from pathlib import Path
 
 SQL_DIR = Path(__file__).parent / "sql"
@@ -27,8 +27,9 @@ class Query:
     sql: str
     header: dict[str, str]
 
-    @property
+    @cached_property
     def needs(self) -> tuple[str, ...]:
+        # Cached: gates read their detectors' needs for every stage they evaluate.
         return split(self.header.get("needs", ""))
 
     @property
@@ -85,6 +86,11 @@ def load(kind: str) -> tuple[Query, ...]:
 
 
 def detectors() -> dict[str, Query]:
+    return dict(_detectors())
+
+
+@cache
+def _detectors() -> dict[str, Query]:
     return {q.name: q for q in load("detectors")}
 
 

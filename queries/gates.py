@@ -10,6 +10,7 @@ from __future__ import annotations
 import hashlib
 import json
 from dataclasses import dataclass
+from functools import cache, lru_cache
 from typing import Any, ClassVar
 
 import duckdb
@@ -257,10 +258,21 @@ def no_evidence(
     sources are absent there, or no file can show a fact its verdict needs), or None
     when one of them could. A gate that judged nothing never passes ("no data is never
     a pass"). `blind`: detector -> what its files cannot show (runner.blind_detectors)."""
+    # It depends only on which sources are present: with many stages, each set of
+    # sources is worked out once.
+    present = frozenset(t for t, n in counts.items() if n)
+    return _no_evidence(g.id, present, tuple(sorted((blind or {}).items())))
+
+
+@lru_cache(maxsize=4096)
+def _no_evidence(
+    gate_id: str, present: frozenset[str], blind_items: tuple[tuple[str, str], ...]
+) -> str | None:
     detectors = catalog.detectors()
-    blind = blind or {}
+    blind = dict(blind_items)
+    counts = dict.fromkeys(present, 1)
     gaps = []
-    for name in g.detectors:
+    for name in BY_ID[gate_id].detectors:
         missing = runner.missing_needs(detectors[name], counts)
         if missing:
             gaps.append(
@@ -442,10 +454,20 @@ def display_status(gate: dict[str, Any]) -> str:
     return str(gate["status"]).replace("_", " ")
 
 
+@cache
+def _input_tables(gate_id: str) -> frozenset[str]:
+    """The record tables a gate's detectors read."""
+    detectors = catalog.detectors()
+    return frozenset(
+        t for d in BY_ID[gate_id].detectors for need in detectors[d].needs for t in need.split("|")
+    )
+
+
 def _stale_inputs(g: GateDef, behind: list[dict[str, Any]]) -> list[str]:
     """The stale sources among a gate's detectors' inputs, as reason text."""
-    detectors = catalog.detectors()
-    tables = {t for d in g.detectors for need in detectors[d].needs for t in need.split("|")}
+    if not behind:
+        return []
+    tables = _input_tables(g.id)
     return [
         f"{e['source']} stale (newest {e['newest']}, "
         f"{freshness.show_seconds(e['behind_seconds'])} behind {e['behind']})"
@@ -597,6 +619,8 @@ def evaluate(
     sources = stage_sources(con)
     blind = runner.blind_detectors(con)
     unjudged = runner.cannot_tell_by_stage(con)
+    # Stages that end at the same time have the same stale sources.
+    staleness: dict[Any, tuple[list[dict[str, Any]], list[str]]] = {}
     out = []
     for name, scope, start, end, rollback_ts, release, stage_name in stages:
         if name not in chosen:
@@ -632,12 +656,13 @@ def evaluate(
         drivers = failing + short  # everything that stands between this stage and PROCEED
         # Sources that stopped before the window's end (the data's newest time for an
         # open stage): what they would have shown is missing from every gate reading them.
-        if end is None:
-            behind = freshness.stale(fresh)
-            warnings = list(fleet_warnings)
-        else:
-            behind = freshness.stale(fresh, until=end)
-            warnings = [freshness.describe(e) for e in behind]
+        if end not in staleness:
+            if end is None:
+                staleness[end] = (freshness.stale(fresh), list(fleet_warnings))
+            else:
+                late = freshness.stale(fresh, until=end)
+                staleness[end] = (late, [freshness.describe(e) for e in late])
+        behind, warnings = staleness[end][0], list(staleness[end][1])
         for gate in gates:
             gate["reason"] = reason(gate, config)
             if gate["status"] == "insufficient":
@@ -770,6 +795,8 @@ def _by_revision(
     revisions: list[str],
     resumable: dict[str, bool],
 ) -> list[dict[str, Any]]:
+    if not revisions:
+        return []
     sample_of = {(r, s): (n, p) for r, s, n, p in samples}
     minimums = min_samples(config)
     out = []
