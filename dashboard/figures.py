@@ -10,6 +10,7 @@ from plotly.colors import qualitative
 
 from replaygate.queries import catalog
 from replaygate.queries.escape import plot_text
+from replaygate.queries.gates import NOT_EXERCISED, display_status
 
 STATUS_COLORS = {
     "pass": "#2e7d32",
@@ -88,10 +89,34 @@ def _empty(title: str, message: str = "nothing to show for these filters") -> go
     return fig
 
 
+# Rollout labels: font size, pixels per character and per row, and the plot's width at
+# 1400 px beside the sidebar, to keep labels that would overlap on separate rows.
+LABEL_FONT, LABEL_CHAR_PX, LABEL_ROW_PX, PLOT_PX = 11, 6.5, 16, 860
+
+
+def label_rows(xs: list[float], widths: list[float]) -> list[int]:
+    """Rows for labels starting at `xs` (fractions of the plot's width, ascending) of
+    `widths` (same unit): each on the first row where it starts after the previous
+    label there ends, so no two labels overlap."""
+    ends: list[float] = []
+    rows = []
+    for x, w in zip(xs, widths, strict=True):
+        row = next((r for r, end in enumerate(ends) if x > end), len(ends))
+        if row == len(ends):
+            ends.append(x + w)
+        else:
+            ends[row] = x + w
+        rows.append(row)
+    return rows
+
+
 def annotate_rollout(fig: go.Figure, actions: pd.DataFrame) -> go.Figure:
-    """Rollout actions as vertical lines on a time chart, labelled on staggered rows; only
-    those inside the plotted time range, so a filtered chart keeps its own range."""
+    """Rollout actions as vertical lines on a time chart, labelled above the plot (never
+    over its data), each label on the first row where it overlaps no other; the legend
+    goes below the plot so that it covers neither the labels nor the title. Only the
+    actions inside the plotted time range, so a filtered chart keeps its own range."""
     xs = [x for t in fig.data for x in (t.x if t.x is not None else ())]
+    lo = hi = None
     if xs and not actions.empty:
         lo, hi = pd.Timestamp(min(xs)), pd.Timestamp(max(xs))
         pad = max((hi - lo) * 0.05, pd.Timedelta(minutes=1))
@@ -99,20 +124,39 @@ def annotate_rollout(fig: go.Figure, actions: pd.DataFrame) -> go.Figure:
         lo = lo.tz_localize("UTC") if lo.tzinfo is None else lo
         hi = hi.tz_localize("UTC") if hi.tzinfo is None else hi
         actions = actions[(ts >= lo - pad) & (ts <= hi + pad)]
-    for i, row in enumerate(actions.itertuples()):
-        color = ACTION_COLORS.get(row.action, "#555")
-        fig.add_vline(x=row.ts, line_width=1, line_dash="dot", line_color=color)
+        lo, hi = lo - pad, hi + pad
+    if actions.empty:
+        return fig
+    actions = actions.assign(_t=pd.to_datetime(actions["ts"], utc=True)).sort_values("_t")
+    texts = [plot_text(f"{r.action} {r.stage}") for r in actions.itertuples()]
+    if lo is not None and hi is not None and hi > lo:
+        span = (hi - lo).total_seconds()
+        starts = [(t - lo).total_seconds() / span for t in actions["_t"]]
+    else:
+        starts = [i / max(1, len(texts)) for i in range(len(texts))]
+    widths = [(len(t) * LABEL_CHAR_PX + 8) / PLOT_PX for t in texts]
+    rows = label_rows(starts, widths)
+    for row, text, r in zip(rows, texts, actions.itertuples(), strict=True):
+        color = ACTION_COLORS.get(r.action, "#555")
+        fig.add_vline(x=r.ts, line_width=1, line_dash="dot", line_color=color)
         fig.add_annotation(
-            x=row.ts,
-            y=1.0 - 0.07 * (i % 3),
+            x=r.ts,
+            y=1.0,
             yref="paper",
-            text=plot_text(f"{row.action} {row.stage}"),
+            yshift=4 + LABEL_ROW_PX * row,
+            text=text,
             showarrow=False,
             xanchor="left",
-            yanchor="top",
-            bgcolor="rgba(255,255,255,0.8)",
-            font={"size": 10, "color": color},
+            yanchor="bottom",
+            font={"size": LABEL_FONT, "color": color},
         )
+    top = 44 + LABEL_ROW_PX * (max(rows) + 1)
+    margin = dict(fig.layout.margin.to_plotly_json()) if fig.layout.margin else {}
+    fig.update_layout(
+        margin={**margin, "t": max(top, margin.get("t") or 0), "b": max(80, margin.get("b") or 0)},
+        legend={"orientation": "h", "y": -0.18, "yanchor": "top", "x": 0},
+        title_y=0.99,
+    )
     return fig
 
 
@@ -146,9 +190,8 @@ def stage_timeline(stages: pd.DataFrame, actions: pd.DataFrame, data_end) -> go.
                     hovertemplate="rollback hygiene window<extra></extra>",
                 )
             )
-    annotate_rollout(fig, actions)
     fig.update_layout(title="Stages (red: rolled back; dotted: hygiene window)", **LAYOUT)
-    return fig
+    return annotate_rollout(fig, actions)
 
 
 def gate_matrix(stages: list[dict], titles: dict | None = None) -> go.Figure:
@@ -159,8 +202,16 @@ def gate_matrix(stages: list[dict], titles: dict | None = None) -> go.Figure:
     z, text = [], []
     for s in stages:
         by_id = {g["id"]: g for g in s["gates"]}
-        z.append([STATUS_CODE[by_id[g]["status"]] for g in gate_ids])
-        text.append([by_id[g]["status"].replace("_", " ") for g in gate_ids])
+        shown = [display_status(by_id[g]) for g in gate_ids]
+        # A pass on no sample reads "not exercised" and is grey, never green.
+        z.append(
+            [
+                STATUS_CODE["not_applicable" if w == NOT_EXERCISED else by_id[g]["status"]]
+                for g, w in zip(gate_ids, shown, strict=True)
+            ]
+        )
+        # Two-word statuses on two lines, so that they stay inside their cell.
+        text.append([w.replace(" ", "<br>") for w in shown])
     scale = [
         [0, STATUS_COLORS["not_applicable"]],
         [0.33, STATUS_COLORS["pass"]],
@@ -174,6 +225,8 @@ def gate_matrix(stages: list[dict], titles: dict | None = None) -> go.Figure:
             y=[plot_text(f"{s['stage']} → {s['decision']}") for s in stages],
             text=text,
             texttemplate="%{text}",
+            # Legible at 1400 px: plotly would otherwise shrink the words to fit the cells.
+            textfont={"size": 12},
             colorscale=scale,
             zmin=0,
             zmax=3,
@@ -184,7 +237,9 @@ def gate_matrix(stages: list[dict], titles: dict | None = None) -> go.Figure:
         )
     )
     fig.update_yaxes(autorange="reversed")
-    fig.update_layout(title="Gates per stage", **{**LAYOUT, "height": 140 + 45 * len(stages)})
+    fig.update_xaxes(tickfont={"size": 12})
+    fig.update_yaxes(tickfont={"size": 12})
+    fig.update_layout(title="Gates per stage", **{**LAYOUT, "height": 200 + 48 * len(stages)})
     return fig
 
 

@@ -71,7 +71,7 @@ def capture(base_url: str, out: Path, pages: dict[str, str] | None = None) -> li
             wait_idle(page)
             target = out / f"{name}.png"
             # The first screen, as a reader of the page sees it before scrolling.
-            page.screenshot(path=str(target))
+            page.screenshot(path=str(target), timeout=180_000)
             written.append(target)
         browser.close()
     return written

@@ -30,7 +30,7 @@ def test_reconnect_qps_marks_storms():
 
 
 def test_gate_matrix_has_a_row_per_stage():
-    gates = [{"id": "a", "status": "pass"}, {"id": "b", "status": "fail"}]
+    gates = [{"id": "a", "status": "pass", "sample": 5}, {"id": "b", "status": "fail", "sample": 5}]
     stages = [
         {"stage": "s1", "decision": "ROLLBACK", "gates": gates},
         {"stage": "s2", "decision": "PROCEED", "gates": gates},
@@ -154,3 +154,40 @@ def test_inspector_marks_the_missing_seqs_and_the_crossed_event():
     assert len(set(ys)) == len(ys)
     # Colours by meaning: at most six.
     assert len(figures.MEANING_COLORS) <= 6
+
+
+def test_gate_matrix_is_legible_and_greys_what_was_not_exercised():
+    gates = [{"id": "a", "status": "pass", "sample": 0}, {"id": "b", "status": "fail", "sample": 3}]
+    fig = figures.gate_matrix([{"stage": "s1", "decision": "ROLLBACK", "gates": gates}])
+    assert list(fig.data[0].text[0]) == ["not<br>exercised", "fail"]
+    assert list(fig.data[0].z[0]) == [figures.STATUS_CODE["not_applicable"], 3]
+    assert fig.data[0].textfont.size >= 12
+
+
+def test_label_rows_never_overlap():
+    assert figures.label_rows([0.0, 0.5], [0.2, 0.2]) == [0, 0]
+    assert figures.label_rows([0.0, 0.1, 0.15, 0.5], [0.2, 0.2, 0.2, 0.2]) == [0, 1, 2, 0]
+
+
+def test_rollout_labels_stand_above_the_plot_and_apart():
+    """Labels of actions close in time (a proceed and the next start a minute apart) are on
+    separate rows above the plot area, never over its data, and the legend is below the
+    plot, away from the labels and the title."""
+    actions = pd.DataFrame(
+        {
+            "ts": [T + timedelta(hours=h) for h in (0, 1.98, 2, 3, 7.9)],
+            "stage": ["shadow-10pct", "shadow-10pct", "resume-read-25pct", "resume", "w"],
+            "action": ["start", "proceed", "start", "hold", "rollback"],
+        }
+    )
+    series = pd.DataFrame(
+        {"bucket": [T + timedelta(hours=h) for h in range(9)], "k": ["a"] * 9, "n": [1] * 9}
+    )
+    fig = figures.series_by(series, "k", "t", actions=actions)
+    ann = [a for a in fig.layout.annotations if a.yref == "paper"]
+    assert len(ann) == 5
+    assert all(a.y == 1.0 and a.yanchor == "bottom" and a.yshift >= 0 for a in ann)
+    by_text = {a.text: a.yshift for a in ann}
+    assert by_text["proceed shadow-10pct"] != by_text["start resume-read-25pct"]
+    assert fig.layout.margin.t >= max(by_text.values()) + figures.LABEL_ROW_PX + 20
+    assert fig.layout.legend.y < 0
