@@ -8,6 +8,7 @@ indented by two or more spaces after `--` continues the value above it.
 
 from __future__ import annotations
 
+import hashlib
 import re
 from dataclasses import dataclass
 from functools import cache, cached_property
@@ -99,3 +100,15 @@ def get(kind: str, name: str) -> Query:
         if q.name == name:
             return q
     raise KeyError(f"no {kind} query named {name!r}")
+
+
+@cache
+def digest() -> str:
+    """What an analysis was made by: the prepare and detector SQL. A database analysed by
+    other SQL holds other prepared tables (and maybe findings), so it is not current."""
+    h = hashlib.sha256()
+    for kind in ("prep", "detectors"):
+        for p in sorted((SQL_DIR / kind).glob("*.sql")):
+            h.update(f"{kind}/{p.name}\0".encode())
+            h.update(p.read_bytes())
+    return h.hexdigest()[:16]

@@ -121,7 +121,7 @@ def possible(
     from . import runner
 
     last = get_meta(con, "analysis_stamp")
-    if not last or last.split(":", 1)[-1] != config.digest():
+    if not last or last.split(":", 1)[-1] != runner.basis(config):
         return False
     if get_meta(con, "analysis_pending_full", "0") != "0":
         return False

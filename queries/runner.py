@@ -104,7 +104,30 @@ def stored_config(con: duckdb.DuckDBPyConnection) -> Config | None:
 
 
 def stamp(con: duckdb.DuckDBPyConnection, config: Config) -> str:
-    return f"{get_meta(con, 'data_version', '0')}:{config.digest()}"
+    return f"{get_meta(con, 'data_version', '0')}:{basis(config)}"
+
+
+# Prepared tables that earlier versions stored and the prepare step now keeps as views
+# (03_event_index.sql, 04_inbox.sql): a database analysed by one of those still holds them.
+RETIRED = ("a_event_index", "a_inbox")
+
+
+def drop_retired(con: duckdb.DuckDBPyConnection) -> None:
+    for (t,) in con.execute(
+        "SELECT table_name FROM duckdb_tables() WHERE schema_name = 'main' "
+        "AND database_name = current_database() AND list_contains($r, table_name)",
+        {"r": list(RETIRED)},
+    ).fetchall():
+        con.execute(f'DROP TABLE "{current_db(con)}".main.{t}')
+
+
+def current_db(con: duckdb.DuckDBPyConnection) -> str:
+    return str(one_row(con.execute("SELECT current_database()"))[0])
+
+
+def basis(config: Config) -> str:
+    """What an analysis depends on besides the data: the configuration and the SQL."""
+    return f"{config.digest()}/{catalog.digest()}"
 
 
 def is_current(con: duckdb.DuckDBPyConnection, config: Config) -> bool:
@@ -153,6 +176,7 @@ def analyse(
         for stmt in FINDINGS_DDL.split(";"):
             if stmt.strip():
                 con.execute(stmt)
+        drop_retired(con)
         for q in catalog.load("prep"):
             for stmt in q.statements():
                 con.execute(stmt)

@@ -131,6 +131,7 @@ def _analyse(
         for stmt in runner.FINDINGS_DDL.split(";"):
             if stmt.strip():
                 con.execute(stmt)
+        runner.drop_retired(con)
         # The shared predicates, for what DuckDB still runs (stages, gates, capabilities).
         for q in catalog.load("prep"):
             for stmt in q.statements():
@@ -153,10 +154,13 @@ def _analyse(
             df.createOrReplaceTempView("decision_history")
         # The prepare step, each table materialised in the lake's _analysis folder.
         versions: dict[str, int] = {}
+        views: set[str] = set()
         for q in catalog.load("prep"):
             for step in transpile.prepare_steps(q.statements()):
                 k = versions.get(step.name, 0)
                 versions[step.name] = k + 1
+                if step.view:
+                    views.add(step.name)
                 if keep == "memory":
                     df = spark.sql(step.sql).localCheckpoint()
                     # Fresh column identities: a checkpoint keeps its source's, and a join
@@ -169,7 +173,8 @@ def _analyse(
                 df.createOrReplaceTempView(step.name)
                 frames[step.name] = df
         for name in versions:
-            _copy_prepared(con, name, frames[name].toArrow())
+            if name not in views:  # DuckDB reads the views' sources (queries/sql/prep)
+                _copy_prepared(con, name, frames[name].toArrow())
         for table in ("findings", "coverage", "cannot_tell", "cannot_tell_stages", "blind_files"):
             con.execute(f"DELETE FROM {table}").fetchall()
         for name, q in catalog.detectors().items():

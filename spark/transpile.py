@@ -619,24 +619,27 @@ class Table:
 
     name: str
     sql: str
+    # A view of the prepare step (bound when read in DuckDB): materialised like a table
+    # for the detectors on Spark, but not copied back into the database.
+    view: bool = False
 
 
 def prepare_steps(statements: list[str]) -> list[Table]:
     """A prep file's statements as tables to materialise in order: `CREATE TABLE AS`, and
-    `ALTER TABLE t ADD COLUMN c T` with the `UPDATE t SET c = expr` after it (a new
-    version of t with the column)."""
+    `CREATE TEMP VIEW AS`, and `ALTER TABLE t ADD COLUMN c T` with the `UPDATE t SET c =
+    expr` after it (a new version of t with the column)."""
     out: list[Table] = []
     pending: dict[tuple[str, str], str] = {}
     for stmt in statements:
         if is_macro(stmt):
             continue
         tree = parse(stmt)
-        if isinstance(tree, exp.Create) and tree.kind == "TABLE":
+        if isinstance(tree, exp.Create) and tree.kind in ("TABLE", "VIEW"):
             query = tree.expression
             if query is None:
-                raise Untranslatable("CREATE TABLE without AS")
+                raise Untranslatable(f"CREATE {tree.kind} without AS")
             name = tree.this.name if isinstance(tree.this, exp.Table) else tree.this.this.name
-            out.append(Table(name, to_spark(query.sql(dialect="duckdb"))))
+            out.append(Table(name, to_spark(query.sql(dialect="duckdb")), view=tree.kind == "VIEW"))
         elif isinstance(tree, exp.Alter):
             for action in tree.args.get("actions", []):
                 if not isinstance(action, exp.ColumnDef):

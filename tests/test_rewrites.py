@@ -27,6 +27,9 @@ REWRITTEN = (
     "duplicate_dispatch",
     "reinit_missing",
 )
+# Prepared tables now kept as views over the records and a small table (the files of the
+# tables they replaced, in order: each may read the one before).
+PREPARED = {"a_event_index": "03_event_index.sql", "a_inbox": "04_inbox.sql"}
 
 # Large client groups: few principals and addresses, many sessionless rows.
 _COLLAPSE = [
@@ -41,6 +44,12 @@ _COLLAPSE = [
     "UPDATE dispatches SET ts = ts - INTERVAL 300 SECOND WHERE hash(dispatch_id) % 2 = 0",
     "UPDATE sessions SET principal = 'user-' || (hash(principal) % 3)::VARCHAR "
     "WHERE principal IS NOT NULL",
+    # receipts that did not record where their event came from, resolved through the log
+    "UPDATE inbox SET seq = NULL WHERE hash(event_id) % 5 = 0",
+    "UPDATE inbox SET kind = NULL, origin_stream_id = NULL WHERE hash(event_id) % 7 = 0",
+    # an event id logged on more than one row (replays, re-sends) in every fourth session
+    "INSERT INTO events SELECT * REPLACE (pos + 1000000 AS pos, ts + INTERVAL 1 SECOND AS ts, "
+    "'replayed' AS disposition) FROM events WHERE hash(session_hmac) % 4 = 0 AND seq % 3 = 0",
 ]
 
 
@@ -92,3 +101,75 @@ def test_the_sessionless_proxy_branch_is_exercised(fleet_db):
              AND json_extract_string(f.detail, '$.broke') LIKE '%proxy_status%'"""
     ).fetchone()[0]
     assert n > 0
+
+
+def test_prepared_views_give_the_replaced_tables(fleet_db):
+    """a_event_index and a_inbox, now views over the records and the rows that needed a
+    grouping or a join, hold exactly the rows of the tables they replaced."""
+    con, _ = fleet_db
+    # A connection of its own has none of the analysis's temporary views: the replaced
+    # queries build their tables in a schema of their own and read each other there.
+    old = con.cursor()
+    old.execute("CREATE SCHEMA v0")
+    try:
+        old.execute("SET search_path = 'v0,main'")
+        for file in PREPARED.values():
+            for stmt in catalog.parse(OLD / file, "prep").statements():
+                old.execute(stmt)
+        for name in PREPARED:
+            n = con.execute(f"SELECT count(*) FROM v0.{name}").fetchone()[0]
+            assert con.execute(f"SELECT count(*) FROM {name}").fetchone()[0] == n > 0
+            for a, b in ((f"v0.{name}", name), (name, f"v0.{name}")):
+                extra = con.execute(f"SELECT * FROM {a} EXCEPT ALL SELECT * FROM {b}").fetchall()
+                assert not extra, (name, a, extra[:3])
+        # Both stored parts are exercised: repeated event ids, receipts resolved through them.
+        assert con.execute("SELECT count(*) FROM a_event_repeats").fetchone()[0] > 0
+        resolved = con.execute(
+            """SELECT count(*) FILTER (WHERE seq IS NOT NULL), count(*) FROM a_inbox_resolved
+               SEMI JOIN a_event_repeats USING (session_hmac, generation, event_id)"""
+        ).fetchone()
+        assert resolved[0] > 0
+    finally:
+        old.execute("DROP SCHEMA v0 CASCADE")
+        old.close()
+
+
+def test_an_analysis_keeps_tables_only_and_readers_see_the_receipts(tmp_path, monkeypatch):
+    """The prepared views are temporary (a database that defines views is refused): a
+    database analysed by an earlier version loses the tables they replaced, is not current
+    for other SQL, and another connection reads a session's receipts as the analysis does."""
+    from replaygate.ingest import db as dbm
+    from replaygate.queries import named
+
+    con, _, _ = build(tmp_path, seed=5, sessions=60, fmt="jsonl")
+    path = con.execute(
+        "SELECT path FROM duckdb_databases() WHERE database_name = current_database()"
+    ).fetchone()[0]
+    # As an earlier version left it: the replaced tables stored.
+    con.execute("CREATE TABLE a_inbox AS SELECT * FROM inbox LIMIT 1")
+    con.execute("CREATE TABLE a_event_index AS SELECT 1 AS x")
+    monkeypatch.setattr(catalog, "digest", lambda: "other sql")
+    assert not runner.is_current(con, Config())
+    monkeypatch.undo()
+    runner.analyse(con, Config())
+    assert runner.is_current(con, Config())
+    kept = {
+        r[0]
+        for r in con.execute(
+            "SELECT table_name FROM duckdb_tables() WHERE database_name = current_database()"
+        ).fetchall()
+    }
+    assert (
+        not kept & {"a_event_index", "a_inbox"} and {"a_event_repeats", "a_inbox_resolved"} <= kept
+    )
+    per_session = dict(
+        con.execute("SELECT session_hmac, count(*) FROM a_inbox GROUP BY ALL").fetchall()
+    )
+    sess = max(per_session, key=lambda s: (per_session[s], s))
+    dbm.close(con)
+    reader = dbm.connect(path, read_only=True)
+    try:
+        rows = reader.execute(named.get("session_timeline").sql, {"s": sess, "st": None}).fetchall()
+        assert sum(1 for r in rows if r[1] == "client receipts") == per_session[sess]
+    finally:
+        reader.close()

@@ -178,7 +178,13 @@ UNION ALL
 SELECT ts, 'client receipts', coalesce(kind, 'event') || ' #' || coalesce(seq::VARCHAR, '?'),
        verdict, stream_id, seq, event_id, NULL,
        'arrived on ' || stream_id || ', from ' || coalesce(origin_stream_id, '?')
-FROM a_inbox WHERE session_hmac = $s AND ($st IS NULL OR stream_id = $st)
+-- the receipts as the analysis reads them (a_inbox, queries/sql/prep/04_inbox.sql)
+FROM (SELECT ts, stream_id, event_id, verdict, origin_stream_id, seq, kind
+      FROM inbox WHERE session_hmac = $s AND receipt_placed(origin_stream_id, seq, kind)
+      UNION ALL
+      SELECT ts, stream_id, event_id, verdict, origin_stream_id, seq, kind
+      FROM a_inbox_resolved WHERE session_hmac = $s)
+WHERE $st IS NULL OR stream_id = $st
 UNION ALL
 SELECT ts, 'proxy requests', method || ' ' || status, 'http ' || (status // 100) || 'xx',
        NULL, NULL, NULL, last_event_id, concat_ws(' ', jsonrpc_method, origin)

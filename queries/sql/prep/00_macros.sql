@@ -111,3 +111,8 @@ CREATE OR REPLACE MACRO is_completed(state, close_reason) AS
 
 -- The 10-second window the reconnect budget is counted in (its number since the epoch).
 CREATE OR REPLACE MACRO reconnect_window(ts) AS epoch_ms(ts) // 10000;
+
+-- A client receipt that recorded where its event came from (origin stream, seq and kind);
+-- the others are placed through the event log (a_inbox).
+CREATE OR REPLACE MACRO receipt_placed(origin_stream_id, seq, kind) AS
+    origin_stream_id IS NOT NULL AND seq IS NOT NULL AND kind IS NOT NULL;
