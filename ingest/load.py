@@ -300,6 +300,8 @@ class _Loader:
         self.raw_without_key = 0
         self.temp_tables: list[str] = []
         self.field_maps = config.field_maps()
+        self.scratch = False  # the batch's scratch database is attached (_staging_table)
+        self.content = 0  # content bytes of the file being staged
 
     def release(self) -> None:
         """Drop what a loaded batch staged: its temporary tables and scratch files."""
@@ -307,6 +309,10 @@ class _Loader:
             with contextlib.suppress(duckdb.Error):
                 self.con.execute(f"DROP TABLE IF EXISTS {t}")
         self.temp_tables.clear()
+        if self.scratch:
+            with contextlib.suppress(duckdb.Error):
+                self.con.execute(f"DETACH {SCRATCH}")
+            self.scratch = False
         for p in self.tmp.iterdir():
             with contextlib.suppress(OSError):
                 p.unlink()
@@ -317,6 +323,18 @@ class _Loader:
 
     def _exec(self, sql: str, params: dict[str, Any] | None = None) -> duckdb.DuckDBPyConnection:
         return self.con.execute(sql, params or {})
+
+    def _staging_table(self, n: int, read_path: Path) -> str:
+        """Where file `n` is staged: a temporary table, or for a file over SCRATCH_BYTES a
+        table of the batch's scratch database (a file of its own in the loader's folder,
+        released with the batch)."""
+        if max(read_path.stat().st_size, self.content) <= SCRATCH_BYTES:
+            return f"rg_stage_{n}"
+        if not self.scratch:
+            where = str(self.tmp / "scratch.duckdb").replace("'", "''")
+            self._exec(f"ATTACH '{where}' AS {SCRATCH}")
+            self.scratch = True
+        return f"{SCRATCH}.rg_stage_{n}"
 
     # -- phase 1: outside the transaction -------------------------------------------------
     def stage(
@@ -334,6 +352,7 @@ class _Loader:
             return FileResult(shown, "unchanged")
         sc = d.scanned
         fmt = readers.FORMATS[src.format]
+        self.content = sc.length - d.start  # decompressed: a gzip file's size says little
         waits = not src.gzip and fmt.lines and sc.length > sc.complete
         if sc.complete == 0 and src.gzip and sc.broken:
             # Not one line before the break: the file is its break.
@@ -473,7 +492,6 @@ class _Loader:
         `overlong`: the scan saw a line longer than readers.MAX_LINE, or the line
         reader's delimiter (identity.drop_long_lines)."""
         staged = _Staged(src, shown, sha or "", None)
-        table = f"rg_stage_{n}"
         compression = "gzip" if src.gzip and read_path is None else "none"
         fmt = readers.FORMATS[src.format]
         if overlong and fmt.lines and not fmt.row_positions:
@@ -486,6 +504,7 @@ class _Loader:
             )
             read_path, compression = short, "none"
         read_path = read_path or src.path
+        table = self._staging_table(n, read_path)
         typed = src.default_type
         try:
             staged.key_facts = self._stage(src, read_path, compression, table, typed)
@@ -594,7 +613,8 @@ class _Loader:
             params.update(self.params)
         if "$compression" in sql:
             params["compression"] = compression
-        self._exec(f"CREATE OR REPLACE TEMP TABLE {table} AS {sql}", params)
+        temp = "" if table.startswith(f"{SCRATCH}.") else "TEMP "
+        self._exec(f"CREATE OR REPLACE {temp}TABLE {table} AS {sql}", params)
         return reading.facts
 
     # -- phase 2: inside the transaction --------------------------------------------------
@@ -886,6 +906,13 @@ def _json(d: dict[str, Any]) -> str:
 # 20,000 small temporary tables (out of memory) or 42 GB of staged rows (out of disk).
 BATCH_FILES = 256
 BATCH_BYTES = 2 << 30  # content bytes (decompressed)
+# A file of more content than this is staged into a scratch database, compressed on disk
+# as the database's own tables are: DuckDB spills a temporary table to disk uncompressed
+# (a 100M-event fleet, 13.6 GB of Parquet, staged 42 GB), and one such file is a batch of
+# its own. Compressing costs CPU (about a quarter more for the file), so smaller files,
+# whose staging a batch bounds, stay in temporary tables.
+SCRATCH_BYTES = 4 << 30
+SCRATCH = "rg_scratch"
 
 
 def _batches(

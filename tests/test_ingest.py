@@ -445,3 +445,78 @@ def test_invalid_utf8_and_long_lines_are_quarantined_with_their_lines(con, tmp_p
         (5, None, None, "invalid UTF-8"),
     ]
     assert con.execute("SELECT list(pos ORDER BY pos) FROM proxy").fetchone()[0] == [1, 3, 6]
+
+
+def _loaded(con) -> dict[str, list[tuple]]:
+    """Every loaded row, quarantine row and manifest row, in a stable order."""
+    out = {
+        t.table: sorted(map(repr, con.execute(f"SELECT * FROM {t.table}").fetchall()))
+        for t in RECORD_TYPES
+    }
+    out["quarantine"] = sorted(map(repr, con.execute("SELECT * FROM quarantine").fetchall()))
+    out["files"] = sorted(
+        map(repr, con.execute("SELECT * EXCLUDE (ingested_at) FROM files").fetchall())
+    )
+    return out
+
+
+def test_large_files_staged_in_a_scratch_database_load_the_same(tmp_path, monkeypatch):
+    """A file over SCRATCH_BYTES is staged into a scratch database instead of a temporary
+    table: the same rows, positions and quarantine, in every format, grown files too; the
+    scratch database is gone after each batch, and after a failed one."""
+    good = json.dumps(SAMPLES["proxy"])
+    src = tmp_path / "in"
+    src.mkdir()
+    (src / "proxy.jsonl").write_text(f"{good}\n\n{{broken\n{good}\n" + f"{good}\n" * 50)
+    (src / "streams.csv").write_text(
+        "ts,session_hmac,generation,stream_id,state,method\n"
+        f"2026-11-29T07:45:01Z,{'a' * 64},1,1,STREAM_OPEN,POST\n"
+        f"2026-11-29T07:45:02Z,{'a' * 64},1,1,NOPE,POST\n"
+        f"2026-11-29T07:45:03Z,{'a' * 64},1\n"
+    )
+    _write(src / "events.parquet", "parquet", [SAMPLES["events"]] * 20)
+    _write(src / "inbox.jsonl.gz", "jsonl", [SAMPLES["inbox"]] * 30, gz=True)
+    monkeypatch.setenv("REPLAYGATE_HMAC_KEY", KEY.decode())
+    scratch: list[str] = []
+    real = loadmod._Loader._staging_table
+
+    def spy(self, n, read_path):
+        name = real(self, n, read_path)
+        scratch.append(name)
+        return name
+
+    monkeypatch.setattr(loadmod._Loader, "_staging_table", spy)
+    results = []
+    for limit in (loadmod.SCRATCH_BYTES, 0):
+        monkeypatch.setattr(loadmod, "SCRATCH_BYTES", limit)
+        scratch.clear()
+        c = dbm.connect(str(tmp_path / f"db-{limit}.duckdb"))
+        ingest(c, [src], Config())
+        with (src / "proxy.jsonl").open("a") as fh:
+            fh.write(f"{good}\nnot json\n{good}\n")
+        grown = {Path(f.path).name: f.status for f in ingest(c, [src], Config()).files}
+        assert grown["proxy.jsonl"] == "appended"
+        (src / "proxy.jsonl").write_text(f"{good}\n\n{{broken\n{good}\n" + f"{good}\n" * 50)
+        staged_in_scratch = all(t.startswith(f"{loadmod.SCRATCH}.") for t in scratch)
+        assert staged_in_scratch == (limit == 0) and len(scratch) >= 5
+        names = [r[0] for r in c.execute("SELECT database_name FROM duckdb_databases()").fetchall()]
+        assert loadmod.SCRATCH not in names
+        results.append(_loaded(c))
+        c.close()
+    assert results[0] == results[1]
+    assert results[0]["quarantine"] and results[0]["proxy"]
+
+    # A batch that fails after staging rolls back and leaves no scratch database attached.
+    c = dbm.connect(str(tmp_path / "db-fail.duckdb"))
+    monkeypatch.setattr(
+        loadmod._Loader, "_manifest", lambda *a, **k: (_ for _ in ()).throw(OSError("disk"))
+    )
+    with pytest.raises(OSError):
+        ingest(c, [src], Config())
+    assert c.execute("SELECT count(*) FROM files").fetchone()[0] == 0
+    assert all(
+        c.execute(f"SELECT count(*) FROM {t.table}").fetchone()[0] == 0 for t in RECORD_TYPES
+    )
+    names = [r[0] for r in c.execute("SELECT database_name FROM duckdb_databases()").fetchall()]
+    assert loadmod.SCRATCH not in names
+    c.close()
