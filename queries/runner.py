@@ -121,6 +121,15 @@ def drop_retired(con: duckdb.DuckDBPyConnection) -> None:
         con.execute(f'DROP TABLE "{current_db(con)}".main.{t}')
 
 
+def prepared_views(con: duckdb.DuckDBPyConnection) -> None:
+    """The prepare step's temporary views (a_event_index, a_inbox) in this connection, over
+    the tables the last analysis stored, for detectors run without the prepare step."""
+    for q in catalog.load("prep"):
+        for stmt in q.statements():
+            if stmt.upper().startswith("CREATE OR REPLACE TEMP VIEW"):
+                con.execute(stmt)
+
+
 def current_db(con: duckdb.DuckDBPyConnection) -> str:
     return str(one_row(con.execute("SELECT current_database()"))[0])
 
@@ -205,6 +214,7 @@ def _history_only(
 ) -> None:
     """Only the decision history moved on: re-run just the detectors that read it."""
     with transaction(con):
+        prepared_views(con)
         for name, q in catalog.detectors().items():
             if "decision_history" not in q.needs:
                 continue

@@ -173,3 +173,18 @@ def test_an_analysis_keeps_tables_only_and_readers_see_the_receipts(tmp_path, mo
         assert sum(1 for r in rows if r[1] == "client receipts") == per_session[sess]
     finally:
         reader.close()
+    # A connection that runs detectors without the prepare step makes the views first.
+    again = dbm.connect(path)
+    try:
+        runner.prepared_views(again)
+        keys = again.execute(
+            "SELECT count(DISTINCT (session_hmac, generation, event_id)) FROM events"
+        ).fetchone()[0]
+        assert again.execute("SELECT count(*) FROM a_event_index").fetchone()[0] == keys
+        assert (
+            again.execute("SELECT count(*) FROM a_inbox").fetchone()[0]
+            == sum(per_session.values())
+            + again.execute("SELECT count(*) FROM inbox WHERE session_hmac IS NULL").fetchone()[0]
+        )
+    finally:
+        dbm.close(again)
