@@ -104,10 +104,10 @@ def get(kind: str, name: str) -> Query:
 
 @cache
 def digest() -> str:
-    """What an analysis was made by: the prepare and detector SQL. A database analysed by
-    other SQL holds other prepared tables (and maybe findings), so it is not current."""
+    """What an analysis was made by: the prepare, detector and gate-fact SQL. A database
+    analysed by other SQL holds other derived tables (and maybe findings): not current."""
     h = hashlib.sha256()
-    for kind in ("prep", "detectors"):
+    for kind in ("prep", "detectors", "facts"):
         for p in sorted((SQL_DIR / kind).glob("*.sql")):
             h.update(f"{kind}/{p.name}\0".encode())
             h.update(p.read_bytes())
