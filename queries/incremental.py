@@ -200,6 +200,15 @@ def analyse(
             t0 = time.perf_counter()
             bound = {"detector": name, **params.bind(q, values)}
             plan = blind.get(name)
+            labels = runner.undecided_labels(q)
+            if labels:
+                # What it found it could not judge last time is found again below.
+                for table in ("cannot_tell", "cannot_tell_stages"):
+                    con.execute(
+                        f"DELETE FROM main.{table} "
+                        "WHERE detector = $d AND list_contains($l, missing)",
+                        {"d": name, "l": labels},
+                    )
             if plan is not None:
                 # The same files are left out as in the last analysis (possible()); the
                 # counts of what they hide grew with them.

@@ -339,6 +339,41 @@ def _gate_facts(con: duckdb.DuckDBPyConnection) -> None:
         con.execute(stmt)
 
 
+# The severity of a unit a detector returned as one it cannot judge (`-- undecided:` in its
+# header names what it could not tell, `detail.missing`; `detail.file_id` its file).
+UNDECIDED = "cannot_tell"
+
+
+def undecided_labels(q: catalog.Query) -> list[str]:
+    """What a detector may find it cannot tell of a unit (its `-- undecided:` header)."""
+    return list(catalog.split(q.header.get("undecided", "")))
+
+
+def _split_undecided(con: duckdb.DuckDBPyConnection) -> None:
+    """Units a detector returned as undecided are `cannot_tell`, per file and per stage like
+    the units of a file that cannot show a fact, and never findings (nor coverage rows)."""
+    # (a unit in the windows of two stages was staged twice: once per stage, once in all)
+    undecided = f"""SELECT detector, stage, json_extract_string(detail, '$.missing') AS missing,
+                           TRY_CAST(json_extract(detail, '$.file_id') AS BIGINT) AS file_id,
+                           ({", ".join(UNIT_COLUMNS)}, ts) AS unit
+                    FROM findings WHERE severity = '{UNDECIDED}'"""
+    if not one_row(con.execute(f"SELECT count(*) FROM ({undecided})"))[0]:
+        return
+    con.execute(f"""INSERT INTO cannot_tell
+                    SELECT u.detector, coalesce(f.path, '?'), u.missing, count(DISTINCT u.unit)
+                    FROM ({undecided}) u LEFT JOIN files f USING (file_id) GROUP BY ALL""")
+    con.execute(f"""INSERT INTO cannot_tell_stages
+                    SELECT u.detector, coalesce(f.path, '?'), u.missing, u.stage,
+                           count(DISTINCT u.unit)
+                    FROM ({undecided}) u LEFT JOIN files f USING (file_id)
+                    WHERE u.stage IS NOT NULL GROUP BY ALL""")
+    con.execute(f"""UPDATE coverage c SET rows = c.rows - u.n
+                    FROM (SELECT detector, count(DISTINCT unit) AS n FROM ({undecided})
+                          GROUP BY detector) u
+                    WHERE c.detector = u.detector""")
+    con.execute(f"DELETE FROM findings WHERE severity = '{UNDECIDED}'")
+
+
 def _assign_stages(con: duckdb.DuckDBPyConnection) -> None:
     # The same attribution as every gate sample (stage_key in macros.sql), except for a
     # finding about a stage by name (detail.filed_under: the stage a rollout action acted
@@ -356,6 +391,7 @@ def _assign_stages(con: duckdb.DuckDBPyConnection) -> None:
     con.execute("DELETE FROM findings")
     con.execute("INSERT INTO findings BY NAME SELECT * FROM rg_staged")
     con.execute("DROP TABLE rg_staged")
+    _split_undecided(con)
 
 
 def summary(con: duckdb.DuckDBPyConnection) -> dict[str, Any]:

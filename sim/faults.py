@@ -470,6 +470,58 @@ def _reinit_missing(f, t, cohort, resumable):
 
 
 @fault(
+    "reinit_shared_client",
+    "any",
+    "004",
+    "Node clients behind one address (`User-Agent: node`, no principal logged): a 404 while "
+    "another of their sessions is live cannot be tied to its client, nor one a redacting "
+    "proxy log hides the session of; a lone one that never re-initializes is found",
+)
+def _reinit_shared_client(f, t, cohort, resumable):
+    rng = f.rng
+    shared = (f"10.99.{rng.randint(0, 255)}.{rng.randint(1, 254)}", "node")
+    a = session(f, t, cohort, resumable, client_at=shared)
+    b = session(f, t + f.jitter(50, 400), cohort, resumable, client_at=shared)
+    call(f, a, "read")
+    call(f, b, "read")
+    f.expire(a)
+    a.t = max(a.t, b.t) + f.jitter(SEC, 3 * SEC)
+    f.proxy(a.t, "POST", 404, a, jsonrpc_method="tools/call", request_id=str(a.next_req))
+    f.stats[f.stage_of(a.hmac, a.t)].undecided_404 += 1
+    # b is still in use after a's 404; a's client initializes again: whose initialize
+    # that is cannot be told, so a's 404 is neither a finding nor a pass.
+    b.t = a.t + f.jitter(100, 400)
+    call(f, b, "read")
+    a2 = f.reinit(a, a.t + f.jitter(200, 900))
+    call(f, a2, "read")
+    f.expire(a2)
+    # Only a redacting proxy logged a2's next request: its 404 names no session.
+    a2.t += f.jitter(2 * SEC, 5 * SEC)
+    f.proxy(
+        a2.t,
+        "POST",
+        404,
+        a2,
+        session=False,
+        jsonrpc_method="tools/call",
+        request_id=str(a2.next_req),
+        file_name="proxy-redacted.jsonl",
+    )
+    f.stats[f.stage_of(None, a2.t)].hidden_404 += 1
+    a3 = f.reinit(a2, a2.t + f.jitter(200, 900))
+    f.delete(a3)
+    f.delete(b)
+    # A client alone at its address and User-Agent, which never initializes again.
+    lone = (f"10.98.{rng.randint(0, 255)}.{rng.randint(1, 254)}", "node")
+    c = session(f, max(a3.t, b.t) + f.jitter(SEC, 2 * SEC), cohort, resumable, client_at=lone)
+    call(f, c, "read")
+    f.expire(c)
+    c.t += f.jitter(2 * SEC, 5 * SEC)
+    f.proxy(c.t, "POST", 404, c, jsonrpc_method="tools/call", request_id=str(c.next_req))
+    return [X(f, "reinit_missing", "high", c.t, c.hmac, ts=c.t)]
+
+
+@fault(
     "state_violation_session",
     "any",
     "004",

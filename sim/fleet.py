@@ -87,6 +87,8 @@ class Sess:
     next_req: int = 1
     missing_version: bool = False
     raw_logged: bool = False
+    # The proxy logs no principal for it (a client known only by address and User-Agent).
+    anonymous: bool = False
 
 
 @dataclass
@@ -104,6 +106,11 @@ class StageStats:
     completed: int = 0
     recoveries: list = field(default_factory=list)
     n404: int = 0
+    # 404s reinit_missing cannot judge: on a session whose client cannot be told apart (no
+    # principal, and another session of its address and User-Agent live), and 404s whose
+    # session a redacting proxy log hid (not in n404).
+    undecided_404: int = 0
+    hidden_404: int = 0
     invalid_origin: int = 0
     unjudged_origin: int = 0  # foreign Origins seen with no allow-list configured
     write_dispatches: int = 0
@@ -361,7 +368,7 @@ class Fleet:
             "last_event_id": last_event_id,
             "jsonrpc_method": jsonrpc_method,
             "request_id": request_id,
-            "principal": principal or (s.principal if s else None),
+            "principal": principal or (s.principal if s and not s.anonymous else None),
             "auth_subject": subject or (s.subject if s else None),
             "client_addr": addr or (s.addr if s else None),
             "user_agent": ua or (s.ua if s else None),
@@ -461,8 +468,19 @@ class Fleet:
 
     # -- sessions -------------------------------------------------------------------------
     def new_session(
-        self, t, cohort, *, resumable, principal=None, gen=1, prev=None, protocol=None, origin=None
+        self,
+        t,
+        cohort,
+        *,
+        resumable,
+        principal=None,
+        gen=1,
+        prev=None,
+        protocol=None,
+        origin=None,
+        client_at=None,
     ) -> Sess:
+        """`client_at`: (address, User-Agent) of a client the proxy logs without a principal."""
         rng = self.rng
         raw = self.uid()
         principal = principal or f"user-{rng.randint(1, 400):04d}"
@@ -489,6 +507,9 @@ class Fleet:
             origin=origin or rng.choice(ALLOWED_ORIGINS),
             t=t,
         )
+        if client_at is not None:
+            s.addr, s.ua = client_at
+            s.anonymous = True
         self.cohort[s.hmac] = cohort
         self.proxy(
             t,
@@ -518,6 +539,7 @@ class Fleet:
             prev=old.hmac,
             protocol=old.protocol,
             origin=old.origin,
+            client_at=(old.addr, old.ua) if old.anonymous else None,
         )
         s.addr, s.ua, s.client = old.addr, old.ua, old.client
         if not new_token:

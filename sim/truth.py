@@ -53,7 +53,16 @@ def expected_decisions(fleet, expectations: list[dict], config: Config) -> dict:
         for gate, detectors in COUNT_GATES.items():
             value = sum(found[d] for d in detectors)
             gates[gate] = _status(value > 0, samples.get(gate, 0), minimum[gate])
-        gates["reinit_after_404"] = "fail" if found["reinit_missing"] else "pass"
+        # A 404 whose client cannot be told apart (no principal, another live session of its
+        # address and User-Agent) or whose session the log hid is judged neither way: a
+        # stage with only such 404s cannot pass.
+        judged_404 = stats.n404 - stats.undecided_404
+        if found["reinit_missing"]:
+            gates["reinit_after_404"] = "fail"
+        elif not judged_404 and stats.undecided_404 + stats.hidden_404:
+            gates["reinit_after_404"] = "insufficient"
+        else:
+            gates["reinit_after_404"] = "pass"
         # Served bad Origins fail; with no allow-list configured a stage that saw a foreign
         # Origin cannot be judged; refusals with another status than 403 are not gated.
         if found["invalid_origin_accepted"]:

@@ -48,7 +48,9 @@ def fleet(tmp_path_factory):
     out = tmp_path_factory.mktemp("prop") / "fleet"
     simulate(out, seed=5, sessions=60, fmt="parquet")
     (out / "truth.json").unlink()
-    (out / "proxy-edge.jsonl").unlink()  # one proxy file: removal is one table
+    # one proxy file: removal is one table
+    (out / "proxy-edge.jsonl").unlink()
+    (out / "proxy-redacted.jsonl").unlink()
     return out, _findings(out, out.parent / "base.duckdb")
 
 

@@ -170,3 +170,95 @@ def test_cursorless_get_reopens_on_a_session_are_reconnects(tmp_path):
     # First GETs of 80 sessions are opens, not reconnects.
     opens = [px(i * 2, "GET", session_hmac=f"{i:064x}") for i in range(80)]
     assert "reconnect_storm" not in findings(tmp_path / "c", proxy=[resumed, *opens])
+
+
+# -- client identity for re-init ------------------------------------------------------------
+NODE = {"client_addr": "10.0.0.9", "user_agent": "node", "protocol_version": "2025-11-25"}
+
+
+def _node_session(h: str, t0: int, t1: int) -> list[dict]:
+    """A session of a client the proxy knows only by address and `User-Agent: node`, with
+    requests at t0 and t1."""
+    return [
+        px(t0, session_hmac=h, jsonrpc_method="notifications/initialized", **NODE),
+        px(t1, session_hmac=h, jsonrpc_method="tools/call", **NODE),
+    ]
+
+
+def _reinit_cannot_tell(stage: dict) -> list[tuple]:
+    return [
+        (e["missing"], e["units"])
+        for e in stage["cannot_tell"]
+        if e["detector"] == "reinit_missing"
+    ]
+
+
+def test_a_404_is_tied_to_a_client_by_address_and_agent_only_when_it_had_one_live_session(
+    tmp_path,
+):
+    a, b = "a" * 64, "b" * 64
+    gone = px(5000, status=404, session_hmac=a, jsonrpc_method="tools/call", **NODE)
+    init = px(6000, jsonrpc_method="initialize", **NODE)
+    # Alone at its address and agent: the client never initialized again.
+    alone = findings(tmp_path / "alone", proxy=[*_node_session(a, 0, 1000), gone])
+    assert [f["detail"]["reason"] for f in alone["reinit_missing"]] == ["not re-initialized"]
+    # Another session of the same address and agent is live across the 404: the initialize
+    # after it may be that client's, so the 404 is neither a finding nor a pass.
+    shared = [*_node_session(a, 0, 1000), *_node_session(b, 500, 8000), gone, init]
+    assert "reinit_missing" not in findings(tmp_path / "shared", proxy=shared)
+    stage = _stage(tmp_path / "shared-stage", Config(), proxy=shared)
+    g = stage["by_id"]["reinit_after_404"]
+    assert (g["status"], g["sample"], g["cannot_tell"]) == ("insufficient", 0, 1), g
+    assert _reinit_cannot_tell(stage) == [("client identity", 1)]
+    # Nor does a live session of that pair pass for the 404's client when no one
+    # initialized: still cannot tell, not a finding.
+    assert "reinit_missing" not in findings(tmp_path / "shared-none", proxy=shared[:-1])
+    # A session is live while its standalone GET stream is open, though the proxy dates
+    # the stream's row by its start, before the 404.
+    stream = [
+        px(300, session_hmac=b, **NODE),
+        px(400, "GET", session_hmac=b, duration_ms=9000, **NODE),
+    ]
+    stage = _stage(
+        tmp_path / "stream", Config(), proxy=[*_node_session(a, 0, 1000), *stream, gone, init]
+    )
+    assert _reinit_cannot_tell(stage) == [("client identity", 1)]
+    # Sessions of the pair that ended before the 404, or began after it, are not live.
+    before_after = [*_node_session(b, 0, 200), *_node_session(a, 300, 1000), gone, init]
+    before_after += _node_session("c" * 64, 7000, 7500)
+    stage = _stage(tmp_path / "one-live", Config(), proxy=before_after)
+    g = stage["by_id"]["reinit_after_404"]
+    assert (g["status"], g["sample"], g["cannot_tell"]) == ("pass", 1, 0), g
+
+
+def test_a_principal_tells_clients_apart_whatever_their_address_and_agent(tmp_path):
+    a, b = "a" * 64, "b" * 64
+    mine, theirs = {**NODE, "principal": "alice"}, {**NODE, "principal": "bob"}
+    rows = [
+        px(0, session_hmac=a, **mine),
+        px(500, session_hmac=b, **theirs),
+        px(5000, status=404, session_hmac=a, jsonrpc_method="tools/call", **mine),
+        px(8000, session_hmac=b, **theirs),
+        px(6000, jsonrpc_method="initialize", **theirs),  # bob's, not alice's
+    ]
+    got = findings(tmp_path, proxy=rows)
+    assert [f["session_hmac"] for f in got["reinit_missing"]] == [a]
+
+
+def test_the_reinit_gate_counts_not_reinitialized_and_used_after_the_404_apart(tmp_path):
+    a, b = "a" * 64, "b" * 64
+    rows = [
+        # alice's client never initializes again
+        px(0, session_hmac=a, principal="alice"),
+        px(1000, status=404, session_hmac=a, principal="alice", jsonrpc_method="tools/call"),
+        # bob's client initializes again, but first sends once more on the dead session
+        px(0, session_hmac=b, principal="bob"),
+        px(1000, status=404, session_hmac=b, principal="bob", jsonrpc_method="tools/call"),
+        px(1500, status=404, session_hmac=b, principal="bob", jsonrpc_method="tools/call"),
+        px(2000, principal="bob", jsonrpc_method="initialize"),
+    ]
+    got = findings(tmp_path / "f", proxy=rows)
+    reasons = sorted(f["detail"]["reason"] for f in got["reinit_missing"])
+    assert reasons == ["not re-initialized", "used after the 404"]
+    g = _stage(tmp_path / "s", Config(), proxy=rows)["by_id"]["reinit_after_404"]
+    assert (g["status"], g["sample"], g["failures"]) == ("fail", 3, 2)

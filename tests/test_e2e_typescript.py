@@ -391,6 +391,12 @@ def test_initializes_are_requests_without_a_session_that_got_one(traffic, analys
         assert got.fetchone()[0] == len(made), name
 
 
+def _hmac(session: str) -> str:
+    from replaygate.ingest.redact import hmac_hex
+
+    return hmac_hex(KEY.encode(), session)
+
+
 def _gates(stage: dict) -> dict:
     return {x["id"]: x for x in stage["gates"]}
 
@@ -455,3 +461,60 @@ def test_dead_sessions_answered_400_count_once_configured(traffic, analysed):
     ).fetchone()[0]
     assert never == 1  # the client that stopped after its DELETE
     con.close()
+
+
+def test_a_cursorless_reopen_storm_fails_the_reconnect_gate(traffic, analysed):
+    """80 re-opens of a session's GET stream without Last-Event-ID in about a second
+    (Express answering some 409: the previous one not yet closed) exceed the reconnect
+    budget in every log that shows the session."""
+    _, truth, _ = traffic
+    for name, (front, protected) in LOGS.items():
+        if not protected or not name.endswith("-raw") or front in STEPS:
+            continue
+        storm = [r for r in truth[front] if r["step"] == "storm" and r["method"] == "GET"]
+        assert (
+            len(storm) > 50 and max(r["t0"] for r in storm) - min(r["t0"] for r in storm) < 10_000
+        )
+        _, _, stage = analysed[name]
+        g = _gates(stage)["reconnect_qps"]
+        assert g["status"] == "fail" and g["sample"] >= 50, (name, g)
+
+
+def test_reinit_after_404_against_the_truth(traffic, analysed):
+    """Raw logs: the client that never initialized again fails the gate, by reason; the
+    404 of one of three clients sharing `User-Agent: node` (the others' sessions live) is
+    `cannot_tell`, not re-initialized by another's initialize. Redacted logs hide the
+    session of every 404: the gate cannot judge (insufficient), never passes."""
+    _, truth, _ = traffic
+    for name, (front, protected) in LOGS.items():
+        if not protected or front in STEPS:  # nginx-400: its dead sessions get 400
+            continue
+        con, _, stage = analysed[name]
+        g = _gates(stage)["reinit_after_404"]
+        gone = [
+            r
+            for r in truth[front]
+            if r["session"] and r["status"] == 404 and r["method"] != "DELETE"
+        ]
+        blind = {
+            e["missing"]: e["units"]
+            for e in stage["cannot_tell"]
+            if e["detector"] == "reinit_missing"
+        }
+        if name.endswith("-raw"):
+            assert g["status"] == "fail", (name, g)
+            shared = [r for r in gone if r["step"] == "shared_agent"]
+            assert len(shared) == 1 and blind == {"client identity": 1}, (name, blind)
+            found = {
+                s: json.loads(d)["reason"]
+                for s, d in con.execute(
+                    "SELECT session_hmac, detail FROM findings WHERE detector = 'reinit_missing'"
+                ).fetchall()
+            }
+            (never,) = [r for r in gone if r["step"] == "never_reinit"]
+            assert found.get(_hmac(never["session"])) == "not re-initialized", (name, found)
+            assert _hmac(shared[0]["session"]) not in found, (name, found)
+            assert g["sample"] == len(gone) - 1 and g["cannot_tell"] == 1, (name, g)
+        else:
+            assert g["status"] == "insufficient", (name, g)
+            assert blind == {"proxy.session_hmac": len(gone)}, (name, blind, len(gone))

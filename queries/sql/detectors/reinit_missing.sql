@@ -10,16 +10,45 @@
 -- needs: proxy
 -- facts: proxy.session_hmac, proxy.initialize, proxy.principal|proxy.client_addr
 -- units: proxy WHERE dead_session_unit(status, session_hmac, method, $dead_statuses, file_id NOT IN (SELECT file_id FROM file_facts WHERE fact = 'proxy.session_hmac'))
+-- undecided: client identity
 -- params: reinit_window_s, dead_statuses
 -- unit: (session_hmac, ts of the 404)
 -- page: sessions
+-- The client is its principal; without one, its address and User-Agent, but only while
+-- that pair has a single live session: every Node client sends `User-Agent: node`, and
+-- behind one address another client's initialize would pass for this one's.
 WITH p AS (
-    SELECT *, coalesce(principal, client_addr || '|' || coalesce(user_agent, '')) AS client
+    SELECT *,
+           CASE WHEN principal IS NOT NULL THEN 'p:' || principal
+                WHEN client_addr IS NOT NULL
+                THEN 'a:' || client_addr || '|' || coalesce(user_agent, '') END AS client
     FROM proxy
 ),
+-- The sessions of each address and User-Agent, live from the start of their first request
+-- to the end of their last (a standalone GET stream stays open while the client idles).
+spans AS (
+    SELECT client, session_hmac, min(epoch_ms(ts)) AS first_ms,
+           max(epoch_ms(ts) + coalesce(duration_ms, 0)) AS last_ms
+    FROM p
+    WHERE principal IS NULL AND client IS NOT NULL AND session_hmac IS NOT NULL
+    GROUP BY ALL
+),
+opened AS (
+    SELECT client, first_ms, count(*) OVER (PARTITION BY client ORDER BY first_ms) AS n
+    FROM spans
+),
+ended AS (
+    SELECT client, last_ms, count(*) OVER (PARTITION BY client ORDER BY last_ms) AS n
+    FROM spans
+),
+-- Live at the 404: opened at or before it, less those that had ended before it.
 gone AS (
-    SELECT session_hmac, ts, client FROM p
-    WHERE dead_session(status, session_hmac, method, $dead_statuses)
+    SELECT g.file_id, g.session_hmac, g.ts, g.client,
+           g.principal IS NOT NULL OR coalesce(o.n, 0) - coalesce(e.n, 0) <= 1 AS one_client
+    FROM (SELECT *, epoch_ms(ts) AS ms FROM p
+          WHERE dead_session(status, session_hmac, method, $dead_statuses)) g
+    ASOF LEFT JOIN opened o ON o.client = g.client AND g.ms >= o.first_ms
+    ASOF LEFT JOIN ended e ON e.client = g.client AND g.ms > e.last_ms
 ),
 inits AS (
     SELECT client, ts AS init_ts FROM p
@@ -31,7 +60,8 @@ judged AS (
     SELECT g.session_hmac, g.ts,
            coalesce(epoch_ms(i.init_ts) - epoch_ms(g.ts) <= $reinit_window_s * 1000, false)
                AS reinitialized
-    FROM gone g ASOF LEFT JOIN inits i ON i.client = g.client AND i.init_ts > g.ts
+    FROM (SELECT * FROM gone WHERE client IS NOT NULL AND one_client) g
+    ASOF LEFT JOIN inits i ON i.client = g.client AND i.init_ts > g.ts
 ),
 -- Requests on the dead session after its 404: a join within one session's requests.
 later AS (
@@ -41,8 +71,18 @@ later AS (
     GROUP BY ALL
 )
 SELECT j.session_hmac, 'high' AS severity, j.ts,
-       json_object('reinitialized', j.reinitialized,
+       json_object('reason', CASE WHEN j.reinitialized THEN 'used after the 404'
+                                  WHEN coalesce(l.n, 0) > 0
+                                  THEN 'not re-initialized, and used after the 404'
+                                  ELSE 'not re-initialized' END,
+                   'reinitialized', j.reinitialized,
                    'later_requests', coalesce(l.n, 0)) AS detail
 FROM judged j
 LEFT JOIN later l USING (session_hmac, ts)
 WHERE NOT j.reinitialized OR coalesce(l.n, 0) > 0
+UNION ALL
+-- A 404 whose client cannot be told apart: neither a finding nor a pass (undecided).
+SELECT session_hmac, 'cannot_tell' AS severity, ts,
+       json_object('missing', 'client identity', 'file_id', file_id) AS detail
+FROM gone
+WHERE client IS NULL OR NOT one_client

@@ -7,7 +7,7 @@
 -- unit: 404s not followed by a re-initialize
 -- unit_one: 404 not followed by a re-initialize
 -- params: by_stage, flt, detectors, dead_statuses
--- measure: share of dead-session answers (`dead_session_statuses`, default 404) on a session (not DELETE) followed by a re-initialize; sample: those answers
+-- measure: share of dead-session answers (`dead_session_statuses`, default 404) on a session (not DELETE) followed by a re-initialize; sample: those answers its detector could judge (not those of a log that cannot show the session or an initialize, nor, per stage, those whose client cannot be told apart)
 WITH m AS (
     SELECT k,
            -- only the dead-session answers its detector could judge (not those of a log
@@ -19,7 +19,20 @@ WITH m AS (
                AS n,
            count(*) FILTER (WHERE fails(fact, detector, $detectors)) AS failures
     FROM gate_rows($by_stage, $flt) GROUP BY k
+),
+-- Per stage, the answers in the files it read that its detector found it could not judge
+-- (a client that cannot be told apart): `cannot_tell` too, so not in the sample.
+undecided AS (
+    SELECT stage AS k, sum(units) AS n FROM cannot_tell_stages
+    WHERE $by_stage AND list_contains($detectors, detector)
+      AND file NOT IN (SELECT f.path FROM blind_files b JOIN files f USING (file_id)
+                        WHERE list_contains($detectors, b.detector))
+    GROUP BY stage
+),
+judged AS (
+    SELECT m.k, greatest(m.n - coalesce(u.n, 0), 0) AS n, m.failures
+    FROM m LEFT JOIN undecided u ON u.k = m.k
 )
 SELECT k AS stage, CASE WHEN n = 0 THEN NULL ELSE (n - failures) / n END AS value,
        n AS sample, failures
-FROM m
+FROM judged
