@@ -482,8 +482,12 @@ def _reinit_shared_client(f, t, cohort, resumable):
     shared = (f"10.99.{rng.randint(0, 255)}.{rng.randint(1, 254)}", "node")
     a = session(f, t, cohort, resumable, client_at=shared)
     b = session(f, t + f.jitter(50, 400), cohort, resumable, client_at=shared)
+    # A client alone at its address and User-Agent, which will never initialize again.
+    lone = (f"10.98.{rng.randint(0, 255)}.{rng.randint(1, 254)}", "node")
+    c = session(f, t + f.jitter(50, 400), cohort, resumable, client_at=lone)
     call(f, a, "read")
     call(f, b, "read")
+    call(f, c, "read")
     f.expire(a)
     a.t = max(a.t, b.t) + f.jitter(SEC, 3 * SEC)
     f.proxy(a.t, "POST", 404, a, jsonrpc_method="tools/call", request_id=str(a.next_req))
@@ -493,8 +497,7 @@ def _reinit_shared_client(f, t, cohort, resumable):
     b.t = a.t + f.jitter(100, 400)
     call(f, b, "read")
     a2 = f.reinit(a, a.t + f.jitter(200, 900))
-    call(f, a2, "read")
-    f.expire(a2)
+    f.expire(a2, idle_ms=5_000)
     # Only a redacting proxy logged a2's next request: its 404 names no session.
     a2.t += f.jitter(2 * SEC, 5 * SEC)
     f.proxy(
@@ -511,10 +514,6 @@ def _reinit_shared_client(f, t, cohort, resumable):
     a3 = f.reinit(a2, a2.t + f.jitter(200, 900))
     f.delete(a3)
     f.delete(b)
-    # A client alone at its address and User-Agent, which never initializes again.
-    lone = (f"10.98.{rng.randint(0, 255)}.{rng.randint(1, 254)}", "node")
-    c = session(f, max(a3.t, b.t) + f.jitter(SEC, 2 * SEC), cohort, resumable, client_at=lone)
-    call(f, c, "read")
     f.expire(c)
     c.t += f.jitter(2 * SEC, 5 * SEC)
     f.proxy(c.t, "POST", 404, c, jsonrpc_method="tools/call", request_id=str(c.next_req))
