@@ -57,7 +57,7 @@ _COLLAPSE = [
 
 @pytest.fixture(scope="module", params=["as simulated", "large client groups"])
 def fleet_db(request, tmp_path_factory):
-    con, _, _ = build(tmp_path_factory.mktemp("rewrites"), seed=11, sessions=300, fmt="jsonl")
+    con, _, _ = build(tmp_path_factory.mktemp("rewrites"), seed=5, sessions=300, fmt="jsonl")
     if request.param == "large client groups":
         for stmt in _COLLAPSE:
             con.execute(stmt)
