@@ -13,7 +13,7 @@
 -- unit: session_hmac (else principal, else client_addr)
 -- page: sessions
 -- facts: proxy.last_event_id
--- units: proxy WHERE method = 'POST' AND coalesce(protocol_version, '') < '2026-07-28' BY coalesce(session_hmac, principal, client_addr, '')
+-- units: proxy WHERE method = 'POST' AND has_resumption(protocol_version) BY coalesce(session_hmac, principal, client_addr, '')
 -- A log that cannot show Last-Event-ID cannot show a cursor on a POST: its POSTs are
 -- `cannot_tell`, not clean.
 -- Requests of 2026-07-28 or later are left to obsolete_resume: that revision has no
@@ -22,7 +22,7 @@ WITH posts AS (
     SELECT *, CASE WHEN session_hmac IS NULL THEN coalesce(principal, client_addr) END AS client
     FROM proxy
     WHERE method = 'POST' AND last_event_id IS NOT NULL
-      AND coalesce(protocol_version, '') < '2026-07-28'
+      AND has_resumption(protocol_version)
 ),
 get_resumes AS (
     SELECT session_hmac, count(*) AS n

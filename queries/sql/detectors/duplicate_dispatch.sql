@@ -16,7 +16,7 @@
 -- unit: logical operation (per basis: key and payload / inbox dedup key / first attempt of a re-send)
 -- page: dispatch
 -- facts: dispatches.payload_digest
--- units: dispatches WHERE outcome = 'executed' AND tool_class IN ('write', 'paid') BY dispatch_id
+-- units: dispatches WHERE outcome = 'executed' AND is_write(tool_class) BY dispatch_id
 -- Basis `idempotency_key`: one key and payload executed twice. Basis `inbox`: one accepted
 -- dedup key dispatched twice. Basis `retry`: a write re-sent after its first attempt broke
 -- executed again under a different or no key; the first attempt broke when its stream
@@ -47,7 +47,7 @@ executed AS (
     WHERE d.outcome = 'executed'
 ),
 writes AS (
-    SELECT * FROM executed WHERE tool_class IN ('write', 'paid')
+    SELECT * FROM executed WHERE is_write(tool_class)
 ),
 proxy_broke AS (
     SELECT d.dispatch_id

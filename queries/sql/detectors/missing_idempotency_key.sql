@@ -18,5 +18,5 @@ SELECT dispatch_id, session_hmac, generation, 'high' AS severity, ts,
        json_object('tool_name', tool_name, 'tool_class', tool_class, 'principal', principal)
            AS detail
 FROM dispatches
-WHERE outcome = 'executed' AND tool_class IN ('write', 'paid')
+WHERE outcome = 'executed' AND is_write(tool_class)
   AND (idempotency_key IS NULL OR trim(idempotency_key) = '')

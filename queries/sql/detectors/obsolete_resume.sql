@@ -8,7 +8,7 @@
 -- severity: low
 -- needs: proxy
 -- facts: proxy.protocol_version, proxy.last_event_id
--- units: proxy WHERE last_event_id IS NOT NULL OR protocol_version >= '2026-07-28' BY coalesce(principal, client_addr, '')
+-- units: proxy WHERE last_event_id IS NOT NULL OR protocol_version >= sessionless_revision() BY coalesce(principal, client_addr, '')
 -- unit: principal (else client_addr)
 -- page: sessions
 SELECT 'low' AS severity, min(ts) AS ts,

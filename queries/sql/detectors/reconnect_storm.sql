@@ -9,7 +9,7 @@
 -- severity: high
 -- needs: proxy
 -- facts: proxy.last_event_id
--- units: proxy WHERE method = 'GET' OR status IN (429, 503) BY epoch_ms(ts) // 10000
+-- units: proxy WHERE method = 'GET' OR status IN (429, 503) BY reconnect_window(ts)
 -- params: reconnect_budget_qps
 -- unit: 10-second window
 -- page: sessions
@@ -18,7 +18,7 @@ SELECT 'high' AS severity, make_timestamptz(bucket * 10 * 1000000) AS ts,
                    'qps', count(*) / 10.0,
                    'by_status', histogram(status)) AS detail
 FROM (
-    SELECT *, epoch_ms(ts) // 10000 AS bucket
+    SELECT *, reconnect_window(ts) AS bucket
     FROM (SELECT *, prior_gets(method, session_hmac, ts) AS gets_before FROM proxy)
     WHERE is_reconnect(method, last_event_id, status, gets_before)
 )

@@ -49,7 +49,7 @@ server_results AS (
       ON c.session_hmac = g.session_hmac AND c.generation = g.generation
      AND c.stream_id = g.stream_id
     WHERE g.basis = 'server' AND e.kind = 'result' AND e.delivered
-      AND c.state = 'CLOSED' AND c.close_reason = 'completed'
+      AND is_completed(c.state, c.close_reason)
     GROUP BY ALL
 ),
 results AS (

@@ -35,7 +35,7 @@ acc_stats AS (
 completed AS (
     SELECT DISTINCT session_hmac, generation, stream_id
     FROM streams SEMI JOIN a_inbox_sessions USING (session_hmac, generation)
-    WHERE state = 'CLOSED' AND close_reason = 'completed'
+    WHERE is_completed(state, close_reason)
 ),
 produced AS (
     SELECT session_hmac, generation, stream_id, max(seq) AS last_seq

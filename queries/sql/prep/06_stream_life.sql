@@ -10,6 +10,6 @@ SELECT session_hmac, generation, stream_id,
        arg_min(method, (ts, file_id, pos)) FILTER (WHERE method IS NOT NULL) AS method,
        arg_min(tool_class, (ts, file_id, pos)) FILTER (WHERE tool_class IS NOT NULL) AS tool_class,
        bool_or(state = 'DISCONNECTED') AS disconnected,
-       bool_or(state = 'CLOSED' AND close_reason = 'completed') AS completed
+       bool_or(is_completed(state, close_reason)) AS completed
 FROM streams
 GROUP BY ALL;
