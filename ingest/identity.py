@@ -38,13 +38,14 @@ class Known:
     file_id: int
     path: str
     abspath: str | None
-    kind: str  # jsonl | csv | parquet
+    kind: str  # a name in readers.FORMATS
     consumed: int
     digest: str | None
     lines: int
     rows: int
     raw_digest: str | None  # of the on-disk bytes last read (gzip: compressed)
     ids_dropped: int = 0  # rows whose raw session id was dropped: no HMAC key was set
+    gzip: bool = False  # read compressed
 
 
 @dataclass
@@ -177,9 +178,8 @@ def _inflate(d: Any, raw: bytes) -> tuple[bytes, Any, str | None, bytes]:
 
 
 def lf_only(path: Path, gz: bool, out: Path, bare_cr: bytes = b" ") -> None:
-    """Copy the content with CRLF as LF and any other CR as `bare_cr`: a space for JSON
-    Lines (JSON whitespace: lines end at LF only), LF for CSV (a row ends at a bare CR,
-    as Python's csv module reads it)."""
+    """Copy the content with CRLF as LF and any other CR as `bare_cr` (what the file's
+    format makes of it: readers.Format.bare_cr)."""
     held = b""
     with open(out, "wb") as dst:
         for chunk in content_chunks(path, gz):
@@ -418,7 +418,7 @@ def continues(known: Known, sc: Scan, kind: str) -> bool:
     if known.kind != kind or known.digest is None:
         return False
     if not FORMATS[kind].lines and sc.length != known.consumed:
-        return False  # a Parquet file is one whole; it never grows
+        return False  # a file not read by lines is one whole; it never grows
     return sc.prefixes.get(known.consumed) == known.digest
 
 
@@ -451,7 +451,7 @@ def write_tail(path: Path, gz: bool, start: int, end: int, out: Path, header: by
 
 
 def first_line(path: Path, gz: bool) -> bytes:
-    """The first line of the content, with its newline (a CSV header)."""
+    """The first line of the content, with its newline (a header row)."""
     buf = b""
     for chunk in content_chunks(path, gz):
         buf += chunk
@@ -592,10 +592,9 @@ def _still_there(k: Known) -> bool:
     try:
         if not p.is_file():
             return False
-        gz = p.name.lower().endswith(".gz")
-        if not gz and p.stat().st_size < k.consumed:
+        if not k.gzip and p.stat().st_size < k.consumed:
             return False
-        sc = scan(p, gz, gz or k.kind == "parquet", {k.consumed})
+        sc = scan(p, k.gzip, k.gzip or not FORMATS[k.kind].lines, {k.consumed})
     except OSError:
         return False
     return continues(k, sc, k.kind)

@@ -46,7 +46,8 @@ class FileResult:
     note: str = ""
     facts: dict[str, Any] | None = None  # a proxy log: the facts it can show and those it cannot
     # What was read this time, so that rows + quarantined + blank = lines can be checked:
-    # JSON Lines: lines (a gzip stream's break is one); CSV and Parquet: data rows.
+    # a format whose rows are its lines: lines (a gzip stream's break is one); one of
+    # data rows (readers.Format.row_positions): data rows.
     lines: int | None = None
     blank: int = 0
 
@@ -62,7 +63,7 @@ def _plain_text_log_hint(f: FileResult) -> str | None:
     once per such file (its first line), never per row."""
     if f.status == "unreadable" or not f.quarantined or f.quarantined * 2 < (f.lines or 0):
         return None
-    opener = gzip.open if f.path.endswith(".gz") else open
+    opener = gzip.open if f.path.lower().endswith(readers.GZ) else open
     try:
         with opener(f.path, "rt", encoding="utf-8", errors="replace") as fh:
             first = next((line for line in fh if line.strip()), "")
@@ -116,7 +117,7 @@ def discover(
     paths: list[str | os.PathLike[str]], force_proxy: bool = False
 ) -> tuple[list[readers.Source], list[str]]:
     """Input files under the given paths (folders recursively), and names skipped.
-    With force_proxy every file is a JSON Lines proxy access log, whatever its name."""
+    With force_proxy every file is a proxy access log, whatever its name."""
     found: list[readers.Source] = []
     skipped: list[str] = []
     for p in map(Path, paths):
@@ -206,31 +207,6 @@ _TRIMMED = "rtrim(csv_line, chr(13) || chr(10))"
 _LINES_IN_RECORD = f"1 + length({_TRIMMED}) - length(replace({_TRIMMED}, chr(10), ''))"
 
 
-def _parquet_epochs(path: Path, out: Path) -> None:
-    """A copy of a Parquet file whose timestamp columns hold epoch milliseconds (as
-    doubles: a value far out of range stays a number, for validation to reject)."""
-    import pyarrow as pa
-    import pyarrow.compute as pc
-    import pyarrow.parquet as pq
-
-    per_ms = {"s": 1e-3, "ms": 1.0, "us": 1e3, "ns": 1e6}
-    src = pq.ParquetFile(path)
-    fields = []
-    for f in src.schema_arrow:
-        ts = pa.types.is_timestamp(f.type)
-        fields.append(pa.field(f.name, pa.float64()) if ts else f)
-    schema = pa.schema(fields)
-    with pq.ParquetWriter(out, schema) as w:
-        for batch in src.iter_batches():
-            cols = []
-            for f, col in zip(src.schema_arrow, batch.columns, strict=True):
-                if pa.types.is_timestamp(f.type):
-                    raw = pc.cast(col.view(pa.int64()), pa.float64(), safe=False)
-                    col = pc.divide(raw, per_ms[f.type.unit])
-                cols.append(col)
-            w.write_batch(pa.record_batch(cols, schema=schema))
-
-
 @dataclass
 class _Staged:
     """A file read into a temporary table, waiting for the load transaction.
@@ -249,13 +225,13 @@ class _Staged:
     notes: list[tuple[int | None, str]] = field(default_factory=list)  # (line, reason)
     rejects: str | None = None
     decision: identity.Decision | None = None
-    # Reading from the middle of a file: the lines (and CSV data rows) before what was read.
+    # Reading from the middle of a file: the lines (or data rows) before what was read.
     line_shift: int = 0
     row_shift: int = 0
     rows_staged: int = 0
     info: str = ""  # a note for the report that is not a quarantine row
     ids_dropped: int = 0  # rows whose raw session id was dropped (no HMAC key)
-    lines: int | None = None  # lines read (JSON Lines; CSV and Parquet: data rows)
+    lines: int | None = None  # lines read (or data rows, by its format's row_positions)
     key_facts: set[str] = field(default_factory=set)  # shown by a proxy log's keys
     # Lines longer than readers.MAX_LINE left out of what was read (drop_long_lines).
     dropped_lines: list[int] | None = None
@@ -390,14 +366,13 @@ class _Loader:
                 )
                 staged.sha = digest.result()
             staged.replaces = list(d.retire)
-        if staged.table and self._split_at_cr(staged, sc, d):
+        if staged.table and fmt.bare_cr is not None and self._split_at_cr(staged, sc, d):
             # DuckDB's reader ends a line at a CR (a bare one, or a CRLF's in a file of
             # LF lines) in some places and not in others: read a copy whose lines end
-            # at LF only (JSON Lines: as `wc -l` counts them; CSV: as Python reads it).
+            # at LF only, a bare CR as its format says (readers.Format.bare_cr).
             cr_path = self.tmp / f"{n}.lf"
-            bare_cr = b" " if src.format == "jsonl" else b"\n"
             lf_src = read_path or src.path
-            identity.lf_only(lf_src, src.gzip and not read_path, cr_path, bare_cr)
+            identity.lf_only(lf_src, src.gzip and not read_path, cr_path, fmt.bare_cr)
             fresh = self._stage_file(src, n, shown, None, cr_path, sc.overlong or sc.unit_sep)
             fresh.sha, fresh.replaces = staged.sha, staged.replaces
             fresh.line_shift, fresh.row_shift = staged.line_shift, staged.row_shift
@@ -409,7 +384,7 @@ class _Loader:
             staged.info = "the last line has no newline yet: it is read once complete"
         if staged.table:
             staged.rows_staged = one_row(self._exec(f"SELECT count(*) FROM {staged.table}"))[0]
-            if src.format == "jsonl":
+            if not fmt.row_positions:
                 # Lines as the scan counted them, not as the reader returned them.
                 staged.lines = self._find_lost_lines(staged, sc, read_path) + len(staged.notes)
             else:
@@ -428,14 +403,15 @@ class _Loader:
         return lines + (1 if sc.tail_open else 0)
 
     def _split_at_cr(self, st: _Staged, sc: identity.Scan, d: identity.Decision) -> bool:
-        """Did the reader split a line at a CR (JSON Lines: more lines than there are),
-        or a CSV record's end at a CR go unnoticed (a rejected record holds a CR)?"""
-        if st.src.format == "csv":
+        """Did the reader split a line at a CR (a format whose rows are its lines: more
+        lines than there are), or a record's end at a CR go unnoticed (a format of data
+        rows: a rejected record holds a CR)?"""
+        if st.fmt.bare_cr is None:
+            return False
+        if st.fmt.row_positions:
             return bool(
                 st.rejects and one_row(self._exec(f"SELECT bool_or(has_cr) FROM {st.rejects}"))[0]
             )
-        if st.src.format != "jsonl":
-            return False
         got = one_row(
             self._exec(
                 f"SELECT (SELECT count(*) FROM {st.table}) + (SELECT count(*) FROM {st.rejects})"
@@ -509,22 +485,21 @@ class _Loader:
         try:
             staged.key_facts = self._stage(src, read_path, compression, table, typed)
         except duckdb.Error as exc:
-            if src.format == "parquet" and isinstance(exc, duckdb.ConversionException):
-                # A timestamp beyond what DuckDB holds (2^62 ms) fails the whole read:
-                # read it as its epoch number instead, one row's bad value.
-                read_path = self.tmp / f"{n}.parquet"
-                _parquet_epochs(src.path, read_path)
+            if fmt.fallback is not None and isinstance(exc, duckdb.ConversionException):
+                # A value beyond what DuckDB holds (a timestamp past 2^62 ms) fails the
+                # whole read: read the format's fallback copy, one row's bad value.
+                read_path = self.tmp / f"{n}{fmt.fallback_suffix}"
+                fmt.fallback(src.path, read_path)
                 try:
                     staged.key_facts = self._stage(src, read_path, "none", table, typed)
                 except duckdb.Error as exc2:
                     staged.notes.append((None, _unreadable(exc2)))
                     return staged
-            elif src.format in ("jsonl", "csv") and read_path.suffix != ".lf":
+            elif fmt.bare_cr is not None and read_path.suffix != ".lf":
                 # DuckDB's reader gives up on some mixes of LF, CRLF and bare CR (one
                 # file of LF lines with a CRLF row): read a copy with LF line ends only.
                 lf_path = self.tmp / f"{n}.lf"
-                bare_cr = b" " if src.format == "jsonl" else b"\n"
-                identity.lf_only(read_path, compression == "gzip", lf_path, bare_cr)
+                identity.lf_only(read_path, compression == "gzip", lf_path, fmt.bare_cr)
                 read_path, compression = lf_path, "none"
                 try:
                     staged.key_facts = self._stage(src, read_path, compression, table, typed)
@@ -558,7 +533,7 @@ class _Loader:
             self._exec(
                 f"CREATE OR REPLACE TEMP TABLE {staged.rejects} AS "
                 "SELECT line, min(error_type) AS error_type, "
-                # The physical lines a rejected CSV record covers (an open quote joins
+                # The physical lines a rejected record covers (an open quote joins
                 # the lines after it into one record).
                 f"coalesce(max({_LINES_IN_RECORD}), 1) AS spans, "
                 "coalesce(bool_or(contains(csv_line, chr(13))), false) AS has_cr "
@@ -663,7 +638,7 @@ class _Loader:
                 "id": file_id,
                 "path": shown,
                 "name": src.name,
-                "fmt": src.format + (".gz" if src.gzip else ""),
+                "fmt": src.stored,
                 "size": src.path.stat().st_size,
                 "sha": sha,
                 "loaded": sum(result.rows.values()),
@@ -736,7 +711,7 @@ class _Loader:
         else:
             self._insert(st, file_id, result, rows_id)
             result.lines = st.lines
-            if st.src.format == "jsonl":
+            if st.fmt.blank_lines:
                 result.blank = one_row(self._exec(f"SELECT count(*) FROM {st.table} WHERE blank"))[
                     0
                 ]
@@ -776,7 +751,7 @@ class _Loader:
                 "loaded": sum(result.rows.values()),
                 "q": result.quarantined,
                 "dropped": st.ids_dropped,
-                "fmt": st.src.format + (".gz" if st.src.gzip else ""),
+                "fmt": st.src.stored,
                 "rows": _json(
                     dict(Counter(_rows_by_type(self.con, file_id)) + Counter(result.rows))
                 ),
@@ -784,8 +759,8 @@ class _Loader:
         )
 
     def _position(self, st: _Staged) -> str:
-        """SQL for a staged row's position: rowid + 1, plus the JSON Lines lines the
-        reader skipped (rejected) before it."""
+        """SQL for a staged row's position: rowid + 1, plus the lines the reader skipped
+        (rejected) before it (a format whose rows are its lines)."""
         if (
             st.fmt.row_positions
             or not st.rejects
@@ -804,7 +779,7 @@ class _Loader:
     ) -> None:
         table = st.table
         line_col, row_col = ("NULL", "pos") if st.fmt.row_positions else ("pos", "NULL")
-        # $shift: the lines (CSV: data rows) before the staged part of the file.
+        # $shift: the lines (or data rows) before the staged part of the file.
         pos = f"({self._position(st)}) + $shift"
         shift = {"shift": st.shift}
         base = {"f": file_id, "p": st.shown}
@@ -863,16 +838,21 @@ class _Loader:
 
 
 def _knowns(con: duckdb.DuckDBPyConnection) -> list[identity.Known]:
-    return [
-        identity.Known(*r)
-        for r in con.execute(
-            """SELECT file_id, path, abspath, replace(format, '.gz', ''), consumed, digest,
-                      coalesce(lines, 0), coalesce(rows_read, 0), raw_digest,
-                      coalesce(ids_dropped, 0)
-               FROM files WHERE status = 'loaded' AND consumed IS NOT NULL
-               ORDER BY file_id"""
-        ).fetchall()
-    ]
+    out = []
+    for r in con.execute(
+        """SELECT file_id, path, abspath, format, consumed, digest, coalesce(lines, 0),
+                  coalesce(rows_read, 0), raw_digest, coalesce(ids_dropped, 0)
+           FROM files WHERE status = 'loaded' AND consumed IS NOT NULL
+           ORDER BY file_id"""
+    ).fetchall():
+        kind, gz = readers.stored_format(r[3])
+        file_id, path, abspath, _, consumed, digest, lines, rows, raw, dropped = r
+        out.append(
+            identity.Known(
+                file_id, path, abspath, kind, consumed, digest, lines, rows, raw, dropped, gz
+            )
+        )
+    return out
 
 
 def _rows_by_type(con: duckdb.DuckDBPyConnection, file_id: int) -> dict[str, int]:
@@ -891,7 +871,7 @@ def _unreadable(exc: Exception) -> str:
 
 def _reason_class(reason: str) -> str:
     """Group reasons for the summary (line numbers inside a reason are not a class)."""
-    if reason.startswith("malformed CSV row") and reason.endswith(" one row)"):
+    if " (a quote left open" in reason and reason.endswith(" one row)"):
         return reason.split(" (a quote left open")[0]
     return reason.split(":")[0] if reason.startswith(("truncated gzip", "corrupt gzip")) else reason
 

@@ -41,6 +41,21 @@ class Source:
     def name(self) -> str:
         return self.path.name
 
+    @property
+    def stored(self) -> str:
+        """The format as the files table keeps it: its name, `.gz` when compressed."""
+        return self.format + (GZ if self.gzip else "")
+
+
+# How the files table marks a compressed file's format.
+GZ = ".gz"
+
+
+def stored_format(value: str) -> tuple[str, bool]:
+    """A files table's format (Source.stored) as (format name, gzip-compressed)."""
+    gz = value.endswith(GZ)
+    return (value[: -len(GZ)] if gz else value), gz
+
 
 # What logrotate appends to a rotated file's name: `.1`, `.2` (then `.gz`), or a date
 # (`-20261130`, with dateext; `-2026113014` with an hourly dateformat).
@@ -337,14 +352,58 @@ class Format:
     # the reader keeps no rejects.
     rejected: str | None = None
     doc: str = ""  # what the docs say of it, after the title
+    # Text with line ends to repair: DuckDB's reader splits a line at a CR in some places,
+    # or gives up on some mixes of LF, CRLF and bare CR; the load then reads a copy with
+    # LF line ends only, a bare CR becoming this (None: no line ends, nothing to repair).
+    bare_cr: bytes | None = None
+    # Its blank lines are counted (lines = rows + quarantined + blank).
+    blank_lines: bool = False
+    # When its reader fails to convert a value (one beyond what DuckDB holds), a copy of
+    # the file it can read: fallback(path, out). None: the file is unreadable.
+    fallback: Callable[[Path, Path], None] | None = None
+    # Its suffix of the fallback copy's name (the reader may recognise it by its ending).
+    fallback_suffix: str = ""
 
 
 FORMATS: dict[str, Format] = {}
 
 
 def register(fmt: Format) -> Format:
+    """Add an input format; a name or a file-name ending already taken is refused (the
+    second would silently change how the first's files are read)."""
+    if fmt.name in FORMATS:
+        raise ValueError(f"input format {fmt.name!r} is registered already")
+    taken = {s: f.name for f in FORMATS.values() for s in f.suffixes}
+    clash = sorted(s for s in fmt.suffixes if s in taken)
+    if clash:
+        raise ValueError(f"file-name ending {clash[0]!r} is {taken[clash[0]]!r}'s already")
     FORMATS[fmt.name] = fmt
     return fmt
+
+
+def parquet_epochs(path: Path, out: Path) -> None:
+    """A copy of a Parquet file whose timestamp columns hold epoch milliseconds (as
+    doubles: a value far out of range stays a number, for validation to reject)."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+    import pyarrow.parquet as pq
+
+    per_ms = {"s": 1e-3, "ms": 1.0, "us": 1e3, "ns": 1e6}
+    src = pq.ParquetFile(path)
+    fields = []
+    for f in src.schema_arrow:
+        ts = pa.types.is_timestamp(f.type)
+        fields.append(pa.field(f.name, pa.float64()) if ts else f)
+    schema = pa.schema(fields)
+    with pq.ParquetWriter(out, schema) as w:
+        for batch in src.iter_batches():
+            cols = []
+            for f, col in zip(src.schema_arrow, batch.columns, strict=True):
+                if pa.types.is_timestamp(f.type):
+                    raw = pc.cast(col.view(pa.int64()), pa.float64(), safe=False)
+                    col = pc.divide(raw, per_ms[f.type.unit])
+                cols.append(col)
+            w.write_batch(pa.record_batch(cols, schema=schema))
 
 
 register(
@@ -355,6 +414,9 @@ register(
         jsonl_sql,
         rejected=_LINE_REJECT,
         doc="one record per line; one file may mix record types",
+        # a CR inside a JSON line is whitespace
+        bare_cr=b" ",
+        blank_lines=True,
     )
 )
 register(
@@ -370,6 +432,8 @@ register(
         "WHEN spans > 1 THEN ' (a quote left open makes lines ' || (line + $lines) "
         "|| '-' || (line + $lines + spans - 1) || ' one row)' ELSE '' END",
         doc="with a header row",
+        # a bare CR ends a CSV row, as Python's csv module reads it
+        bare_cr=b"\n",
     )
 )
 register(
@@ -382,6 +446,8 @@ register(
         lines=False,
         row_positions=True,
         doc="columns named as the contract's fields",
+        fallback=parquet_epochs,
+        fallback_suffix=".parquet",
     )
 )
 # What a proxy access log named anything (`--source <proxy>`) is read as.

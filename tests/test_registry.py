@@ -151,3 +151,91 @@ def test_docs_name_every_format_and_proxy():
 
 def test_config_field_maps_are_for_proxies_with_keys():
     assert set(adapters.field_keys()) == {p.name for p in adapters.PROXIES.values() if p.specs}
+
+
+@pytest.fixture
+def registered():
+    """register() as an extension calls it; the toy formats are gone after the test."""
+    added: list[str] = []
+
+    def add(fmt: readers.Format) -> readers.Format:
+        readers.register(fmt)
+        added.append(fmt.name)
+        return fmt
+
+    yield add
+    for name in added:
+        del readers.FORMATS[name]
+
+
+def test_register_refuses_a_name_or_an_ending_taken(registered):
+    with pytest.raises(ValueError, match="'jsonl' is registered already"):
+        readers.register(readers.FORMATS["jsonl"])
+    clash = readers.Format("other", "Other", {".csv": None}, readers.csv_sql)
+    with pytest.raises(ValueError, match="'.csv' is 'csv'"):
+        registered(clash)
+    assert "other" not in readers.FORMATS
+
+
+def test_a_toy_format_uses_every_hook(registered, tmp_path):
+    """Line counting, CR repair, blank lines, gzip, rejected lines and the fallback
+    reader are the format's own: a format registered under another name gets them."""
+    import gzip
+    import shutil
+
+    from . import hostile
+
+    registered(
+        readers.Format(
+            "lines",
+            "Toy lines",
+            {".jsonlines": None},
+            readers.jsonl_sql,
+            rejected=readers.FORMATS["jsonl"].rejected,
+            bare_cr=b" ",
+            blank_lines=True,
+            doc="a toy",
+        )
+    )
+    registered(
+        readers.Format(
+            "columns",
+            "Toy columns",
+            {".cols": None},
+            readers.parquet_sql,
+            gzip=False,
+            lines=False,
+            row_positions=True,
+            fallback=readers.parquet_epochs,
+            fallback_suffix=".parquet",
+        )
+    )
+    src = tmp_path / "src"
+    src.mkdir()
+    # 6 lines: LF, CRLF, a bare CR inside a line, a blank one, and a bad one
+    endings = hostile.mixed_line_endings(src)
+    data = tmp_path / "data"
+    data.mkdir()
+    (data / "sessions-a.jsonlines").write_bytes(endings.read_bytes())
+    with gzip.open(data / "sessions-b.jsonlines.gz", "wb") as fh:
+        fh.write(endings.read_bytes())
+    hostile.parquet_far_timestamps(src)
+    shutil.copy(src / "sessions-ts-ms.parquet", data / "sessions-c.cols")
+    con = dbm.connect(str(tmp_path / "a.duckdb"))
+    report = ingest(con, [data], Config())
+    by_name = {Path(f.path).name: f for f in report.files}
+    for name in ("sessions-a.jsonlines", "sessions-b.jsonlines.gz"):
+        f = by_name[name]
+        assert (f.lines, f.rows, f.quarantined, f.blank) == (6, {"sessions": 4}, 1, 1), f
+    # the fallback reader: a timestamp beyond DuckDB's range is one row's bad value
+    f = by_name["sessions-c.cols"]
+    assert (f.status, f.lines, f.rows, f.quarantined) == ("loaded", 4, {"sessions": 3}, 1)
+    stored = dict(con.execute("SELECT name, format FROM files").fetchall())
+    assert stored == {
+        "sessions-a.jsonlines": "lines",
+        "sessions-b.jsonlines.gz": "lines.gz",
+        "sessions-c.cols": "columns",
+    }
+    # read again: each is known by its format and compression, nothing is read twice
+    again = ingest(con, [data], Config())
+    assert {f.status for f in again.files} == {"unchanged"}
