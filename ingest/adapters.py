@@ -273,6 +273,10 @@ PROXIES: dict[str, Proxy] = {}
 
 
 def register(proxy: Proxy) -> Proxy:
+    """Add a proxy adapter; a name already taken is refused (the second would silently
+    change how the first's logs are read, and its `--source` value)."""
+    if proxy.name in PROXIES:
+        raise ValueError(f"proxy adapter {proxy.name!r} is registered already")
     PROXIES[proxy.name] = proxy
     return proxy
 

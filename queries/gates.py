@@ -182,6 +182,7 @@ class GateDef:
     replay: bool  # meaningless for sessionless revisions (no resumption)
     meter: str | None  # a_stage_samples sample behind the evidence meter
     min_sample: int  # default minimum sample ([min_samples] overrides it)
+    page: str | None = None  # the dashboard page whose tiles show it (`-- page:`)
 
     def noun(self, n: float) -> str:
         return self.failure_noun_one if n == 1 else self.failure_noun
@@ -205,6 +206,7 @@ def _gate(q: catalog.Query) -> GateDef:
         replay=h.get("replay") == "true",
         meter=h.get("meter") or None,
         min_sample=int(h.get("min_sample", "0")),
+        page=h.get("page") or None,
     )
 
 

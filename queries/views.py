@@ -23,6 +23,12 @@ def detectors_for(page: str) -> tuple[str, ...]:
     return tuple(sorted(n for n, q in catalog.detectors().items() if q.header.get("page") == page))
 
 
+def gates_for(page: str) -> tuple[str, ...]:
+    """The gates a dashboard page shows as tiles, in display order: their SQL header says
+    `-- page: NAME`."""
+    return tuple(g.id for g in gates.GATES if g.page == page)
+
+
 def measures(
     con: duckdb.DuckDBPyConnection, config: Config, f: Filters
 ) -> dict[str, dict[str, Any]]:

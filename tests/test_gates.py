@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from replaygate.ingest.config import from_mapping
@@ -313,3 +315,22 @@ def test_a_hundred_thousand_stages_are_gated_in_bounded_time(tmp_path):
     # No record in any window: nothing can pass, nothing fails.
     assert {s["decision"] for s in doc["stages"]} == {Decision.HOLD}
     assert cpu < 120, f"{cpu:.0f} s of CPU for 100,000 stages"
+
+
+def test_dashboard_pages_show_the_gates_their_headers_place_there():
+    from replaygate.queries import views
+
+    pages = ("streams", "sessions", "dispatch")
+    placed = [g for p in pages for g in views.gates_for(p)]
+    assert len(placed) == len(set(placed)) and set(placed) <= set(gm.BY_ID)
+    assert {g.page for g in gm.GATES} <= {*pages, None}
+    # in display order (NN of the file name)
+    order = [g.id for g in gm.GATES]
+    for p in pages:
+        shown = views.gates_for(p)
+        assert shown and list(shown) == sorted(shown, key=order.index)
+    for name in ("streams", "sessions", "dispatch"):
+        src = (
+            Path(views.__file__).parent.parent / "dashboard" / "views" / f"{name}.py"
+        ).read_text()
+        assert f'gates_for("{name}")' in src

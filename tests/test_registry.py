@@ -175,6 +175,8 @@ def test_register_refuses_a_name_or_an_ending_taken(registered):
     with pytest.raises(ValueError, match="'.csv' is 'csv'"):
         registered(clash)
     assert "other" not in readers.FORMATS
+    with pytest.raises(ValueError, match="'nginx' is registered already"):
+        adapters.register(adapters.PROXIES["nginx"])
 
 
 def test_a_toy_format_uses_every_hook(registered, tmp_path):

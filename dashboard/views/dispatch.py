@@ -6,7 +6,7 @@ from collections import Counter
 import streamlit as st
 
 from replaygate.dashboard import data, figures, fmt, ui
-from replaygate.queries.views import detectors_for
+from replaygate.queries.views import detectors_for, gates_for
 
 DETECTORS = detectors_for("dispatch")
 
@@ -25,19 +25,21 @@ bases = (
     if not dups.empty
     else Counter()
 )
-cols = st.columns(5)
-ui.gate_metric(cols[0], gates["duplicate_dispatches"], ctx)
-ui.gate_metric(cols[1], gates["write_idempotency"], ctx)
-ui.count_metric(cols[2], "Key conflicts (409)", counts, ("idempotency_conflict",), ctx)
-ui.count_metric(cols[3], "Conflicts executed", counts, ("conflict_executed",), ctx)
+shown = gates_for("dispatch")
+cols = st.columns(len(shown) + 3)
+for col, gate_id in zip(cols, shown, strict=False):
+    ui.gate_metric(col, gates[gate_id], ctx)
+n = len(shown)
+ui.count_metric(cols[n], "Key conflicts (409)", counts, ("idempotency_conflict",), ctx)
+ui.count_metric(cols[n + 1], "Conflicts executed", counts, ("conflict_executed",), ctx)
 hits = int(mix.loc[mix["outcome"] == "idempotency_hit", "n"].sum()) if not mix.empty else 0
 keyed = int(mix.loc[mix["keyed"], "n"].sum()) if not mix.empty else 0
-cols[4].metric(
+cols[n + 2].metric(
     "Idempotency hit rate",
     f"{hits / keyed:.1%}" if keyed else "—",
     help="share of keyed attempts answered with the original receipt",
 )
-cols[4].caption(f"{fmt.count(hits)} of {fmt.count(keyed)} keyed dispatches")
+cols[n + 2].caption(f"{fmt.count(hits)} of {fmt.count(keyed)} keyed dispatches")
 left, right = st.columns(2)
 with left:
     st.plotly_chart(

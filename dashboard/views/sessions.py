@@ -3,7 +3,7 @@
 import streamlit as st
 
 from replaygate.dashboard import data, figures, ui
-from replaygate.queries.views import detectors_for
+from replaygate.queries.views import detectors_for, gates_for
 
 DETECTORS = detectors_for("sessions")
 
@@ -13,18 +13,8 @@ f = ctx.filters
 scope = ui.stage_scope(ctx)
 gates = {g["id"]: g for g in data.gate_measures(ctx.stamp, f, scope)}
 found = data.findings(ctx.stamp, f, DETECTORS)
-cols = st.columns(5)
-for col, gate_id in zip(
-    cols,
-    [
-        "reinit_after_404",
-        "invalid_origin_rejection",
-        "auth_binding",
-        "raw_session_ids",
-        "reconnect_qps",
-    ],
-    strict=True,
-):
+shown = gates_for("sessions")
+for col, gate_id in zip(st.columns(len(shown)), shown, strict=True):
     ui.gate_metric(col, gates[gate_id], ctx)
 actions = data.rollout_actions(ctx.stamp)
 bucket, bucket_name = ui.bucket(ctx)

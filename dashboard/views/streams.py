@@ -3,7 +3,7 @@
 import streamlit as st
 
 from replaygate.dashboard import data, figures, ui
-from replaygate.queries.views import detectors_for
+from replaygate.queries.views import detectors_for, gates_for
 
 DETECTORS = detectors_for("streams")
 
@@ -19,13 +19,13 @@ scope = ui.stage_scope(ctx)
 gates = {g["id"]: g for g in data.gate_measures(ctx.stamp, f, scope)}
 found = data.findings(ctx.stamp, f, DETECTORS)
 counts = found.groupby("detector").size().to_dict() if not found.empty else {}
-cols = st.columns(5)
-ui.gate_metric(cols[0], gates["silent_truncations"], ctx)
-ui.gate_metric(cols[1], gates["cross_stream_acceptances"], ctx)
-ui.gate_metric(cols[2], gates["recovery_p99"], ctx)
-ui.count_metric(cols[3], "Replay gaps", counts, ("replay_gap",), ctx)
+shown = gates_for("streams")
+cols = st.columns(len(shown) + 2)
+for col, gate_id in zip(cols, shown, strict=False):
+    ui.gate_metric(col, gates[gate_id], ctx)
+ui.count_metric(cols[len(shown)], "Replay gaps", counts, ("replay_gap",), ctx)
 ui.count_metric(
-    cols[4],
+    cols[len(shown) + 1],
     "Cursor problems",
     counts,
     ("cursor_misrouted", "cursor_rejected", "replay_after_ack"),

@@ -1,5 +1,6 @@
 -- name: cross_stream_acceptances
 -- title: Cross-stream acceptances
+-- page: streams
 -- kind: count
 -- detectors: cross_stream_acceptance
 -- replay: true

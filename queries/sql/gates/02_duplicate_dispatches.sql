@@ -1,5 +1,6 @@
 -- name: duplicate_dispatches
 -- title: Duplicate dispatches
+-- page: dispatch
 -- kind: count
 -- detectors: duplicate_dispatch
 -- min_sample: 0

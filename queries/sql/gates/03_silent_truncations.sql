@@ -1,5 +1,6 @@
 -- name: silent_truncations
 -- title: Silent truncations
+-- page: streams
 -- kind: count
 -- detectors: silent_truncation, dropped_terminal
 -- replay: true

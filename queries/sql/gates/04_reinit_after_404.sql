@@ -1,5 +1,6 @@
 -- name: reinit_after_404
 -- title: Re-initialize after 404
+-- page: sessions
 -- kind: share
 -- detectors: reinit_missing
 -- min_sample: 0

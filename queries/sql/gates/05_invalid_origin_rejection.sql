@@ -1,5 +1,6 @@
 -- name: invalid_origin_rejection
 -- title: Invalid Origins refused
+-- page: sessions
 -- kind: share
 -- detectors: invalid_origin_accepted
 -- min_sample: 0

@@ -1,5 +1,6 @@
 -- name: recovery_p99
 -- title: Recovery time p99
+-- page: streams
 -- kind: p99
 -- detectors: slow_recovery
 -- scopes: read, write

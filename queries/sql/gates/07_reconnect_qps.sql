@@ -1,5 +1,6 @@
 -- name: reconnect_qps
 -- title: Reconnect rate
+-- page: sessions
 -- kind: peak
 -- detectors: reconnect_storm
 -- min_sample: 0

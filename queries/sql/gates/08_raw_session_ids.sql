@@ -1,5 +1,6 @@
 -- name: raw_session_ids
 -- title: Raw session ids in logs
+-- page: sessions
 -- kind: count
 -- detectors: raw_session_id_logged
 -- min_sample: 0

@@ -1,5 +1,6 @@
 -- name: auth_binding
 -- title: Auth binding
+-- page: sessions
 -- kind: count
 -- detectors: auth_subject_mismatch, session_after_terminal
 -- min_sample: 0

@@ -1,5 +1,6 @@
 -- name: write_idempotency
 -- title: Write idempotency
+-- page: dispatch
 -- kind: count
 -- detectors: missing_idempotency_key
 -- scopes: write
