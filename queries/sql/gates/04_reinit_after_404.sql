@@ -23,16 +23,17 @@ WITH m AS (
 ),
 -- Per stage, the answers in the files it read that its detector found it could not judge
 -- (a client that cannot be told apart): `cannot_tell` too, so not in the sample.
+-- (Under a dashboard filter: those of the filter's stage; with no stage, none.)
 undecided AS (
-    SELECT stage AS k, sum(units) AS n FROM cannot_tell_stages
-    WHERE $by_stage AND list_contains($detectors, detector)
+    SELECT CASE WHEN $by_stage THEN stage END AS k, sum(units) AS n FROM cannot_tell_stages
+    WHERE ($by_stage OR stage = $flt.stage::VARCHAR) AND list_contains($detectors, detector)
       AND file NOT IN (SELECT f.path FROM blind_files b JOIN files f USING (file_id)
                         WHERE list_contains($detectors, b.detector))
-    GROUP BY stage
+    GROUP BY ALL
 ),
 judged AS (
     SELECT m.k, greatest(m.n - coalesce(u.n, 0), 0) AS n, m.failures
-    FROM m LEFT JOIN undecided u ON u.k = m.k
+    FROM m LEFT JOIN undecided u ON u.k IS NOT DISTINCT FROM m.k
 )
 SELECT k AS stage, CASE WHEN n = 0 THEN NULL ELSE (n - failures) / n END AS value,
        n AS sample, failures
