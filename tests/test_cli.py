@@ -108,14 +108,21 @@ def test_findings_json_shape_and_filters(sample_db):
     assert coverage.pop("proceeded_while_rollback") == "no decision recorded"
     statuses = {d: c["status"] if isinstance(c, dict) else c for d, c in coverage.items()}
     assert set(statuses.values()) == {"ok"}
-    # The edge proxy log records no Last-Event-ID: its POSTs' cursors cannot be seen.
+    # The edge proxy log records no Last-Event-ID: its POSTs' cursors cannot be seen. The
+    # redacting proxy log shows neither cursors nor sessions, and in the main proxy log the
+    # 404s of clients sharing an address and User-Agent cannot be tied to one client.
     blind = {
         (d, Path(e["file"]).name, e["missing"])
         for d, c in coverage.items()
         if isinstance(c, dict)
         for e in c["cannot_tell"]
     }
-    assert blind == {("cursor_on_post", "proxy-edge.jsonl", "proxy.last_event_id")}
+    assert blind == {
+        ("cursor_on_post", "proxy-edge.jsonl", "proxy.last_event_id"),
+        ("cursor_on_post", "proxy-redacted.jsonl", "proxy.last_event_id"),
+        ("reinit_missing", "proxy-redacted.jsonl", "proxy.session_hmac"),
+        ("reinit_missing", "proxy-access.jsonl.gz", "client identity"),
+    }
     crit = json.loads(
         run("findings", "--db", str(sample_db), "--json", "--severity", "critical").stdout
     )["findings"]
