@@ -6,7 +6,6 @@ from datetime import timedelta
 
 import pandas as pd
 import plotly.graph_objects as go
-from plotly.colors import qualitative
 
 from replaygate.queries import catalog
 from replaygate.queries.escape import plot_text
@@ -55,12 +54,77 @@ STATUS_CLASS_COLORS = {"2xx": GOOD, "3xx": NEUTRAL, "4xx": WARN, "5xx": BAD, "1x
 STATE_COLORS = {"DISCONNECTED": BAD, "RESUME_PENDING": WARN, "CURSOR_REJECTED": INFO}
 
 
+# The detectors' colours, one each: the detector at place i of the catalogue (its files in
+# name order) has colour i, so a detector keeps its colour on every page, under every
+# filter and in the report, and no two detectors share one. Chosen so that any two differ
+# by a CIEDE2000 distance of at least 11 (and from white, black, the "other" grey and the
+# rollout actions' colours): tests/test_figures.py checks both. A catalogue larger than
+# this list is an error, never a colour used twice: add colours at the end.
+DETECTOR_PALETTE = (
+    "#FF88AA",
+    "#AACC22",
+    "#664400",
+    "#00CCAA",
+    "#006666",
+    "#886688",
+    "#FF6622",
+    "#FF00EE",
+    "#880044",
+    "#AA8866",
+    "#888800",
+    "#224422",
+    "#EEAAFF",
+    "#00CCFF",
+    "#444466",
+    "#0088AA",
+    "#8844FF",
+    "#FF0066",
+    "#666644",
+    "#22AA00",
+    "#CC0088",
+    "#FFAA88",
+    "#88AA88",
+    "#8888CC",
+    "#66AAFF",
+    "#AA6666",
+    "#AA6600",
+    "#004466",
+    "#884422",
+    "#88CCCC",
+    "#0000FF",
+    "#AAAA66",
+    "#444400",
+    "#FF4444",
+    "#CC66AA",
+    "#CCAA00",
+    "#00AAAA",
+    "#6666AA",
+    "#880000",
+    "#884444",
+    "#886644",
+    "#006644",
+    "#AA88AA",
+    "#00CC66",
+    "#008866",
+    "#CC4400",
+    "#CC8888",
+    "#4444AA",
+)
+
+
 def detector_color(detector: str) -> str:
-    """One colour per detector, fixed by its place in the catalogue (not by the filter)."""
+    """The detector's own colour (DETECTOR_PALETTE, by its place in the catalogue, not by
+    what a chart happens to show); a name that is no detector is grey."""
     names = sorted(catalog.detectors())
-    palette = qualitative.Dark24
-    i = names.index(detector) if detector in names else len(names)
-    return palette[i % len(palette)]
+    if detector not in names:
+        return MUTED
+    i = names.index(detector)
+    if i >= len(DETECTOR_PALETTE):
+        raise LookupError(
+            f"{len(names)} detectors but {len(DETECTOR_PALETTE)} colours: "
+            "add colours to DETECTOR_PALETTE (dashboard/figures.py)"
+        )
+    return DETECTOR_PALETTE[i]
 
 
 def bucket_for(start, end) -> tuple[timedelta, str]:

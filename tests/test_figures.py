@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import math
 from datetime import UTC, datetime, timedelta
 
 import pandas as pd
+import pytest
 
 from replaygate.dashboard import figures, state
 
@@ -104,6 +106,109 @@ def test_detector_colours_do_not_change_with_the_filter():
     assert color["replay_gap"] != color["silent_truncation"]
     assert fa.layout.yaxis.title.text and fa.layout.xaxis.title.text
     assert "per 15 min" in fa.layout.title.text
+
+
+def _lab(color: str) -> tuple[float, float, float]:
+    """CIELAB (D65) of a #RRGGBB colour."""
+    rgb = [int(color[i : i + 2], 16) / 255 for i in (1, 3, 5)]
+    r, g, b = (c / 12.92 if c <= 0.04045 else ((c + 0.055) / 1.055) ** 2.4 for c in rgb)
+    xyz = (
+        (0.4124564 * r + 0.3575761 * g + 0.1804375 * b) / 0.95047,
+        0.2126729 * r + 0.7151522 * g + 0.0721750 * b,
+        (0.0193339 * r + 0.1191920 * g + 0.9503041 * b) / 1.08883,
+    )
+    fx, fy, fz = (t ** (1 / 3) if t > 216 / 24389 else (24389 / 27 * t + 16) / 116 for t in xyz)
+    return 116 * fy - 16, 500 * (fx - fy), 200 * (fy - fz)
+
+
+def _delta_e(c1: str, c2: str) -> float:
+    """CIEDE2000 difference of two #RRGGBB colours."""
+    return _delta_e_lab(_lab(c1), _lab(c2))
+
+
+def _delta_e_lab(lab1: tuple[float, ...], lab2: tuple[float, ...]) -> float:
+    """CIEDE2000 difference of two CIELAB colours (Sharma, Wu and Dalal's formulation)."""
+    (l1, a1, b1), (l2, a2, b2) = lab1, lab2
+    cbar = (math.hypot(a1, b1) + math.hypot(a2, b2)) / 2
+    g = 0.5 * (1 - math.sqrt(cbar**7 / (cbar**7 + 25**7)))
+    a1, a2 = (1 + g) * a1, (1 + g) * a2
+    c1p, c2p = math.hypot(a1, b1), math.hypot(a2, b2)
+    h1, h2 = (math.degrees(math.atan2(b, a)) % 360 for a, b in ((a1, b1), (a2, b2)))
+    dh = 0.0 if c1p * c2p == 0 else (h2 - h1 + 180) % 360 - 180
+    dhh = 2 * math.sqrt(c1p * c2p) * math.sin(math.radians(dh / 2))
+    lbar, cbarp = (l1 + l2) / 2, (c1p + c2p) / 2
+    if c1p * c2p == 0:
+        hbar = h1 + h2
+    elif abs(h1 - h2) <= 180:
+        hbar = (h1 + h2) / 2
+    else:
+        hbar = (h1 + h2 + 360) / 2 if h1 + h2 < 360 else (h1 + h2 - 360) / 2
+    t = (
+        1
+        - 0.17 * math.cos(math.radians(hbar - 30))
+        + 0.24 * math.cos(math.radians(2 * hbar))
+        + 0.32 * math.cos(math.radians(3 * hbar + 6))
+        - 0.20 * math.cos(math.radians(4 * hbar - 63))
+    )
+    sl = 1 + 0.015 * (lbar - 50) ** 2 / math.sqrt(20 + (lbar - 50) ** 2)
+    sc, sh = 1 + 0.045 * cbarp, 1 + 0.015 * cbarp * t
+    rt = -math.sin(math.radians(60 * math.exp(-(((hbar - 275) / 25) ** 2)))) * (
+        2 * math.sqrt(cbarp**7 / (cbarp**7 + 25**7))
+    )
+    dl, dc, dhs = (l2 - l1) / sl, (c2p - c1p) / sc, dhh / sh
+    return math.sqrt(dl**2 + dc**2 + dhs**2 + rt * dc * dhs)
+
+
+def test_delta_e_agrees_with_published_pairs():
+    # Pairs 1, 7 and 25 of Sharma, Wu and Dalal's test data (2005) and their differences.
+    for lab1, lab2, want in (
+        ((50.0, 2.6772, -79.7751), (50.0, 0.0, -82.7485), 2.0425),
+        ((50.0, 0.0, 0.0), (50.0, -1.0, 2.0), 2.3669),
+        ((60.2574, -34.0099, 36.2677), (60.4626, -34.1751, 39.4387), 1.2644),
+    ):
+        assert abs(_delta_e_lab(lab1, lab2) - want) < 1e-3, (lab1, lab2)
+    assert _delta_e("#FFFFFF", "#FFFFFF") == 0
+
+
+def test_no_two_detectors_share_a_colour():
+    """Every detector that exists can appear in one chart (the report's findings by
+    detector, the Findings page unfiltered): each has its own colour, and any two are
+    far enough apart to be told apart in a legend."""
+    from replaygate.queries import catalog
+
+    names = sorted(catalog.detectors())
+    colors = {name: figures.detector_color(name) for name in names}
+    assert len(set(colors.values())) == len(names), colors
+    closest = min(
+        (_delta_e(colors[a], colors[b]), a, b) for i, a in enumerate(names) for b in names[i + 1 :]
+    )
+    assert closest[0] >= 11, closest
+    # Not the grey of "other", nor white or black, nor a rollout action's line colour.
+    for name, color in colors.items():
+        for other in ("#FFFFFF", "#000000", figures.MUTED, *figures.ACTION_COLORS.values()):
+            assert _delta_e(color, other.upper()) >= 11, (name, color, other)
+
+
+def test_the_colours_of_a_chart_of_every_detector_are_all_different():
+    from replaygate.dashboard import svgchart
+    from replaygate.queries import catalog
+
+    names = sorted(catalog.detectors())
+    df = pd.DataFrame({"bucket": [1] * len(names), "detector": names, "n": [1] * len(names)})
+    fig = figures.findings_over_time(df, pd.DataFrame(columns=["ts", "action", "stage"]), "t")
+    assert len({t.marker.color for t in fig.data}) == len(names)
+    bars = svgchart.bars(dict.fromkeys(names, 1), "Findings by detector")
+    assert len({r["fill"] for r in bars["rows"]}) == len(names)
+
+
+def test_a_catalogue_larger_than_the_palette_is_an_error_not_a_reused_colour(monkeypatch):
+    monkeypatch.setattr(figures, "DETECTOR_PALETTE", figures.DETECTOR_PALETTE[:2])
+    from replaygate.queries import catalog
+
+    last = sorted(catalog.detectors())[-1]
+    with pytest.raises(LookupError, match="DETECTOR_PALETTE"):
+        figures.detector_color(last)
+    assert figures.detector_color("no_such_detector") == figures.MUTED
 
 
 def test_good_and_bad_outcomes_have_their_colours():
