@@ -15,6 +15,7 @@ import uuid
 from collections.abc import Callable
 from typing import Any
 
+from . import evidence
 from .scenarios import DEFAULT_SCENARIOS, SCENARIOS, Probe, Settings, Verdict, summary_line
 from .wire import CLEANUP_GRACE
 
@@ -68,6 +69,9 @@ def run(
     still waiting is abandoned: the run always ends."""
     from .discover import discover
 
+    # Every name the run will write is judged before the endpoint sees a request.
+    for path in (*evidence.paths(s.out, s.run_id).values(), evidence.summary_path(s.out, s.run_id)):
+        s.sink.check(path)
     limit = default_deadline(count, every) if deadline is None else deadline
     t_start = time.monotonic()
     end = s.deadline = t_start + limit
@@ -152,8 +156,8 @@ def run(
         "verdict": worst(statuses),
         "files": probe.ev.files(),
     }
-    path = s.out / f"probe-{s.run_id}.json"
-    path.write_text(json.dumps(doc, indent=2, default=str) + "\n", encoding="utf-8")
+    path = evidence.summary_path(s.out, s.run_id)
+    s.sink.write_bytes(path, (json.dumps(doc, indent=2, default=str) + "\n").encode("utf-8"))
     doc["summary"] = str(path)
     return doc
 

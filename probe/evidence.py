@@ -3,7 +3,9 @@
 contract has them (`mcpHttpSession.v1`: principal `replaygate-probe`, stage, release;
 `mcpSseStream.v1`: opened, cut, resumed from which cursor, rejected, completed) — JSON Lines
 that `replaygate ingest` reads like any producer's. Raw session ids never reach a file:
-they are HMACed with the same key the servers and `ingest` use."""
+they are HMACed with the same key the servers and `ingest` use. Every byte goes through a
+`Sink` the caller hands in (the CLI's is replaygate's output guard): the probe judges no
+path itself."""
 
 from __future__ import annotations
 
@@ -13,9 +15,21 @@ import json
 import threading
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 from .wire import PRINCIPAL
+
+
+class Sink(Protocol):
+    """Where the probe's files are written: `append_bytes` for the evidence, which grows
+    row by row, `write_bytes` for the summary, written whole. Each refuses a path it must
+    not write (replaygate's `queries.outputs.Guard`)."""
+
+    def check(self, out: Path) -> object: ...
+
+    def append_bytes(self, out: Path, data: bytes) -> object: ...
+
+    def write_bytes(self, out: Path, data: bytes) -> object: ...
 
 
 def now_ms() -> int:
@@ -27,6 +41,19 @@ def payload_digest(name: str, arguments: dict[str, Any]) -> str:
     doc = {"name": name, "arguments": arguments}
     text = json.dumps(doc, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
     return hashlib.sha256(text.encode("utf-8")).hexdigest()
+
+
+def paths(out: Path, run_id: str) -> dict[str, Path]:
+    """The files a run writes under `out`: its evidence by table, and its summary."""
+    return {
+        "inbox": out / f"inbox-probe-{run_id}.jsonl",
+        "sessions": out / f"sessions-probe-{run_id}.jsonl",
+        "streams": out / f"streams-probe-{run_id}.jsonl",
+    }
+
+
+def summary_path(out: Path, run_id: str) -> Path:
+    return out / f"probe-{run_id}.json"
 
 
 class Evidence:
@@ -41,15 +68,13 @@ class Evidence:
         *,
         stage: str | None,
         release: str | None,
+        sink: Sink,
         ledger: bool = True,
     ) -> None:
         out.mkdir(parents=True, exist_ok=True)
         self.key, self.stage, self.release, self.ledger = key, stage, release, ledger
-        self.paths = {
-            "inbox": out / f"inbox-probe-{run_id}.jsonl",
-            "sessions": out / f"sessions-probe-{run_id}.jsonl",
-            "streams": out / f"streams-probe-{run_id}.jsonl",
-        }
+        self.sink = sink
+        self.paths = paths(out, run_id)
         self.counts = dict.fromkeys(self.paths, 0)
         self._lock = threading.Lock()
 
@@ -58,8 +83,8 @@ class Evidence:
 
     def _write(self, table: str, row: dict[str, Any]) -> None:
         line = json.dumps({k: v for k, v in row.items() if v is not None}) + "\n"
-        with self._lock, open(self.paths[table], "a", encoding="utf-8") as fh:
-            fh.write(line)
+        with self._lock:
+            self.sink.append_bytes(self.paths[table], line.encode("utf-8"))
             self.counts[table] += 1
 
     def session(

@@ -26,7 +26,7 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from .discover import Discovery
-from .evidence import Evidence, payload_digest
+from .evidence import Evidence, Sink, payload_digest
 from .wire import Answer, BudgetExhausted, DeadlineReached, Event, Pacer, Wire
 
 SCENARIOS = ("resume", "cursors", "dead_session", "origin", "resend", "evicted")
@@ -62,6 +62,9 @@ class Settings:
     rate: float = 10.0
     scenarios: tuple[str, ...] = DEFAULT_SCENARIOS
     agent: str = ""
+    # Writes every file under `out` (the CLI's output guard): required, so no caller
+    # writes the evidence without one.
+    sink: Sink = field(kw_only=True)
 
     def allowed_origin(self) -> str:
         if self.origin:
@@ -102,7 +105,13 @@ class Probe:
         self.discovery = discovery
         self.pacer = Pacer(s.max_requests, s.rate, s.deadline)
         self.ev = Evidence(
-            s.out, s.run_id, s.key, stage=s.stage, release=s.release, ledger=s.ledger
+            s.out,
+            s.run_id,
+            s.key,
+            stage=s.stage,
+            release=s.release,
+            sink=s.sink,
+            ledger=s.ledger,
         )
 
     # -- sessions ---------------------------------------------------------------------

@@ -1,5 +1,6 @@
 """The one guard every file replaygate writes goes through (`gates --junit`, `report -o`,
-`report --bundle`, `rollout ... --to`, `simulate --out`, watch's heartbeat).
+`report --bundle`, `rollout ... --to`, `simulate --out`, watch's heartbeat, the files of
+`probe --out`).
 
 An output path is judged by where it really lands: its parent folders resolved, so a
 relative path from another folder or a link among the folders cannot make it miss the
@@ -8,7 +9,9 @@ ingested input (inputs are known by their absolute path, recorded at ingest). A 
 that is itself a symbolic link is refused: whatever it points at, writing there is
 not what the name says. A file is written whole to a new temporary file in the same
 folder and renamed over its name, so a reader never sees half a report, a crash
-leaves the old file, and a hard link to an input keeps the input's bytes.
+leaves the old file, and a hard link to an input keeps the input's bytes. A file that
+grows by appends (the probe's evidence) is judged the same way and opened without
+following a link planted after the check.
 """
 
 from __future__ import annotations
@@ -124,6 +127,32 @@ class Guard:
 
     def write_text(self, out: str | os.PathLike[str], text: str) -> Path:
         return self.write_bytes(out, text.encode("utf-8"))
+
+    def append_bytes(self, out: str | os.PathLike[str], data: bytes) -> Path:
+        """Append `data` to `out` (created if missing), judged like any output. The name
+        is opened without following a link and without blocking on a FIFO, and what was
+        opened is judged again by identity: a link or a second name of a protected file
+        planted between the check and the open is refused, not written through."""
+        real = self.check(out)
+        real.parent.mkdir(parents=True, exist_ok=True)
+        flags = os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NONBLOCK | os.O_CLOEXEC
+        try:
+            fd = os.open(real, flags | getattr(os, "O_NOFOLLOW", 0), 0o644)
+        except OSError as exc:
+            raise OutputRefused(f"{out}: cannot write there ({exc.strerror})") from None
+        try:
+            st = os.fstat(fd)
+            if not stat.S_ISREG(st.st_mode):
+                raise OutputRefused(f"{out}: is not a regular file; refusing to append to it")
+            what = self._same_file(st)
+            if what is not None:
+                raise OutputRefused(f"{out}: is {what}; refusing to append to it")
+            view = memoryview(data)
+            while view:
+                view = view[os.write(fd, view) :]
+        finally:
+            os.close(fd)
+        return real
 
 
 def for_database(

@@ -207,6 +207,7 @@ def probe(
         raise ReplaygateError(
             f"probe needs the probe extra: pip install 'replaygate[probe]' ({exc})"
         ) from exc
+    from replaygate.queries import outputs
     from replaygate.queries.api import load_config
 
     conf = load_config(config_path)
@@ -244,6 +245,8 @@ def probe(
         max_requests=max_requests,
         rate=rate,
         scenarios=names,
+        # Never through a link, never the configuration; the summary written whole.
+        sink=outputs.for_database(None, config_source=conf.source),
     )
     doc = p.run(
         settings,

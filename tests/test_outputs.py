@@ -208,3 +208,59 @@ def test_simulate_writes_no_file_through_a_link(tmp_path):
     names = sorted(p.name for p in out.iterdir())
     assert "sessions.jsonl" in names and "truth.json" in names
     assert not [n for n in names if n.startswith(".")]
+
+
+def test_probe_writes_no_file_through_a_link_nor_over_the_configuration(tmp_path):
+    pytest.importorskip("httpx2")
+    from replaygate import probe
+    from replaygate.probe.discover import Discovery
+    from replaygate.probe.scenarios import Probe, Settings
+
+    victim = tmp_path / "victim.txt"
+    victim.write_text("untouched")
+    conf = tmp_path / "replaygate.toml"
+    conf.write_text("")
+    out = tmp_path / "probes"
+    out.mkdir()
+    guard = outputs.for_database(None, config_source=conf)
+    s = Settings(url="http://127.0.0.1:9/mcp", out=out, run_id="t", key=b"k", sink=guard)
+    # The summary's name is judged before the endpoint sees a request.
+    (out / "probe-t.json").symlink_to(victim)
+    with pytest.raises(outputs.OutputRefused, match="symbolic link"):
+        probe.run(s, deadline=5)
+    (out / "probe-t.json").unlink()
+    # Evidence grows row by row: a link planted after the run started is refused at the
+    # append, and so is a second name of the configuration.
+    ev = Probe(s, Discovery("2025-11-25", "x", [], False)).ev
+    (out / "inbox-probe-t.jsonl").symlink_to(victim)
+    with pytest.raises(outputs.OutputRefused, match="symbolic link"):
+        ev.receipt("raw", 1, stream_id="s", event_id="e", seq=1)
+    os.link(conf, out / "streams-probe-t.jsonl")
+    with pytest.raises(outputs.OutputRefused, match="the configuration"):
+        ev.stream("raw", 1, "s", "opened")
+    assert victim.read_text() == "untouched" and conf.read_text() == ""
+    ev.session("raw", 1, "initialized")
+    (row,) = (out / "sessions-probe-t.jsonl").read_text().splitlines()
+    assert '"mcpHttpSession.v1"' in row
+
+
+def test_an_append_judges_what_it_opened(tmp_path):
+    """A name that passes the check but is swapped before the open (a link, a FIFO) is
+    not written through and does not block."""
+    g = outputs.Guard()
+    target = tmp_path / "evidence.jsonl"
+    g.append_bytes(target, b"a\n")
+    g.append_bytes(target, b"b\n")
+    assert target.read_bytes() == b"a\nb\n"
+    os.mkfifo(tmp_path / "fifo")
+    # The check passed before the swap: what the open finds is judged again.
+    g.check = lambda out: Path(out)  # type: ignore[method-assign]
+    # A FIFO without a reader fails the open at once (it would block for ever).
+    with pytest.raises(outputs.OutputRefused, match="fifo: cannot write there"):
+        g.append_bytes(tmp_path / "fifo", b"x")
+    victim = tmp_path / "victim"
+    victim.write_text("untouched")
+    (tmp_path / "link").symlink_to(victim)
+    with pytest.raises(outputs.OutputRefused, match="cannot write there"):
+        g.append_bytes(tmp_path / "link", b"x")
+    assert victim.read_text() == "untouched"

@@ -19,6 +19,7 @@ import pytest
 from click.testing import CliRunner
 
 from replaygate.cli import cli
+from replaygate.queries import outputs
 
 pytest.importorskip("httpx2")
 
@@ -83,7 +84,9 @@ def test_content_ignores_ids_and_progress_tokens():
 
 
 def _probe(tmp_path):
-    s = Settings(url="http://127.0.0.1:9/mcp", out=tmp_path, run_id="t", key=b"k")
+    s = Settings(
+        url="http://127.0.0.1:9/mcp", out=tmp_path, run_id="t", key=b"k", sink=outputs.Guard()
+    )
     return Probe(s, Discovery("2025-11-25", "x", [], False))
 
 
