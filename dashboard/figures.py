@@ -383,20 +383,47 @@ def series_by(
 def share_pie(
     labels: list[str], values: list[int], title: str, colors: dict | None = None
 ) -> go.Figure:
-    if not sum(values):
+    """A donut of shares. Each slice's text is its share, drawn inside the slice (hidden
+    where it would not fit, never moved outside the ring where the figure's margin would
+    cut it off); the legend names every slice with its count, so a slice too thin for its
+    text still reads there."""
+    total = sum(values)
+    if not total:
         return _empty(title)
     marker = {"colors": [(colors or {}).get(str(x), MUTED) for x in labels]} if colors else {}
     fig = go.Figure(
         go.Pie(
-            labels=labels,
+            labels=[f"{plot_text(x)} · {v:,}" for x, v in zip(labels, values, strict=True)],
             values=values,
             hole=0.5,
             marker=marker,
-            texttemplate="%{label}<br>%{value:,}",
+            sort=False,
+            direction="clockwise",
+            text=[share_text(v / total) for v in values],
+            texttemplate="%{text}",
+            textposition="inside",
+            insidetextorientation="horizontal",
+            hovertemplate="%{label} (%{text})<extra></extra>",
         )
     )
-    fig.update_layout(title=plot_text(title), **LAYOUT)
+    fig.update_layout(
+        title=plot_text(title),
+        uniformtext={"minsize": PIE_TEXT_MIN, "mode": "hide"},
+        **LAYOUT,
+    )
     return fig
+
+
+# The smallest font a slice's text is drawn in; a slice too thin for it shows none.
+PIE_TEXT_MIN = 10
+
+
+def share_text(share: float) -> str:
+    """A share as the gates write percentages ("12 %", "0.4 %")."""
+    pct = share * 100
+    if 0 < pct < 0.1:
+        return "< 0.1 %"
+    return f"{pct:.1f} %" if 0 < pct < 1 else f"{pct:.0f} %"
 
 
 def reconnect_qps(df: pd.DataFrame, budget: float, actions: pd.DataFrame) -> go.Figure:

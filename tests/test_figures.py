@@ -211,6 +211,41 @@ def test_a_catalogue_larger_than_the_palette_is_an_error_not_a_reused_colour(mon
     assert figures.detector_color("no_such_detector") == figures.MUTED
 
 
+def test_a_donut_draws_its_texts_inside_the_ring_and_names_each_slice_with_its_count():
+    # The demo's revision mix: a thin slice's label used to go outside the ring, where
+    # the figure's bottom margin cut it off.
+    fig = figures.share_pie(
+        ["2025-06-18", "2025-11-25", "2026-07-28"], [1977, 2136, 135], "Revision mix"
+    )
+    (pie,) = fig.data
+    # Inside the ring or not at all: never placed outside, where no margin is reserved.
+    assert pie.textposition == "inside"
+    assert fig.layout.uniformtext.mode == "hide"
+    assert fig.layout.uniformtext.minsize >= 10
+    assert pie.insidetextorientation == "horizontal"
+    # What a hidden text would have said is in the legend: every slice with its count.
+    assert list(pie.labels) == ["2025-06-18 · 1,977", "2025-11-25 · 2,136", "2026-07-28 · 135"]
+    assert list(pie.text) == ["47 %", "50 %", "3 %"]
+    assert pie.sort is False  # the caller's order (revisions by date, bases by count)
+
+
+def test_a_donut_escapes_its_labels_and_shows_nothing_for_nothing():
+    fig = figures.share_pie(["<a href='x'>y</a>", "b"], [1, 1], "t", colors={"b": "#123456"})
+    assert fig.data[0].labels[0].startswith("&lt;a href='x'&gt;")
+    assert list(fig.data[0].marker.colors) == [figures.MUTED, "#123456"]
+    assert not figures.share_pie(["a"], [0], "t").data
+    shares = (0, 0.0002, 0.004, 0.03, 0.096, 0.5, 1)
+    assert [figures.share_text(x) for x in shares] == [
+        "0 %",
+        "< 0.1 %",
+        "0.4 %",
+        "3 %",
+        "10 %",
+        "50 %",
+        "100 %",
+    ]
+
+
 def test_good_and_bad_outcomes_have_their_colours():
     from replaygate.dashboard import figures
 

@@ -43,7 +43,11 @@ cols[n + 2].caption(f"{fmt.count(hits)} of {fmt.count(keyed)} keyed dispatches")
 left, right = st.columns(2)
 with left:
     st.plotly_chart(
-        figures.share_pie(list(bases), list(bases.values()), "Duplicate dispatches by basis"),
+        figures.share_pie(
+            [b for b, _ in bases.most_common()],
+            [n for _, n in bases.most_common()],
+            "Duplicate dispatches by basis",
+        ),
         key="dispatch_bases",
     )
 with right:
