@@ -231,6 +231,24 @@ def test_a_404_is_tied_to_a_client_by_address_and_agent_only_when_it_had_one_liv
     assert (g["status"], g["sample"], g["cannot_tell"]) == ("pass", 1, 0), g
 
 
+def test_a_session_that_ended_in_the_millisecond_the_404_began_is_not_live(tmp_path):
+    """A log dates by the millisecond, and nginx by its cached clock: a client's next
+    request can begin in the same millisecond its previous answer was logged. The session
+    that ended then is over, not live across the 404; the dead session itself, whose 404
+    lasts no time in the log, still counts as the client's one session."""
+    a, b = "a" * 64, "b" * 64
+    init_b = px(1000, session_hmac=b, jsonrpc_method="initialize", duration_ms=4000, **NODE)
+    gone = px(5000, status=404, session_hmac=a, jsonrpc_method="tools/call", **NODE)
+    init = px(6000, jsonrpc_method="initialize", **NODE)
+    stage = _stage(tmp_path / "tie", Config(), proxy=[init_b, gone, init])
+    g = stage["by_id"]["reinit_after_404"]
+    assert (g["status"], g["sample"], g["cannot_tell"]) == ("pass", 1, 0), g
+    # One millisecond more and b is live across the 404: cannot tell.
+    longer = dict(init_b, duration_ms=4001)
+    stage = _stage(tmp_path / "live", Config(), proxy=[longer, gone, init])
+    assert _reinit_cannot_tell(stage) == [("client identity", 1)]
+
+
 def test_a_principal_tells_clients_apart_whatever_their_address_and_agent(tmp_path):
     a, b = "a" * 64, "b" * 64
     mine, theirs = {**NODE, "principal": "alice"}, {**NODE, "principal": "bob"}

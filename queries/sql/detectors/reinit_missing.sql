@@ -41,14 +41,21 @@ ended AS (
     SELECT client, last_ms, count(*) OVER (PARTITION BY client ORDER BY last_ms) AS n
     FROM spans
 ),
--- Live at the 404: opened at or before it, less those that had ended before it.
+-- Live at the 404: opened at or before it, less those that had ended by then. A log
+-- dates by the millisecond (nginx by its cached clock), so a client's next request can
+-- begin in the millisecond its previous answer was logged: ending then is ended. The dead
+-- session itself is live through its own 404; where the 404 is its last row and lasts no
+-- time, `ended` counted it, and it is added back.
 gone AS (
     SELECT g.file_id, g.session_hmac, g.ts, g.client,
-           g.principal IS NOT NULL OR coalesce(o.n, 0) - coalesce(e.n, 0) <= 1 AS one_client
+           g.principal IS NOT NULL
+               OR coalesce(o.n, 0) - coalesce(e.n, 0)
+                  + CASE WHEN own.last_ms <= g.ms THEN 1 ELSE 0 END <= 1 AS one_client
     FROM (SELECT *, epoch_ms(ts) AS ms FROM p
           WHERE dead_session(status, session_hmac, method, $dead_statuses)) g
     ASOF LEFT JOIN opened o ON o.client = g.client AND g.ms >= o.first_ms
-    ASOF LEFT JOIN ended e ON e.client = g.client AND g.ms > e.last_ms
+    ASOF LEFT JOIN ended e ON e.client = g.client AND g.ms >= e.last_ms
+    LEFT JOIN spans own ON own.client = g.client AND own.session_hmac = g.session_hmac
 ),
 inits AS (
     SELECT client, ts AS init_ts FROM p
