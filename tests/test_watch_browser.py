@@ -78,9 +78,15 @@ def test_dashboard_through_ten_watch_cycles(tmp_path):
     done = threading.Event()
 
     def writer():
+        # Paced by watch's cycles, not the clock: each growth waits for a cycle that began
+        # after the previous one, so every growth is its own cycle's new rows however slow
+        # a loaded machine makes a cycle.
+        grown_at = watch_cycle(db)
         for frac in STEPS[1:]:
-            if done.wait(2.5):
-                return
+            while watch_cycle(db) < grown_at + 2:
+                if done.wait(0.2):
+                    return
+            grown_at = watch_cycle(db)
             _grow(logs, data, frac)
 
     t = threading.Thread(target=writer, daemon=True)
