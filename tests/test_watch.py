@@ -165,20 +165,40 @@ def test_failed_cycles_are_reported_and_retried(tmp_path):
 
 
 def test_overrun_cycles_are_skipped_and_said(tmp_path, monkeypatch):
+    import types
+
+    from replaygate import watch as watch_module
     from replaygate.ingest.config import Config
     from replaygate.watch import Cycle, Watcher
 
     lines: list[str] = []
     w = Watcher([str(tmp_path)], str(tmp_path / "f.duckdb"), Config(), every=0.1, say=lines.append)
     calls = []
+    # A clock of the test's own: the first cycle takes 0.35 s of it and waiting advances
+    # it, so a loaded machine's slow sleep cannot change how many ticks were missed.
+    now = [100.0]
+
+    class Stop(threading.Event):
+        def wait(self, timeout=None):
+            now[0] += timeout or 0.0
+            return self.is_set()
+
+    monkeypatch.setattr(
+        watch_module,
+        "time",
+        types.SimpleNamespace(
+            monotonic=lambda: now[0],
+            **{k: getattr(time, k) for k in ("perf_counter", "strptime", "sleep")},
+        ),
+    )
 
     def slow(n):
-        calls.append(time.monotonic())
-        time.sleep(0.35 if n == 1 else 0)
+        calls.append(now[0])
+        now[0] += 0.35 if n == 1 else 0.0
         return Cycle(n, __import__("datetime").datetime.now())
 
     monkeypatch.setattr(w, "cycle", slow)
-    w.run(threading.Event(), cycles=3)
+    w.run(Stop(), cycles=3)
     skipped = [ln for ln in lines if "skipped" in ln]
     assert len(skipped) == 1 and "skipped 3 cycles" in skipped[0]
     # The next cycle starts on the next tick, not right away and not three times.
