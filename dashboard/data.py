@@ -186,15 +186,17 @@ def findings_of_severity(
 
 
 @st.cache_data(show_spinner=False)
-def findings_files(
-    stamp: str, f: Filters, detectors: tuple[str, ...], severities: tuple[str, ...]
-) -> tuple[bytes, bytes]:
-    """The Findings page's downloads (CSV with formula cells neutralised, Parquet), made
-    once per data version and filter rather than on every rerun of the page."""
+def findings_file(
+    stamp: str, f: Filters, detectors: tuple[str, ...], severities: tuple[str, ...], kind: str
+) -> bytes:
+    """A download of the Findings page: CSV (formula cells neutralised) or Parquet, made
+    when its button is clicked and kept per data version and filter."""
     df = findings_of_severity(stamp, f, detectors, severities)
+    if kind == "csv":
+        return escape.csv_bytes(df)
     buf = io.BytesIO()
     df.to_parquet(buf, index=False)
-    return escape.csv_bytes(df), buf.getvalue()
+    return buf.getvalue()
 
 
 @st.cache_data(show_spinner=False)

@@ -4,12 +4,14 @@ loads with no error element, and the README's screenshots are made by the script
 
 from __future__ import annotations
 
+import csv
 import os
 import shutil
 import struct
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import pytest
 
@@ -132,6 +134,33 @@ def test_readme_screenshot_is_made_by_the_script_from_the_demo(server, tmp_path)
     assert made == tmp_path / "overview.png"
     assert _png_size(made) == (1400, 1000)
     assert made.stat().st_size > 30_000
+
+
+def test_downloads_are_made_when_clicked(server):
+    """The overview's report and the Findings page's CSV are made on the click (not on
+    every run of the page): the click gives the file."""
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=CHROMIUM, args=FLAGS, headless=True)
+        page = browser.new_page(viewport=VIEWPORT, accept_downloads=True)
+        page.goto(f"{server}/?stage=write-10pct")
+        button = page.get_by_role("button", name="Download Markdown")
+        button.wait_for(timeout=90_000)
+        with page.expect_download(timeout=90_000) as got:
+            button.click()
+        assert got.value.suggested_filename == "replaygate-write-10pct.md"
+        text = Path(got.value.path()).read_text(encoding="utf-8")
+        assert text.startswith("# Rollout audit: write-10pct — ROLLBACK"), text[:200]
+        page.goto(f"{server}/findings?stage=write-10pct")
+        button = page.get_by_role("button", name="Download CSV")
+        button.wait_for(timeout=90_000)
+        with page.expect_download(timeout=90_000) as got:
+            button.click()
+        with open(got.value.path(), encoding="utf-8", newline="") as fh:
+            rows = list(csv.DictReader(fh))
+        assert rows and {r["stage"] for r in rows} == {"write-10pct"}, rows[:2]
+        browser.close()
 
 
 def test_a_reason_leads_to_its_evidence(server, sample_db):

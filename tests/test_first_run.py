@@ -73,6 +73,97 @@ def test_demo_reruns_without_reinstall_or_reingest(tmp_path):
     assert times[1] < 20, times
 
 
+def _stub_venv(tmp_path):
+    """A venv for `./dev` whose python and replaygate only write down how they were
+    called (and `ingest` makes its database), so a test sees what a run of `./dev demo`
+    does without installing, ingesting or serving anything."""
+    venv = tmp_path / "venv"
+    (venv / "bin").mkdir(parents=True)
+    calls = tmp_path / "calls"
+    for name, extra in (
+        ("python", ""),
+        ("replaygate", 'if [ "$1" = ingest ]; then touch "$4"; fi\n'),
+    ):
+        stub = venv / "bin" / name
+        stub.write_text(f'#!/bin/sh\necho "{name} $*" >>"{calls}"\n{extra}')
+        stub.chmod(0o755)
+    return venv, calls
+
+
+def _demo(venv, calls, demo_dir) -> list[str]:
+    """The calls one `./dev demo --port 8765` makes, in order."""
+    calls.write_text("")
+    env = dict(os.environ, REPLAYGATE_VENV=str(venv), REPLAYGATE_DEMO_DIR=str(demo_dir))
+    r = subprocess.run(
+        [str(ROOT / "dev"), "demo", "--port", "8765"], cwd=ROOT, env=env, capture_output=True
+    )
+    assert r.returncode == 0, r.stderr
+    return [line.split()[0] + " " + line.split()[1] for line in calls.read_text().splitlines()]
+
+
+def test_a_demo_rerun_only_starts_the_dashboard(tmp_path):
+    """What the first run of `./dev demo` did is recorded (the install's stamp in the
+    venv, the sample database's stamp beside it): a rerun with nothing changed installs
+    nothing and ingests nothing; without its stamp the database is made again."""
+    venv, calls = _stub_venv(tmp_path)
+    demo = tmp_path / "demo"
+    first = _demo(venv, calls, demo)
+    assert first[0] == "python -m" and "replaygate ingest" in first, first
+    assert first[-1] == "replaygate dashboard"
+    assert _demo(venv, calls, demo) == ["replaygate dashboard"]
+    (demo / "sample.stamp").unlink()
+    assert _demo(venv, calls, demo) == ["replaygate ingest", "replaygate dashboard"]
+
+
+def test_the_dashboard_command_does_not_analyse_a_current_database(sample_db, monkeypatch):
+    """`replaygate dashboard` refreshes findings only when the data or configuration
+    changed since the analysis recorded its stamp: on a current database no detector
+    runs before the dashboard starts."""
+    from replaygate.queries import runner
+
+    conf = str(SAMPLE / "replaygate.toml")
+    assert run("findings", "--db", str(sample_db), "--config", conf).returncode in (0, 2)
+
+    def refuse(*a, **k):
+        raise AssertionError("a detector ran on a current database")
+
+    monkeypatch.setattr(runner, "_run_detector", refuse)
+    started = []
+    monkeypatch.setattr(os, "execve", lambda *a: started.append(a[1]))
+    r = run("dashboard", "--db", str(sample_db), "--config", conf, "--port", str(free_port()))
+    assert r.returncode == 0, r.stderr
+    assert started and "streamlit" in started[0]
+
+
+def test_opening_the_overview_makes_no_report(sample_db, monkeypatch):
+    """The overview's report downloads are made when clicked (Streamlit calls them then),
+    not on every run of the page: opening the dashboard builds no report, and the
+    Findings page writes no CSV or Parquet file."""
+    from pathlib import Path
+
+    import streamlit as st
+    from streamlit.testing.v1 import AppTest
+
+    from replaygate.dashboard import data
+    from replaygate.queries import report
+
+    monkeypatch.setenv("REPLAYGATE_DB", str(sample_db))
+    monkeypatch.setenv("REPLAYGATE_CONFIG", str(SAMPLE / "replaygate.toml"))
+    data.store.clear()
+    st.cache_data.clear()
+    made = []
+    monkeypatch.setattr(report, "build", lambda *a, **k: made.append(a))
+    monkeypatch.setattr(data.escape, "csv_bytes", lambda *a, **k: made.append(a))
+    app = str(Path(data.__file__).parent / "app.py")
+    at = AppTest.from_file(app, default_timeout=120).run()
+    assert not at.exception, [e.message for e in at.exception]
+    assert [b.label for b in at.get("download_button")][:1] == ["Download HTML"]
+    at.switch_page("views/findings.py").run()
+    assert not at.exception, [e.message for e in at.exception]
+    assert [b.label for b in at.get("download_button")] == ["Download CSV", "Download Parquet"]
+    assert made == []
+
+
 # One configuration: what the analysis ran with is what every reader uses.
 
 

@@ -1,5 +1,7 @@
 """Findings: every finding, filterable, downloadable as CSV or Parquet."""
 
+import functools
+
 import streamlit as st
 
 from replaygate.dashboard import data, fmt, ui
@@ -25,13 +27,22 @@ ui.summary_table(
     data.finding_summary(ctx.stamp, ctx.filters, tuple(detectors)), key="findings_summary"
 )
 ui.findings_table(df, key="findings_table", ctx=ctx, height=520)
-csv, parquet = data.findings_files(ctx.stamp, ctx.filters, tuple(detectors), tuple(severities))
+# The files are made when a button is clicked, not on every run of the page.
+args = (ctx.stamp, ctx.filters, tuple(detectors), tuple(severities))
 left, right = st.columns(2)
-left.download_button("Download CSV", csv, "findings.csv", "text/csv", key="findings_csv")
+left.download_button(
+    "Download CSV",
+    functools.partial(data.findings_file, *args, "csv"),
+    "findings.csv",
+    "text/csv",
+    key="findings_csv",
+    on_click="ignore",
+)
 right.download_button(
     "Download Parquet",
-    parquet,
+    functools.partial(data.findings_file, *args, "parquet"),
     "findings.parquet",
     "application/octet-stream",
     key="findings_parquet",
+    on_click="ignore",
 )

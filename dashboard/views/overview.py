@@ -1,6 +1,7 @@
 """Overview: the decision of the stage that needs attention, why (each reason linked to its
 evidence), the gates, canary against baseline, and the worst findings."""
 
+import functools
 from datetime import datetime
 
 import streamlit as st
@@ -153,10 +154,13 @@ for col, (f, label, mime) in zip(
     ],
     strict=True,
 ):
+    # Made when clicked, not on every run of the page: three reports cost more than the
+    # rest of the overview together, and opening the dashboard needs none of them.
     col.download_button(
         f"Download {label}",
-        data.report(ctx.stamp, name, f),
+        functools.partial(data.report, ctx.stamp, name, f),
         escape.safe_file_name(f"replaygate-{name}", f),
         mime,
         key=f"report_{f}",
+        on_click="ignore",
     )
