@@ -46,6 +46,15 @@ def _start_ms(end_s: str, duration_s: str) -> str:
     )
 
 
+# `replaygate probe` marks every request with this header and a User-Agent that starts with
+# PROBE_AGENT (probe/wire.py); a request so marked whose log names no principal is read as
+# the probe's, principal PROBE_PRINCIPAL, which `is_probe` (queries/sql/prep/00_macros.sql)
+# knows. A principal the proxy logged (it authenticated the client) is never replaced: the
+# marker is only a claim, so a client cannot pass for the probe where the proxy knows it.
+PROBE_PRINCIPAL = "replaygate-probe"
+PROBE_AGENT = PROBE_PRINCIPAL + "/"
+PROBE_HEADER = "Replaygate-Probe"
+
 _CADDY_H = "j->>'$.request.headers.{}[0]'"
 
 
@@ -78,6 +87,7 @@ _CADDY_FIELDS = {
     "principal": _nz("j->>'$.user_id'"),
     "client_addr": "coalesce(j->>'$.request.client_ip', j->>'$.request.remote_ip')",
     "user_agent": _caddy_header("User-Agent"),
+    "probe_marker": _caddy_header(PROBE_HEADER),
     "retry_after_s": f"j->>'$.resp_headers.{_h('Retry-After')}[0]'",
     # Only a real id: `REDACTED` is written by the filter that also deletes the request's
     # Mcp-Session-Id, so whether the request carried one cannot be told (_infer_initialize).
@@ -171,6 +181,8 @@ _COMMON = (
     Spec("new_session_id", "", "Mcp-Session-Id", response=True),
     # A flag logged instead of that id ("1" when a new session was issued): no raw id.
     Spec("new_session", "", aliases=("mcp_new_session", "session_issued")),
+    # `replaygate probe`'s marker, where a format logs it (the User-Agent marks it too).
+    Spec("replaygate_probe", "", PROBE_HEADER),
 )
 NGINX_SPECS = (
     Spec("method", "method", aliases=("request_method",)),
@@ -225,6 +237,21 @@ def _infer_initialize(adapter: Adapter) -> Adapter:
     return Adapter(adapter.name, adapter.detect, fields, adapter.response_session)
 
 
+def _probe_principal(adapter: Adapter) -> Adapter:
+    """A request `replaygate probe` marked (its header, or its User-Agent) is the probe's
+    where the log names no principal: its proxy rows are then known as synthetic, like
+    its session rows (principal PROBE_PRINCIPAL)."""
+    fields = dict(adapter.fields)
+    marker = fields.pop("probe_marker", "NULL")
+    agent = fields.get("user_agent", "NULL")
+    marked = f"(({marker}) IS NOT NULL OR starts_with({agent}, '{PROBE_AGENT}'))"
+    fields["principal"] = (
+        f"coalesce({fields.get('principal', 'NULL')}, "
+        f"CASE WHEN coalesce({marked}, false) THEN '{PROBE_PRINCIPAL}' END)"
+    )
+    return Adapter(adapter.name, adapter.detect, fields, adapter.response_session)
+
+
 @dataclass(frozen=True)
 class Proxy:
     """A reverse proxy's JSON access log, declared once: `--source` choices, the shape
@@ -266,6 +293,7 @@ class Proxy:
         )
         fields.setdefault("jsonrpc_method", "NULL")
         fields.setdefault("session_id", "NULL")
+        fields["probe_marker"] = values["replaygate_probe"] or "NULL"
         return Adapter(self.name, self.detect, fields, raw)
 
 
@@ -288,7 +316,7 @@ def build(
     in it (all known spellings when None), with the user's own keys first."""
     user_fields = user_fields or {}
     return {
-        p.name: _infer_initialize(p.adapter(present, user_fields.get(p.name)))
+        p.name: _probe_principal(_infer_initialize(p.adapter(present, user_fields.get(p.name))))
         for p in PROXIES.values()
     }
 

@@ -17,7 +17,7 @@ from typing import Any
 
 from . import evidence
 from .scenarios import DEFAULT_SCENARIOS, SCENARIOS, Probe, Settings, Verdict, summary_line
-from .wire import CLEANUP_GRACE
+from .wire import CLEANUP_GRACE, PRINCIPAL
 
 __all__ = [
     "DEFAULT_SCENARIOS",
@@ -75,7 +75,7 @@ def run(
     limit = default_deadline(count, every) if deadline is None else deadline
     t_start = time.monotonic()
     end = s.deadline = t_start + limit
-    s.agent = s.agent or f"replaygate-probe/{_version()} ({s.run_id})"
+    s.agent = s.agent or f"{PRINCIPAL}/{_version()} ({s.run_id})"
     started = time.time()
     found = discover(
         s.url,

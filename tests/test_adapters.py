@@ -122,3 +122,91 @@ def test_real_captured_logs(tmp_path, name):
     assert sum(1 for r in rows if r[7] == "initialize") >= 1
     starts = [r[0] for r in rows]
     assert all(isinstance(s, int) for s in starts)
+
+
+def _principals(tmp_path, path, config=None):
+    con = dbm.connect(str(tmp_path / f"{path.stem}.duckdb"))
+    ingest(con, [path], config or Config())
+    rows = con.execute("SELECT principal, user_agent FROM proxy ORDER BY ts").fetchall()
+    (file_id,) = con.execute("SELECT file_id FROM files").fetchone()
+    from replaygate.ingest import capabilities
+
+    shown = capabilities.shown(con, file_id)
+    con.close()
+    return rows, shown
+
+
+@pytest.mark.parametrize("name", ["caddy-probe.log", "nginx-probe.log"])
+def test_the_probes_requests_are_its_principal_in_real_proxy_logs(tmp_path, name):
+    """`replaygate probe`'s requests as real Caddy and nginx logged them: its User-Agent
+    (and, where the format logs it, its header) make each row the probe's principal, so the
+    proxy's rows are known as synthetic like its session rows."""
+    rows, shown = _principals(tmp_path, CAPTURED / name)
+    assert len(rows) == 11
+    assert {p for p, _ in rows} == {"replaygate-probe"}
+    assert all(a.startswith("replaygate-probe/") for _, a in rows)
+    # The marker does not make a log show principals of its own clients.
+    if name.startswith("caddy"):
+        assert "proxy.principal" not in shown
+
+
+def _edited(tmp_path, src: Path, edit) -> Path:
+    lines = [json.loads(line) for line in src.read_text().splitlines()]
+    out = tmp_path / src.name
+    out.write_text("".join(json.dumps(edit(j)) + "\n" for j in lines))
+    return out
+
+
+def test_an_unmarked_request_or_a_logged_principal_is_not_the_probe(tmp_path):
+    def caddy_unmarked(j):
+        h = j["request"]["headers"]
+        h.pop("Replaygate-Probe")
+        h["User-Agent"] = ["python-httpx/0.28.1 replaygate-probe/0.1.0"]
+        return j
+
+    def caddy_header_only(j):
+        j["request"]["headers"]["User-Agent"] = ["node"]
+        return j
+
+    def caddy_authenticated(j):
+        j["user_id"] = "alice"
+        return j
+
+    def nginx_other_agent(j):
+        j["user_agent"] = "node"
+        return j
+
+    def nginx_authenticated(j):
+        j["remote_user"] = "alice"
+        return j
+
+    cases = [
+        ("caddy-probe.log", caddy_unmarked, {None}),
+        ("caddy-probe.log", caddy_header_only, {"replaygate-probe"}),
+        ("caddy-probe.log", caddy_authenticated, {"alice"}),
+        ("nginx-probe.log", nginx_other_agent, {None}),
+        ("nginx-probe.log", nginx_authenticated, {"alice"}),
+    ]
+    for i, (name, edit, want) in enumerate(cases):
+        d = tmp_path / str(i)
+        d.mkdir()
+        rows, _ = _principals(d, _edited(d, CAPTURED / name, edit))
+        assert {p for p, _ in rows} == want, edit.__name__
+
+
+def test_the_probes_header_in_a_users_own_nginx_key(tmp_path):
+    from replaygate.ingest.config import from_mapping
+
+    def keyed(j):
+        j["user_agent"] = "node"
+        j["synthetic_run"] = "20261202T050001Z-963d86"
+        return j
+
+    path = _edited(tmp_path, CAPTURED / "nginx-probe.log", keyed)
+    config = from_mapping({"sources": {"nginx": {"fields": {"replaygate_probe": "synthetic_run"}}}})
+    (tmp_path / "mapped").mkdir()
+    rows, _ = _principals(tmp_path / "mapped", path, config)
+    assert {p for p, _ in rows} == {"replaygate-probe"}
+    (tmp_path / "unmapped").mkdir()
+    rows, _ = _principals(tmp_path / "unmapped", path)
+    assert {p for p, _ in rows} == {None}

@@ -421,3 +421,16 @@ def test_a_silent_resumed_stream_is_resumed_again_without_waiting_the_timeout(tm
     assert resume["detail"]["resumes"] == 2
     # Given up after a few quiet seconds, not after --timeout.
     assert resume["seconds"] < 20, resume
+
+
+
+def test_the_probes_marks_are_what_ingest_reads():
+    """The header and principal the probe sends (its User-Agent starts with the principal)
+    are those ingest knows it by: the probe imports nothing of ingest, so the two are held
+    together here (the end-to-end test reads them back from Caddy's log)."""
+    from replaygate.ingest import adapters
+    from replaygate.probe import wire
+
+    assert wire.PROBE_HEADER == adapters.PROBE_HEADER
+    assert wire.PRINCIPAL == adapters.PROBE_PRINCIPAL
+    assert adapters.PROBE_AGENT == wire.PRINCIPAL + "/"
