@@ -19,6 +19,9 @@ from typing import Any
 from . import timefmt
 from .errors import ReplaygateError
 
+# `probe_gates`: the probe's units count in the replay-integrity gates only (`-- replay:
+# true`), in every gate, or in none.
+PROBE_GATES = ("replay", "all", "none")
 DEFAULT_TS_BOUNDS = {"min": "2000-01-01T00:00:00Z", "max": "2100-01-01T00:00:00Z"}
 
 
@@ -36,6 +39,10 @@ class Config:
     dead_session_statuses: tuple[int, ...] = (404,)
     retry_window_s: float = 600.0
     resend_window_s: float = 30.0
+    # Which gates count the units of `replaygate probe`'s sessions and requests
+    # (PROBE_GATES): by default only those of replay integrity, the evidence it exists to
+    # produce; every other gate judges real traffic alone.
+    probe_gates: str = "replay"
     # Overrides only: each gate's default minimum sample is declared in its SQL header
     # (queries/sql/gates), which also checks the gate names.
     min_samples: dict[str, Any] = field(default_factory=dict)
@@ -67,6 +74,8 @@ class Config:
             del d["dead_session_statuses"]  # the default leaves the digest unchanged
         else:
             d["dead_session_statuses"] = list(self.dead_session_statuses)
+        if d["probe_gates"] == "replay":
+            del d["probe_gates"]  # the default leaves the digest unchanged
         if not d["sources"]:
             del d["sources"]  # unset: the digest of a configuration without it is unchanged
         if d["ts_bounds"] == DEFAULT_TS_BOUNDS:
@@ -89,6 +98,7 @@ _TYPES = {
     "dead_session_statuses": (list,),
     "retry_window_s": _NUMBER,
     "resend_window_s": _NUMBER,
+    "probe_gates": (str,),
     "min_samples": (dict,),
     "sources": (dict,),
     "ts_bounds": (dict,),
@@ -135,6 +145,11 @@ def from_mapping(data: dict[str, Any], source: str = "mapping") -> Config:
     for gate, n in kwargs.get("min_samples", {}).items():
         if n < 0:
             raise ReplaygateError(f"config: min_samples.{gate} must be 0 or more, got {n}")
+    if "probe_gates" in kwargs and kwargs["probe_gates"] not in PROBE_GATES:
+        raise ReplaygateError(
+            f"config: probe_gates must be one of {', '.join(PROBE_GATES)}, "
+            f"got {kwargs['probe_gates']!r}"
+        )
     if "hmac_key_env" in kwargs and not kwargs["hmac_key_env"].strip():
         raise ReplaygateError("config: hmac_key_env must name an environment variable")
     for key in (

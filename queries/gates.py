@@ -509,20 +509,34 @@ def _meters(con: duckdb.DuckDBPyConnection) -> dict[tuple[str, str], dict[str, A
     return {(s, st): {"observed": n, "last_hour": lh} for s, st, n, lh in rows}
 
 
+# A finding a gate counts: not one of `replaygate probe`'s sessions, or one `probe_gates`
+# counts (params.probe_counted), as the gate facts do (queries/sql/facts/gate_facts.sql).
+_COUNTED = """(list_contains($probe_facts, 'findings') OR list_contains($probe_detectors, detector)
+     OR session_hmac IS NULL
+     OR session_hmac NOT IN (SELECT session_hmac FROM a_sessions
+                             WHERE is_probe(client_name, principal)))"""
+
+
+def _probe_values(config: Config) -> dict[str, list[str]]:
+    return params.probe_counted(config)
+
+
 class _Prefetch:
     """What `_findings_refs` and `by_revision` read per stage, read for every stage at
     once."""
 
     LIMIT = 20
 
-    def __init__(self, con: duckdb.DuckDBPyConnection) -> None:
+    def __init__(self, con: duckdb.DuckDBPyConnection, config: Config) -> None:
         units = ", ".join(runner.UNIT_COLUMNS)
+        probe = _probe_values(config)
         cur = con.execute(
             f"""SELECT stage, detector, severity, ts, {units},
                        count(*) OVER (PARTITION BY stage, detector) AS rg_n
-                FROM findings WHERE stage IS NOT NULL
+                FROM findings WHERE stage IS NOT NULL AND {_COUNTED}
                 QUALIFY row_number() OVER (PARTITION BY stage, detector
-                                           ORDER BY ts) <= {self.LIMIT}"""
+                                           ORDER BY ts) <= {self.LIMIT}""",
+            probe,
         )
         cols = [d[0] for d in cur.description]
         self._refs: dict[tuple[str, str], tuple[int, list[dict[str, Any]]]] = {}
@@ -533,12 +547,13 @@ class _Prefetch:
             self._refs.setdefault(key, (n, []))[1].append(rec)
         self.found: dict[str, list[tuple[str, str, int]]] = {}
         for stage, rev, det, n in con.execute(
-            """SELECT f.stage, coalesce(a.protocol_version,
+            f"""SELECT f.stage, coalesce(a.protocol_version,
                            CASE WHEN f.dispatch_id IS NOT NULL OR f.idempotency_key IS NOT NULL
                                 THEN sessionless_revision() END, 'unknown') AS revision,
                       f.detector, count(*)
                FROM findings f LEFT JOIN a_sessions a USING (session_hmac)
-               WHERE f.stage IS NOT NULL AND gated(f.detail) GROUP BY ALL"""
+               WHERE f.stage IS NOT NULL AND gated(f.detail) AND {_COUNTED} GROUP BY ALL""",
+            probe,
         ).fetchall():
             self.found.setdefault(stage, []).append((rev, det, n))
         self.samples: dict[str, list[tuple[str, str, int, Any]]] = {}
@@ -570,13 +585,18 @@ class _Prefetch:
 
 
 def _findings_refs(
-    con: duckdb.DuckDBPyConnection, stage: str, detectors: tuple[str, ...], limit: int = 20
+    con: duckdb.DuckDBPyConnection,
+    stage: str,
+    detectors: tuple[str, ...],
+    config: Config,
+    limit: int = 20,
 ) -> dict[str, Any]:
+    probe = _probe_values(config)
     cur = con.execute(
         f"""SELECT detector, severity, ts, {", ".join(runner.UNIT_COLUMNS)}
-           FROM findings WHERE stage = $stage AND list_contains($d, detector)
+           FROM findings WHERE stage = $stage AND list_contains($d, detector) AND {_COUNTED}
            ORDER BY ts, detector LIMIT $limit""",
-        {"stage": stage, "d": list(detectors), "limit": limit},
+        {"stage": stage, "d": list(detectors), "limit": limit, **probe},
     )
     cols = [d[0] for d in cur.description]
     refs = [dict(zip(cols, r, strict=True)) for r in cur.fetchall()]
@@ -584,8 +604,9 @@ def _findings_refs(
         r["ts"] = _iso(r["ts"])
     total = one_row(
         con.execute(
-            "SELECT count(*) FROM findings WHERE stage = $stage AND list_contains($d, detector)",
-            {"stage": stage, "d": list(detectors)},
+            "SELECT count(*) FROM findings WHERE stage = $stage AND list_contains($d, detector) "
+            f"AND {_COUNTED}",
+            {"stage": stage, "d": list(detectors), **probe},
         )
     )[0]
     return {"detectors": list(detectors), "count": total, "findings": refs}
@@ -610,7 +631,7 @@ def evaluate(
     chosen = set(names) if all_stages else {stage or names[-1]}
     # With many stages, every per-stage lookup is read once for all of them (one query
     # per stage and gate would make 100,000 stages take hours).
-    pre = _Prefetch(con) if len(chosen) > 1 else None
+    pre = _Prefetch(con, config) if len(chosen) > 1 else None
     measured = measures(con, config)
     meters = _meters(con)
     minimums = min_samples(config)
@@ -649,7 +670,9 @@ def evaluate(
                 )
                 gate["meter"] = meter
             gate["evidence"] = (
-                pre.refs(name, g.detectors) if pre else _findings_refs(con, name, g.detectors)
+                pre.refs(name, g.detectors)
+                if pre
+                else _findings_refs(con, name, g.detectors, config)
             )
             gates.append(gate)
         failing = [g for g in gates if g["status"] == Status.FAIL]
@@ -760,19 +783,21 @@ def by_revision(
         revisions = sorted({r for r, *_ in found} | {r for r, *_ in samples})
         resumable = {r: pre.resumable[r] for r in revisions}
     else:
-        found, samples, revisions, resumable = _revision_facts(con, stage)
+        found, samples, revisions, resumable = _revision_facts(con, stage, config)
     return _by_revision(stage, scope, config, found, samples, revisions, resumable)
 
 
-def _revision_facts(con: duckdb.DuckDBPyConnection, stage: str) -> tuple[Any, Any, Any, Any]:
+def _revision_facts(
+    con: duckdb.DuckDBPyConnection, stage: str, config: Config
+) -> tuple[Any, Any, Any, Any]:
     found = con.execute(
-        """SELECT coalesce(a.protocol_version,
+        f"""SELECT coalesce(a.protocol_version,
                            CASE WHEN f.dispatch_id IS NOT NULL OR f.idempotency_key IS NOT NULL
                                 THEN sessionless_revision() END, 'unknown') AS revision,
                   f.detector, count(*)
            FROM findings f LEFT JOIN a_sessions a USING (session_hmac)
-           WHERE f.stage = $stage AND gated(f.detail) GROUP BY ALL""",
-        {"stage": stage},
+           WHERE f.stage = $stage AND gated(f.detail) AND {_COUNTED} GROUP BY ALL""",
+        {"stage": stage, **_probe_values(config)},
     ).fetchall()
     samples = con.execute(
         """SELECT revision, sample, n, p99 FROM a_stage_samples

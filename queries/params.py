@@ -53,6 +53,39 @@ def from_config(config: Config) -> dict[str, Any]:
         "origin_patterns": [glob_to_like(p) for p in origin_globs(config)],
         "origin_configured": config.origin_allowlist is not None,
         "dead_statuses": list(config.dead_session_statuses),
+        **probe_counted(config),
+    }
+
+
+# The facts a_gate_facts holds (queries/sql/facts/gate_facts.sql).
+FACTS = (
+    "accepted_receipts",
+    "delivered_events",
+    "completed_streams",
+    "write_dispatches",
+    "recoveries",
+    "proxy_records",
+    "findings",
+)
+
+
+def probe_counted(config: Config) -> dict[str, list[str]]:
+    """What of `replaygate probe`'s units the gates count (`probe_gates`): the gate facts
+    (`probe_facts`) and the findings of which detectors (`probe_detectors`). For
+    `replay`, those of the replay-integrity gates: their samples (their meters, and the
+    accepted receipts a client keeps) and their detectors' findings."""
+    from .gates import GATES
+
+    if config.probe_gates == "none":
+        return {"probe_facts": [], "probe_detectors": []}
+    chosen = [g for g in GATES if config.probe_gates == "all" or g.replay]
+    facts = {g.meter for g in chosen if g.meter}
+    facts.add("accepted_receipts")
+    if config.probe_gates == "all":
+        facts.update(FACTS)
+    return {
+        "probe_facts": sorted(facts),
+        "probe_detectors": sorted({d for g in chosen for d in g.detectors}),
     }
 
 

@@ -199,7 +199,7 @@ def analyse(
                 continue
             _run_detector(con, name, q, values, counts)
         _assign_stages(con)
-        _gate_facts(con)
+        _gate_facts(con, values)
         if only is None:
             set_meta(con, "analysis_stamp", stamp(con, config))
             store_config(con, config)
@@ -228,7 +228,7 @@ def _history_only(
                 con.execute(f"DELETE FROM {table} WHERE detector = $d", {"d": name})
             _run_detector(con, name, q, values, counts)
         _assign_stages(con)
-        _gate_facts(con)
+        _gate_facts(con, values)
         set_meta(con, "history_stamp", version)
 
 
@@ -307,7 +307,7 @@ def _incrementally(con: duckdb.DuckDBPyConnection, config: Config, counts: dict[
         with transaction(con):
             incremental.analyse(con, config, counts, blind)
             _assign_stages(con)
-            _gate_facts(con)
+            _gate_facts(con, params.from_config(config))
             set_meta(con, "analysis_stamp", stamp(con, config))
             store_config(con, config)
             set_meta(con, "analysis_mode", "incremental")
@@ -331,12 +331,16 @@ def _has_table(con: duckdb.DuckDBPyConnection, name: str) -> bool:
     )
 
 
-def _gate_facts(con: duckdb.DuckDBPyConnection) -> None:
+def _gate_facts(con: duckdb.DuckDBPyConnection, values: dict[str, Any]) -> None:
     """The gate facts and the samples behind the meters (queries/sql/facts), after the
     detectors and the stages of their findings: every gate measure, for the decision and
-    under the dashboard's filters, aggregates them."""
+    under the dashboard's filters, aggregates them. `values`: params.from_config (which of
+    the probe's units count)."""
     for stmt in named.get("build", "facts").statements():
-        con.execute(stmt)
+        con.execute(stmt, {k: values[k] for k in PROBE_PARAMS if f"${k}" in stmt})
+
+
+PROBE_PARAMS = ("probe_facts", "probe_detectors")
 
 
 # The severity of a unit a detector returned as one it cannot judge (`-- undecided:` in its

@@ -180,7 +180,7 @@ def _analyse(
         for name, q in catalog.detectors().items():
             _run_detector(spark, con, name, q, values, counts, frames)
         runner._assign_stages(con)
-        runner._gate_facts(con)
+        runner._gate_facts(con, values)
         set_meta(con, "data_version", str(int(get_meta(con, "data_version", "0")) + 1))
         set_meta(con, "analysis_stamp", runner.stamp(con, config))
         runner.store_config(con, config)

@@ -142,7 +142,7 @@ def probed(tmp_path_factory):
     return out
 
 
-def _analyse(d: Path):
+def _analyse(d: Path, **settings):
     from replaygate.ingest import db as dbm
     from replaygate.ingest.config import from_mapping
     from replaygate.ingest.load import ingest
@@ -153,9 +153,10 @@ def _analyse(d: Path):
         {
             "hmac_key_env": "REPLAYGATE_HMAC_KEY_E2E",
             "origin_allowlist": ["http://127.0.0.1:*", "http://localhost:*"],
+            **settings,
         }
     )
-    con = dbm.connect(str(d / "rg.duckdb"))
+    con = dbm.connect(str(d / f"rg-{'-'.join(map(str, settings.values())) or 'default'}.duckdb"))
     report = ingest(con, [d / "logs"], config)
     runner.analyse(con, config)
     return con, config, report
@@ -216,16 +217,29 @@ def test_healthy_store_passes_every_scenario_without_a_finding(probed):
     # Every request was marked: the proxy saw only the probe's User-Agent.
     agents = {a for (a,) in con.execute("SELECT DISTINCT user_agent FROM proxy").fetchall()}
     assert agents and all(a.startswith("replaygate-probe/") for a in agents)
-    principals = {p for (p,) in con.execute("SELECT DISTINCT principal FROM sessions").fetchall()}
-    assert principals == {"replaygate-probe"}
+    # Its session rows and, through Caddy's log, its requests are the probe's principal.
+    for table in ("sessions", "proxy"):
+        sql = f"SELECT DISTINCT principal FROM {table}"
+        assert {p for (p,) in con.execute(sql).fetchall()} == {"replaygate-probe"}, table
     # The probe's completed streams are judged units: the truncation gate passes on them.
+    # Its staged requests (foreign Origin and Host, a dead session reused) are not the
+    # users' traffic: by default no real-traffic gate counts them.
     from replaygate.queries import gates
 
     stage = gates.evaluate(con, config, STAGE)["stages"][0]
     g = {x["id"]: x for x in stage["gates"]}
     assert g["silent_truncations"]["status"] == "pass" and g["silent_truncations"]["sample"] >= 1
+    assert g["invalid_origin_rejection"]["sample"] == 0
+    assert g["reinit_after_404"]["sample"] == 0
+    # probe_gates = "all": they count in every gate, and pass.
+    con.close()
+    con, config, _ = _analyse(d, probe_gates="all")
+    stage = gates.evaluate(con, config, STAGE)["stages"][0]
+    g = {x["id"]: x for x in stage["gates"]}
+    assert g["silent_truncations"]["status"] == "pass" and g["silent_truncations"]["sample"] >= 1
     assert g["invalid_origin_rejection"]["status"] == "pass"
-    assert g["reinit_after_404"]["status"] == "pass"
+    assert g["invalid_origin_rejection"]["sample"] >= 1
+    assert g["reinit_after_404"]["status"] == "pass" and g["reinit_after_404"]["sample"] >= 1
 
 
 def test_crossed_store_is_a_client_based_cross_stream_acceptance(probed):

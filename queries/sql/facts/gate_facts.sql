@@ -6,35 +6,40 @@
 --          decision and under any filter for the dashboard, aggregates this one table
 --          (queries/sql/gates); a_stage_samples (the evidence meters, the per-revision
 --          samples) is its per-stage summary. Built after the detectors and their stages.
+--          The units of `replaygate probe`'s sessions and requests (is_probe: its client
+--          name, or its principal in a session or proxy row) are facts only where
+--          `probe_gates` counts them: the facts of probe_facts and the findings of probe_detectors
+--          (queries/params.py); the dashboard's measures and the meters follow.
 -- filters: none
 CREATE OR REPLACE TABLE a_gate_facts AS
 WITH units AS (
-    SELECT 'accepted_receipts' AS fact, ts, session_hmac, NULL::DOUBLE AS secs
+    SELECT 'accepted_receipts' AS fact, ts, session_hmac, NULL::DOUBLE AS secs,
+           NULL::VARCHAR AS principal
     FROM inbox WHERE verdict = 'accepted'
     UNION ALL
     -- delivered events: accepted receipts where the client keeps an inbox, else the
     -- events the server's log shows it sent or replayed (what the server basis judges)
-    SELECT 'delivered_events', ts, session_hmac, NULL
+    SELECT 'delivered_events', ts, session_hmac, NULL, NULL
     FROM inbox WHERE verdict = 'accepted'
     UNION ALL
-    SELECT 'delivered_events', e.ts, e.session_hmac, NULL
+    SELECT 'delivered_events', e.ts, e.session_hmac, NULL, NULL
     FROM events e ANTI JOIN a_inbox_sessions USING (session_hmac, generation)
     WHERE e.kind <> 'priming' AND e.disposition IN ('sent', 'replayed')
     UNION ALL
-    SELECT 'completed_streams', ts, session_hmac, NULL
+    SELECT 'completed_streams', ts, session_hmac, NULL, NULL
     FROM streams WHERE is_completed(state, close_reason)
     UNION ALL
-    SELECT 'write_dispatches', ts, session_hmac, NULL
+    SELECT 'write_dispatches', ts, session_hmac, NULL, principal
     FROM dispatches WHERE is_write(tool_class)
     UNION ALL
-    SELECT 'recoveries', disc_ts, session_hmac, secs
+    SELECT 'recoveries', disc_ts, session_hmac, secs, NULL
     FROM a_recoveries WHERE reopen_ts IS NOT NULL
 ),
 records AS (
     SELECT u.fact, w.stage, u.ts, u.session_hmac, u.secs, NULL::VARCHAR AS detector,
            NULL::INTEGER AS status, NULL::VARCHAR AS method, NULL::VARCHAR AS origin,
            NULL::BOOLEAN AS raw_session_id, NULL::BOOLEAN AS reconnect,
-           NULL::BIGINT AS file_id
+           NULL::BIGINT AS file_id, u.principal
     FROM units u
     LEFT JOIN a_sessions a ON a.session_hmac = u.session_hmac
     LEFT JOIN a_stage_windows w
@@ -42,7 +47,7 @@ records AS (
 ),
 proxied AS (
     SELECT w.stage, p.ts, p.session_hmac, p.status, p.method, p.origin, p.raw_session_id,
-           p.file_id, p.last_event_id
+           p.file_id, p.last_event_id, p.principal
     FROM proxy p
     LEFT JOIN a_sessions a ON a.session_hmac = p.session_hmac
     LEFT JOIN a_stage_windows w
@@ -55,20 +60,25 @@ requests AS (
            is_reconnect(method, last_event_id, status,
                         prior_gets(method, coalesce(stage, '') || session_hmac, ts))
                AS reconnect,
-           file_id
+           file_id, principal
     FROM proxied
 ),
 found AS (
     SELECT 'findings' AS fact, stage, ts, session_hmac, NULL::DOUBLE AS secs, detector,
            NULL::INTEGER, NULL::VARCHAR, NULL::VARCHAR, NULL::BOOLEAN, NULL::BOOLEAN,
-           NULL::BIGINT
+           NULL::BIGINT, NULL::VARCHAR
     FROM findings WHERE gated(detail)
 )
-SELECT f.*, record_revision(f.session_hmac, a.protocol_version) AS revision,
-       a.server_instance AS server, a.client_name AS client,
-       (a.session_hmac IS NOT NULL AND a.cohort IS NULL) AS baseline
-FROM (SELECT * FROM records UNION ALL SELECT * FROM requests UNION ALL SELECT * FROM found) f
-LEFT JOIN a_sessions a ON a.session_hmac = f.session_hmac;
+SELECT * EXCLUDE (principal) FROM (
+    SELECT f.*, record_revision(f.session_hmac, a.protocol_version) AS revision,
+           a.server_instance AS server, a.client_name AS client,
+           (a.session_hmac IS NOT NULL AND a.cohort IS NULL) AS baseline,
+           is_probe(a.client_name, coalesce(a.principal, f.principal)) AS probe
+    FROM (SELECT * FROM records UNION ALL SELECT * FROM requests UNION ALL SELECT * FROM found) f
+    LEFT JOIN a_sessions a ON a.session_hmac = f.session_hmac
+)
+WHERE NOT probe OR list_contains($probe_facts, fact)
+   OR (fact = 'findings' AND list_contains($probe_detectors, detector));
 
 -- The samples behind the evidence meters per stage, and per stage and revision: counts,
 -- the last hour before the stage's newest sample, and the p99 of recoveries.
