@@ -423,7 +423,6 @@ def test_a_silent_resumed_stream_is_resumed_again_without_waiting_the_timeout(tm
     assert resume["seconds"] < 20, resume
 
 
-
 def test_the_probes_marks_are_what_ingest_reads():
     """The header and principal the probe sends (its User-Agent starts with the principal)
     are those ingest knows it by: the probe imports nothing of ingest, so the two are held
