@@ -26,11 +26,24 @@ ACTION_COLORS = {
     "rollback": "#c62828",
     "complete": "#6a1b9a",
 }
+# A chart's width in the dashboard at 1400 px beside the sidebar (the page's width; a
+# chart with rollout labels is never put in a column, where they would need many rows).
+CHART_PX = 940
+LEGEND_FONT = 11
 LAYOUT = {
-    "margin": {"l": 10, "r": 10, "t": 95, "b": 10},
+    "margin": {"l": 10, "r": 10, "t": 50, "b": 10},
     "height": 340,
-    # Above the plot, so it never covers the x-axis title.
-    "legend": {"orientation": "h", "y": 1.02, "yanchor": "bottom", "x": 0, "font": {"size": 11}},
+    # Right of the plot, from its top down: plotly widens the margin to fit it, so it
+    # covers nothing however many entries it has. Below the plot it sat on the time
+    # axis's ticks and title; above it, once it wrapped, on the title.
+    "legend": {
+        "orientation": "v",
+        "x": 1.02,
+        "xanchor": "left",
+        "y": 1.0,
+        "yanchor": "top",
+        "font": {"size": LEGEND_FONT},
+    },
     "title_y": 0.97,
     "title_yanchor": "top",
 }
@@ -153,9 +166,19 @@ def _empty(title: str, message: str = "nothing to show for these filters") -> go
     return fig
 
 
-# Rollout labels: font size, pixels per character and per row, and the plot's width at
-# 1400 px beside the sidebar, to keep labels that would overlap on separate rows.
-LABEL_FONT, LABEL_CHAR_PX, LABEL_ROW_PX, PLOT_PX = 11, 6.5, 16, 860
+# Rollout labels: font size, pixels per character and per row, to keep labels that would
+# overlap on separate rows. A legend's pixels per character and beside its entries, and
+# the y axis's ticks and title: what a chart's width leaves to its plot.
+LABEL_FONT, LABEL_CHAR_PX, LABEL_ROW_PX = 11, 6.5, 16
+LEGEND_CHAR_PX, LEGEND_ITEM_PX, Y_AXIS_PX = 6.5, 50, 70
+
+
+def plot_px(fig: go.Figure, chart_px: int) -> float:
+    """The width of the plot area of `fig` drawn `chart_px` wide: less the margins, the
+    y axis and the legend at its right (shown for two or more named traces)."""
+    names = [str(t.name) for t in fig.data if t.name and t.showlegend is not False]
+    legend = max(len(n) for n in names) * LEGEND_CHAR_PX + LEGEND_ITEM_PX if len(names) > 1 else 0
+    return max(chart_px - 20 - Y_AXIS_PX - legend, 100)
 
 
 def label_rows(xs: list[float], widths: list[float]) -> list[int]:
@@ -174,11 +197,34 @@ def label_rows(xs: list[float], widths: list[float]) -> list[int]:
     return rows
 
 
-def annotate_rollout(fig: go.Figure, actions: pd.DataFrame) -> go.Figure:
+# The height of one entry of a vertical legend at LEGEND_FONT, and its padding.
+LEGEND_ROW_PX, LEGEND_PAD_PX, AXIS_BOTTOM_PX = 19, 12, 80
+
+
+def fit_legend(fig: go.Figure) -> go.Figure:
+    """A chart tall enough for its legend's entries beside the plot: a legend taller than
+    the plot would scroll and hide its last entries."""
+    entries = sum(
+        len(t.labels or ()) if t.type == "pie" else 1
+        for t in fig.data
+        if t.showlegend is not False and (t.type == "pie" or t.name)
+    )
+    if entries < 2:
+        return fig
+    margin = fig.layout.margin
+    # Below the plot at least the time axis's ticks and title, which plotly fits there.
+    bottom = max(margin.b or 0, AXIS_BOTTOM_PX)
+    need = (margin.t or 0) + bottom + entries * LEGEND_ROW_PX + LEGEND_PAD_PX
+    fig.update_layout(height=max(fig.layout.height or 0, need))
+    return fig
+
+
+def annotate_rollout(fig: go.Figure, actions: pd.DataFrame, chart_px: int = CHART_PX) -> go.Figure:
     """Rollout actions as vertical lines on a time chart, labelled above the plot (never
-    over its data), each label on the first row where it overlaps no other; the legend
-    goes below the plot so that it covers neither the labels nor the title. Only the
-    actions inside the plotted time range, so a filtered chart keeps its own range."""
+    over its data), each label on the first row where it overlaps no other at the
+    chart's width (`chart_px`); the legend stays at the right, below the labels' rows.
+    Only the actions inside the plotted time range, so a filtered chart keeps its own
+    range."""
     xs = [x for t in fig.data for x in (t.x if t.x is not None else ())]
     lo = hi = None
     if xs and not actions.empty:
@@ -198,7 +244,7 @@ def annotate_rollout(fig: go.Figure, actions: pd.DataFrame) -> go.Figure:
         starts = [(t - lo).total_seconds() / span for t in actions["_t"]]
     else:
         starts = [i / max(1, len(texts)) for i in range(len(texts))]
-    widths = [(len(t) * LABEL_CHAR_PX + 8) / PLOT_PX for t in texts]
+    widths = [(len(t) * LABEL_CHAR_PX + 8) / plot_px(fig, chart_px) for t in texts]
     rows = label_rows(starts, widths)
     for row, text, r in zip(rows, texts, actions.itertuples(), strict=True):
         color = ACTION_COLORS.get(r.action, "#555")
@@ -218,7 +264,6 @@ def annotate_rollout(fig: go.Figure, actions: pd.DataFrame) -> go.Figure:
     margin = dict(fig.layout.margin.to_plotly_json()) if fig.layout.margin else {}
     fig.update_layout(
         margin={**margin, "t": max(top, margin.get("t") or 0), "b": max(80, margin.get("b") or 0)},
-        legend={"orientation": "h", "y": -0.18, "yanchor": "top", "x": 0},
         title_y=0.99,
     )
     return fig
@@ -308,7 +353,11 @@ def gate_matrix(stages: list[dict], titles: dict | None = None) -> go.Figure:
 
 
 def findings_over_time(
-    df: pd.DataFrame, actions: pd.DataFrame, title: str, bucket: str = "15 min"
+    df: pd.DataFrame,
+    actions: pd.DataFrame,
+    title: str,
+    bucket: str = "15 min",
+    chart_px: int = CHART_PX,
 ) -> go.Figure:
     title = f"{title} (per {bucket})"
     if df.empty:
@@ -320,7 +369,7 @@ def findings_over_time(
         )
     fig.update_layout(barmode="stack", title=plot_text(title), **LAYOUT)
     _axes(fig, y=f"findings per {bucket}")
-    return annotate_rollout(fig, actions)
+    return fit_legend(annotate_rollout(fig, actions, chart_px))
 
 
 def recovery_histogram(df: pd.DataFrame, threshold_s: float) -> go.Figure:
@@ -365,6 +414,7 @@ def series_by(
     y: str = "count",
     colors: dict | None = None,
     bucket: str | None = None,
+    chart_px: int = CHART_PX,
 ) -> go.Figure:
     if bucket:
         title = f"{title} (per {bucket})"
@@ -377,7 +427,7 @@ def series_by(
         fig.add_trace(trace(x=part["bucket"], y=part["n"], name=plot_text(k), marker_color=color))
     fig.update_layout(barmode="stack", title=plot_text(title), **LAYOUT)
     _axes(fig, y=f"{y} per {bucket}" if bucket else y)
-    return annotate_rollout(fig, actions) if actions is not None else fig
+    return fit_legend(annotate_rollout(fig, actions, chart_px) if actions is not None else fig)
 
 
 def share_pie(
@@ -411,7 +461,7 @@ def share_pie(
         uniformtext={"minsize": PIE_TEXT_MIN, "mode": "hide"},
         **LAYOUT,
     )
-    return fig
+    return fit_legend(fig)
 
 
 # The smallest font a slice's text is drawn in; a slice too thin for it shows none.
@@ -426,7 +476,9 @@ def share_text(share: float) -> str:
     return f"{pct:.1f} %" if 0 < pct < 1 else f"{pct:.0f} %"
 
 
-def reconnect_qps(df: pd.DataFrame, budget: float, actions: pd.DataFrame) -> go.Figure:
+def reconnect_qps(
+    df: pd.DataFrame, budget: float, actions: pd.DataFrame, chart_px: int = CHART_PX
+) -> go.Figure:
     title = "Reconnects per second (10 s windows) against the budget"
     if df.empty:
         return _empty(title, "no reconnects")
@@ -459,7 +511,7 @@ def reconnect_qps(df: pd.DataFrame, budget: float, actions: pd.DataFrame) -> go.
     )
     fig.update_layout(title=plot_text(title), **LAYOUT)
     _axes(fig, y="reconnects per second")
-    return annotate_rollout(fig, actions)
+    return fit_legend(annotate_rollout(fig, actions, chart_px))
 
 
 LANES = [

@@ -106,6 +106,7 @@ def test_every_page_in_a_real_browser(server, sample_db, tmp_path):
             title = page.inner_text("[data-testid='stMainBlockContainer'] h1")
             assert title.strip(), name
             page.screenshot(path=str(shots / f"{name}.png"))
+            _charts_are_legible(page, name)
             if name == "findings":
                 # The findings table (the second frame, after the per-detector summary)
                 # has room for its first columns: the finding, its detail, its guide entry.
@@ -113,6 +114,44 @@ def test_every_page_in_a_real_browser(server, sample_db, tmp_path):
                 assert box and box["width"] >= FINDINGS_VISIBLE, box
         browser.close()
     assert (shots / "overview.png").stat().st_size > 10_000
+
+
+# Each text of a drawn chart: its words, what it is (legend entry, rollout label,
+# title, ...) and its box, with the box of the chart's SVG.
+CHART_TEXTS = """(el) => {
+  const svg = el.querySelector('.main-svg').getBoundingClientRect();
+  const kind = (t) => t.closest('.legend') ? 'legend' : t.closest('.annotation') ? 'label'
+    : t.closest('.g-gtitle') ? 'title' : t.closest('.slice') ? 'slice' : 'other';
+  return {svg: [svg.left, svg.top, svg.right, svg.bottom],
+    texts: [...el.querySelectorAll('.main-svg text')].filter((t) => t.textContent)
+      .map((t) => { const r = t.getBoundingClientRect();
+        return [t.textContent, kind(t), r.left, r.top, r.right, r.bottom]; })
+      .filter((t) => t[4] > t[2] && t[5] > t[3])};
+}"""
+
+
+def _charts_are_legible(page, name: str) -> None:
+    """Every text of every chart lies inside the chart (nothing cut off), and no legend
+    entry, rollout label or title covers another text."""
+    charts = page.locator("[data-testid='stPlotlyChart']")
+    for i in range(charts.count()):
+        chart = charts.nth(i)
+        chart.scroll_into_view_if_needed()
+        chart.locator(".main-svg text").first.wait_for(timeout=60_000)
+        drawn = chart.evaluate(CHART_TEXTS)
+        left, top, right, bottom = drawn["svg"]
+        texts = drawn["texts"]
+        for text, kind, x0, y0, x1, y1 in texts:
+            # 2 px: a glyph's box may reach past the line it is set on.
+            inside = x0 >= left - 2 and y0 >= top - 2 and x1 <= right + 2 and y1 <= bottom + 2
+            assert inside, (name, i, text, kind, (x0, y0, x1, y1), drawn["svg"])
+        for j, a in enumerate(texts):
+            for b in texts[j + 1 :]:
+                if "other" in (a[1], b[1]) and {a[1], b[1]} <= {"other", "slice"}:
+                    continue  # ticks and marker labels among themselves: plotly's own
+                overlap_x = min(a[4], b[4]) - max(a[2], b[2])
+                overlap_y = min(a[5], b[5]) - max(a[3], b[3])
+                assert overlap_x <= 1 or overlap_y <= 1, (name, i, a, b)
 
 
 def _png_size(path) -> tuple[int, int]:

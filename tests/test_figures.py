@@ -330,4 +330,64 @@ def test_rollout_labels_stand_above_the_plot_and_apart():
     by_text = {a.text: a.yshift for a in ann}
     assert by_text["proceed shadow-10pct"] != by_text["start resume-read-25pct"]
     assert fig.layout.margin.t >= max(by_text.values()) + figures.LABEL_ROW_PX + 20
-    assert fig.layout.legend.y < 0
+    _beside_the_plot(fig.layout.legend)
+
+
+def _beside_the_plot(legend) -> None:
+    """Right of the plot from its top down, where plotly widens the margin to fit it:
+    never below (on the time axis's ticks and title) nor above (on the title)."""
+    assert legend.orientation == "v" and legend.x >= 1 and legend.xanchor == "left"
+    assert legend.y == 1 and legend.yanchor == "top"
+
+
+def test_every_chart_with_a_legend_keeps_it_beside_the_plot_and_room_for_all_of_it():
+    from replaygate.queries import catalog
+
+    names = sorted(catalog.detectors())[:14]
+    df = pd.DataFrame({"bucket": [T] * len(names), "detector": names, "n": [1] * len(names)})
+    qps = pd.DataFrame({"win": [T, T + timedelta(seconds=10)], "qps": [1.0, 7.5]})
+    series = pd.DataFrame({"bucket": [T, T], "k": ["a", "b"], "n": [1, 2]})
+    figs = {
+        "findings": figures.findings_over_time(df, ACTIONS, "t"),
+        "findings, no actions": figures.findings_over_time(df, ACTIONS.iloc[:0], "t"),
+        "series": figures.series_by(series, "k", "t", actions=ACTIONS),
+        "series, no actions": figures.series_by(series, "k", "t"),
+        "reconnects": figures.reconnect_qps(qps, 5.0, ACTIONS),
+        "donut": figures.share_pie(names, [1] * len(names), "t"),
+    }
+    for what, fig in figs.items():
+        _beside_the_plot(fig.layout.legend)
+        shown = [t for t in fig.data if t.showlegend is not False]
+        if what.startswith("findings") or what == "donut":
+            # Fourteen entries do not fit beside a 340 px chart: it grows, never scrolls.
+            entries = len(shown) if what != "donut" else len(names)
+            m = fig.layout.margin
+            room = fig.layout.height - m.t - max(m.b, figures.AXIS_BOTTOM_PX)
+            assert room >= entries * figures.LEGEND_ROW_PX, (what, room)
+            assert fig.layout.height > figures.LAYOUT["height"], what
+
+
+def test_rollout_labels_make_room_for_the_legend_beside_the_plot():
+    """Two labels a quarter of the time range apart share a row on a plot as wide as the
+    chart, and not when a legend of long names takes part of its width."""
+    actions = pd.DataFrame(
+        {
+            "ts": [T, T + timedelta(hours=2)],
+            "stage": ["resume-read-25pct", "resume-read-25pct"],
+            "action": ["start", "hold"],
+        }
+    )
+    hours = [T + timedelta(hours=h) for h in range(9)]
+
+    def rows(keys: list[str]) -> set[float]:
+        df = pd.DataFrame({"bucket": hours * len(keys), "k": keys * 9, "n": [1] * 9 * len(keys)})
+        df = df.assign(k=[keys[i % len(keys)] for i in range(len(df))])
+        fig = figures.series_by(df, "k", "t", actions=actions)
+        return {a.yshift for a in fig.layout.annotations if a.yref == "paper"}
+
+    assert len(rows(["one"])) == 1
+    assert len(rows(["a rather long name of a series", "another long name of a series"])) == 2
+    fig = figures.series_by(
+        pd.DataFrame({"bucket": hours, "k": ["x"] * 9, "n": [1] * 9}), "k", "t", actions=actions
+    )
+    assert figures.plot_px(fig, 940) == 940 - 20 - figures.Y_AXIS_PX

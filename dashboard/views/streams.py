@@ -41,25 +41,23 @@ st.plotly_chart(
     ),
     key="streams_over_time",
 )
-left, right = st.columns(2)
-with left:
-    st.plotly_chart(
-        figures.recovery_histogram(
-            data.recoveries(ctx.stamp, f), data.store().config.recovery_threshold_s
-        ),
-        key="streams_recovery",
-    )
-with right:
-    st.plotly_chart(
-        figures.series_by(
-            data.resumes_over_time(ctx.stamp, f, bucket),
-            "state",
-            "Disconnects and resumes",
-            actions,
-            y="stream ledger rows",
-            colors=figures.STATE_COLORS,
-            bucket=bucket_name,
-        ),
-        key="streams_resumes",
-    )
+st.plotly_chart(
+    figures.recovery_histogram(
+        data.recoveries(ctx.stamp, f), data.store().config.recovery_threshold_s
+    ),
+    key="streams_recovery",
+)
+# The page's width, not half of it: the rollout's labels need the room above the plot.
+st.plotly_chart(
+    figures.series_by(
+        data.resumes_over_time(ctx.stamp, f, bucket),
+        "state",
+        "Disconnects and resumes",
+        actions,
+        y="stream ledger rows",
+        colors=figures.STATE_COLORS,
+        bucket=bucket_name,
+    ),
+    key="streams_resumes",
+)
 ui.findings_section(ctx, f, DETECTORS, found, "streams")
