@@ -121,6 +121,11 @@ def timed_load(kind):
         marks["end"] = time.perf_counter()
     return spans()
 runner.catalog.load = timed_load
+gate_facts = runner._gate_facts
+def timed_facts(con):  # the gate facts (queries/sql/facts) and a_stage_samples
+    t = time.perf_counter(); gate_facts(con)
+    marks["facts_s"] = marks.get("facts_s", 0.0) + time.perf_counter() - t
+runner._gate_facts = timed_facts
 con = db.connect(sys.argv[1])
 conf = config.Config()
 t0 = time.perf_counter(); runner.analyse(con, conf, force=True); t1 = time.perf_counter()
@@ -129,6 +134,7 @@ t2 = time.perf_counter()
 per = dict(con.execute("SELECT detector, seconds FROM coverage").fetchall())
 print(json.dumps({"analyse_s": t1 - t0, "prep_s": marks["end"] - marks["start"],
                   "detect_s": sum(v or 0 for v in per.values()), "gates_s": t2 - t1,
+                  "facts_s": marks.get("facts_s"),
                   "per_detector": per,
                   "findings": con.execute("SELECT count(*) FROM findings").fetchone()[0]}))
 """
@@ -340,6 +346,10 @@ def table(results: list[dict]) -> str:
     )
     row("— prepare step: s", lambda r: f"{r['analyse']['prep_s']:.1f}")
     row("— detectors: s", lambda r: f"{r['analyse']['detect_s']:.1f}")
+    row(
+        "— gate facts (`a_gate_facts`, `a_stage_samples`): s",
+        lambda r: f"{r['analyse']['facts_s']:.1f}",
+    )
     row(
         "— slowest detector",
         lambda r: "`{}` {:.1f} s".format(

@@ -579,10 +579,11 @@ class _Loader:
             self.con,
             self.source,
             self.field_maps,
+            typed=typed,
         )
         sql = readers.FORMATS[src.format].build(reading)
         if typed is not None:
-            sql = validate.checked_sql(typed, f"({sql})")
+            sql = validate.checked_sql(typed, f"({sql})", reading.native)
         params: dict[str, Any] = {"path": str(read_path)}
         if "$hmac_ipad" in sql:
             params.update(self.params)

@@ -4,6 +4,11 @@ Each field is cast once (`t_<name>` from the text `f_<name>`); a row's reason is
 the first rule it breaks, in field order, read off the pair: a value present but
 not castable is a wrong type. NULL means the row is loaded. Reasons name fields
 and rules, never values: a value in the wrong field could be a secret.
+
+A reader may hand over a field already in its contract type (`native`: a Parquet
+column of that type) instead of text. Its cast then skips the round trip through
+text for the values where that gives the same result, and takes the text path for
+the others, so either way a value is loaded, or refused for the same reason, alike.
 """
 
 from __future__ import annotations
@@ -41,8 +46,55 @@ def ts_sql(v: str) -> str:
     )
 
 
-def cast_sql(f: Field) -> str:
+# The largest integer a DOUBLE holds exactly: the text path reads an integer through a
+# DOUBLE, so beyond it a native integer takes the text path to be rounded alike.
+_EXACT_INT = 2**53
+# Timestamps whose text is a 4-digit year (the text path reads others differently).
+_PLAIN_YEARS = "TIMESTAMPTZ '1000-01-01 00:00:00+00'", "TIMESTAMPTZ '9999-01-01 00:00:00+00'"
+
+# The DuckDB types a reader may hand a field over in (describe's names), per contract
+# type; integers narrower than BIGINT are widened.
+NATIVE_TYPES = {
+    "ts": {"TIMESTAMP WITH TIME ZONE"},
+    "int": {"BIGINT", "INTEGER", "SMALLINT", "TINYINT"},
+    "float": {"DOUBLE"},
+    "bool": {"BOOLEAN"},
+}
+
+
+def can_be_native(f: Field, duckdb_type: str) -> bool:
+    """Whether a column of `duckdb_type` may be handed over natively for field `f`
+    (the rules on a field's text, length and forbidden characters, need text)."""
+    return (
+        duckdb_type in NATIVE_TYPES.get(f.type, ())
+        and not f.secret
+        and f.max_len is None
+        and not f.forbid
+    )
+
+
+def _native_cast_sql(f: Field) -> str:
     v = f"f_{f.name}"
+    text = cast_sql(f, f"CAST({v} AS VARCHAR)")
+    if f.type == "ts":
+        lo, hi = _PLAIN_YEARS
+        return (
+            f"CASE WHEN {v} >= {lo} AND {v} < {hi} THEN date_trunc('millisecond', {v}) "
+            f"ELSE {text} END"
+        )
+    if f.type == "int":
+        return (
+            f"CASE WHEN {v} BETWEEN {-_EXACT_INT} AND {_EXACT_INT} THEN CAST({v} AS BIGINT) "
+            f"ELSE {text} END"
+        )
+    if f.type == "float":
+        return f"CASE WHEN isfinite({v}) THEN {v} END"
+    return v  # bool
+
+
+def cast_sql(f: Field, v: str | None = None) -> str:
+    """The typed value of field `f` from its text (`f_<name>`, or the expression `v`)."""
+    v = v or f"f_{f.name}"
     if f.type == "ts":
         return ts_sql(v)
     if f.type == "int":
@@ -71,15 +123,18 @@ def _rule_text(f: Field) -> str:
     return f"{f.name}: expected {want}"
 
 
-def reason_sql(rt: RecordType) -> str:
-    """First broken rule of a row holding both f_ (text) and t_ (typed) columns, or NULL."""
+def reason_sql(rt: RecordType, native: frozenset[str] = frozenset()) -> str:
+    """First broken rule of a row holding both f_ (text, or `native`) and t_ (typed)
+    columns, or NULL."""
     whens = []
     for f in rt.fields:
         if f.secret:
             continue
         v, t = f"f_{f.name}", f"t_{f.name}"
         if f.required:
-            whens.append(f"WHEN {v} IS NULL OR {v} = '' THEN 'missing required field {f.name}'")
+            # A native value is never the empty text.
+            empty = "" if f.name in native else f" OR {v} = ''"
+            whens.append(f"WHEN {v} IS NULL{empty} THEN 'missing required field {f.name}'")
         # Reasons are constants of ours; quotes cannot occur in them.
         if f.type == "ts":
             # Bounds set per ingest (load.py: SET VARIABLE); NULL bounds check nothing.
@@ -108,13 +163,13 @@ def reason_sql(rt: RecordType) -> str:
     return "CASE " + " ".join(whens) + " END" if whens else "NULL"
 
 
-def typed_exprs(rt: RecordType) -> list[str]:
+def typed_exprs(rt: RecordType, native: frozenset[str] = frozenset()) -> list[str]:
     """`t_<name>` columns for every stored field and derived column of rt."""
     out = []
     for f in rt.fields:
         if f.secret:
             continue
-        expr = cast_sql(f)
+        expr = _native_cast_sql(f) if f.name in native else cast_sql(f)
         if rt.table == "proxy" and f.name == "session_hmac":
             # The hashed Mcp-Session-Id header stands in for a missing session_hmac.
             expr = "coalesce(nullif(f_session_hmac, ''), f_session_id)"
@@ -124,11 +179,13 @@ def typed_exprs(rt: RecordType) -> list[str]:
     return out
 
 
-def checked_sql(rt: RecordType, source: str) -> str:
-    """Rows of `source` with typed columns and their reason (text columns dropped)."""
+def checked_sql(rt: RecordType, source: str, native: frozenset[str] = frozenset()) -> str:
+    """Rows of `source` with typed columns and their reason (text columns dropped);
+    `native`: the fields `source` holds in their contract type (can_be_native)."""
     return f"""
-    SELECT * EXCLUDE ({", ".join(f"f_{f.name}" for f in rt.fields)}), {reason_sql(rt)} AS reason
-    FROM (SELECT *, {", ".join(typed_exprs(rt))} FROM {source})"""
+    SELECT * EXCLUDE ({", ".join(f"f_{f.name}" for f in rt.fields)}),
+        {reason_sql(rt, native)} AS reason
+    FROM (SELECT *, {", ".join(typed_exprs(rt, native))} FROM {source})"""
 
 
 def target_columns(rt: RecordType) -> tuple[list[str], list[str]]:

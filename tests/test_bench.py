@@ -44,3 +44,26 @@ def test_batches_hold_every_row_once(tmp_path):
         split = con.execute(q, {"f": [str(p) for p in parts]}).fetchall()
         assert whole == split, f.name
         assert len(parts) in ((1,) if f.name == "rollout.parquet" else (2, 3)), f.name
+
+
+def test_analysis_step_times_the_gate_facts(tmp_path):
+    # The analysis step reports the gate facts apart (docs/performance.md's row).
+    import json
+
+    sys.path.insert(0, str(BENCH))
+    import run
+
+    fleet, db = tmp_path / "fleet", tmp_path / "t.duckdb"
+    r = subprocess.run(
+        [sys.executable, "-m", "replaygate", "simulate", "--out", str(fleet), "--sessions",
+         "40", "--format", "jsonl", "--seed", "2"],
+        capture_output=True, text=True,
+    )  # fmt: skip
+    assert r.returncode == 0, r.stderr
+    r = subprocess.run(
+        [sys.executable, "-m", "replaygate", "ingest", str(fleet), "--db", str(db), "--no-analyse"],
+        capture_output=True, text=True, env=run.ENV,
+    )  # fmt: skip
+    assert r.returncode == 0, r.stderr
+    out = json.loads(run.run_step([sys.executable, "-c", run.ANALYSE, str(db)])["out"])
+    assert 0 < out["facts_s"] < out["analyse_s"]
