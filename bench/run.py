@@ -122,8 +122,8 @@ def timed_load(kind):
     return spans()
 runner.catalog.load = timed_load
 gate_facts = runner._gate_facts
-def timed_facts(con):  # the gate facts (queries/sql/facts) and a_stage_samples
-    t = time.perf_counter(); gate_facts(con)
+def timed_facts(*args):  # the gate facts (queries/sql/facts) and a_stage_samples
+    t = time.perf_counter(); gate_facts(*args)
     marks["facts_s"] = marks.get("facts_s", 0.0) + time.perf_counter() - t
 runner._gate_facts = timed_facts
 con = db.connect(sys.argv[1])
