@@ -80,12 +80,19 @@ def _stub_venv(tmp_path):
     venv = tmp_path / "venv"
     (venv / "bin").mkdir(parents=True)
     calls = tmp_path / "calls"
-    for name, extra in (
-        ("python", ""),
-        ("replaygate", 'if [ "$1" = ingest ]; then touch "$4"; fi\n'),
-    ):
+    head = f'#!/bin/sh\nC="{calls}"\n'
+    stubs = {
+        "python": 'echo "python $*" >>"$C"\n',
+        # An ingest says so when its database already exists, and makes it.
+        "replaygate": 'echo "replaygate $*" >>"$C"\n'
+        'if [ "$1" = ingest ]; then\n'
+        '  [ -e "$4" ] && echo "into old" >>"$C"\n'
+        '  touch "$4"\n'
+        "fi\n",
+    }
+    for name, body in stubs.items():
         stub = venv / "bin" / name
-        stub.write_text(f'#!/bin/sh\necho "{name} $*" >>"{calls}"\n{extra}')
+        stub.write_text(head + body)
         stub.chmod(0o755)
     return venv, calls
 
@@ -104,7 +111,8 @@ def _demo(venv, calls, demo_dir) -> list[str]:
 def test_a_demo_rerun_only_starts_the_dashboard(tmp_path):
     """What the first run of `./dev demo` did is recorded (the install's stamp in the
     venv, the sample database's stamp beside it): a rerun with nothing changed installs
-    nothing and ingests nothing; without its stamp the database is made again."""
+    nothing and ingests nothing; without its stamp (code or sample changed) the database
+    is made again from nothing, not ingested into the old one."""
     venv, calls = _stub_venv(tmp_path)
     demo = tmp_path / "demo"
     first = _demo(venv, calls, demo)
