@@ -53,6 +53,18 @@ def test_golden(db, tmp_path, fmt):
         assert as_documented == example.read_text(), "REPLAYGATE_UPDATE_GOLDEN=1 regenerates it"
 
 
+def test_example_html_report_is_current_and_small(db, tmp_path):
+    """docs/example-report.html is the HTML report of the same stage, as `./dev demo`'s
+    database names it: charts as inline SVG, no plotting library, so it stays small."""
+    got = _normalise(_report(db, tmp_path, "html", "--stage", "write-10pct").read_text(), db)
+    as_documented = got.replace("<db>", ".replaygate/sample.duckdb")
+    example = ROOT / "docs" / "example-report.html"
+    if os.environ.get("REPLAYGATE_UPDATE_GOLDEN"):
+        example.write_text(as_documented)
+    assert as_documented == example.read_text(), "REPLAYGATE_UPDATE_GOLDEN=1 regenerates it"
+    assert len(as_documented.encode()) < 200_000
+
+
 def test_deterministic(db, tmp_path):
     a = _report(db, tmp_path / "a", "json").read_bytes()
     b = _report(db, tmp_path / "b", "json").read_bytes()
