@@ -201,14 +201,18 @@ async def _resend(
             await client.call_tool(tool, args, progress_callback=on_progress, meta=meta)
         if not cut["done"]:
             answers.append(None)  # the call finished before any progress: not cut
+        errors = 0
         for _ in range(2):
             with anyio.fail_after(timeout):
                 res = await client.call_tool(tool, args, meta=meta)
+            errors += bool(res.is_error)
             answers.append(_digest(res.model_dump(mode="json", by_alias=True)))
     resent = [a for a in answers if a is not None]
     return {
         "cut": cut["done"],
         "answers": resent,
+        # Two equal errors are no receipt: they say nothing of how many times it ran.
+        "errors": errors,
         "same_receipt": len(set(resent)) == 1 and len(resent) == 2,
     }
 

@@ -816,6 +816,9 @@ class Probe:
                 "cannot_tell",
                 "--idempotency-key-arg names the argument that carries the key",
             )
+        if self.discovery.error:
+            # Not "does not speak 2026-07-28": nothing was negotiated.
+            return Verdict("resend", "cannot_tell", f"discovery failed ({self.discovery.error})")
         if not self.discovery.modern:
             return Verdict(
                 "resend",
@@ -846,6 +849,14 @@ class Probe:
             return Verdict("resend", "cannot_tell", f"stopped at the probe's deadline: {exc}")
         if "skipped" in res:
             return Verdict("resend", "skipped", res["skipped"], res)
+        if res.get("errors"):
+            return Verdict(
+                "resend",
+                "cannot_tell",
+                f"{res['errors']} of the re-sends answered an error: no receipt to compare "
+                "(check --write-arguments and --idempotency-key-arg)",
+                res,
+            )
         if res["same_receipt"]:
             return Verdict(
                 "resend",

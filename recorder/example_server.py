@@ -27,6 +27,7 @@ from . import MemoryEventStore, instrument
 mcp = MCPServer("replaygate-example")
 READ_ONLY = ToolAnnotations(read_only_hint=True)
 _tickets = itertools.count(1)
+_filed: dict[str, str] = {}
 
 
 @mcp.tool(annotations=READ_ONLY)
@@ -56,12 +57,27 @@ async def burst(n: int, ctx: Context) -> str:
 
 
 @mcp.tool()
-async def create_ticket(title: str, ctx: Context) -> str:
-    """A write: report progress, create a ticket, answer with its number."""
+async def create_ticket(title: str, ctx: Context, idempotency_key: str | None = None) -> str:
+    """A write: report progress, create a ticket, answer with its number. It takes an
+    idempotency key and ignores it: a re-send creates another ticket (what
+    `replaygate probe --write-tool create_ticket` shows)."""
     for i in range(3):
         await ctx.report_progress(i, 3)
         await asyncio.sleep(0.2)
     return f"ticket {next(_tickets)}: {title}"
+
+
+@mcp.tool()
+async def file_ticket(title: str, idempotency_key: str, ctx: Context) -> str:
+    """The same write honouring its idempotency key: a key seen before gets the original
+    ticket, and nothing is created again (one execution per key)."""
+    if idempotency_key in _filed:
+        return _filed[idempotency_key]
+    for i in range(3):
+        await ctx.report_progress(i, 3)
+        await asyncio.sleep(0.2)
+    # A re-send may arrive while the first is still running: the first to get here files.
+    return _filed.setdefault(idempotency_key, f"ticket {next(_tickets)}: {title}")
 
 
 @mcp.tool(annotations=READ_ONLY)

@@ -224,3 +224,22 @@ def test_dispatch_fields_from_the_request_and_the_auth_context():
     assert _outcome(failed, "41") == "rejected"
     assert _outcome(error, "41") == "rejected"
     assert _outcome(ok, "7") is None and _outcome(b"", "41") is None
+
+
+def test_a_request_the_probe_marked_is_its_principal_unless_authenticated():
+    """The recorder reads `replaygate probe`'s marker as ingest does in proxy logs
+    (ingest/adapters.py): a dispatch without a session is still known as the probe's."""
+    from types import SimpleNamespace
+
+    from replaygate.ingest import adapters
+    from replaygate.recorder import middleware as mw
+
+    assert mw.PROBE_PRINCIPAL == adapters.PROBE_PRINCIPAL
+    assert adapters.PROBE_HEADER.lower() == mw.PROBE_HEADER
+    agent = (b"user-agent", b"replaygate-probe/0.1.0 (20261202T050001Z-963d86)")
+    header = (b"Replaygate-Probe", b"20261202T050001Z-963d86")
+    assert mw._principal({"headers": [agent]}) == "replaygate-probe"
+    assert mw._principal({"headers": [(b"user-agent", b"node"), header]}) == "replaygate-probe"
+    assert mw._principal({"headers": [(b"user-agent", b"node replaygate-probe/1")]}) is None
+    user = SimpleNamespace(access_token=SimpleNamespace(subject="alice", client_id=None))
+    assert mw._principal({"headers": [agent, header], "user": user}) == "alice"
