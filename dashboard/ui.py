@@ -338,6 +338,14 @@ def count_differs(gate: dict, findings: int | None) -> str | None:
     )
 
 
+def tile_metric(title: str, value: str, help: str) -> None:
+    """A tile's title, on as many lines as it needs, over its value: a metric's own label
+    is cut to one line at a tile's width ("Duplicate dispatc…"), so it is kept only for
+    screen readers and tests."""
+    st.markdown(f"**{fmt.md_text(title)}**", help=help)
+    st.metric(title, value, label_visibility="collapsed")
+
+
 def gate_tile(col, gate: dict, ctx: Ctx, stage: str | None) -> None:
     color, icon = STATUS_BADGE[gate["status"]]
     word = fmt.STATUS_WORDS[gate["status"]]
@@ -346,10 +354,10 @@ def gate_tile(col, gate: dict, ctx: Ctx, stage: str | None) -> None:
         color, icon, word = "gray", ":material/remove:", NOT_EXERCISED
     with col.container(border=True):
         st.badge(word, color=color, icon=icon)
-        st.metric(
+        tile_metric(
             fmt.gate_title(gate["id"]),
             display_value(gate),
-            help=fmt.md_text(f"{gate['id']}: {gate['reason']}"),
+            fmt.md_text(f"{gate['id']}: {gate['reason']}"),
         )
         bound = display_bound(gate)
         st.caption(
@@ -549,10 +557,10 @@ def gate_metric(col, gate: dict, ctx: Ctx) -> None:
     if display_status(gate) == NOT_EXERCISED:
         color, word = "gray", NOT_EXERCISED
     with col.container(border=True):
-        st.metric(
+        tile_metric(
             fmt.gate_title(gate["id"]),
             display_value(gate),
-            help=fmt.md_text(f"{gate['id']}: {gate['reason']}"),
+            fmt.md_text(f"{gate['id']}: {gate['reason']}"),
         )
         line = f":{color}-badge[{fmt.md_text(word)}]"
         handled = BY_ID[gate["id"]].kind.handled(gate["sample"], gate["failures"])
@@ -573,7 +581,7 @@ def gate_metric(col, gate: dict, ctx: Ctx) -> None:
 def count_metric(col, label: str, counts: dict, detectors, ctx: Ctx) -> None:
     n = sum(counts.get(d, 0) for d in detectors)
     with col.container(border=True):
-        st.metric(label, fmt.count(n), help="findings of " + ", ".join(detectors))
+        tile_metric(label, fmt.count(n), "findings of " + ", ".join(detectors))
         st.page_link(
             PAGE_FILES["findings"],
             label="evidence ›",

@@ -107,6 +107,7 @@ def test_every_page_in_a_real_browser(server, sample_db, tmp_path):
             assert title.strip(), name
             page.screenshot(path=str(shots / f"{name}.png"))
             _charts_are_legible(page, name)
+            _labels_are_whole(page, name)
             if name == "findings":
                 # The findings table (the second frame, after the per-detector summary)
                 # has room for its first columns: the finding, its detail, its guide entry.
@@ -152,6 +153,16 @@ def _charts_are_legible(page, name: str) -> None:
                 overlap_x = min(a[4], b[4]) - max(a[2], b[2])
                 overlap_y = min(a[5], b[5]) - max(a[3], b[3])
                 assert overlap_x <= 1 or overlap_y <= 1, (name, i, a, b)
+
+
+def _labels_are_whole(page, name: str) -> None:
+    """No label shown on the page is cut short with an ellipsis (a tile's title)."""
+    cut = page.evaluate(
+        """() => [...document.querySelectorAll("[data-testid='stMetricLabel'] *")]
+        .filter((e) => e.getClientRects().length && getComputedStyle(e).visibility !== 'hidden')
+        .filter((e) => e.scrollWidth > e.clientWidth + 1).map((e) => e.textContent)"""
+    )
+    assert not cut, (name, cut)
 
 
 def _png_size(path) -> tuple[int, int]:

@@ -36,7 +36,7 @@ hits = int(mix.loc[mix["outcome"] == "idempotency_hit", "n"].sum()) if not mix.e
 keyed = int(mix.loc[mix["keyed"], "n"].sum()) if not mix.empty else 0
 cols[n + 2].metric(
     "Idempotency hit rate",
-    f"{hits / keyed:.1%}" if keyed else "—",
+    f"{hits / keyed * 100:.1f} %" if keyed else "—",
     help="share of keyed attempts answered with the original receipt",
 )
 cols[n + 2].caption(f"{fmt.count(hits)} of {fmt.count(keyed)} keyed dispatches")
