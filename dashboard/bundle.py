@@ -18,6 +18,7 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from replaygate.ingest import staging
 from replaygate.ingest.errors import ReplaygateError
 from replaygate.queries import attest, history, outputs
 from replaygate.queries.gates import effective_settings
@@ -53,7 +54,7 @@ def _prepare(out_dir: Path, guard: outputs.Guard) -> None:
 def _pdf(doc: dict) -> bytes | None:
     if render.chromium() is None:
         return None
-    with tempfile.TemporaryDirectory() as tmp:
+    with staging.folder(tempfile.gettempdir(), render.PDF_STAGING) as tmp:
         out = Path(tmp) / "report.pdf"
         render.to_pdf(doc, out)
         return out.read_bytes()

@@ -16,6 +16,7 @@ from pathlib import Path
 import jinja2
 from markupsafe import Markup
 
+from replaygate.ingest import staging
 from replaygate.ingest.errors import ReplaygateError
 from replaygate.queries import outputs
 from replaygate.queries.escape import html_text, md_code, md_code_block, md_text
@@ -328,6 +329,9 @@ def chromium() -> str | None:
     return shutil.which("chromium") or shutil.which("chromium-browser")
 
 
+# Where a PDF is printed from (ingest/staging.py).
+PDF_STAGING = "replaygate-pdf-"
+
 CHROMIUM_FLAGS = [
     "--headless",
     "--no-sandbox",
@@ -348,7 +352,8 @@ def to_pdf(doc: dict, out: Path) -> None:
             "PDF output needs chromium (apt-get install chromium); "
             "use --format html and print it instead"
         )
-    with tempfile.TemporaryDirectory() as tmp:
+    # Chromium's profile is tens of MB: one a killed run left is removed by the next.
+    with staging.folder(tempfile.gettempdir(), PDF_STAGING) as tmp:
         src = Path(tmp) / "report.html"
         src.write_text(to_html(doc), encoding="utf-8")
         r = subprocess.run(

@@ -17,7 +17,6 @@ import gzip
 import hashlib
 import os
 import re
-import shutil
 import tempfile
 import zlib
 from collections import Counter
@@ -29,12 +28,15 @@ from typing import Any, Protocol
 
 import duckdb
 
-from . import adapters, capabilities, identity, readers, validate
+from . import adapters, capabilities, identity, readers, staging, validate
 from .config import Config
 from .contract import RECORD_TYPES, RecordType, all_field_names
 from .db import get_meta, memory_limit, one_row, set_meta, transaction
 from .errors import ReplaygateError
 from .redact import padded_keys
+
+# A batch's staging folder in the temporary folder (ingest/staging.py).
+STAGING_PREFIX = "replaygate-"
 
 
 @dataclass
@@ -272,7 +274,12 @@ class _Loader:
         key = config.hmac_key()
         self.key_available = key is not None
         self.params = padded_keys(key) if key else {}
-        self.tmp = Path(tempfile.mkdtemp(prefix="replaygate-"))
+        # Held for the run and removed after it; one left by a killed run is removed by
+        # the next (ingest/staging.py): its copies and scratch database can be gigabytes.
+        self._staging = contextlib.ExitStack()
+        self.tmp = self._staging.enter_context(
+            staging.folder(tempfile.gettempdir(), STAGING_PREFIX)
+        )
         self.raw_without_key = 0
         self.temp_tables: list[str] = []
         self.field_maps = config.field_maps()
@@ -290,12 +297,14 @@ class _Loader:
                 self.con.execute(f"DETACH {SCRATCH}")
             self.scratch = False
         for p in self.tmp.iterdir():
+            if p.name == staging.LOCK:
+                continue
             with contextlib.suppress(OSError):
                 p.unlink()
 
     def close(self) -> None:
         self.release()
-        shutil.rmtree(self.tmp, ignore_errors=True)
+        self._staging.close()
 
     def _exec(self, sql: str, params: dict[str, Any] | None = None) -> duckdb.DuckDBPyConnection:
         return self.con.execute(sql, params or {})

@@ -19,13 +19,13 @@ from __future__ import annotations
 import contextlib
 import os
 import stat
-import tempfile
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import duckdb
 
+from replaygate.ingest import staging
 from replaygate.ingest.errors import ReplaygateError
 from replaygate.ingest.lock import lock_path
 
@@ -98,17 +98,12 @@ class Guard:
         ends without an error, removed otherwise."""
         real = self.check(out)
         real.parent.mkdir(parents=True, exist_ok=True)
-        fd, name = tempfile.mkstemp(prefix=f".{real.name}.", suffix=".tmp", dir=real.parent)
-        os.close(fd)
-        tmp = Path(name)
-        try:
+        # Held while it is written; one a killed run left beside the name is removed.
+        with staging.temp_file(real.parent, f".{real.name}.", ".tmp") as tmp:
             yield tmp
             # Checked again just before: a link planted meanwhile is refused, not replaced.
             self.check(out)
             os.replace(tmp, real)
-        finally:
-            with contextlib.suppress(FileNotFoundError):
-                tmp.unlink()
 
     def move_into(self, staged: Path, out: str | os.PathLike[str]) -> Path:
         """Put a file written elsewhere in the same file system (a folder of staged

@@ -44,6 +44,7 @@ import duckdb
 
 from replaygate.ingest import db as dbm
 from replaygate.ingest import lock as dblock
+from replaygate.ingest import staging
 from replaygate.ingest.config import Config
 from replaygate.ingest.contract import RECORD_TYPES
 from replaygate.ingest.errors import ReplaygateError
@@ -266,12 +267,15 @@ class Watcher:
         con.execute("CHECKPOINT")
         target = Path(self.db)
         target.parent.mkdir(parents=True, exist_ok=True)
-        tmp = target.with_name(f".{target.name}.publish")
-        shutil.copyfile(self.work, tmp)
-        # A write-ahead log left by another writer belongs to the file being replaced.
-        with contextlib.suppress(FileNotFoundError):
-            _wal(target).unlink()
-        os.replace(tmp, target)
+        # A new file of its own (never one planted at a fixed name), held while it is
+        # written; one a killed watch left is removed at the next publish.
+        with staging.temp_file(target.parent, f".{target.name}.", ".publish") as tmp:
+            shutil.copyfile(self.work, tmp)
+            shutil.copymode(self.work, tmp)  # the new file's own mode is private
+            # A write-ahead log left by another writer belongs to the file being replaced.
+            with contextlib.suppress(FileNotFoundError):
+                _wal(target).unlink()
+            os.replace(tmp, target)
 
     def close(self) -> None:
         if self.con is not None:

@@ -6,12 +6,11 @@ from __future__ import annotations
 import json
 import os
 import random
-import shutil
-import tempfile
 from pathlib import Path
 
 import numpy as np
 
+from replaygate.ingest import staging
 from replaygate.ingest.config import Config
 from replaygate.ingest.errors import ReplaygateError
 from replaygate.queries import outputs
@@ -95,6 +94,7 @@ def _placements(f: Fleet, needs: str, end: int) -> tuple[int, str | None, bool]:
 
 MARGIN = 15 * 60 * SEC  # sessions start this long before their stage's window ends
 VECTOR_FROM_SESSIONS = 20_000  # `auto` uses the vector engine from this fleet size
+STAGING_PREFIX = ".simulate-"  # the fleet is written here inside `out`, then moved
 
 
 def _python_traffic(f: Fleet, n_sessions: int, end: int) -> None:
@@ -182,18 +182,17 @@ def simulate(
     out.mkdir(parents=True, exist_ok=True)
     # The fleet is written into a folder of its own inside `out`, then each file is moved
     # through the output guard: no file is written through a link planted in `out`.
-    staging = Path(tempfile.mkdtemp(prefix=".simulate-", dir=out))
-    try:
-        truth = _simulate_into(staging, seed, n_sessions, chosen, fmt, server_only, engine,
+    # A staging folder left by a run that was killed is removed first (ingest/staging.py):
+    # `ingest` reads folders recursively and would read its half fleet.
+    with staging.folder(out, STAGING_PREFIX) as stage:
+        truth = _simulate_into(stage, seed, n_sessions, chosen, fmt, server_only, engine,
                                rounds, config, key)  # fmt: skip
         guard = outputs.for_database(None, config_source=config.source)
-        staged = sorted(staging.iterdir())
+        staged = sorted(p for p in stage.iterdir() if p.name != staging.LOCK)
         for p in staged:  # every name judged before any is replaced: no half fleet
             guard.check(out / p.name)
         for p in staged:
             guard.move_into(p, out / p.name)
-    finally:
-        shutil.rmtree(staging, ignore_errors=True)
     return truth | {"out": str(out)}
 
 
