@@ -15,7 +15,7 @@ import streamlit as st
 
 from replaygate.queries import history
 
-from . import fmt
+from . import fmt, ui
 
 
 def section(db_path: str, stage: str | None) -> None:
@@ -56,7 +56,7 @@ def section(db_path: str, stage: str | None) -> None:
             "until": [e.get("until") or "" for e in entries],
         }
     )
-    st.dataframe(frame, hide_index=True, key="decision_history", width="stretch")
+    ui.table(frame, hide_index=True, key="decision_history", width="stretch")
     first = history.parse_time(entries[0]["recorded_at"])
     cols = st.columns(2)
     day = cols[0].date_input("Decision in force on (UTC)", value=dt.datetime.now(dt.UTC).date())
@@ -64,7 +64,7 @@ def section(db_path: str, stage: str | None) -> None:
     at = dt.datetime.combine(day, clock, tzinfo=dt.UTC) + dt.timedelta(seconds=59)
     stages = sorted({e["stage"] for e in entries if e["kind"] == "evaluation"})
     found = [(s, history.in_force(path, s, at=at)) for s in stages]
-    st.dataframe(
+    ui.table(
         pd.DataFrame(
             {
                 "stage": [s for s, _ in found],

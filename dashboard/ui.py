@@ -10,7 +10,7 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
-from typing import Literal
+from typing import Any, Literal
 from urllib.parse import urlencode
 
 import pandas as pd
@@ -453,6 +453,14 @@ FINDINGS_WIDTHS = {
 FINDINGS_VISIBLE = 920
 
 
+def table(rows: object, **kw: Any) -> None:
+    """The one way data reaches a table on screen: every text cell and column name made
+    one line with invisible characters shown (`escape.cell_frame`), then `st.dataframe`.
+    `rows`: a DataFrame, a dict of columns or a list of rows."""
+    frame = rows if isinstance(rows, pd.DataFrame) else pd.DataFrame(rows)
+    st.dataframe(escape.cell_frame(frame), **kw)
+
+
 def findings_table(df: pd.DataFrame, key: str, ctx: Ctx, height: int = 360) -> None:
     if df.empty:
         st.success("No findings for these filters.")
@@ -482,7 +490,7 @@ def findings_table(df: pd.DataFrame, key: str, ctx: Ctx, height: int = 360) -> N
         }
     )
     w = FINDINGS_WIDTHS
-    st.dataframe(
+    table(
         view,
         key=key,
         height=height,
@@ -528,7 +536,7 @@ def summary_table(df: pd.DataFrame, key: str) -> None:
             "newest (UTC)": df["newest"].map(fmt.when),
         }
     )
-    st.dataframe(view, key=key, hide_index=True, width="stretch")
+    table(view, key=key, hide_index=True, width="stretch")
 
 
 def stage_scope(ctx: Ctx) -> str | None:

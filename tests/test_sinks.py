@@ -159,3 +159,29 @@ def test_error_and_verify_lines_carry_no_escape_sequence(tmp_path):
     assert r.returncode == 1 and "could not be read" in r.stderr
     line = r.stderr.strip().splitlines()[-1]
     assert "\x1b" not in line and "\u202e" not in line and "[U+202E]" in line
+
+
+def test_table_cells_are_one_line_with_invisible_characters_shown():
+    import pandas as pd
+
+    from replaygate.queries.escape import cell_frame
+
+    when = pd.Timestamp("2026-11-28T05:00:00Z")
+    df = pd.DataFrame(
+        {
+            "stage\u202e": ["canary\n\n**PROCEED**", "write\u200b-10pct", "plain"],
+            "n": [1, 2, 3],
+            "at": [when, when, when],
+            "agent": ["curl\x1b[2J", None, "ok"],
+        }
+    )
+    out = cell_frame(df)
+    assert list(out.columns) == ["stage[U+202E]", "n", "at", "agent"]
+    assert out["stage[U+202E]"].tolist() == [
+        "canary  **PROCEED**",
+        "write[U+200B]-10pct",
+        "plain",
+    ]
+    assert out["agent"][0] == "curl [2J" and pd.isna(out["agent"][1])
+    assert out["n"].tolist() == [1, 2, 3] and out["at"].tolist() == [when] * 3
+    assert df["agent"][0] == "curl\x1b[2J"  # a copy: the caller's frame is unchanged

@@ -13,7 +13,7 @@ d = data.data_overview(ctx.stamp)
 st.subheader("Freshness")
 fresh = ui.freshness_summary(ctx.stamp)
 fr = fresh["by_source"].copy()
-st.dataframe(
+ui.table(
     {
         "source": fr["source"],
         "newest record": fr["newest"].map(fmt.when),
@@ -32,28 +32,28 @@ if fresh["stale"]:
         f"(older than {fmt.duration(ui.STALE_AFTER.total_seconds())})."
     )
 st.subheader("Record types")
-st.dataframe(
+ui.table(
     tables.record_types(d["status"]["tables"]), hide_index=True, key="data_tables", width="stretch"
 )
 st.subheader("Files")
-st.dataframe(tables.files(d["files"]), hide_index=True, key="data_files", width="stretch")
+ui.table(tables.files(d["files"]), hide_index=True, key="data_files", width="stretch")
 q = d["status"]["quarantine"]
 st.subheader(f"Quarantine: {q['rows']:,} rows")
 if q["rows"]:
-    st.dataframe(tables.quarantine_reasons(q["top_reasons"]), hide_index=True, key="data_reasons")
-    st.dataframe(
+    ui.table(tables.quarantine_reasons(q["top_reasons"]), hide_index=True, key="data_reasons")
+    ui.table(
         tables.quarantine(d["quarantine"]), hide_index=True, key="data_quarantine", width="stretch"
     )
 else:
     st.success("Every row met the contract.")
 st.subheader("Detector coverage")
-st.dataframe(tables.coverage(d["coverage"]), hide_index=True, key="data_coverage", width="stretch")
+ui.table(tables.coverage(d["coverage"]), hide_index=True, key="data_coverage", width="stretch")
 if len(d["cannot_tell"]):
     st.subheader("Cannot tell")
     st.caption(
         "Units whose verdict needs a fact the file cannot show: neither findings nor passes."
     )
-    st.dataframe(
+    ui.table(
         tables.cannot_tell(d["cannot_tell"]),
         hide_index=True,
         key="data_cannot_tell",
@@ -66,7 +66,7 @@ st.caption(
 )
 yes = {True: "yes", False: ""}
 matrix = sources.matrix()
-st.dataframe(
+ui.table(
     {
         "detector": [r["detector"] for r in matrix],
         "proxy logs alone": [yes[r["proxy_only"]] for r in matrix],

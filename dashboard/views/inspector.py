@@ -164,7 +164,7 @@ rows = pd.DataFrame(
         "more": tl["info"].map(fmt.blank),
     }
 )
-st.dataframe(
+ui.table(
     rows,
     hide_index=True,
     key="inspector_rows",

@@ -111,7 +111,7 @@ else:
 flt = ctx.filters.with_(stage=name)
 canary = data.gate_measures(ctx.stamp, flt, stage["scope"])
 base = data.gate_measures(ctx.stamp, flt.with_(stage=None, baseline=True, start=start, end=end))
-st.dataframe(
+ui.table(
     [
         {
             "gate": fmt.gate_title(c["id"]),

@@ -68,7 +68,7 @@ view = actions.copy()
 view["note"] = view["note"].map(fmt.blank)
 view["percent"] = view["percent"].map(lambda p: "" if fmt.blank(p) == "" else f"{p:g} %")
 view["scope"] = view["scope"].map(fmt.blank)
-st.dataframe(
+ui.table(
     view,
     hide_index=True,
     key="rollout_actions",
