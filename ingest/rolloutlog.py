@@ -12,6 +12,7 @@ import getpass
 import hashlib
 import json
 import os
+from collections.abc import Callable
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -162,10 +163,12 @@ def append_file(
     records: list[dict[str, Any]],
     dedupe: bool = False,
     config: Config | None = None,
+    append: Callable[[Path, bytes], object] | None = None,
 ) -> int:
     """Append validated records to a JSON Lines rollout log, one whole write; with dedupe,
     records already in the file (same time, release, stage and action) are left out.
-    Returns the number written."""
+    `append` writes the bytes (the CLI's output guard, which never follows a link);
+    by default a plain append. Returns the number written."""
     check(records, config)
     p = Path(path)
     if dedupe and p.exists():
@@ -180,9 +183,14 @@ def append_file(
         return 0
     p.parent.mkdir(parents=True, exist_ok=True)
     data = "".join(line(r) for r in records).encode()
+    if append is not None:
+        if p.exists() and p.stat().st_size and _last_byte(p) != b"\n":
+            data = b"\n" + data  # never glue a record onto a torn last line
+        append(p, data)
+        return len(records)
     with open(p, "ab") as fh:
         if fh.tell() and _last_byte(p) != b"\n":
-            data = b"\n" + data  # never glue a record onto a torn last line
+            data = b"\n" + data
         fh.write(data)
     return len(records)
 

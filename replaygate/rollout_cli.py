@@ -86,11 +86,15 @@ def _append(
         from replaygate.queries import outputs
 
         # An append, not a replacement: judged by the guard (never the database, its
-        # history or the configuration, never through a link), then appended to.
-        outputs.for_database(db, config_source=conf.source).check(to_file)
+        # history or the configuration, never through a link), then appended through it
+        # (a link planted after the check is refused at the open).
+        guard = outputs.for_database(db, config_source=conf.source)
+        guard.check(to_file)
         if must_have_started:
             _started(rolloutlog.started_in_file(to_file, *must_have_started), must_have_started)
-        return rolloutlog.append_file(to_file, records, dedupe=dedupe, config=conf)
+        return rolloutlog.append_file(
+            to_file, records, dedupe=dedupe, config=conf, append=guard.append_bytes
+        )
     from replaygate.ingest import db as dbm
 
     con = dbm.connect(db, role="rollout")

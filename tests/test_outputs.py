@@ -264,3 +264,28 @@ def test_an_append_judges_what_it_opened(tmp_path):
     with pytest.raises(outputs.OutputRefused, match="cannot write there"):
         g.append_bytes(tmp_path / "link", b"x")
     assert victim.read_text() == "untouched"
+
+
+def test_rollout_to_never_appends_through_a_link_planted_after_the_check(tmp_path, monkeypatch):
+    victim = tmp_path / "victim.txt"
+    victim.write_text("untouched\n")
+    log = tmp_path / "rollout.jsonl"
+    check = outputs.Guard.check
+
+    def check_then_swap(self, out):
+        real = check(self, out)
+        if Path(out) == log and not log.is_symlink():
+            log.symlink_to(victim)  # what a racing writer in the folder does
+        return real
+
+    monkeypatch.setattr(outputs.Guard, "check", check_then_swap)
+    r = run("rollout", "hold", "--release", "-", "--stage", "x", "--db", tmp_path / "x.duckdb",
+            "--to", log)  # fmt: skip
+    assert r.returncode == 1 and "symbolic link" in r.stderr, r.stderr
+    assert victim.read_text() == "untouched\n"
+    log.unlink()
+    monkeypatch.undo()
+    r = run("rollout", "hold", "--release", "-", "--stage", "x", "--db", tmp_path / "x.duckdb",
+            "--to", log)  # fmt: skip
+    assert r.returncode == 0, r.stderr
+    assert '"action":"hold"' in log.read_text().replace(" ", "")
