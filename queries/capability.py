@@ -23,12 +23,10 @@ from typing import Any
 
 import duckdb
 
-from replaygate.ingest.capabilities import all_facts
 from replaygate.ingest.db import one_row
 
 from . import catalog
-
-_UNITS = re.compile(r"^(?P<table>[a-z_]+)(?: WHERE (?P<where>.+?))?(?: BY (?P<by>.+))?$")
+from .headers import UNITS
 
 
 @dataclass(frozen=True)
@@ -39,26 +37,16 @@ class Units:
 
 
 def facts(q: catalog.Query) -> tuple[tuple[str, ...], ...]:
-    """The declared facts of a detector: groups of alternatives."""
-    raw = q.header.get("facts", "").strip()
-    if not raw or raw in ("none", "-"):
-        return ()
-    groups = tuple(tuple(a.strip() for a in g.split("|")) for g in raw.split(","))
-    known = set(all_facts())
-    for g in groups:
-        for f in g:
-            if f not in known:
-                raise ValueError(f"{q.name}: unknown fact {f!r} in its facts header")
-    return groups
+    """The declared facts of a detector: groups of alternatives (each a known fact: its
+    header was checked when it loaded)."""
+    return q.header.alternatives("facts")
 
 
 def units(q: catalog.Query) -> Units | None:
-    raw = q.header.get("units", "").strip()
-    if not raw:
+    raw = q.header.text("units")
+    m = UNITS.match(raw)
+    if not m:  # none declared (a declared one was checked when it loaded)
         return None
-    m = _UNITS.match(raw)
-    if not m:
-        raise ValueError(f"{q.name}: cannot read its units header {raw!r}")
     return Units(m["table"], m["where"] or "true", m["by"])
 
 
@@ -234,7 +222,6 @@ def unshadow(con: duckdb.DuckDBPyConnection, made: list[str]) -> None:
 
 def markdown_table() -> list[str]:
     """The capability table of docs/detectors.md, from the detectors' headers."""
-    from . import catalog
 
     def cell(text: str) -> str:
         return text.replace("|", " or ")
@@ -252,7 +239,7 @@ def markdown_table() -> list[str]:
             shown = "— (required fields only)"
         else:
             shown = "not declared"
-        u = q.header.get("units", "")
+        u = q.header.text("units")
         out.append(
             f"| `{name}` | {cell(', '.join(q.needs))} | {shown} | "
             f"{('`' + cell(u) + '`') if u else '—'} |"

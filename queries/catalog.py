@@ -2,8 +2,8 @@
 
 A header is the leading `-- key: value` comment lines: name, invariant,
 severity, needs (record types read), params (bound `$names`), unit, purpose; and for
-detectors the field guide's failure, reports, dashboard and fix. A comment line
-indented by two or more spaces after `--` continues the value above it.
+detectors the field guide's failure, reports, dashboard and fix. queries/headers.py reads
+and checks them (the keys each folder accepts and the form of their values).
 """
 
 from __future__ import annotations
@@ -14,9 +14,11 @@ from dataclasses import dataclass
 from functools import cache, cached_property
 from pathlib import Path
 
+from . import headers
+from .headers import Header
+from .headers import split as split  # the header lists' reader, as callers know it
+
 SQL_DIR = Path(__file__).parent / "sql"
-_HEADER = re.compile(r"^--\s*([a-z_]+):\s*(.*)$")
-_CONTINUED = re.compile(r"^--\s{2,}(\S.*)$")
 _PARAM = re.compile(r"\$([a-z_][a-z0-9_]*)")
 
 
@@ -26,24 +28,24 @@ class Query:
     kind: str  # prep | detectors | gates
     path: Path
     sql: str
-    header: dict[str, str]
+    header: Header
 
     @cached_property
     def needs(self) -> tuple[str, ...]:
         # Cached: gates read their detectors' needs for every stage they evaluate.
-        return split(self.header.get("needs", ""))
+        return self.header.list("needs")
 
     @property
     def params(self) -> tuple[str, ...]:
-        return split(self.header.get("params", ""))
+        return self.header.list("params")
 
     @property
     def severities(self) -> tuple[str, ...]:
-        return split(self.header.get("severity", ""))
+        return self.header.list("severity")
 
     @property
     def invariant(self) -> str:
-        return self.header.get("invariant", "")
+        return self.header.text("invariant")
 
     def used_params(self) -> set[str]:
         body = "\n".join(line for line in self.sql.splitlines() if not line.startswith("--"))
@@ -59,25 +61,14 @@ def _only_comments(stmt: str) -> bool:
     return all(not line.strip() or line.strip().startswith("--") for line in stmt.splitlines())
 
 
-def split(value: str) -> tuple[str, ...]:
-    return tuple(x.strip() for x in value.split(",") if x.strip())
-
-
 def parse(path: Path, kind: str) -> Query:
+    """One query file of the folder `kind` (detectors, gates, prep): its header checked
+    (queries/headers.py); a detector's name is its file's stem."""
     text = path.read_text(encoding="utf-8")
-    header: dict[str, str] = {}
-    key = None
-    for line in text.splitlines():
-        c = _CONTINUED.match(line) if key is not None else None
-        m = None if c else _HEADER.match(line)
-        if c:
-            header[key] = f"{header[key]} {c.group(1).strip()}".strip()
-        elif m:
-            key = m.group(1)
-            header[key] = m.group(2).strip()
-        else:
-            break
-    name = header.get("name", path.stem)
+    header, _ = headers.read(path, text.splitlines(), 0, kind)
+    name = header["name"]
+    if kind == "detectors" and name != path.stem:
+        header.fail("name", f"{name!r} is not the file's name ({path.stem})")
     return Query(name, kind, path, text, header)
 
 

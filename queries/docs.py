@@ -26,7 +26,7 @@ def render() -> str:
     out += ["| detector | severity | one per | invariant | reads |", "|---|---|---|---|---|"]
     for name, q in catalog.detectors().items():
         out.append(
-            f"| `{name}` | {', '.join(q.severities)} | {_cell(q.header.get('unit', ''))} "
+            f"| `{name}` | {', '.join(q.severities)} | {_cell(q.header.text('unit'))} "
             f"| {_cell(q.invariant)} | {', '.join(n.replace('|', ' or ') for n in q.needs)} |"
         )
     out += ["", "## Gates", ""]

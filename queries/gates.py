@@ -196,20 +196,28 @@ ALL_SCOPES = ("shadow", "read", "write")
 
 def _gate(q: catalog.Query) -> GateDef:
     h = q.header
+    if h["kind"] not in KINDS:
+        h.fail("kind", f"{h['kind']!r} is not one of {', '.join(KINDS)}")
+    for d in h.list("detectors"):
+        if d not in catalog.detectors():
+            h.fail("detectors", f"no detector named {d!r}")
+    for s in h.list("scopes"):
+        if s not in ALL_SCOPES:
+            h.fail("scopes", f"{s!r} is not one of {', '.join(ALL_SCOPES)}")
     unit = h["unit"]
     return GateDef(
         id=q.name,
         title=h["title"],
         kind=KINDS[h["kind"]],
-        detectors=catalog.split(h["detectors"]),
+        detectors=h.list("detectors"),
         sample_noun=h["sample"],
         failure_noun=unit,
-        failure_noun_one=h.get("unit_one", unit),
-        scopes=catalog.split(h.get("scopes", "")) or ALL_SCOPES,
-        replay=h.get("replay") == "true",
-        meter=h.get("meter") or None,
-        min_sample=int(h.get("min_sample", "0")),
-        page=h.get("page") or None,
+        failure_noun_one=h.text("unit_one", unit),
+        scopes=h.list("scopes") or ALL_SCOPES,
+        replay=h.flag("replay"),
+        meter=h.text("meter") or None,
+        min_sample=h.count("min_sample"),
+        page=h.text("page") or None,
     )
 
 

@@ -20,15 +20,13 @@ from typing import Any
 
 import duckdb
 
+from . import headers
 from .catalog import SQL_DIR
 from .filters import DIMENSIONS, Filters
+from .headers import Header
 
-_HEADER = re.compile(r"^--\s*([a-z_]+):\s*(.*)$")
+_NAME = re.compile(r"^--\s*name:")
 _PARAM = re.compile(r"\$([a-z_][a-z0-9_]*)")
-
-
-def _split(value: str) -> tuple[str, ...]:
-    return tuple(x.strip() for x in value.split(",") if x.strip() and x.strip() != "none")
 
 
 @dataclass(frozen=True)
@@ -36,15 +34,15 @@ class NamedQuery:
     name: str
     path: Path
     sql: str
-    header: dict[str, str]
+    header: Header
 
     @property
     def params(self) -> tuple[str, ...]:
-        return _split(self.header.get("params", ""))
+        return self.header.list("params")
 
     @property
     def filters(self) -> tuple[str, ...]:
-        return _split(self.header.get("filters", ""))
+        return self.header.list("filters")
 
     def used_params(self) -> set[str]:
         return set(_PARAM.findall(self.body()))
@@ -61,28 +59,15 @@ class NamedQuery:
         return tuple(d for d in f.active() if d not in self.filters)
 
 
-def parse(path: Path) -> list[NamedQuery]:
+def parse(path: Path, group: str = "dashboard") -> list[NamedQuery]:
+    """The queries of one file: each starts at its `-- name:` line, its header checked
+    (queries/headers.py), and runs to the next."""
+    lines = path.read_text(encoding="utf-8").splitlines()
+    starts = [i for i, line in enumerate(lines) if _NAME.match(line)]
     out: list[NamedQuery] = []
-    name: str | None = None
-    header: dict[str, str] = {}
-    lines: list[str] = []
-    in_header = False
-    for line in path.read_text(encoding="utf-8").splitlines():
-        m = _HEADER.match(line)
-        if m and m.group(1) == "name":
-            if name:
-                out.append(NamedQuery(name, path, "\n".join(lines).strip(), header))
-            name, header, lines, in_header = m.group(2).strip(), {"name": m.group(2)}, [], True
-            continue
-        if in_header and m:
-            header[m.group(1)] = m.group(2).strip()
-            continue
-        if in_header and line.startswith("--   ") or (in_header and line.startswith("-- ")):
-            continue  # a header value continued on the next line
-        in_header = False
-        lines.append(line)
-    if name:
-        out.append(NamedQuery(name, path, "\n".join(lines).strip(), header))
+    for start, end in zip(starts, [*starts[1:], len(lines)], strict=True):
+        header, body = headers.read(path, lines, start, group)
+        out.append(NamedQuery(header["name"], path, "\n".join(lines[body:end]).strip(), header))
     return out
 
 
@@ -90,7 +75,7 @@ def parse(path: Path) -> list[NamedQuery]:
 def load(group: str = "dashboard") -> dict[str, NamedQuery]:
     queries: dict[str, NamedQuery] = {}
     for path in sorted((SQL_DIR / group).glob("*.sql")):
-        for q in parse(path):
+        for q in parse(path, group):
             if q.name in queries:
                 raise ValueError(f"{path.name}: query {q.name!r} is defined twice")
             queries[q.name] = q

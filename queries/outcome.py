@@ -50,3 +50,16 @@ class Decision(StrEnum):
         """The most severe of several stages' decisions; HOLD for none (nothing to gate is
         never a pass)."""
         return max((cls(d) for d in decisions), key=lambda d: d.rank, default=cls.HOLD)
+
+
+class Severity(StrEnum):
+    """How bad a finding is, worst first (a detector's `-- severity:` header names its own)."""
+
+    CRITICAL = "critical"
+    HIGH = "high"
+    MEDIUM = "medium"
+    LOW = "low"
+
+    @property
+    def rank(self) -> int:
+        return list(Severity).index(self)

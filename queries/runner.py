@@ -350,7 +350,7 @@ UNDECIDED = "cannot_tell"
 
 def undecided_labels(q: catalog.Query) -> list[str]:
     """What a detector may find it cannot tell of a unit (its `-- undecided:` header)."""
-    return list(catalog.split(q.header.get("undecided", "")))
+    return list(q.header.list("undecided"))
 
 
 def _split_undecided(con: duckdb.DuckDBPyConnection) -> None:

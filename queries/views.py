@@ -20,7 +20,7 @@ from .filters import Filters
 
 def detectors_for(page: str) -> tuple[str, ...]:
     """The detectors a dashboard page shows: their SQL header says `-- page: NAME`."""
-    return tuple(sorted(n for n, q in catalog.detectors().items() if q.header.get("page") == page))
+    return tuple(sorted(n for n, q in catalog.detectors().items() if q.header.text("page") == page))
 
 
 def gates_for(page: str) -> tuple[str, ...]:

@@ -57,11 +57,18 @@ def test_public_reports_are_named():
 def test_header_values_continue_on_indented_comment_lines(tmp_path):
     p = tmp_path / "x.sql"
     p.write_text(
-        "-- name: x\n-- fix: one\n--   two\n-- unit: stream\n-- A comment, not the header.\n"
-        "--   nor this\nSELECT 1\n"
+        "-- name: x\n-- invariant: i\n-- severity: low\n-- needs: proxy\n-- fix: one\n--   two\n"
+        "-- unit: stream\n-- A comment, not the header.\n--   nor this\nSELECT 1\n"
     )
     q = catalog.parse(p, "detectors")
-    assert q.header == {"name": "x", "fix": "one two", "unit": "stream"}
+    assert q.header == {
+        "name": "x",
+        "invariant": "i",
+        "severity": "low",
+        "needs": "proxy",
+        "fix": "one two",
+        "unit": "stream",
+    }
 
 
 # -- linked from every finding: dashboard and report -----------------------------------------
