@@ -20,8 +20,7 @@ from typing import Any
 
 import duckdb
 
-from . import headers
-from .catalog import SQL_DIR
+from . import catalog, headers
 from .filters import DIMENSIONS, Filters
 from .headers import Header
 
@@ -74,7 +73,7 @@ def parse(path: Path, group: str = "dashboard") -> list[NamedQuery]:
 @cache
 def load(group: str = "dashboard") -> dict[str, NamedQuery]:
     queries: dict[str, NamedQuery] = {}
-    for path in sorted((SQL_DIR / group).glob("*.sql")):
+    for path in sorted((catalog.SQL_DIR / group).glob("*.sql")):
         for q in parse(path, group):
             if q.name in queries:
                 raise ValueError(f"{path.name}: query {q.name!r} is defined twice")
