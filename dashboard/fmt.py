@@ -11,7 +11,8 @@ import math
 from datetime import UTC, datetime, timedelta
 
 from replaygate.queries import escape
-from replaygate.queries.gates import GATES, title
+from replaygate.queries.gatedefs import GATES
+from replaygate.queries.gates import title
 
 # Gate titles come from the gates' SQL headers (queries/gates.py): one vocabulary.
 GATE_TITLES = {g.id: g.title for g in GATES}

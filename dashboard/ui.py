@@ -17,8 +17,8 @@ import pandas as pd
 import streamlit as st
 
 from replaygate.queries import escape, named
+from replaygate.queries.gatedefs import BY_ID
 from replaygate.queries.gates import (
-    BY_ID,
     NOT_EXERCISED,
     display_bound,
     display_status,

@@ -17,7 +17,7 @@ from replaygate.ingest.config import Config
 from replaygate.ingest.errors import ReplaygateError
 from replaygate.ingest.timefmt import iso_ms as _iso
 
-from . import gates, runner
+from . import gatedefs, gates, runner
 
 SEVERITIES = ("critical", "high", "medium", "low")
 
@@ -25,7 +25,7 @@ SEVERITIES = ("critical", "high", "medium", "low")
 def load_config(path: str | os.PathLike[str] | None = None) -> Config:
     """The configuration, with its gate names checked against the gates' SQL headers."""
     conf = cfg.load(path)
-    gates.min_samples(conf)
+    gatedefs.min_samples(conf)
     return conf
 
 
@@ -74,7 +74,7 @@ def _stored(db_path: str) -> Config | None:
     finally:
         con.close()
     if conf is not None:
-        gates.min_samples(conf)
+        gatedefs.min_samples(conf)
     return conf
 
 

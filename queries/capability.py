@@ -23,10 +23,12 @@ from typing import Any
 
 import duckdb
 
+from replaygate.ingest.config import Config
 from replaygate.ingest.db import one_row
 
 from . import catalog
 from .headers import UNITS
+from .params import from_config
 
 
 @dataclass(frozen=True)
@@ -87,10 +89,6 @@ def unit_args(u: Units | None, values: dict[str, Any] | None) -> dict[str, Any]:
         return {}
     names = set(_PARAM.findall(u.where))
     if names and values is None:
-        from replaygate.ingest.config import Config
-
-        from .params import from_config
-
         values = from_config(Config())
     return {n: (values or {})[n] for n in sorted(names)}
 
@@ -245,3 +243,49 @@ def markdown_table() -> list[str]:
             f"{('`' + cell(u) + '`') if u else '—'} |"
         )
     return out
+
+
+_MISSING_LABEL = {
+    "sessions": "no session ledger",
+    "streams": "no stream ledger",
+    "events": "no event log",
+    "inbox": "no client inbox",
+    "dispatches": "no dispatch records",
+    "proxy": "no proxy log",
+    "rollout": "no rollout log",
+    "decision_history": "no decision recorded",
+}
+
+
+def missing_needs(q: catalog.Query, counts: dict[str, int]) -> list[str]:
+    """The needs of a query that the record counts do not meet (a need "a|b" is met by
+    either record type)."""
+    return [n for n in q.needs if not any(counts.get(t) for t in n.split("|"))]
+
+
+def missing_label(need: str) -> str:
+    """A need as people read its absence: "no proxy log", "no client inbox and no proxy log"."""
+    return " and ".join(_MISSING_LABEL[t] for t in need.split("|"))
+
+
+def record_cannot_tell(
+    con: duckdb.DuckDBPyConnection, name: str, q: catalog.Query, plan: Plan
+) -> None:
+    """Store a detector's units that no file could show a needed fact for, whole and by
+    the rollout stage they belong to (after the prepare step: it reads the stages)."""
+    for entry in plan.cannot_tell:
+        con.execute(
+            "INSERT INTO cannot_tell VALUES ($d, $f, $m, $u)",
+            {"d": name, "f": entry["file"], "m": entry["missing"], "u": entry["units"]},
+        )
+        con.execute(
+            "INSERT INTO cannot_tell_stages SELECT $d, $f, $m, stage, units FROM "
+            f"({stage_units_sql(units(q), entry['scope'])})",
+            {
+                "d": name,
+                "f": entry["file"],
+                "m": entry["missing"],
+                **scope_args(entry),
+                **plan.args,
+            },
+        )

@@ -13,10 +13,14 @@ import re
 from dataclasses import dataclass
 from functools import cache, cached_property
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from . import headers
 from .headers import Header
 from .headers import split as split  # the header lists' reader, as callers know it
+
+if TYPE_CHECKING:
+    from replaygate.ingest.config import Config
 
 SQL_DIR = Path(__file__).parent / "sql"
 _PARAM = re.compile(r"\$([a-z_][a-z0-9_]*)")
@@ -103,3 +107,8 @@ def digest() -> str:
             h.update(f"{kind}/{p.name}\0".encode())
             h.update(p.read_bytes())
     return h.hexdigest()[:16]
+
+
+def basis(config: Config) -> str:
+    """What an analysis depends on besides the data: the configuration and the SQL."""
+    return f"{config.digest()}/{digest()}"

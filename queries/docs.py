@@ -7,7 +7,7 @@ import sys
 from pathlib import Path
 
 from . import catalog
-from .gates import GATES
+from .gatedefs import GATES
 
 HEADER = """# Detector and gate catalogue
 

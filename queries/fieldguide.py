@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from . import catalog
-from .gates import GATES
+from .gatedefs import GATES
 
 DOC = "docs/field-guide.md"
 FIELDS = ("failure", "reports", "dashboard", "fix")

@@ -25,6 +25,12 @@ from replaygate.ingest.db import one_row
 from . import capability
 
 DETECTORS = {"duplicate_dispatch"}
+
+
+class Fallback(Exception):
+    """The incremental run cannot vouch for its result: run a full analysis."""
+
+
 BASES = ("idempotency_key", "retry", "suspected", "inbox")
 
 # The changed dispatches, with the keys of the groups they belong to.
@@ -94,8 +100,6 @@ def rerun(
 ) -> None:
     """Replace `name`'s findings of the changed groups. `base(table)`: the database's own
     table (not a temporary view of the same name)."""
-    from .incremental import Fallback
-
     tables = {t: base(t) for t in ("dispatches", "proxy", "inbox")}
     con.execute(_CHANGED.format(**tables))
     con.execute(_SCOPE.format(**tables))

@@ -42,6 +42,8 @@ from replaygate.ingest.config import Config
 from replaygate.ingest.db import get_meta
 from replaygate.ingest.errors import ReplaygateError
 
+from .gatedefs import effective_settings
+
 DECISIONS = ("PROCEED", "HOLD", "ROLLBACK")
 # The head of the chain as the database knows it (meta keys).
 ANCHOR_ROWS, ANCHOR_HEAD = "history_rows", "history_head"
@@ -565,8 +567,6 @@ def _gate_values(stage: dict[str, Any]) -> dict[str, Any]:
 
 def _config_digest(config: Config) -> str:
     # The digest the reports show (every setting in force, defaults included).
-    from .gates import effective_settings
-
     return str(effective_settings(config)["sha256"])
 
 

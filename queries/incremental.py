@@ -37,6 +37,7 @@ from replaygate.ingest.config import Config
 from replaygate.ingest.db import get_meta, one_row, set_meta
 
 from . import capability, catalog, groups, params
+from .groups import Fallback
 
 # Prepared tables and detectors whose output for a session depends only on that
 # session's rows (and on the stage windows, which a rollout change recomputes in full).
@@ -83,10 +84,6 @@ SCOPE = "rg_scope"
 _CREATES = re.compile(r"CREATE\s+OR\s+REPLACE\s+TABLE\s+(\w+)", re.IGNORECASE)
 
 
-class Fallback(Exception):
-    """The incremental run cannot vouch for its result: run a full analysis."""
-
-
 def clear_pending(con: duckdb.DuckDBPyConnection) -> None:
     con.execute("DELETE FROM analysis_pending")
     con.execute("DELETE FROM analysis_pending_rows")
@@ -101,12 +98,10 @@ def plans(
 ) -> dict[str, capability.Plan]:
     """What each detector that runs and declares facts may look at (capability.py);
     `values`: the configuration's bound values (params.from_config)."""
-    from . import runner
-
     return {
         name: capability.plan(con, q, values)
         for name, q in catalog.detectors().items()
-        if capability.facts(q) and not runner.missing_needs(q, counts)
+        if capability.facts(q) and not capability.missing_needs(q, counts)
     }
 
 
@@ -118,10 +113,8 @@ def possible(
 ) -> bool:
     """Can the last analysis be brought up to date incrementally? `blind`: the plans of
     `plans()` (computed here when not given)."""
-    from . import runner
-
     last = get_meta(con, "analysis_stamp")
-    if not last or last.split(":", 1)[-1] != runner.basis(config):
+    if not last or last.split(":", 1)[-1] != catalog.basis(config):
         return False
     if get_meta(con, "analysis_pending_full", "0") != "0":
         return False
@@ -139,9 +132,9 @@ def possible(
         return False
     blind = plans(con, counts, params.from_config(config)) if blind is None else blind
     for name, q in catalog.detectors().items():
-        missing = runner.missing_needs(q, counts)
+        missing = capability.missing_needs(q, counts)
         p = blind.get(name)
-        now = runner.missing_label(missing[0]) if missing else "ok"
+        now = capability.missing_label(missing[0]) if missing else "ok"
         if p is not None and p.skip:
             now = "cannot tell"
         if ran.get(name) != now:
@@ -159,8 +152,6 @@ def analyse(
 ) -> None:
     """Recompute for the pending sessions (inside the caller's transaction). `blind`: the
     plans of `plans()`, as `possible()` accepted them."""
-    from . import runner
-
     blind = plans(con, counts, params.from_config(config)) if blind is None else blind
     values = params.from_config(config)
     con.execute(
@@ -195,12 +186,12 @@ def analyse(
                 for stmt in q.statements():
                     con.execute(stmt)
         for name, q in catalog.detectors().items():
-            if runner.missing_needs(q, counts):
+            if capability.missing_needs(q, counts):
                 continue
             t0 = time.perf_counter()
             bound = {"detector": name, **params.bind(q, values)}
             plan = blind.get(name)
-            labels = runner.undecided_labels(q)
+            labels = list(q.header.list("undecided"))
             if labels:
                 # What it found it could not judge last time is found again below.
                 for table in ("cannot_tell", "cannot_tell_stages"):
@@ -214,7 +205,7 @@ def analyse(
                 # counts of what they hide grew with them.
                 for table in ("cannot_tell", "cannot_tell_stages"):
                     con.execute(f"DELETE FROM main.{table} WHERE detector = $d", {"d": name})
-                runner.record_cannot_tell(con, name, q, plan)
+                capability.record_cannot_tell(con, name, q, plan)
                 if plan.skip:
                     continue
             if name in SESSION_DETECTORS:

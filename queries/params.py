@@ -7,6 +7,7 @@ from typing import Any
 from replaygate.ingest.config import Config
 
 from .catalog import Query
+from .gatedefs import min_samples
 
 
 def glob_to_like(pattern: str) -> str:
@@ -41,8 +42,6 @@ def origin_globs(config: Config) -> tuple[str, ...]:
 
 
 def from_config(config: Config) -> dict[str, Any]:
-    from .gates import min_samples
-
     min_samples(config)  # unknown gate names fail here, before any query runs
     return {
         "recovery_threshold_s": config.recovery_threshold_s,

@@ -17,7 +17,7 @@ from replaygate.ingest.db import one_row
 from replaygate.ingest.errors import ReplaygateError
 from replaygate.ingest.timefmt import iso_ms as _iso
 
-from . import api, catalog, escape, fieldguide, freshness, gates, history, runner
+from . import api, catalog, escape, fieldguide, freshness, gatedefs, gates, history, runner
 
 REPORT_VERSION = "1"
 
@@ -208,7 +208,7 @@ def build(
         # This stage's units that no file could show a needed fact for (by the stage rule).
         "cannot_tell": st["cannot_tell"],
         "inputs": {"files": _inputs(con), "quarantined_rows": quarantined},
-        "configuration": {**gates.effective_settings(config), "source": config.source},
+        "configuration": {**gatedefs.effective_settings(config), "source": config.source},
         "methodology": methodology,
         "redaction": (
             "Session identifiers appear only as HMAC-SHA256 digests (key from the "

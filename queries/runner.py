@@ -18,7 +18,7 @@ from replaygate.ingest.contract import RECORD_TYPES
 from replaygate.ingest.db import get_meta, one_row, set_meta, transaction
 from replaygate.ingest.errors import ReplaygateError
 
-from . import capability, catalog, history, incremental, named, params
+from . import capability, catalog, groups, history, incremental, named, params
 
 # The columns that name a finding's unit (its session, stream, event or dispatch), in
 # the order they are shown.
@@ -49,33 +49,12 @@ CREATE TABLE IF NOT EXISTS cannot_tell_stages (detector VARCHAR, file VARCHAR,
 -- gates count only the units its detectors could judge).
 CREATE TABLE IF NOT EXISTS blind_files (detector VARCHAR, source VARCHAR, file_id BIGINT);
 """
-_MISSING_LABEL = {
-    "sessions": "no session ledger",
-    "streams": "no stream ledger",
-    "events": "no event log",
-    "inbox": "no client inbox",
-    "dispatches": "no dispatch records",
-    "proxy": "no proxy log",
-    "rollout": "no rollout log",
-    "decision_history": "no decision recorded",
-}
 
 
 def table_counts(con: duckdb.DuckDBPyConnection) -> dict[str, int]:
     return {
         rt.table: one_row(con.execute(f"SELECT count(*) FROM {rt.table}"))[0] for rt in RECORD_TYPES
     }
-
-
-def missing_needs(q: catalog.Query, counts: dict[str, int]) -> list[str]:
-    """The needs of a query that the record counts do not meet (a need "a|b" is met by
-    either record type)."""
-    return [n for n in q.needs if not any(counts.get(t) for t in n.split("|"))]
-
-
-def missing_label(need: str) -> str:
-    """A need as people read its absence: "no proxy log", "no client inbox and no proxy log"."""
-    return " and ".join(_MISSING_LABEL[t] for t in need.split("|"))
 
 
 # The configuration the last analysis ran with: its settings, where they came from and
@@ -104,7 +83,7 @@ def stored_config(con: duckdb.DuckDBPyConnection) -> Config | None:
 
 
 def stamp(con: duckdb.DuckDBPyConnection, config: Config) -> str:
-    return f"{get_meta(con, 'data_version', '0')}:{basis(config)}"
+    return f"{get_meta(con, 'data_version', '0')}:{catalog.basis(config)}"
 
 
 # Prepared tables that earlier versions stored and the prepare step now keeps as views
@@ -132,11 +111,6 @@ def prepared_views(con: duckdb.DuckDBPyConnection) -> None:
 
 def current_db(con: duckdb.DuckDBPyConnection) -> str:
     return str(one_row(con.execute("SELECT current_database()"))[0])
-
-
-def basis(config: Config) -> str:
-    """What an analysis depends on besides the data: the configuration and the SQL."""
-    return f"{config.digest()}/{catalog.digest()}"
 
 
 def is_current(con: duckdb.DuckDBPyConnection, config: Config) -> bool:
@@ -239,14 +213,14 @@ def _run_detector(
     values: dict[str, Any],
     counts: dict[str, int],
 ) -> None:
-    missing = missing_needs(q, counts)
+    missing = capability.missing_needs(q, counts)
     if missing:
-        label = missing_label(missing[0])
+        label = capability.missing_label(missing[0])
         con.execute("INSERT INTO coverage VALUES ($d, $s, 0, 0)", {"d": name, "s": label})
         return
     t0 = time.perf_counter()
     plan = capability.plan(con, q, values)
-    record_cannot_tell(con, name, q, plan)
+    capability.record_cannot_tell(con, name, q, plan)
     n = 0
     if not plan.skip:
         made = capability.shadow(con, plan)
@@ -275,29 +249,6 @@ def _run_detector(
     )
 
 
-def record_cannot_tell(
-    con: duckdb.DuckDBPyConnection, name: str, q: catalog.Query, plan: capability.Plan
-) -> None:
-    """Store a detector's units that no file could show a needed fact for, whole and by
-    the rollout stage they belong to (after the prepare step: it reads the stages)."""
-    for entry in plan.cannot_tell:
-        con.execute(
-            "INSERT INTO cannot_tell VALUES ($d, $f, $m, $u)",
-            {"d": name, "f": entry["file"], "m": entry["missing"], "u": entry["units"]},
-        )
-        con.execute(
-            "INSERT INTO cannot_tell_stages SELECT $d, $f, $m, stage, units FROM "
-            f"({capability.stage_units_sql(capability.units(q), entry['scope'])})",
-            {
-                "d": name,
-                "f": entry["file"],
-                "m": entry["missing"],
-                **capability.scope_args(entry),
-                **plan.args,
-            },
-        )
-
-
 def _incrementally(con: duckdb.DuckDBPyConnection, config: Config, counts: dict[str, int]) -> bool:
     """Bring the last analysis up to date for what changed (incremental.py), if it can."""
     blind = incremental.plans(con, counts, params.from_config(config))
@@ -312,7 +263,7 @@ def _incrementally(con: duckdb.DuckDBPyConnection, config: Config, counts: dict[
             store_config(con, config)
             set_meta(con, "analysis_mode", "incremental")
             incremental.clear_pending(con)
-    except (incremental.Fallback, duckdb.Error):
+    except (groups.Fallback, duckdb.Error):
         # Whatever went wrong (rolled back), a full analysis gives the right answer.
         incremental.reset(con)
         return False
@@ -346,11 +297,6 @@ PROBE_PARAMS = ("probe_facts", "probe_detectors")
 # The severity of a unit a detector returned as one it cannot judge (`-- undecided:` in its
 # header names what it could not tell, `detail.missing`; `detail.file_id` its file).
 UNDECIDED = "cannot_tell"
-
-
-def undecided_labels(q: catalog.Query) -> list[str]:
-    """What a detector may find it cannot tell of a unit (its `-- undecided:` header)."""
-    return list(q.header.list("undecided"))
 
 
 def _split_undecided(con: duckdb.DuckDBPyConnection) -> None:

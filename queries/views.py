@@ -14,7 +14,7 @@ import duckdb
 
 from replaygate.ingest.config import Config
 
-from . import catalog, gates, named, runner
+from . import catalog, gatedefs, gates, named, runner
 from .filters import Filters
 
 
@@ -26,7 +26,7 @@ def detectors_for(page: str) -> tuple[str, ...]:
 def gates_for(page: str) -> tuple[str, ...]:
     """The gates a dashboard page shows as tiles, in display order: their SQL header says
     `-- page: NAME`."""
-    return tuple(g.id for g in gates.GATES if g.page == page)
+    return tuple(g.id for g in gatedefs.GATES if g.page == page)
 
 
 def measures(
@@ -66,14 +66,14 @@ def gate_measures(
     again (seconds on a large fleet)."""
     found = finding_counts(con, f)
     if decided is not None and stage_alone(f) and decided.get("stage") == f.stage:
-        by_id = {g.id: g for g in gates.GATES}
+        by_id = {g.id: g for g in gatedefs.GATES}
         return [
             {**{k: g.get(k) for k in _DECIDED}, "detectors": list(by_id[g["id"]].detectors),
              "findings": sum(found.get(d, 0) for d in by_id[g["id"]].detectors)}
             for g in decided["gates"]
         ]  # fmt: skip
     m = measures(con, config, f)
-    minimums = gates.min_samples(config)
+    minimums = gatedefs.min_samples(config)
     # What could be judged: the stage's window and its units that no file could show,
     # else the whole database (units cannot be told apart by the other filters).
     if f.stage:
@@ -83,7 +83,7 @@ def gate_measures(
         sources, unjudged = runner.table_counts(con), []
     blind = runner.blind_detectors(con)
     out = []
-    for g in gates.GATES:
+    for g in gatedefs.GATES:
         cannot_tell = sum(e["units"] for e in unjudged if e["detector"] in g.detectors)
         judged = gates.judge(
             g, m.get(g.id, {}), minimums[g.id], scope, config, sources, blind, cannot_tell

@@ -10,8 +10,15 @@ import click
 from replaygate.ingest.errors import ReplaygateError
 from replaygate.queries.outcome import Decision
 
-from .cli import load_config, say_config
-from .options import CONTEXT, config_option, db_option, emit_json, json_option
+from .options import (
+    CONTEXT,
+    config_option,
+    db_option,
+    emit_json,
+    json_option,
+    load_config,
+    say_config,
+)
 
 DECISION = click.Choice([d.value for d in Decision], case_sensitive=False)
 
@@ -131,7 +138,7 @@ def history(db, config_path, as_json, stage, at, recorded_at):
     """
     from replaygate.queries import history as hist
     from replaygate.queries.escape import terminal as show
-    from replaygate.queries.gates import effective_settings
+    from replaygate.queries.gatedefs import effective_settings
 
     conf = load_config(config_path, db)
     # The digest the history records (every setting in force, defaults included).

@@ -23,7 +23,9 @@ from .options import (
     emit_json,
     engine_options,
     json_option,
+    load_config,
     say,
+    say_config,
     source_option,
 )
 
@@ -33,28 +35,6 @@ if TYPE_CHECKING:
     import duckdb
 
     from replaygate.ingest.config import Config
-
-
-def load_config(path: str | None, db: str | None = None) -> Config:
-    """The configuration a command uses: --config, else (with a database) the one its last
-    analysis ran with, else ./replaygate.toml, else the defaults. Which one is kept for
-    `say_config`, so the command can name it once it has succeeded."""
-    from replaygate.queries.api import resolve_config
-
-    resolved = resolve_config(db, path)
-    ctx = click.get_current_context(silent=True)
-    if ctx is not None:
-        ctx.meta["replaygate.config"] = resolved.note
-    return resolved.config
-
-
-def say_config() -> None:
-    """One line on standard error naming the configuration used (after the output, so
-    an error stays the only line of a failed command)."""
-    ctx = click.get_current_context(silent=True)
-    note = ctx.meta.get("replaygate.config") if ctx is not None else None
-    if note:
-        say(f"configuration: {note}", err=True)
 
 
 @click.group(context_settings=CONTEXT)

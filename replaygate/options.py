@@ -5,9 +5,12 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import click
+
+if TYPE_CHECKING:
+    from replaygate.ingest.config import Config
 
 # A click command function, as the option decorators below take and return it.
 F = TypeVar("F", bound=Callable[..., Any])
@@ -90,3 +93,25 @@ def say(text: object, err: bool = False) -> None:
     from replaygate.queries.escape import terminal
 
     click.echo(terminal(text), err=err)
+
+
+def load_config(path: str | None, db: str | None = None) -> Config:
+    """The configuration a command uses: --config, else (with a database) the one its last
+    analysis ran with, else ./replaygate.toml, else the defaults. Which one is kept for
+    `say_config`, so the command can name it once it has succeeded."""
+    from replaygate.queries.api import resolve_config
+
+    resolved = resolve_config(db, path)
+    ctx = click.get_current_context(silent=True)
+    if ctx is not None:
+        ctx.meta["replaygate.config"] = resolved.note
+    return resolved.config
+
+
+def say_config() -> None:
+    """One line on standard error naming the configuration used (after the output, so
+    an error stays the only line of a failed command)."""
+    ctx = click.get_current_context(silent=True)
+    note = ctx.meta.get("replaygate.config") if ctx is not None else None
+    if note:
+        say(f"configuration: {note}", err=True)

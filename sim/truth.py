@@ -10,7 +10,7 @@ import math
 from collections import Counter
 
 from replaygate.ingest.config import Config
-from replaygate.queries.gates import min_samples
+from replaygate.queries.gatedefs import min_samples
 
 COUNT_GATES = {
     "cross_stream_acceptances": ("cross_stream_acceptance",),

@@ -206,16 +206,16 @@ def _run_detector(
             "INSERT INTO coverage VALUES ($d, $s, 0, 0)", {"d": name, "s": NOT_YET_STATUS}
         ).fetchall()
         return
-    missing = runner.missing_needs(q, counts)
+    missing = capability.missing_needs(q, counts)
     if missing:
-        label = runner.missing_label(missing[0])
+        label = capability.missing_label(missing[0])
         con.execute(
             "INSERT INTO coverage VALUES ($d, $s, 0, 0)", {"d": name, "s": label}
         ).fetchall()
         return
     t0 = time.perf_counter()
     plan = capability.plan(con, q)
-    runner.record_cannot_tell(con, name, q, plan)
+    capability.record_cannot_tell(con, name, q, plan)
     n = 0
     if not plan.skip:
         # The files that cannot show a fact the detector needs are hidden from it, as

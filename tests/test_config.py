@@ -7,7 +7,7 @@ import pytest
 from replaygate.ingest import config as cfg
 from replaygate.ingest.errors import ReplaygateError
 from replaygate.queries.api import load_config
-from replaygate.queries.gates import min_samples
+from replaygate.queries.gatedefs import min_samples
 from replaygate.queries.params import glob_to_like
 
 

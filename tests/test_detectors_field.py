@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from replaygate.ingest import db as dbm
 from replaygate.queries import catalog, runner
-from replaygate.queries.gates import GATES
+from replaygate.queries.gatedefs import GATES
 
 from .test_detectors_focused import S2, S, active, ev, findings, px, rc, stm
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from replaygate.queries import catalog, gates, headers, named
+from replaygate.queries import catalog, gatedefs, headers, named
 from replaygate.queries.headers import HeaderError
 
 DETECTOR = """-- name: toy
@@ -117,11 +117,11 @@ def _gate_header(tmp_path, **changes):
 
 
 def test_a_gate_header_is_checked_for_what_its_values_mean(tmp_path):
-    assert gates._gate(_gate_header(tmp_path)).id == "cross_stream_acceptances"
+    assert gatedefs._gate(_gate_header(tmp_path)).id == "cross_stream_acceptances"
     with pytest.raises(HeaderError, match=r"01_toy.sql:\d+: -- kind: 'ratio' is not one of"):
-        gates._gate(_gate_header(tmp_path, kind="ratio"))
+        gatedefs._gate(_gate_header(tmp_path, kind="ratio"))
     with pytest.raises(HeaderError, match=r"-- detectors: no detector named 'nope'"):
-        gates._gate(_gate_header(tmp_path, detectors="nope"))
+        gatedefs._gate(_gate_header(tmp_path, detectors="nope"))
     with pytest.raises(HeaderError, match=r"-- min_sample: '1.5' is not a whole number"):
         _gate_header(tmp_path, min_sample="1.5")
 

@@ -19,7 +19,7 @@ from replaygate.ingest.config import Config
 from replaygate.ingest.errors import ReplaygateError
 from replaygate.ingest.load import ingest
 from replaygate.queries import api, history, report, runner
-from replaygate.queries.gates import effective_settings
+from replaygate.queries.gatedefs import effective_settings
 
 from .conftest import SAMPLE, findings_of, run_cli
 

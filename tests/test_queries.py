@@ -10,7 +10,7 @@ import pytest
 
 from replaygate.ingest.contract import BY_TABLE
 from replaygate.queries import catalog
-from replaygate.queries.gates import GATES
+from replaygate.queries.gatedefs import GATES
 
 TESTS = Path(__file__).resolve().parent
 ROOT = TESTS.parent

@@ -1,0 +1,150 @@
+"""The floor plan of CONTRIBUTING.md held against the code: the package's import graph, read
+from the source with `ast` (nothing is imported, so no import runs), has no cycle at any
+level, function-level imports included, and no floor imports one above it.
+
+Floors, bottom up: the package root (the version); `ingest`, `probe`, `recorder`; `queries`;
+`sim`, `spark`; `dashboard`; the CLI (`replaygate/`, and the Spark driver, the CLI under
+spark-submit). Packages on one floor import nothing of each other.
+"""
+
+from __future__ import annotations
+
+import ast
+import tomllib
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+
+FLOORS = {
+    "replaygate": 0,
+    "replaygate.ingest": 1,
+    "replaygate.probe": 1,
+    "replaygate.recorder": 1,
+    "replaygate.queries": 2,
+    "replaygate.sim": 3,
+    "replaygate.spark": 3,
+    "replaygate.dashboard": 4,
+    "cli": 5,
+}
+# Modules of a lower package that are entry points of the CLI (they run `replaygate`).
+CLI_MODULES = {"replaygate.spark.driver"}
+
+
+def _package_dirs() -> dict[str, Path]:
+    conf = tomllib.loads((ROOT / "pyproject.toml").read_text())
+    return {pkg: ROOT / d for pkg, d in conf["tool"]["setuptools"]["package-dir"].items()}
+
+
+def modules() -> dict[str, Path]:
+    """Every module of the package (the dashboard's page scripts too), by import name."""
+    out: dict[str, Path] = {}
+    for pkg, folder in _package_dirs().items():
+        for p in folder.rglob("*.py"):
+            rel = p.relative_to(folder).with_suffix("").parts
+            if pkg == "replaygate" and len(rel) > 1:
+                continue  # no subpackage of the CLI's folder
+            parts = rel[:-1] if rel[-1] == "__init__" else rel
+            out[".".join((pkg, *parts))] = p
+    return out
+
+
+def import_graph() -> dict[str, set[str]]:
+    """Module -> the modules of the package it imports, anywhere in its body."""
+    mods = modules()
+    graph: dict[str, set[str]] = {}
+    for name, path in mods.items():
+        package = name if path.name == "__init__.py" else name.rsplit(".", 1)[0]
+        targets: set[str] = set()
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            if isinstance(node, ast.ImportFrom):
+                if node.level:
+                    base = package.split(".")[: len(package.split(".")) - (node.level - 1)]
+                    module = ".".join([*base, *([node.module] if node.module else [])])
+                else:
+                    module = node.module or ""
+                named = [module, *(f"{module}.{a.name}" for a in node.names)]
+            elif isinstance(node, ast.Import):
+                named = [a.name for a in node.names]
+            else:
+                continue
+            # `from . import x` names module x; `from .m import f` names module m
+            targets |= {t for t in named if t in mods and t != name}
+        graph[name] = targets
+    return graph
+
+
+def floor(module: str) -> tuple[int, str]:
+    """The floor of a module and the part of the house it belongs to."""
+    if module in CLI_MODULES:
+        return FLOORS["cli"], "cli"
+    for pkg in sorted(FLOORS, key=len, reverse=True):
+        if module == pkg or module.startswith(pkg + "."):
+            if pkg == "replaygate" and module != "replaygate":
+                return FLOORS["cli"], "cli"
+            return FLOORS[pkg], pkg
+    raise AssertionError(f"{module}: on no floor (add its package to FLOORS)")
+
+
+def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """The strongly connected components of more than one module (Tarjan)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on: set[str] = set()
+    found: list[list[str]] = []
+
+    def visit(v: str) -> None:
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        on.add(v)
+        for w in sorted(graph[v]):
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            scc = []
+            while True:
+                w = stack.pop()
+                on.discard(w)
+                scc.append(w)
+                if w == v:
+                    break
+            if len(scc) > 1:
+                found.append(sorted(scc))
+
+    for v in sorted(graph):
+        if v not in index:
+            visit(v)
+    return found
+
+
+def test_the_graph_is_read():
+    g = import_graph()
+    # a module-level, a relative, a function-level and a page script's import are all seen
+    assert "replaygate.queries.catalog" in g["replaygate.queries.gates"]
+    assert "replaygate.queries.headers" in g["replaygate.queries.catalog"]
+    assert "replaygate.dashboard" in g["replaygate.cli"] or any(
+        t.startswith("replaygate.dashboard.") for t in g["replaygate.cli"]
+    )
+    assert "replaygate.queries.views" in g["replaygate.dashboard.views.streams"]
+
+
+def test_no_import_cycle():
+    assert cycles(import_graph()) == []
+
+
+def test_cycles_are_found():
+    assert cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
+
+
+def test_no_floor_imports_one_above_it_or_beside_it():
+    wrong = []
+    for module, targets in import_graph().items():
+        level, part = floor(module)
+        for t in sorted(targets):
+            t_level, t_part = floor(t)
+            if t_level > level or (t_level == level and t_part != part):
+                wrong.append(f"{module} ({part}) imports {t} ({t_part})")
+    assert wrong == []
