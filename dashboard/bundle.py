@@ -21,7 +21,7 @@ import pyarrow.parquet as pq
 from replaygate.ingest import staging
 from replaygate.ingest.errors import ReplaygateError
 from replaygate.queries import attest, history, outputs
-from replaygate.queries.gatedefs import effective_settings
+from replaygate.queries.api import effective_settings
 
 from . import report as render
 

@@ -24,8 +24,7 @@ import streamlit as st
 
 from replaygate.ingest import db as dbm
 from replaygate.ingest.config import Config
-from replaygate.queries import api, escape, named, runner, views
-from replaygate.queries import freshness as fresh
+from replaygate.queries import api, escape, named, views
 from replaygate.queries.api import resolve_config
 from replaygate.queries.filters import Filters
 
@@ -70,7 +69,7 @@ class Store:
         with self.connect() as con:
             version = dbm.get_meta(con, "data_version", "0")
             try:
-                current = runner.is_current(con, self.config)
+                current = api.is_current(con, self.config)
             except duckdb.Error:
                 current = False
         return f"{version}:{self.config.digest()}", current
@@ -163,8 +162,7 @@ def source_freshness(stamp: str) -> dict:
     """The data's newest plausible time and the warnings of queries/freshness.py (sources
     behind the others, records dated after the last ingest)."""
     with store().connect() as con:
-        src = fresh.sources(con)
-    return {"as_of": fresh.as_of(src), "warnings": fresh.warnings(src)}
+        return api.freshness_of(con)
 
 
 @st.cache_data(show_spinner=False)

@@ -7,18 +7,23 @@ from datetime import timedelta
 import pandas as pd
 import plotly.graph_objects as go
 
-from replaygate.queries import catalog
+from replaygate.queries import api
+from replaygate.queries.api import NOT_EXERCISED, display_status
 from replaygate.queries.escape import plot_text
-from replaygate.queries.gates import NOT_EXERCISED, display_status
+from replaygate.queries.outcome import Decision, Status
 
 STATUS_COLORS = {
-    "pass": "#2e7d32",
-    "fail": "#c62828",
-    "insufficient": "#f9a825",
-    "not_applicable": "#bdbdbd",
+    Status.PASS: "#2e7d32",
+    Status.FAIL: "#c62828",
+    Status.INSUFFICIENT: "#f9a825",
+    Status.NOT_APPLICABLE: "#bdbdbd",
 }
-DECISION_COLORS = {"PROCEED": "#2e7d32", "HOLD": "#f9a825", "ROLLBACK": "#c62828"}
-STATUS_CODE = {"not_applicable": 0, "pass": 1, "insufficient": 2, "fail": 3}
+DECISION_COLORS = {
+    Decision.PROCEED: "#2e7d32",
+    Decision.HOLD: "#f9a825",
+    Decision.ROLLBACK: "#c62828",
+}
+STATUS_CODE = {Status.NOT_APPLICABLE: 0, Status.PASS: 1, Status.INSUFFICIENT: 2, Status.FAIL: 3}
 ACTION_COLORS = {
     "start": "#1565c0",
     "proceed": "#2e7d32",
@@ -128,7 +133,7 @@ DETECTOR_PALETTE = (
 def detector_color(detector: str) -> str:
     """The detector's own colour (DETECTOR_PALETTE, by its place in the catalogue, not by
     what a chart happens to show); a name that is no detector is grey."""
-    names = sorted(catalog.detectors())
+    names = api.detector_names()
     if detector not in names:
         return MUTED
     i = names.index(detector)
@@ -315,17 +320,19 @@ def gate_matrix(stages: list[dict], titles: dict | None = None) -> go.Figure:
         # A pass on no sample reads "not exercised" and is grey, never green.
         z.append(
             [
-                STATUS_CODE["not_applicable" if w == NOT_EXERCISED else by_id[g]["status"]]
+                STATUS_CODE[
+                    Status.NOT_APPLICABLE if w == NOT_EXERCISED else Status(by_id[g]["status"])
+                ]
                 for g, w in zip(gate_ids, shown, strict=True)
             ]
         )
         # Two-word statuses on two lines, so that they stay inside their cell.
         text.append([w.replace(" ", "<br>") for w in shown])
     scale = [
-        [0, STATUS_COLORS["not_applicable"]],
-        [0.33, STATUS_COLORS["pass"]],
-        [0.66, STATUS_COLORS["insufficient"]],
-        [1, STATUS_COLORS["fail"]],
+        [0, STATUS_COLORS[Status.NOT_APPLICABLE]],
+        [0.33, STATUS_COLORS[Status.PASS]],
+        [0.66, STATUS_COLORS[Status.INSUFFICIENT]],
+        [1, STATUS_COLORS[Status.FAIL]],
     ]
     fig = go.Figure(
         go.Heatmap(

@@ -11,16 +11,16 @@ import math
 from datetime import UTC, datetime, timedelta
 
 from replaygate.queries import escape
-from replaygate.queries.gatedefs import GATES
-from replaygate.queries.gates import title
+from replaygate.queries.api import GATES, title
+from replaygate.queries.outcome import Status
 
 # Gate titles come from the gates' SQL headers (queries/gates.py): one vocabulary.
 GATE_TITLES = {g.id: g.title for g in GATES}
 STATUS_WORDS = {
-    "pass": "pass",
-    "fail": "FAIL",
-    "insufficient": "not enough data",
-    "not_applicable": "not applicable",
+    Status.PASS: "pass",
+    Status.FAIL: "FAIL",
+    Status.INSUFFICIENT: "not enough data",
+    Status.NOT_APPLICABLE: "not applicable",
 }
 BASELINE = "baseline (no cohort)"
 OUTSIDE = "outside every stage"

@@ -19,16 +19,17 @@ from markupsafe import Markup
 from replaygate.ingest import staging
 from replaygate.ingest.errors import ReplaygateError
 from replaygate.queries import outputs
+from replaygate.queries.api import UNIT_COLUMNS
 from replaygate.queries.escape import html_text, md_code, md_code_block, md_text
-from replaygate.queries.runner import UNIT_COLUMNS
+from replaygate.queries.outcome import Status
 
 from . import svgchart
 
 STATUS_WORD = {
-    "pass": "PASSED",
-    "insufficient": "WARNED",
-    "fail": "FAILED",
-    "not_applicable": "SKIPPED",
+    Status.PASS: "PASSED",
+    Status.INSUFFICIENT: "WARNED",
+    Status.FAIL: "FAILED",
+    Status.NOT_APPLICABLE: "SKIPPED",
 }
 
 

@@ -7,7 +7,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from replaygate.queries.gates import NOT_EXERCISED, display_status, display_value
+from replaygate.queries.api import NOT_EXERCISED, display_status, display_value
+from replaygate.queries.outcome import Status
 
 from .figures import STATUS_COLORS, detector_color
 
@@ -31,7 +32,7 @@ def gate_rows(gates: list[dict[str, Any]]) -> dict[str, Any]:
     for i, g in enumerate(gates):
         shown = display_status(g)
         # A pass on no sample is "not exercised": grey like not applicable, never green.
-        color = "not_applicable" if shown == NOT_EXERCISED else g["status"]
+        color = Status.NOT_APPLICABLE if shown == NOT_EXERCISED else Status(g["status"])
         rows.append(
             {
                 "y": PAD + i * ROW,
@@ -40,7 +41,7 @@ def gate_rows(gates: list[dict[str, Any]]) -> dict[str, Any]:
                 "value": display_value(g),
                 "fill": STATUS_COLORS[color],
                 # Dark text on the light chips (amber, grey), white on the others.
-                "ink": "#000" if color in ("insufficient", "not_applicable") else "#fff",
+                "ink": "#000" if color in (Status.INSUFFICIENT, Status.NOT_APPLICABLE) else "#fff",
             }
         )
     return {

@@ -17,14 +17,15 @@ import pandas as pd
 import streamlit as st
 
 from replaygate.queries import escape, named
-from replaygate.queries.gatedefs import BY_ID
-from replaygate.queries.gates import (
+from replaygate.queries.api import (
+    BY_ID,
     NOT_EXERCISED,
     display_bound,
     display_status,
     display_threshold,
     display_value,
 )
+from replaygate.queries.outcome import Decision, Status
 
 from . import data, fmt, state
 from .state import Filters
@@ -33,18 +34,22 @@ from .state import Filters
 REFRESH_SECONDS = float(os.environ.get("REPLAYGATE_REFRESH_SECONDS", "15"))
 # Data whose newest record is older than this is called stale.
 STALE_AFTER = timedelta(minutes=float(os.environ.get("REPLAYGATE_STALE_MINUTES", "15")))
-DECISION_ELEMENT = {"PROCEED": st.success, "HOLD": st.warning, "ROLLBACK": st.error}
+DECISION_ELEMENT = {
+    Decision.PROCEED: st.success,
+    Decision.HOLD: st.warning,
+    Decision.ROLLBACK: st.error,
+}
 DECISION_ICON = {
-    "PROCEED": ":material/check_circle:",
-    "HOLD": ":material/pause_circle:",
-    "ROLLBACK": ":material/undo:",
+    Decision.PROCEED: ":material/check_circle:",
+    Decision.HOLD: ":material/pause_circle:",
+    Decision.ROLLBACK: ":material/undo:",
 }
 BadgeColor = Literal["green", "red", "orange", "gray"]
-STATUS_BADGE: dict[str, tuple[BadgeColor, str]] = {
-    "pass": ("green", ":material/check:"),
-    "fail": ("red", ":material/close:"),
-    "insufficient": ("orange", ":material/hourglass_empty:"),
-    "not_applicable": ("gray", ":material/remove:"),
+STATUS_BADGE: dict[Status, tuple[BadgeColor, str]] = {
+    Status.PASS: ("green", ":material/check:"),
+    Status.FAIL: ("red", ":material/close:"),
+    Status.INSUFFICIENT: ("orange", ":material/hourglass_empty:"),
+    Status.NOT_APPLICABLE: ("gray", ":material/remove:"),
 }
 PAGE_FILES = {
     "overview": "views/overview.py",
@@ -269,15 +274,14 @@ def sidebar_freshness(stamp: str) -> None:
         sb.caption(f"Configuration: {fmt.md_text(note)}")
 
 
-DECISION_COLOR = {"PROCEED": "green", "HOLD": "orange", "ROLLBACK": "red"}
+DECISION_COLOR = {Decision.PROCEED: "green", Decision.HOLD: "orange", Decision.ROLLBACK: "red"}
 
 
 def decision_banner(decision: str, stage: str, note: str = "") -> None:
     """The decision as a coloured heading (not an alert: it is a verdict about the data)."""
-    color = DECISION_COLOR[decision]
-    text = (
-        f"### :{color}-background[{DECISION_ICON[decision]} {decision}] stage {fmt.md_text(stage)}"
-    )
+    color = DECISION_COLOR[Decision(decision)]
+    icon = DECISION_ICON[Decision(decision)]
+    text = f"### :{color}-background[{icon} {decision}] stage {fmt.md_text(stage)}"
     st.markdown(text)
     if note:
         st.caption(fmt.md_text(note))

@@ -1,5 +1,7 @@
-"""Library API the CLI, dashboard and reports share: open a DB with current findings,
-list findings, evaluate gates."""
+"""The library facade the CLI and the dashboard share for analysis, findings and decisions:
+open a database with current findings, analyse it, list findings, evaluate and show gates.
+Neither reaches past it into the analysis modules (`runner`, `gates`, `gatedefs`,
+`catalog`, `params`, `freshness`, ...); tests/test_floorplan.py holds them to it."""
 
 from __future__ import annotations
 
@@ -17,9 +19,76 @@ from replaygate.ingest.config import Config
 from replaygate.ingest.errors import ReplaygateError
 from replaygate.ingest.timefmt import iso_ms as _iso
 
-from . import gatedefs, gates, runner
+from . import catalog, freshness, gatedefs, gates, runner
+from .gatedefs import BY_ID, GATES, GateDef, effective_settings
+from .gates import (
+    NOT_EXERCISED,
+    display_bound,
+    display_status,
+    display_threshold,
+    display_value,
+    evaluate,
+    resolve_stage,
+    title,
+)
+from .outcome import Severity
+from .params import allowlist_note
+from .runner import UNIT_COLUMNS, analyse, coverage_doc, is_current, stamp
 
-SEVERITIES = ("critical", "high", "medium", "low")
+__all__ = [
+    "BY_ID",
+    "GATES",
+    "NOT_EXERCISED",
+    "UNIT_COLUMNS",
+    "GateDef",
+    "Resolved",
+    "allowlist_note",
+    "analyse",
+    "coverage_doc",
+    "detector_names",
+    "display_bound",
+    "display_status",
+    "display_threshold",
+    "display_value",
+    "effective_settings",
+    "evaluate",
+    "findings_doc",
+    "freshness_of",
+    "gates_doc",
+    "is_current",
+    "list_findings",
+    "load_config",
+    "open_analysed",
+    "record_decisions",
+    "refresh_history_findings",
+    "resolve_config",
+    "resolve_stage",
+    "stale_sources",
+    "stamp",
+    "title",
+]
+
+SEVERITIES = tuple(Severity)
+
+
+def detector_names() -> list[str]:
+    """Every detector, by name (the files of queries/sql/detectors)."""
+    return sorted(catalog.detectors())
+
+
+def freshness_of(con: duckdb.DuckDBPyConnection) -> dict[str, Any]:
+    """The data's newest plausible time and the warnings of queries/freshness.py (sources
+    behind the others, records dated after the last ingest)."""
+    src = freshness.sources(con)
+    return {"as_of": freshness.as_of(src), "warnings": freshness.warnings(src)}
+
+
+def stale_sources(con: duckdb.DuckDBPyConnection) -> list[str]:
+    """Sources far behind the others, as "event log 3.6 days"."""
+    return [
+        f"{e['source']} {freshness.show_seconds(e['behind_seconds'])}"
+        for e in freshness.stale(freshness.sources(con))
+    ]
 
 
 def load_config(path: str | os.PathLike[str] | None = None) -> Config:
@@ -118,7 +187,7 @@ def list_findings(
         if severity not in SEVERITIES:
             raise ReplaygateError(f"unknown severity {severity!r} ({', '.join(SEVERITIES)})")
         where.append("list_contains($sev, severity)")
-        args["sev"] = list(SEVERITIES[: SEVERITIES.index(severity) + 1])
+        args["sev"] = [str(s) for s in SEVERITIES if s.rank <= Severity(severity).rank]
     sql = f"""SELECT detector, severity, ts, stage, {", ".join(runner.UNIT_COLUMNS)}, detail
               FROM findings WHERE {" AND ".join(where)}
               ORDER BY CASE severity WHEN 'critical' THEN 0 WHEN 'high' THEN 1

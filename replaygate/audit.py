@@ -137,8 +137,8 @@ def history(db, config_path, as_json, stage, at, recorded_at):
       replaygate history --stage write-10pct --at 2026-11-28T04:30:00Z --json
     """
     from replaygate.queries import history as hist
+    from replaygate.queries.api import effective_settings
     from replaygate.queries.escape import terminal as show
-    from replaygate.queries.gatedefs import effective_settings
 
     conf = load_config(config_path, db)
     # The digest the history records (every setting in force, defaults included).

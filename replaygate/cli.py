@@ -13,6 +13,7 @@ import click
 
 from replaygate.ingest.errors import ReplaygateError
 from replaygate.ingest.readers import formats_help
+from replaygate.queries.outcome import Severity
 
 from . import __version__
 from .duration import Duration
@@ -123,7 +124,7 @@ ingest.help = (ingest.help or "").replace("{formats}", formats_help())
 
 
 def _allowlist_note(conf: Config) -> None:
-    from replaygate.queries.params import allowlist_note
+    from replaygate.queries.api import allowlist_note
 
     note = allowlist_note(conf)
     if note:
@@ -132,9 +133,9 @@ def _allowlist_note(conf: Config) -> None:
 
 def _analyse(con: duckdb.DuckDBPyConnection, conf: Config) -> dict[str, Any]:
     """Refresh findings after an ingest."""
-    from replaygate.queries import runner
+    from replaygate.queries import api
 
-    return runner.analyse(con, conf)
+    return api.analyse(con, conf)
 
 
 @cli.command(context_settings=CONTEXT)
@@ -283,7 +284,7 @@ def status(db: str, config_path: str | None, as_json: bool) -> None:
     """
     from replaygate.ingest import db as dbm
     from replaygate.ingest.status import status as get_status
-    from replaygate.queries import runner
+    from replaygate.queries import api
 
     from .render import status_table
 
@@ -296,7 +297,7 @@ def status(db: str, config_path: str | None, as_json: bool) -> None:
     doc["configuration"] = {
         "source": conf.source,
         "sha256": conf.digest(),
-        "findings_current": runner.is_current(con, conf),
+        "findings_current": api.is_current(con, conf),
     }
     if as_json:
         emit_json(doc)
@@ -411,7 +412,7 @@ def simulate(
 @click.option("--stage", metavar="NAME", help="Only findings of this rollout stage.")
 @click.option(
     "--severity",
-    type=click.Choice(["critical", "high", "medium", "low"]),
+    type=click.Choice([str(s) for s in Severity]),
     help="This severity or worse.",
 )
 @click.option(
@@ -442,11 +443,11 @@ def findings(
       replaygate findings --stage resume-read-25pct
       replaygate findings --engine spark --lake s3a://lake/mcp --db fleet.duckdb
     """
-    from replaygate.queries import api, catalog, runner
+    from replaygate.queries import api
 
     from .render import findings_table
 
-    unknown = [d for d in detectors if d not in catalog.detectors()]
+    unknown = [d for d in detectors if d not in api.detector_names()]
     if unknown:
         raise ReplaygateError(f"unknown detector {unknown[0]!r} (see docs/detectors.md)")
     conf = load_config(config_path, db)
@@ -462,7 +463,7 @@ def findings(
         emit_json(api.findings_doc(con, detectors=detectors, stage=stage, severity=severity))
     else:
         rows = api.list_findings(con, detectors=detectors, stage=stage, severity=severity)
-        findings_table(rows, limit or 50, runner.coverage_doc(con))
+        findings_table(rows, limit or 50, api.coverage_doc(con))
     say_config()
 
 
@@ -534,7 +535,6 @@ def gates(
       replaygate gates --stage write-10pct --record   # kept for the audit trail
     """
     from replaygate.queries import api
-    from replaygate.queries import gates as gm
     from replaygate.queries.outcome import Decision
 
     from . import gatewait
@@ -551,7 +551,7 @@ def gates(
         if paths:
             gatewait.ingest_paths(db, list(paths), conf, source)
         con = api.open_analysed(db, conf)
-        key = gm.resolve_stage(con, stage, release)
+        key = api.resolve_stage(con, stage, release)
         doc = api.gates_doc(con, conf, stage=key, all_stages=all_stages)
     if not doc["stages"]:
         # Nothing to gate is a setup problem, not a HOLD a pipeline would wait on.
@@ -617,12 +617,12 @@ def dashboard(db: str, config_path: str | None, port: int, host: str) -> None:
     from pathlib import Path
 
     from replaygate.ingest import db as dbm
-    from replaygate.queries import runner
+    from replaygate.queries import api
 
     _check_port_free(host, port)
     conf = load_config(config_path, db)
     con = dbm.connect(db)
-    runner.analyse(con, conf)
+    api.analyse(con, conf)
     con.close()
     say_config()
     # Located without importing the package: importing it would pull in streamlit here.

@@ -17,12 +17,12 @@ def ingest_paths(db: str, paths: list[str], conf, source: str = "auto") -> None:
     """Load what is new under paths and refresh the analysis (one short write)."""
     from replaygate.ingest import db as dbm
     from replaygate.ingest.load import ingest
-    from replaygate.queries import runner
+    from replaygate.queries import api
 
     con = dbm.connect(db, role="ingest")
     try:
         report = ingest(con, list(paths), conf, source=source)
-        runner.analyse(con, conf)
+        api.analyse(con, conf)
     finally:
         dbm.close(con)
     for w in report.warnings:
@@ -31,11 +31,11 @@ def ingest_paths(db: str, paths: list[str], conf, source: str = "auto") -> None:
 
 def evaluate_once(db: str, conf, stage: str | None, release: str | None) -> dict:
     """The gates document of the one stage meant by stage/release (newest by default)."""
-    from replaygate.queries import api, gates
+    from replaygate.queries import api
 
     con = api.open_analysed(db, conf)
     try:
-        key = gates.resolve_stage(con, stage, release)
+        key = api.resolve_stage(con, stage, release)
         return api.gates_doc(con, conf, stage=key)
     finally:
         con.close()

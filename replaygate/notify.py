@@ -27,10 +27,12 @@ import urllib.parse
 import urllib.request
 from collections.abc import Callable
 
+from replaygate.queries.outcome import Decision
+
 ICON = {
-    "PROCEED": ":large_green_circle:",
-    "HOLD": ":large_yellow_circle:",
-    "ROLLBACK": ":red_circle:",
+    Decision.PROCEED: ":large_green_circle:",
+    Decision.HOLD: ":large_yellow_circle:",
+    Decision.ROLLBACK: ":red_circle:",
 }
 BACKOFF = (1, 2, 4, 8, 16, 32)  # seconds before each retry
 TIMEOUT = 10  # seconds one POST may take, connection included

@@ -13,14 +13,15 @@ from rich.text import Text
 
 from replaygate.ingest.capabilities import LABELS
 from replaygate.ingest.contract import RECORD_TYPES
-from replaygate.queries.escape import one_line
-from replaygate.queries.gates import (
+from replaygate.queries.api import (
     NOT_EXERCISED,
     display_bound,
     display_status,
     display_threshold,
     display_value,
 )
+from replaygate.queries.escape import one_line
+from replaygate.queries.outcome import Decision, Severity, Status
 
 # Tables fit the terminal (80 columns where there is none, as in CI logs) without cutting
 # anything: ids and times wrap inside their column (overflow="fold"), other text wraps at
@@ -223,13 +224,22 @@ def status_table(doc: dict) -> None:
         _print(f"  {item['rows']:>8,}  {_t(item['reason'])}")
 
 
-SEVERITY_STYLE = {"critical": "bold red", "high": "red", "medium": "yellow", "low": "dim"}
-DECISION_STYLE = {"PROCEED": "bold green", "HOLD": "bold yellow", "ROLLBACK": "bold red"}
+SEVERITY_STYLE = {
+    Severity.CRITICAL: "bold red",
+    Severity.HIGH: "red",
+    Severity.MEDIUM: "yellow",
+    Severity.LOW: "dim",
+}
+DECISION_STYLE = {
+    Decision.PROCEED: "bold green",
+    Decision.HOLD: "bold yellow",
+    Decision.ROLLBACK: "bold red",
+}
 STATUS_STYLE = {
-    "pass": "green",
-    "fail": "bold red",
-    "insufficient": "yellow",
-    "not_applicable": "dim",
+    Status.PASS: "green",
+    Status.FAIL: "bold red",
+    Status.INSUFFICIENT: "yellow",
+    Status.NOT_APPLICABLE: "dim",
 }
 
 

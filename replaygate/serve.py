@@ -82,11 +82,11 @@ def build_snapshot(con: duckdb.DuckDBPyConnection, config) -> Snapshot:
     from datetime import UTC, datetime
 
     from replaygate.ingest.db import get_meta
-    from replaygate.queries import api, runner
+    from replaygate.queries import api
 
     doc = api.gates_doc(con, config, all_stages=True)
     snap = Snapshot(
-        key=runner.stamp(con, config),
+        key=api.stamp(con, config),
         data_version=get_meta(con, "data_version", "0"),
         analysed_at=datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%S.%f")[:-3] + "Z",
     )
@@ -147,7 +147,7 @@ class GateServer(ThreadingHTTPServer):
         """Read the analysis (refreshing it first when out of date) into a new snapshot;
         while the database is busy, the last snapshot stays."""
         from replaygate.ingest import db as dbm
-        from replaygate.queries import runner
+        from replaygate.queries import api
 
         try:
             con = dbm.connect(self.db, read_only=True)
@@ -156,7 +156,7 @@ class GateServer(ThreadingHTTPServer):
             return
         try:
             try:
-                current = runner.is_current(con, self.config) or self._only_own_appends(con)
+                current = api.is_current(con, self.config) or self._only_own_appends(con)
             except duckdb.Error:
                 current = False
             if not current:
@@ -165,8 +165,8 @@ class GateServer(ThreadingHTTPServer):
                     con = dbm.connect(self.db)
                 except (ReplaygateError, duckdb.Error):
                     return  # another process writes: answer from the last analysis
-                runner.analyse(con, self.config)
-            if self.snapshot is None or self.snapshot.key != runner.stamp(con, self.config):
+                api.analyse(con, self.config)
+            if self.snapshot is None or self.snapshot.key != api.stamp(con, self.config):
                 self.snapshot = build_snapshot(con, self.config)
             self.problem = None
             self._record(con)
@@ -182,11 +182,11 @@ class GateServer(ThreadingHTTPServer):
         they can change only for rollout actions dated after them, which arrive as a
         data change and a full analysis anyway."""
         from replaygate.ingest.db import get_meta
-        from replaygate.queries import history, runner
+        from replaygate.queries import api, history
 
         return (
             self._own_history is not None
-            and get_meta(con, "analysis_stamp") == runner.stamp(con, self.config)
+            and get_meta(con, "analysis_stamp") == api.stamp(con, self.config)
             and history.version(con) == self._own_history
         )
 

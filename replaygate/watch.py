@@ -291,27 +291,27 @@ class Watcher:
 
     # -- one cycle -------------------------------------------------------------------------
     def cycle(self, n: int) -> Cycle:
-        from replaygate.queries import gates, runner
+        from replaygate.queries import api
 
         c = Cycle(n, dt.datetime.now(dt.UTC))
         t0 = time.perf_counter()
         try:
             con = self._open()
             if not self.baselined:
-                self.known = self._decisions(con, gates, runner, baseline=True)
+                self.known = self._decisions(con, baseline=True)
                 self.baselined = True
             version = dbm.get_meta(con, "data_version", "0")
             rep = ingest(con, list(self.paths), self.config, source=self.source)
             c.rows, c.quarantined = rep.rows_by_type(), rep.quarantined
             changed = dbm.get_meta(con, "data_version", "0") != version
-            if changed or not runner.is_current(con, self.config):
+            if changed or not api.is_current(con, self.config):
                 before = self._finding_keys(con)
-                runner.analyse(con, self.config)
+                api.analyse(con, self.config)
                 after = self._finding_keys(con)
                 c.added, c.resolved = len(after - before), len(before - after)
                 changed = True
             # Unchanged data and configuration: the same decisions as last cycle.
-            state = (self._decisions(con, gates, runner) if changed else self.known) or {}
+            state = (self._decisions(con) if changed else self.known) or {}
             c.decisions = {s: v["decision"] for s, v in state.items()}
             c.open_stages = [s for s, v in state.items() if v["open"]]
             c.changes = self._changes(state, c.at) if self.known is not None else []
@@ -337,19 +337,19 @@ class Watcher:
         except duckdb.CatalogException:
             return set()
 
-    def _decisions(self, con, gates, runner, baseline: bool = False) -> dict[str, dict] | None:
+    def _decisions(self, con, baseline: bool = False) -> dict[str, dict] | None:
         """Every stage's decision now; for the baseline, None when nothing was analysed
         with this configuration yet (there is no earlier state to compare with)."""
+        from replaygate.queries import api
+
         try:
-            if baseline and not runner.is_current(con, self.config):
+            if baseline and not api.is_current(con, self.config):
                 return None
-            doc = gates.evaluate(con, self.config, all_stages=True)
+            doc = api.evaluate(con, self.config, all_stages=True)
         except duckdb.CatalogException:
             return None if baseline else {}  # nothing analysed yet
-        from replaygate.queries.api import record_decisions
-
         # Each evaluation that differs from the last one recorded joins the history.
-        record_decisions(con, doc, self.config, "watch", only_changes=True)
+        api.record_decisions(con, doc, self.config, "watch", only_changes=True)
         return {
             s["stage"]: {
                 "decision": s["decision"],
@@ -537,12 +537,9 @@ def _lag(con, now: dt.datetime) -> float | None:
 
 def _stale(con) -> list[str]:
     """Sources far behind the others (queries/freshness.py), as "event log 3.6 days"."""
-    from replaygate.queries import freshness
+    from replaygate.queries import api
 
-    return [
-        f"{e['source']} {freshness.show_seconds(e['behind_seconds'])}"
-        for e in freshness.stale(freshness.sources(con))
-    ]
+    return api.stale_sources(con)
 
 
 def _change_line(c: Cycle, ch: dict) -> str:

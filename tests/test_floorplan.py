@@ -148,3 +148,34 @@ def test_no_floor_imports_one_above_it_or_beside_it():
             if t_level > level or (t_level == level and t_part != part):
                 wrong.append(f"{module} ({part}) imports {t} ({t_part})")
     assert wrong == []
+
+
+# What the CLI and the dashboard may import of `queries`: the facade (`api`), the outcome
+# enums, the filter model and the dashboard's named queries and views over it, output
+# escaping, the field guide and source matrix, and the audit trail (decision history,
+# attestation, outputs, the report document). The analysis itself only through `api`.
+FACADE = "replaygate.queries.api"
+ANALYSIS = {
+    f"replaygate.queries.{m}"
+    for m in (
+        "capability",
+        "catalog",
+        "freshness",
+        "gatedefs",
+        "gates",
+        "groups",
+        "headers",
+        "incremental",
+        "params",
+        "runner",
+    )
+}
+
+
+def test_cli_and_dashboard_reach_the_analysis_only_through_the_facade():
+    wrong = []
+    for module, targets in import_graph().items():
+        if floor(module)[1] in ("cli", "replaygate.dashboard"):
+            wrong += [f"{module} imports {t}" for t in sorted(targets & ANALYSIS)]
+    assert wrong == []
+    assert all(m in import_graph() for m in (*ANALYSIS, FACADE))

@@ -5,11 +5,12 @@ import functools
 import streamlit as st
 
 from replaygate.dashboard import data, fmt, ui
-from replaygate.queries import catalog
+from replaygate.queries import api
+from replaygate.queries.outcome import Severity
 
 ctx = ui.bootstrap()
 st.title("Findings")
-known = sorted(catalog.detectors())
+known = api.detector_names()
 wanted = [d for d in st.query_params.get("det", "").split(",") if d in known]
 detectors = st.multiselect("Detectors", known, default=wanted, key="findings_detectors")
 if ",".join(detectors) != st.query_params.get("det", ""):
@@ -17,9 +18,7 @@ if ",".join(detectors) != st.query_params.get("det", ""):
         st.query_params["det"] = ",".join(detectors)
     else:
         st.query_params.pop("det", None)
-severities = st.multiselect(
-    "Severity", ["critical", "high", "medium", "low"], key="findings_severity"
-)
+severities = st.multiselect("Severity", [str(s) for s in Severity], key="findings_severity")
 df = data.findings_of_severity(ctx.stamp, ctx.filters, tuple(detectors), tuple(severities))
 where = fmt.md_text(ctx.filters.stage) if ctx.filters.stage else "all stages"
 st.caption(f"{fmt.count(len(df))} findings · {where}")

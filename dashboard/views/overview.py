@@ -8,7 +8,7 @@ import streamlit as st
 
 from replaygate.dashboard import data, fmt, ui
 from replaygate.queries import escape
-from replaygate.queries.gates import display_value
+from replaygate.queries.api import display_value
 
 ctx = ui.bootstrap()
 st.title("Rollout decision")
