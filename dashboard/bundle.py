@@ -14,11 +14,14 @@ import json
 import os
 import tempfile
 from pathlib import Path
+from typing import Any
 
+import duckdb
 import pyarrow as pa
 import pyarrow.parquet as pq
 
 from replaygate.ingest import staging
+from replaygate.ingest.config import Config
 from replaygate.ingest.errors import ReplaygateError
 from replaygate.queries import attest, history, outputs
 from replaygate.queries.api import effective_settings
@@ -51,7 +54,7 @@ def _prepare(out_dir: Path, guard: outputs.Guard) -> None:
         )
 
 
-def _pdf(doc: dict) -> bytes | None:
+def _pdf(doc: dict[str, Any]) -> bytes | None:
     if render.chromium() is None:
         return None
     with staging.folder(tempfile.gettempdir(), render.PDF_STAGING) as tmp:
@@ -60,7 +63,7 @@ def _pdf(doc: dict) -> bytes | None:
         return out.read_bytes()
 
 
-def _findings(con, stage: str) -> bytes:
+def _findings(con: duckdb.DuckDBPyConnection, stage: str) -> bytes:
     # A relation straight to Arrow (an executed result warns of an extra copy on stderr).
     table = con.sql(
         """SELECT * FROM findings WHERE stage = $s
@@ -69,10 +72,13 @@ def _findings(con, stage: str) -> bytes:
     ).to_arrow_table()
     sink = pa.BufferOutputStream()
     pq.write_table(table, sink)
-    return sink.getvalue().to_pybytes()
+    data: bytes = sink.getvalue().to_pybytes()
+    return data
 
 
-def contents(doc: dict, con, config, pdf: bool = False) -> tuple[dict[str, bytes], list[str]]:
+def contents(
+    doc: dict[str, Any], con: duckdb.DuckDBPyConnection, config: Config, pdf: bool = False
+) -> tuple[dict[str, bytes], list[str]]:
     """Every file of the bundle but the statement, and what was left out and why. The
     PDF only when asked for: printing it starts a browser and takes seconds."""
     files: dict[str, bytes] = {
@@ -103,9 +109,9 @@ def contents(doc: dict, con, config, pdf: bool = False) -> tuple[dict[str, bytes
 
 
 def bundle(
-    doc: dict,
-    con,
-    config,
+    doc: dict[str, Any],
+    con: duckdb.DuckDBPyConnection,
+    config: Config,
     out_dir: Path,
     *,
     sign_key: str | None = None,

@@ -12,6 +12,7 @@ import shutil
 import subprocess
 import tempfile
 from pathlib import Path
+from typing import Any
 
 import jinja2
 from markupsafe import Markup
@@ -33,7 +34,7 @@ STATUS_WORD = {
 }
 
 
-def _unit_md(item: dict) -> str:
+def _unit_md(item: dict[str, Any]) -> str:
     return ", ".join(f"{k} {md_code(item[k])}" for k in UNIT_COLUMNS if item[k] is not None)
 
 
@@ -47,7 +48,7 @@ def _guide_link(detector: str) -> str:
     return f"[field guide](#{_guide_anchor(detector)})"
 
 
-def to_markdown(doc: dict) -> str:
+def to_markdown(doc: dict[str, Any]) -> str:
     """The report as Markdown. Every value from the data goes through md_text or
     md_code (queries/escape.py), so no logged field can add or close a construct."""
     s = doc["scope"]
@@ -229,7 +230,7 @@ def to_markdown(doc: dict) -> str:
     return "\n".join(out)
 
 
-def _history_markdown(doc: dict) -> list[str]:
+def _history_markdown(doc: dict[str, Any]) -> list[str]:
     h = doc.get("decision_history") or {"timeline": [], "chain": "intact"}
     out = ["", "## Decision history", ""]
     if not h["timeline"]:
@@ -272,7 +273,7 @@ def _history_markdown(doc: dict) -> list[str]:
     return out
 
 
-def to_json(doc: dict) -> str:
+def to_json(doc: dict[str, Any]) -> str:
     return json.dumps(doc, indent=2, sort_keys=True, default=str) + "\n"
 
 
@@ -311,7 +312,7 @@ def _environment() -> jinja2.Environment:
     return env
 
 
-def to_html(doc: dict) -> str:
+def to_html(doc: dict[str, Any]) -> str:
     """One self-contained HTML file from the autoescaping template: no network, no
     script, its charts inline SVG (a few kilobytes, not a plotting library)."""
     template = _environment().get_template("report.html.j2")
@@ -346,7 +347,7 @@ CHROMIUM_FLAGS = [
 ]
 
 
-def to_pdf(doc: dict, out: Path) -> None:
+def to_pdf(doc: dict[str, Any], out: Path) -> None:
     exe = chromium()
     if exe is None:
         raise ReplaygateError(
@@ -374,7 +375,7 @@ def to_pdf(doc: dict, out: Path) -> None:
         raise ReplaygateError("chromium could not print the PDF")
 
 
-def write(doc: dict, fmt: str, out: Path, guard: outputs.Guard) -> None:
+def write(doc: dict[str, Any], fmt: str, out: Path, guard: outputs.Guard) -> None:
     """Write the report through the output guard: never onto the database, its history,
     the configuration or an input, never through a link, and whole or not at all."""
     if fmt not in ("md", "json", "html", "pdf"):

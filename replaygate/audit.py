@@ -12,6 +12,7 @@ from replaygate.queries.outcome import Decision
 
 from .options import (
     CONTEXT,
+    F,
     config_option,
     db_option,
     emit_json,
@@ -23,7 +24,17 @@ from .options import (
 DECISION = click.Choice([d.value for d in Decision], case_sensitive=False)
 
 
-def _action(kind, db, config_path, as_json, stage, decision, reason, by, release):
+def _action(
+    kind: str,
+    db: str,
+    config_path: str | None,
+    as_json: bool,
+    stage: str,
+    decision: str | None,
+    reason: str | None,
+    by: str,
+    release: str | None,
+) -> None:
     from replaygate.queries import api, history
 
     conf = load_config(config_path, db)
@@ -55,7 +66,7 @@ def _action(kind, db, config_path, as_json, stage, decision, reason, by, release
         )
 
 
-def _action_options(f):
+def _action_options(f: F) -> F:
     f = click.option("--release", metavar="ID", help="Release the stage belongs to.")(f)
     f = click.option("--by", required=True, metavar="NAME", help="Who acts.")(f)
     f = click.option("--reason", metavar="TEXT", help="Why (required for override).")(f)
@@ -66,7 +77,16 @@ def _action_options(f):
 @click.command(context_settings=CONTEXT)
 @_action_options
 @click.option("--decision", type=DECISION, help="The decision seen (must be the one in force).")
-def ack(db, config_path, as_json, stage, reason, by, release, decision):
+def ack(
+    db: str,
+    config_path: str | None,
+    as_json: bool,
+    stage: str,
+    reason: str | None,
+    by: str,
+    release: str | None,
+    decision: str | None,
+) -> None:
     """Record that an operator saw the decision in force for a stage.
 
     \b
@@ -84,7 +104,16 @@ def ack(db, config_path, as_json, stage, reason, by, release, decision):
 @click.command(context_settings=CONTEXT)
 @_action_options
 @click.option("--decision", type=DECISION, required=True, help="The operator's decision.")
-def override(db, config_path, as_json, stage, reason, by, release, decision):
+def override(
+    db: str,
+    config_path: str | None,
+    as_json: bool,
+    stage: str,
+    reason: str | None,
+    by: str,
+    release: str | None,
+    decision: str,
+) -> None:
     """Record that an operator decides otherwise than the decision in force.
 
     \b
@@ -119,7 +148,14 @@ def override(db, config_path, as_json, stage, reason, by, release, decision):
     metavar="TIME",
     help="The decision in force at this wall-clock time (newest recorded by then).",
 )
-def history(db, config_path, as_json, stage, at, recorded_at):
+def history(
+    db: str,
+    config_path: str | None,
+    as_json: bool,
+    stage: str | None,
+    at: str | None,
+    recorded_at: str | None,
+) -> None:
     """Show the decision history: each change of a stage's decision and every operator
     action; --at: the decision as of a time of the data (the newest evaluation made on
     data up to then); --recorded-at: the decision in force at a wall-clock time.
@@ -145,7 +181,7 @@ def history(db, config_path, as_json, stage, at, recorded_at):
     current = str(effective_settings(conf)["sha256"])
     configuration = {"source": conf.source, "sha256": current}
 
-    def config_of(digest) -> str:
+    def config_of(digest: str) -> str:
         short = show(digest)[:12]
         return f"configuration {short}" + ("" if digest == current else " (not the current one)")
 
@@ -154,8 +190,8 @@ def history(db, config_path, as_json, stage, at, recorded_at):
     if at and recorded_at:
         raise click.UsageError("give --at (data time) or --recorded-at (wall clock), not both")
     if at or recorded_at:
-        when = hist.parse_time(at or recorded_at)
-        stages = [stage] if stage else sorted({r.get("stage") for r in rows} - {None})
+        when = hist.parse_time(at or recorded_at or "")
+        stages = [stage] if stage else sorted({str(r["stage"]) for r in rows if r.get("stage")})
         if at:
             found = {s: hist.as_of_data(path, s, when) for s in stages}
         else:

@@ -6,14 +6,16 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
+from typing import Any
 
+from replaygate.ingest.config import Config
 from replaygate.ingest.errors import ReplaygateError
 
 from . import duration
 from .options import say
 
 
-def ingest_paths(db: str, paths: list[str], conf, source: str = "auto") -> None:
+def ingest_paths(db: str, paths: list[str], conf: Config, source: str = "auto") -> None:
     """Load what is new under paths and refresh the analysis (one short write)."""
     from replaygate.ingest import db as dbm
     from replaygate.ingest.load import ingest
@@ -29,7 +31,7 @@ def ingest_paths(db: str, paths: list[str], conf, source: str = "auto") -> None:
         say(f"warning: {w}", err=True)
 
 
-def evaluate_once(db: str, conf, stage: str | None, release: str | None) -> dict:
+def evaluate_once(db: str, conf: Config, stage: str | None, release: str | None) -> dict[str, Any]:
     """The gates document of the one stage meant by stage/release (newest by default)."""
     from replaygate.queries import api
 
@@ -43,7 +45,7 @@ def evaluate_once(db: str, conf, stage: str | None, release: str | None) -> dict
 
 def wait(
     db: str,
-    conf,
+    conf: Config,
     stage: str | None,
     release: str | None,
     paths: list[str],
@@ -52,7 +54,7 @@ def wait(
     source: str = "auto",
     clock: Callable[[], float] = time.monotonic,
     sleep: Callable[[float], None] = time.sleep,
-) -> dict:
+) -> dict[str, Any]:
     """Evaluate until PROCEED or ROLLBACK, or until timeout_s has passed (then the last
     evaluation, whose decision is HOLD). Without timeout_s: one evaluation."""
     deadline = None if timeout_s is None else clock() + timeout_s

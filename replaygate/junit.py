@@ -10,11 +10,12 @@ carry at all and shows bidi and zero-width characters by code point.
 from __future__ import annotations
 
 import xml.etree.ElementTree as ET
+from typing import Any
 
 from replaygate.queries.escape import xml_text as clean
 
 
-def render(doc: dict) -> str:
+def render(doc: dict[str, Any]) -> str:
     root = ET.Element("testsuites", name="replaygate gates")
     totals = {"tests": 0, "failures": 0, "errors": 0, "skipped": 0}
     for stage in doc.get("stages", []):

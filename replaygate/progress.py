@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import sys
 import threading
+from collections.abc import Callable
 
 from rich.console import Console
 from rich.progress import (
@@ -44,7 +45,7 @@ class RichProgress:
         self.bar.start()
         self.task = self.bar.add_task(f"reading {n_files} files", total=total_bytes)
 
-    def file_started(self, name: str, size: int, poll=None) -> None:
+    def file_started(self, name: str, size: int, poll: Callable[[], float] | None = None) -> None:
         if not self.bar:
             return
         self.bar.update(self.task, description=name[:40])
@@ -54,7 +55,7 @@ class RichProgress:
             self._poller = threading.Thread(target=self._follow, args=(poll, size), daemon=True)
             self._poller.start()
 
-    def _follow(self, poll, size: int) -> None:
+    def _follow(self, poll: Callable[[], float], size: int) -> None:
         while not self._stop.wait(0.5):
             try:
                 pct = poll()
