@@ -496,14 +496,15 @@ def test_no_release_is_spelled_the_same_everywhere_and_unstarted_stages_are_refu
 
 def test_serve_does_not_analyse_its_own_history_appends(sample_db, tmp_path, monkeypatch):
     from replaygate.ingest.config import load as load_config
-    from replaygate.queries import history, runner
+    from replaygate.queries import api, history
     from replaygate.serve import make_server
 
     db = tmp_path / "served.duckdb"
     shutil.copy(sample_db, db)
     calls = []
-    analyse = runner.analyse
-    monkeypatch.setattr(runner, "analyse", lambda *a, **k: calls.append(1) or analyse(*a, **k))
+    # serve analyses through the facade
+    analyse = api.analyse
+    monkeypatch.setattr(api, "analyse", lambda *a, **k: calls.append(1) or analyse(*a, **k))
     conf = load_config(SAMPLE_CONF)
     server = make_server(str(db), conf, port=0, quiet=True, refresh_s=0.05)
     threading.Thread(target=server.serve_forever, daemon=True).start()
