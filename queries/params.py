@@ -7,7 +7,7 @@ from typing import Any
 from replaygate.ingest.config import Config
 
 from .catalog import Query
-from .gatedefs import min_samples
+from .gatedefs import GATES, min_samples
 
 
 def glob_to_like(pattern: str) -> str:
@@ -73,8 +73,6 @@ def probe_counted(config: Config) -> dict[str, list[str]]:
     (`probe_facts`) and the findings of which detectors (`probe_detectors`). For
     `replay`, those of the replay-integrity gates: their samples (their meters, and the
     accepted receipts a client keeps) and their detectors' findings."""
-    from .gates import GATES
-
     if config.probe_gates == "none":
         return {"probe_facts": [], "probe_detectors": []}
     chosen = [g for g in GATES if config.probe_gates == "all" or g.replay]
