@@ -34,6 +34,11 @@ STATUS_WORD = {
 }
 
 
+def _format(fi: dict[str, Any]) -> str:
+    """A file's format as the report names it: `jsonl`, `jsonl, gzip`."""
+    return ", ".join(x for x in (fi["format"], fi.get("compression")) if x)
+
+
 def _unit_md(item: dict[str, Any]) -> str:
     return ", ".join(f"{k} {md_code(item[k])}" for k in UNIT_COLUMNS if item[k] is not None)
 
@@ -170,7 +175,7 @@ def to_markdown(doc: dict[str, Any]) -> str:
     ]
     for fi in doc["inputs"]["files"]:
         out.append(
-            f"| {md_code(fi['path'])} | {md_text(fi['format'])} | {fi['rows']:,} | "
+            f"| {md_code(fi['path'])} | {md_text(_format(fi))} | {fi['rows']:,} | "
             f"{fi['quarantined']:,} | "
             + (
                 md_code(fi["sha256"])
@@ -306,6 +311,7 @@ def _environment() -> jinja2.Environment:
         finalize=lambda v: v if isinstance(v, Markup) or not isinstance(v, str) else html_text(v),
     )
     env.filters["thousands"] = lambda n: f"{n:,}"
+    env.filters["file_format"] = _format
     env.filters["tojson_sorted"] = lambda v, indent=None: json.dumps(
         v, indent=indent, sort_keys=True, default=str
     )

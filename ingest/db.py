@@ -37,7 +37,8 @@ CREATE TABLE IF NOT EXISTS files (
     file_id BIGINT PRIMARY KEY,
     path VARCHAR NOT NULL,
     name VARCHAR NOT NULL,
-    format VARCHAR,
+    format VARCHAR,     -- a name of ingest/readers.py FORMATS
+    compression VARCHAR,  -- gzip, or NULL for none
     size BIGINT,
     sha256 VARCHAR NOT NULL,
     rows_loaded BIGINT,
@@ -67,6 +68,10 @@ ALTER TABLE files ADD COLUMN IF NOT EXISTS digest VARCHAR;
 ALTER TABLE files ADD COLUMN IF NOT EXISTS lines BIGINT;
 ALTER TABLE files ADD COLUMN IF NOT EXISTS rows_read BIGINT;
 ALTER TABLE files ADD COLUMN IF NOT EXISTS raw_digest VARCHAR;
+-- Compression is its own column (earlier versions wrote it into the format: `jsonl.gz`).
+ALTER TABLE files ADD COLUMN IF NOT EXISTS compression VARCHAR;
+UPDATE files SET compression = 'gzip', format = left(format, length(format) - 3)
+WHERE format LIKE '%.gz';
 -- Rows whose raw session id was dropped because no HMAC key was set: once a key is set,
 -- the file is read again and its ids hashed (identity.plan).
 ALTER TABLE files ADD COLUMN IF NOT EXISTS ids_dropped BIGINT;

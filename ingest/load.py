@@ -640,15 +640,16 @@ class _Loader:
         dropped: int = 0,
     ) -> None:
         self._exec(
-            """INSERT INTO files (file_id, path, name, format, size, sha256, rows_loaded,
-                   rows_quarantined, rows_by_type, ingested_at, status, ids_dropped)
-               VALUES ($id, $path, $name, $fmt, $size, $sha, $loaded, $q, $rows, now(),
-                   'loaded', $dropped)""",
+            """INSERT INTO files (file_id, path, name, format, compression, size, sha256,
+                   rows_loaded, rows_quarantined, rows_by_type, ingested_at, status, ids_dropped)
+               VALUES ($id, $path, $name, $fmt, $compression, $size, $sha, $loaded, $q, $rows,
+                   now(), 'loaded', $dropped)""",
             {
                 "id": file_id,
                 "path": shown,
                 "name": src.name,
-                "fmt": src.stored,
+                "fmt": src.format,
+                "compression": src.compression,
                 "size": src.path.stat().st_size,
                 "sha": sha,
                 "loaded": sum(result.rows.values()),
@@ -754,14 +755,16 @@ class _Loader:
             """UPDATE files SET rows_loaded = rows_loaded + $loaded,
                    rows_quarantined = rows_quarantined + $q,
                    ids_dropped = coalesce(ids_dropped, 0) + $dropped,
-                   rows_by_type = $rows, format = $fmt, sha256 = '', ingested_at = now()
+                   rows_by_type = $rows, format = $fmt, compression = $compression,
+                   sha256 = '', ingested_at = now()
                WHERE file_id = $id""",
             {
                 "id": file_id,
                 "loaded": sum(result.rows.values()),
                 "q": result.quarantined,
                 "dropped": st.ids_dropped,
-                "fmt": st.src.stored,
+                "fmt": st.src.format,
+                "compression": st.src.compression,
                 "rows": _json(
                     dict(Counter(_rows_by_type(self.con, file_id)) + Counter(result.rows))
                 ),
@@ -851,17 +854,13 @@ def _knowns(con: duckdb.DuckDBPyConnection) -> list[identity.Known]:
     out = []
     for r in con.execute(
         """SELECT file_id, path, abspath, format, consumed, digest, coalesce(lines, 0),
-                  coalesce(rows_read, 0), raw_digest, coalesce(ids_dropped, 0)
+                  coalesce(rows_read, 0), raw_digest, coalesce(ids_dropped, 0),
+                  compression IS NOT DISTINCT FROM $gzip
            FROM files WHERE status = 'loaded' AND consumed IS NOT NULL
-           ORDER BY file_id"""
+           ORDER BY file_id""",
+        {"gzip": readers.GZIP},
     ).fetchall():
-        kind, gz = readers.stored_format(r[3])
-        file_id, path, abspath, _, consumed, digest, lines, rows, raw, dropped = r
-        out.append(
-            identity.Known(
-                file_id, path, abspath, kind, consumed, digest, lines, rows, raw, dropped, gz
-            )
-        )
+        out.append(identity.Known(*r))
     return out
 
 

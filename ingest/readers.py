@@ -44,19 +44,14 @@ class Source:
         return self.path.name
 
     @property
-    def stored(self) -> str:
-        """The format as the files table keeps it: its name, `.gz` when compressed."""
-        return self.format + (GZ if self.gzip else "")
+    def compression(self) -> str | None:
+        """Its compression as the files table keeps it (`compression`, beside `format`)."""
+        return GZIP if self.gzip else None
 
 
-# How the files table marks a compressed file's format.
+# The files table's `compression` of a gzip-compressed file, and its file-name ending.
+GZIP = "gzip"
 GZ = ".gz"
-
-
-def stored_format(value: str) -> tuple[str, bool]:
-    """A files table's format (Source.stored) as (format name, gzip-compressed)."""
-    gz = value.endswith(GZ)
-    return (value[: -len(GZ)] if gz else value), gz
 
 
 # What logrotate appends to a rotated file's name: `.1`, `.2` (then `.gz`), or a date

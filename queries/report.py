@@ -15,6 +15,7 @@ from replaygate.ingest import identity
 from replaygate.ingest.config import Config
 from replaygate.ingest.db import one_row
 from replaygate.ingest.errors import ReplaygateError
+from replaygate.ingest.readers import GZIP
 from replaygate.ingest.timefmt import iso_ms as _iso
 
 from . import api, catalog, escape, fieldguide, freshness, gatedefs, gates, history, runner
@@ -24,13 +25,13 @@ REPORT_VERSION = "1"
 
 def _inputs(con: duckdb.DuckDBPyConnection) -> list[dict[str, Any]]:
     rows = con.execute(
-        """SELECT path, format, size, sha256, rows_loaded, rows_quarantined, rows_by_type,
-                  abspath, consumed, digest, raw_digest
+        """SELECT path, format, compression, size, sha256, rows_loaded, rows_quarantined,
+                  rows_by_type, abspath, consumed, digest, raw_digest
            FROM files WHERE status = 'loaded' ORDER BY path"""
     ).fetchall()
     out = []
-    for p, f, z, s, r, q, t, abspath, consumed, digest, raw in rows:
-        gz = (f or "").endswith(".gz")
+    for p, f, c, z, s, r, q, t, abspath, consumed, digest, raw in rows:
+        gz = c == GZIP
         if not s:
             # A file read again after it grew: the ingest left its SHA-256 to whoever
             # needs it (hashing the whole file again every cycle would cost the append
@@ -41,6 +42,7 @@ def _inputs(con: duckdb.DuckDBPyConnection) -> list[dict[str, Any]]:
             {
                 "path": p,
                 "format": f,
+                "compression": c,
                 "bytes": z,
                 "sha256": s,
                 "rows": r,

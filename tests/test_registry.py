@@ -232,12 +232,26 @@ def test_a_toy_format_uses_every_hook(registered, tmp_path):
     # the fallback reader: a timestamp beyond DuckDB's range is one row's bad value
     f = by_name["sessions-c.cols"]
     assert (f.status, f.lines, f.rows, f.quarantined) == ("loaded", 4, {"sessions": 3}, 1)
-    stored = dict(con.execute("SELECT name, format FROM files").fetchall())
+    stored = {
+        r[0]: r[1:] for r in con.execute("SELECT name, format, compression FROM files").fetchall()
+    }
     assert stored == {
-        "sessions-a.jsonlines": "lines",
-        "sessions-b.jsonlines.gz": "lines.gz",
-        "sessions-c.cols": "columns",
+        "sessions-a.jsonlines": ("lines", None),
+        "sessions-b.jsonlines.gz": ("lines", "gzip"),
+        "sessions-c.cols": ("columns", None),
     }
     # read again: each is known by its format and compression, nothing is read twice
+    again = ingest(con, [data], Config())
+    assert {f.status for f in again.files} == {"unchanged"}
+    # a database written when the compression was part of the format (`lines.gz`) is
+    # brought to the two columns when it is opened for writing, and still knows the file
+    con.execute(
+        "UPDATE files SET format = format || '.gz', compression = NULL WHERE compression = 'gzip'"
+    )
+    con.close()
+    con = dbm.connect(str(tmp_path / "a.duckdb"))
+    assert con.execute(
+        "SELECT format, compression FROM files WHERE name = 'sessions-b.jsonlines.gz'"
+    ).fetchall() == [("lines", "gzip")]
     again = ingest(con, [data], Config())
     assert {f.status for f in again.files} == {"unchanged"}

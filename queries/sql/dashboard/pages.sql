@@ -228,7 +228,7 @@ SELECT DISTINCT stream_id FROM streams WHERE session_hmac = $s ORDER BY 1;
 -- name: files
 -- purpose: the ingested files
 -- filters: none
-SELECT path, format, size, rows_loaded, rows_quarantined, ingested_at, status, sha256
+SELECT path, format, compression, size, rows_loaded, rows_quarantined, ingested_at, status, sha256
 FROM files ORDER BY file_id;
 
 -- name: quarantine
