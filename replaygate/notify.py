@@ -26,6 +26,7 @@ import urllib.error
 import urllib.parse
 import urllib.request
 from collections.abc import Callable
+from typing import IO, Any
 
 from replaygate.queries.outcome import Decision
 
@@ -68,7 +69,7 @@ def stage_url(dashboard_url: str, stage: str) -> str:
     return dashboard_url.rstrip("/") + "/?" + urllib.parse.urlencode({"stage": stage})
 
 
-def message(change: dict, dashboard_url: str) -> dict:
+def message(change: dict[str, Any], dashboard_url: str) -> dict[str, Any]:
     """The JSON document for one stage's change (see docs: During a rollout)."""
     stage, decision, previous = change["stage"], change["decision"], change["previous"]
     url = stage_url(dashboard_url, stage)
@@ -103,7 +104,7 @@ def _where(url: str) -> str:
     return f"{p.scheme}://{p.hostname or ''}" + (f":{p.port}" if p.port else "")
 
 
-def _what(doc: dict) -> str:
+def _what(doc: dict[str, Any]) -> str:
     from replaygate.queries.escape import terminal
 
     return terminal(f"{doc.get('stage')} {doc.get('decision')}")
@@ -113,7 +114,15 @@ class _NoRedirect(urllib.request.HTTPRedirectHandler):
     """A 3xx answer is the receiver's answer, not a place to go: a webhook that
     redirects could send the message to another host or scheme."""
 
-    def redirect_request(self, req, fp, code, msg, headers, newurl):
+    def redirect_request(
+        self,
+        req: urllib.request.Request,
+        fp: IO[bytes],
+        code: int,
+        msg: str,
+        headers: http.client.HTTPMessage,
+        newurl: str,
+    ) -> urllib.request.Request | None:
         return None
 
 
@@ -145,8 +154,8 @@ class _Lane:
 
     def __init__(self, url: str) -> None:
         self.url = url
-        self.queue: collections.deque[dict] = collections.deque()
-        self.inflight: dict | None = None
+        self.queue: collections.deque[dict[str, Any]] = collections.deque()
+        self.inflight: dict[str, Any] | None = None
         self.thread: threading.Thread | None = None
 
 
@@ -188,7 +197,7 @@ class Notifier:
             lane.thread.start()
         return self
 
-    def send(self, doc: dict) -> None:
+    def send(self, doc: dict[str, Any]) -> None:
         """Queue `doc` for every URL; never waits on a delivery."""
         with self._cond:
             for lane in self._lanes:
@@ -202,7 +211,7 @@ class Notifier:
                 lane.queue.append(doc)
             self._cond.notify_all()
 
-    def close(self, grace: float | None = None) -> list[tuple[str, dict]]:
+    def close(self, grace: float | None = None) -> list[tuple[str, dict[str, Any]]]:
         """Deliver what is queued within `grace` seconds (default: the notifier's), then
         stop; every message not delivered by then is logged. Returns them as (where,
         message)."""
@@ -248,7 +257,7 @@ class Notifier:
                 if delivered is not None:  # None: cut short by the stop, still pending
                     lane.inflight = None
 
-    def _deliver(self, url: str, doc: dict) -> bool | None:
+    def _deliver(self, url: str, doc: dict[str, Any]) -> bool | None:
         """True when delivered, False when given up, None when the stop cut it short."""
         body = json.dumps(doc).encode()
         last = ""

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from typing import TYPE_CHECKING, Any
 
 from rich import box
 from rich.cells import cell_len
@@ -10,6 +11,9 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 from rich.text import Text
+
+if TYPE_CHECKING:
+    from replaygate.ingest.load import FileResult, IngestReport
 
 from replaygate.ingest.capabilities import LABELS
 from replaygate.ingest.contract import RECORD_TYPES
@@ -100,12 +104,14 @@ def _units(n: int) -> str:
     return f"{n:,} {'unit' if n == 1 else 'units'}"
 
 
-def _t(value) -> str:
+def _t(value: object) -> str:
     """Data as terminal text: one line, no escape sequences, no rich markup."""
     return escape(one_line(value))
 
 
-def ingest_summary(report, analysed=None, as_dict: bool = False):
+def ingest_summary(
+    report: IngestReport, analysed: dict[str, Any] | None = None, as_dict: bool = False
+) -> dict[str, Any] | None:
     by_type = report.rows_by_type()
     if as_dict:
         return {
@@ -173,9 +179,10 @@ def ingest_summary(report, analysed=None, as_dict: bool = False):
         )
     if analysed:
         _print(f"findings: {analysed.get('total', 0):,} (replaygate findings)")
+    return None
 
 
-def _lines_table(files, limit: int = 20) -> None:
+def _lines_table(files: list[FileResult], limit: int = 20) -> None:
     """Per file with quarantined rows or blank lines: loaded + quarantined + blank =
     lines, so the count can be checked (all files: `ingest --json`)."""
     shown = [f for f in files if f.lines is not None and (f.quarantined or f.blank)]
@@ -193,7 +200,7 @@ def _lines_table(files, limit: int = 20) -> None:
         _print(f"... and {len(shown) - limit} more files (ingest --json lists them)")
 
 
-def status_table(doc: dict) -> None:
+def status_table(doc: dict[str, Any]) -> None:
     t = _table("record types", rules=False)
     # The table under its record type: a column less, so both times stay whole.
     t.add_column("record type", no_wrap=True)
@@ -243,7 +250,7 @@ STATUS_STYLE = {
 }
 
 
-def _unit(f: dict) -> str:
+def _unit(f: dict[str, Any]) -> str:
     """The finding's unit, one id a line and each whole (the column wraps a long one)."""
     parts = []
     if f["session_hmac"]:
@@ -277,7 +284,7 @@ def _detail(value: object) -> str:
     return "\n".join(lines)
 
 
-def findings_table(rows: list[dict], limit: int, coverage: dict) -> None:
+def findings_table(rows: list[dict[str, Any]], limit: int, coverage: dict[str, Any]) -> None:
     t = _table(f"{len(rows):,} findings")
     # Two columns, so that at 80 columns the ids have the width to stay whole: what
     # and when on the left, which unit and the detector's detail on the right.
@@ -310,7 +317,7 @@ def findings_table(rows: list[dict], limit: int, coverage: dict) -> None:
             )
 
 
-def gates_report(doc: dict) -> None:
+def gates_report(doc: dict[str, Any]) -> None:
     if not doc["stages"]:
         _print(_t(doc.get("note", "no stages")))
         return
