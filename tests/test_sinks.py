@@ -185,3 +185,33 @@ def test_table_cells_are_one_line_with_invisible_characters_shown():
     assert out["agent"][0] == "curl [2J" and pd.isna(out["agent"][1])
     assert out["n"].tolist() == [1, 2, 3] and out["at"].tolist() == [when] * 3
     assert df["agent"][0] == "curl\x1b[2J"  # a copy: the caller's frame is unchanged
+
+
+def test_history_and_ack_lines_carry_no_escape_sequence(tmp_path):
+    """An actor and a stage recorded in the history are attacker text: `ack` and `history`
+    (timeline and `--at`) print them on one line without an escape sequence, a carriage
+    return or a bidi override that could rewrite what the operator reads."""
+    from replaygate.ingest import db as dbm
+    from replaygate.ingest.config import Config
+    from replaygate.queries import history
+
+    from .conftest import run_cli as run
+    from .test_history import _at, _doc
+
+    db = str(tmp_path / "h.duckdb")
+    stage = "s\x1b[2J\x1b]0;pwned\x07\rPROCEED\u202e"
+    con = dbm.connect(db)
+    history.record_evaluation(con, _doc(stage, "ROLLBACK"), Config(), "gates", now=_at(1))
+    con.close()
+    actor = "alice\x1b[1A\x1b[2K\rbob approved PROCEED\u202e\u200b"
+    outs = [run("ack", "--db", db, "--stage", stage, "--by", actor)]
+    outs.append(run("history", "--db", db))
+    outs.append(run("history", "--db", db, "--recorded-at", "2099-01-01T00:00:00Z"))
+    for r in outs:
+        assert r.returncode == 0, r.stderr
+        text = r.stdout + r.stderr
+        for ch in ("\x1b", "\x07", "\r", "\u202e", "\u200b"):
+            assert ch not in text, (ch, text)
+        assert "[U+202E]" in r.stdout
+    timeline = outs[1].stdout.splitlines()
+    assert len(timeline) == 2 and "[U+200B]" in timeline[1], timeline
