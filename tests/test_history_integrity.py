@@ -151,3 +151,37 @@ def test_bundles_carry_the_head_and_a_cut_copy_does_not_verify(tmp_path, sample_
     (out / "statement.json").write_bytes(attest.encode(st))
     v = attest.verify(out)
     assert any("newest rows were deleted" in p for p in v.problems), v.problems
+
+
+@pytest.mark.parametrize("damage", ["middle edit", "file deleted"])
+def test_the_dashboard_shows_a_broken_history_as_an_error_not_its_rows(
+    tmp_path, sample_db, monkeypatch, damage
+):
+    """The dashboard reads the history file itself: an edited row or a deleted file is
+    an error on the page, not a timeline (`history` fails the same way)."""
+    from streamlit.testing.v1 import AppTest
+
+    from replaygate.dashboard import data
+
+    from .test_dashboard import APP
+
+    db, path = _recorded(tmp_path, sample_db)
+    if damage == "file deleted":
+        path.unlink()
+    else:
+        lines = path.read_text().splitlines(keepends=True)
+        row = json.loads(lines[1])
+        row["decision"] = "PROCEED" if row["decision"] != "PROCEED" else "HOLD"
+        lines[1] = json.dumps(row) + "\n"
+        path.write_text("".join(lines))
+    r = run_cli("history", "--db", db)
+    assert r.returncode == 1, r.stdout
+    monkeypatch.setenv("REPLAYGATE_DB", db)
+    monkeypatch.setenv("REPLAYGATE_CONFIG", SAMPLE_CONF)
+    data.store.clear()
+    at = AppTest.from_file(APP, default_timeout=120)
+    at.switch_page("views/rollout.py")
+    at.run()
+    assert not at.exception, [e.message for e in at.exception]
+    errors = [e.value for e in at.error]
+    assert any("The decision history does not verify" in e for e in errors), errors
