@@ -545,3 +545,55 @@ def test_serve_does_not_analyse_its_own_history_appends(sample_db, tmp_path, mon
     finally:
         server.shutdown()
         server.server_close()
+
+
+def test_serve_evaluates_once_per_data_version_not_once_per_request(
+    sample_db, tmp_path, monkeypatch
+):
+    """Requests are answered from the snapshot of the current data version: many
+    concurrent requests cost no evaluation of their own (each took the one global lock
+    and evaluated again); new data makes one new snapshot."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from replaygate.ingest.config import load as load_config
+    from replaygate.queries import api
+    from replaygate.serve import make_server
+
+    db = tmp_path / "served.duckdb"
+    shutil.copy(sample_db, db)
+    evaluations = []
+    gates_doc = api.gates_doc
+    monkeypatch.setattr(
+        api, "gates_doc", lambda *a, **k: evaluations.append(1) or gates_doc(*a, **k)
+    )
+    server = make_server(str(db), load_config(SAMPLE_CONF), port=0, quiet=True, refresh_s=0.05)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        assert server.wait_ready()
+        host, port = server.server_address[:2]
+        base = f"http://{host}:{port}"
+        first = len(evaluations)
+        assert first == 1
+        with ThreadPoolExecutor(8) as pool:
+            codes = list(pool.map(lambda _: _get(f"{base}/gates/-/write-10pct")[0], range(40)))
+        assert codes == [412] * 40
+        time.sleep(0.5)  # ten refresh passes
+        assert len(evaluations) == first
+        # New data (a rollout record, written by another process while serve reads
+        # between passes): one new snapshot, which the next answer reflects.
+        argv = [sys.executable, "-m", "replaygate", "rollout", "start", "--release", "r9"]
+        argv += ["--stage", "canary", "--scope", "read", "--at", "2026-11-29T00:00:00Z"]
+        for _ in range(50):
+            r = subprocess.run([*argv, "--db", str(db)], capture_output=True, text=True)
+            if r.returncode == 0:
+                break
+            time.sleep(0.1)
+        assert r.returncode == 0, r.stderr
+        deadline = time.monotonic() + 30
+        while _get(f"{base}/gates/r9/canary")[0] != 409:
+            assert time.monotonic() < deadline
+            time.sleep(0.1)
+        assert len(evaluations) == first + 1
+    finally:
+        server.shutdown()
+        server.server_close()
