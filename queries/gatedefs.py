@@ -84,7 +84,7 @@ class Count(Kind):
         return f"{int(v):,}"
 
     def reading(self, g: GateDef, v: float, n: int, f: int, shown: str, limit: str) -> str:
-        return f"{g.id}: {_fmt_n(v)} {g.noun(v)} (threshold {limit})"
+        return f"{g.title}: {_fmt_n(v)} {g.noun(v)} (threshold {limit})"
 
 
 class Share(Kind):
@@ -107,7 +107,7 @@ class Share(Kind):
         return f"{_percent(t)} handled"
 
     def reading(self, g: GateDef, v: float, n: int, f: int, shown: str, limit: str) -> str:
-        return f"{g.id}: {_fmt_n(f)} of {_fmt_n(n)} {g.noun(n)} (threshold {limit})"
+        return f"{g.title}: {_fmt_n(f)} of {_fmt_n(n)} {g.noun(n)} (threshold {limit})"
 
 
 class P99(Kind):
@@ -134,7 +134,7 @@ class P99(Kind):
         return f"< {t:g} s"
 
     def reading(self, g: GateDef, v: float, n: int, f: int, shown: str, limit: str) -> str:
-        return f"{g.id}: p99 {shown} over {_fmt_n(n)} recoveries (threshold {limit})"
+        return f"{g.title}: p99 {shown} over {_fmt_n(n)} recoveries (threshold {limit})"
 
 
 class Peak(Kind):
@@ -155,7 +155,7 @@ class Peak(Kind):
         return f"≤ {t:g}/s"
 
     def reading(self, g: GateDef, v: float, n: int, f: int, shown: str, limit: str) -> str:
-        return f"{g.id}: peak {shown} reconnects in a 10 s window (budget {limit})"
+        return f"{g.title}: peak {shown} reconnects in a 10 s window (budget {limit})"
 
 
 KINDS: dict[str, Kind] = {k.name: k() for k in (Count, Share, P99, Peak)}

@@ -182,13 +182,13 @@ def _reason(gate: dict[str, Any], config: Config) -> str:
     g = BY_ID[gate["id"]]
     v, n, f = gate["value"], gate["sample"], gate["failures"]
     if gate["status"] == "not_applicable":
-        return f"{g.id}: not applicable to this scope (applies to {', '.join(g.scopes)})"
+        return f"{g.title}: not applicable to this scope (applies to {', '.join(g.scopes)})"
     if gate["status"] == "insufficient" and gate.get("no_evidence"):
-        return f"{g.id}: no evidence: {gate['no_evidence']}"
+        return f"{g.title}: no evidence: {gate['no_evidence']}"
     if v is None or (gate["status"] == "pass" and not n and not g.kind.counts):
-        return f"{g.id}: not exercised (no {g.sample_noun})"
+        return f"{g.title}: not exercised (no {g.sample_noun})"
     if gate["status"] == "insufficient":
-        text = f"{g.id}: {_fmt_n(n)} of {_fmt_n(gate['min_sample'])} {g.sample_noun}"
+        text = f"{g.title}: {_fmt_n(n)} of {_fmt_n(gate['min_sample'])} {g.sample_noun}"
         eta = gate.get("meter", {}).get("eta_hours")
         if eta is not None:
             text += f", about {_duration(eta)} more at the last hour's rate"

@@ -24,6 +24,9 @@ from replaygate.queries.api import (
     display_threshold,
     display_value,
 )
+from replaygate.queries.api import (
+    title as gate_title,
+)
 from replaygate.queries.escape import one_line
 from replaygate.queries.outcome import Decision, Severity, Status
 
@@ -333,7 +336,8 @@ def gates_report(doc: dict[str, Any]) -> None:
         for w in st.get("warnings", []):
             _print(f"  [yellow]warning:[/] {_t(w)}")
         t = _table(rules=False)
-        # Gate ids are short and fixed: never wrapped, the other columns give way.
+        # The gate's title, as the dashboard and reports name it (`--json` keeps the id);
+        # titles are short and fixed: never wrapped, the other columns give way.
         t.add_column("gate", no_wrap=True)
         t.add_column("status")
         # Numbers with their unit are never broken; the words of a threshold may be.
@@ -345,7 +349,7 @@ def gates_report(doc: dict[str, Any]) -> None:
             shown = display_status(g)
             style = "dim" if shown == NOT_EXERCISED else STATUS_STYLE[g["status"]]
             t.add_row(
-                g["id"],
+                _t(gate_title(g["id"])),
                 f"[{style}]{shown}[/]",
                 _t(display_value(g)),
                 _t(display_threshold(g)),

@@ -132,7 +132,7 @@ def test_github_actions_step(workdir):
     )
     assert r.returncode == 3, r.stderr
     assert out.read_text() == "decision=ROLLBACK\n"
-    assert "duplicate_dispatches" in summary.read_text()
+    assert "Duplicate dispatches" in summary.read_text()
     assert "ROLLBACK" in (workdir / "report.md").read_text()
     junit = ET.parse(workdir / "gates.xml").getroot()
     assert int(junit.get("failures")) > 0

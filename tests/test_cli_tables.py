@@ -8,6 +8,8 @@ import json
 
 import pytest
 
+from replaygate.queries.api import GATES, title
+
 from .conftest import SAMPLE_CONF
 from .conftest import run_cli as run
 
@@ -64,7 +66,7 @@ def test_findings_table_fits_80_columns_with_whole_ids_and_detail(sample_db):
     assert any(len(f["session_hmac"] or "") == 64 for f in doc["findings"])
 
 
-def test_gates_table_fits_80_columns_with_whole_gate_ids(sample_db):
+def test_gates_table_fits_80_columns_with_whole_gate_titles(sample_db):
     out = _text(sample_db, "gates", "--all-stages")
     _fits(out)
     doc = json.loads(
@@ -72,12 +74,29 @@ def test_gates_table_fits_80_columns_with_whole_gate_ids(sample_db):
             "gates", "--db", str(sample_db), "--config", SAMPLE_CONF, "--all-stages", "--json"
         ).stdout
     )
-    lines = out.splitlines()
+    lines = [ln.strip() for ln in out.splitlines()]
     for st in doc["stages"]:
         for g in st["gates"]:
-            # One line starts with the whole id, the status next to it.
-            assert any(ln.split()[:1] == [g["id"]] for ln in lines if ln.strip()), g["id"]
+            # One line starts with the whole title (the dashboard's name of the gate),
+            # the status next to it; the JSON keeps the id.
+            assert any(ln.startswith(title(g["id"]) + " ") for ln in lines), g["id"]
+            assert g["id"] not in out, g["id"]
     assert "insufficient" in out or "fail" in out
+
+
+def test_gates_reasons_name_gates_as_the_tiles_do(sample_db):
+    """The reasons, the table and the dashboard's tiles: one name per gate, its title."""
+    doc = json.loads(
+        run(
+            "gates", "--db", str(sample_db), "--config", SAMPLE_CONF, "--all-stages", "--json"
+        ).stdout
+    )
+    ids = {g["id"] for st in doc["stages"] for g in st["gates"]}
+    reasons = [r for st in doc["stages"] for r in st["reasons"]]
+    assert reasons
+    for r in reasons:
+        assert r.split(": ", 1)[0] in {title(i) for i in ids}, r
+    assert ids == {g.id for g in GATES}
 
 
 @pytest.mark.parametrize("width", ["80", "100"])

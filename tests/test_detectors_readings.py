@@ -89,7 +89,7 @@ def test_no_allow_list_configured_allows_loopback_only_and_judges_nothing_foreig
     gate = stage["by_id"]["invalid_origin_rejection"]
     assert gate["status"] == "insufficient"
     assert (
-        gate["reason"] == "invalid_origin_rejection: no evidence: origin allow-list not configured"
+        gate["reason"] == "Invalid Origins refused: no evidence: origin allow-list not configured"
     )
     assert stage["decision"] == "HOLD"
     # Loopback alone: judged (nothing invalid), not insufficient.

@@ -99,7 +99,7 @@ def test_reasons_name_gate_value_threshold_and_findings(fleet):
                 assert g["evidence"]["findings"]
             if g["status"] in ("fail", "insufficient"):
                 assert g["reason"] in stage["reasons"]
-                assert g["reason"].startswith(g["id"] + ":")
+                assert g["reason"].startswith(gm.title(g["id"]) + ":")
 
 
 def test_upper_bound_for_zero_counts():
@@ -201,7 +201,7 @@ def test_only_a_rollout_log_passes_no_gate_and_verifies_no_rollback(tmp_path):
         for g in stage["gates"]:
             assert g["status"] in ("insufficient", "not_applicable"), (stage["stage"], g)
             if g["status"] == "insufficient":
-                assert g["reason"].startswith(f"{g['id']}: no evidence: no "), g["reason"]
+                assert g["reason"].startswith(f"{gm.title(g['id'])}: no evidence: no "), g["reason"]
                 assert g["reason"] in stage["reasons"]
     rb = doc["rollback_verification"]
     assert rb and all(r["status"] == "not verifiable" and not r["verified"] for r in rb)
@@ -220,7 +220,7 @@ def test_a_present_source_that_saw_no_case_still_passes_as_not_exercised(tmp_pat
         # Dispatch gates have no dispatch records in any window.
         assert by_id["duplicate_dispatches"]["status"] == "insufficient"
         assert by_id["duplicate_dispatches"]["reason"] == (
-            "duplicate_dispatches: no evidence: no dispatch records in the stage window"
+            "Duplicate dispatches: no evidence: no dispatch records in the stage window"
         )
 
 

@@ -140,9 +140,9 @@ def test_watch_against_a_writer_notifies_one_decision_change_once(tmp_path):
     doc = Receiver.accepted[0]
     assert doc["stage"] == "write-10pct-v2"
     assert (doc["previous"], doc["decision"]) == ("PROCEED", "ROLLBACK")
-    assert doc["reasons"] == ["raw_session_ids: 1 raw session id in logs (threshold 0)"]
+    assert doc["reasons"] == ["Raw session ids in logs: 1 raw session id in logs (threshold 0)"]
     assert doc["url"] == "http://dash.example:8501/?stage=write-10pct-v2"
-    assert "ROLLBACK" in doc["text"] and "raw_session_ids" in doc["text"]
+    assert "ROLLBACK" in doc["text"] and "Raw session ids in logs" in doc["text"]
     assert [g["id"] for g in doc["gates"]] == ["raw_session_ids"]
     # The published database is consistent and readable while nobody writes it.
     con = duckdb.connect(str(db), read_only=True)
