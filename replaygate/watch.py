@@ -549,9 +549,12 @@ def _change_line(c: Cycle, ch: dict) -> str:
 
 
 def _raw_change_line(c: Cycle, ch: dict) -> str:
+    from replaygate.queries.api import title
+
     was = ch["previous"] or "new"
     reasons = "; ".join(ch["reasons"][:3]) or "all gates pass"
-    gates = ", ".join(f"{g['id']} {g['previous']} -> {g['status']}" for g in ch["gates"])
+    # Gates by their titles, as the reasons, the tables and the dashboard name them.
+    gates = ", ".join(f"{title(g['id'])} {g['previous']} -> {g['status']}" for g in ch["gates"])
     tail = f" [{gates}]" if gates else ""
     return (
         f"{c.at:%H:%M:%S} #{c.n} stage {ch['stage']}: {was} -> {ch['decision']}{tail} ({reasons})"

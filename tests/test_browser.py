@@ -220,6 +220,8 @@ def test_a_reason_leads_to_its_evidence(server, sample_db):
 
     from playwright.sync_api import sync_playwright
 
+    from replaygate.queries.api import title
+
     stage = "write-10pct"
     conf = str(SAMPLE / "replaygate.toml")
     out = subprocess.run(
@@ -233,7 +235,9 @@ def test_a_reason_leads_to_its_evidence(server, sample_db):
         browser = p.chromium.launch(executable_path=CHROMIUM, args=FLAGS, headless=True)
         page = browser.new_page(viewport={"width": 1440, "height": 1000})
         page.goto(f"{server}/?stage={stage}")
-        link = page.locator("[data-testid='stPageLink'] a", has_text=gate["id"]).first
+        # The reason's link names the gate by its title, as the tiles do.
+        reason = page.locator("[data-testid='stPageLink'] a", has_text=title(gate["id"]) + ":")
+        link = reason.first
         link.wait_for(timeout=60_000)
         link.click()
         page.wait_for_url("**/findings?**", timeout=60_000)

@@ -166,7 +166,8 @@ def test_reasons_and_tiles_link_to_their_evidence(app, sample_db):
         hits = [
             q
             for label, q in links
-            if label.replace("\\", "").removeprefix(":red[").startswith(g["id"])
+            # The reason names the gate by its title, as its tile does.
+            if label.replace("\\", "").removeprefix(":red[").startswith(GATE_TITLES[g["id"]])
         ]
         assert hits, g["id"]
         q = parse_qs(hits[0])

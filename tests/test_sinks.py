@@ -54,6 +54,20 @@ def test_watch_lines_carry_no_escape_sequence():
     assert terminal("a\x1b[31mb") == "a [31mb"
 
 
+def test_watch_lines_name_gates_by_their_titles():
+    c = Cycle(3, dt.datetime(2026, 11, 28, 4, 0, tzinfo=dt.UTC))
+    ch = {
+        "stage": "write-10pct",
+        "decision": "ROLLBACK",
+        "previous": "HOLD",
+        "reasons": ["Duplicate dispatches: 2 duplicate business dispatches (threshold 0)"],
+        "gates": [{"id": "duplicate_dispatches", "previous": "pass", "status": "fail"}],
+    }
+    line = _change_line(c, ch)
+    assert "[Duplicate dispatches pass -> fail]" in line
+    assert "duplicate_dispatches" not in line
+
+
 # Everything a crafted dashboard link, a stage name or a file name can try on a reader.
 HOSTILE = [
     "x\x1b[2J\x1b]0;pwned\x07",  # terminal escape sequences
