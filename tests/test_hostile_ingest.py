@@ -545,3 +545,28 @@ def test_a_session_parameter_is_redacted_however_its_name_is_encoded():
     for path in ("/mcp", "/m?session_idx=1", "/m?xsession_id=1", "/m?q=session%5Fid", None):
         (out,) = con.execute(f"SELECT {redact_url_sql('$p')}", {"p": path}).fetchone()
         assert out == path
+
+
+def test_a_stage_or_release_name_of_a_megabyte_is_one_quarantined_row(tmp_path):
+    """Stage and release names reach every output: one of 1 MB in an ingested rollout log
+    is one quarantined row (it took minutes to print), the other records still load."""
+    logs = tmp_path / "logs"
+    logs.mkdir()
+    huge = "x" * 1_000_000
+    (logs / "rollout.csv").write_text(
+        "ts,stage,release,action,percent,scope,actor,note\n"
+        "2026-11-28T00:00:00Z,canary,r1,start,1,read,bot,\n"
+        f"2026-11-28T00:10:00Z,{huge},r1,start,1,read,bot,\n"
+        f"2026-11-28T00:20:00Z,canary,{huge},start,1,read,bot,\n"
+        "2026-11-28T00:30:00Z,canary,r1,proceed,,,bot,\n"
+    )
+    con, rep = _ingest(tmp_path, logs)
+    (f,) = rep.files
+    assert f.rows == {"rollout": 2} and f.quarantined == 2, (f.rows, f.quarantined)
+    reasons = sorted(r for (r,) in con.execute("SELECT reason FROM quarantine").fetchall())
+    assert reasons == [
+        "release: longer than 200 characters",
+        "stage: longer than 200 characters",
+    ]
+    (longest,) = con.execute("SELECT max(length(stage)) FROM rollout").fetchone()
+    assert longest == len("canary")
