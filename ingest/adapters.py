@@ -89,6 +89,12 @@ _CADDY_FIELDS = {
     "user_agent": _caddy_header("User-Agent"),
     "probe_marker": _caddy_header(PROBE_HEADER),
     "retry_after_s": f"j->>'$.resp_headers.{_h('Retry-After')}[0]'",
+    # `size`: the response body bytes Caddy wrote (its ResponseRecorder's Size(), headers
+    # not counted: caddyserver/caddy modules/caddyhttp/server.go logs `zap.Int("size",
+    # wrec.Size())`). A 200 event stream of 0 bytes is an answer that never reached the
+    # client.
+    "body_bytes_sent": "j->>'$.size'",
+    "resp_content_type": f"j->>'$.resp_headers.{_h('Content-Type')}[0]'",
     # Only a real id: `REDACTED` is written by the filter that also deletes the request's
     # Mcp-Session-Id, so whether the request carried one cannot be told (_infer_initialize).
     "new_session": f"({_nz(_CADDY_RESP, ('', REDACTED))}) IS NOT NULL",
@@ -176,6 +182,9 @@ _COMMON = (
     Spec("mcp_method", "jsonrpc_method", "Mcp-Method"),
     Spec("user_agent", "user_agent", "User-Agent"),
     Spec("retry_after", "retry_after_s", "Retry-After", response=True),
+    # The answer's Content-Type (`$sent_http_content_type`; never nginx's `$content_type`,
+    # which is the request's).
+    Spec("resp_content_type", "resp_content_type", "Content-Type", response=True),
     Spec("auth_subject", "auth_subject", aliases=("jwt_sub", "token_subject")),
     # The new session's id in the initialize answer: a raw id in the log.
     Spec("new_session_id", "", "Mcp-Session-Id", response=True),
@@ -191,6 +200,10 @@ NGINX_SPECS = (
     Spec("remote_user", "principal", aliases=("principal", "user")),
     Spec("remote_addr", "client_addr", aliases=("client_addr", "client_ip")),
     Spec("upstream", "upstream", aliases=("upstream_addr",)),
+    # `$body_bytes_sent`: "number of bytes sent to a client, not counting the response
+    # header" (nginx's ngx_http_core_module variables). Not `$bytes_sent`, which counts
+    # the header and so is never 0.
+    Spec("body_bytes_sent", "body_bytes_sent"),
     *_COMMON,
 )
 ENVOY_SPECS = (
@@ -201,6 +214,8 @@ ENVOY_SPECS = (
     Spec("principal", "principal", aliases=("remote_user", "user")),
     Spec("downstream_remote_address", "client_addr", aliases=("client_addr", "remote_addr")),
     Spec("upstream_host", "upstream", aliases=("upstream",)),
+    # `%BYTES_SENT%`: the body bytes sent (Envoy's access-log command operators).
+    Spec("bytes_sent", "body_bytes_sent", aliases=("body_bytes_sent",)),
     *_COMMON,
 )
 

@@ -160,8 +160,10 @@ STREAMS = RecordType(
             "close_reason",
             "text",
             doc="completed, client_disconnect, network, backpressure, server_error, "
-            "cursor_rejected, session_expired, cancelled; also client_lost (the server "
-            "learned of the break only from the client's reconnect)",
+            "cursor_rejected, session_expired, cancelled; server_close (the server ended "
+            "the stream on purpose before its result, so that the client reconnects: "
+            "SEP-1699 polling); also client_lost (the server learned of the break only "
+            "from the client's reconnect)",
         ),
         _f("lossless", "bool", doc="server declares gapless retention"),
     ),
@@ -289,6 +291,19 @@ PROXY = RecordType(
         _f("user_agent", "text"),
         _f("upstream", "text"),
         _f("retry_after_s", "int", doc="Retry-After sent with a 429/503"),
+        _f(
+            "body_bytes_sent",
+            "int",
+            doc="response body bytes sent to the client, headers not counted (nginx "
+            "`$body_bytes_sent`, Caddy `size`, Envoy `%BYTES_SENT%`)",
+            bounds=(0, 2**62),
+        ),
+        _f(
+            "resp_content_type",
+            "text",
+            doc="the response's Content-Type (Caddy `resp_headers`, nginx "
+            "`$sent_http_content_type`)",
+        ),
     ),
 )
 

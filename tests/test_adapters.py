@@ -210,3 +210,56 @@ def test_the_probes_header_in_a_users_own_nginx_key(tmp_path):
     (tmp_path / "unmapped").mkdir()
     rows, _ = _principals(tmp_path / "unmapped", path)
     assert {p for p, _ in rows} == {None}
+
+
+def test_the_answers_size_and_type_from_each_proxy(tmp_path):
+    """Caddy's `size` and `resp_headers` Content-Type, nginx's `$body_bytes_sent` and
+    `$sent_http_content_type`, Envoy's `%BYTES_SENT%` and `%RESP(CONTENT-TYPE)%` (the keys
+    of docs/sources.md's formats) land in body_bytes_sent and resp_content_type; nginx's
+    `$content_type` (the request's) is not read as the answer's, and a log without them
+    shows neither fact."""
+    sse = "text/event-stream"
+    caddy = {
+        "ts": 1795938301.5,
+        "request": {"method": "POST", "uri": "/mcp", "headers": {}},
+        "duration": 0.25,
+        "size": 0,
+        "status": 200,
+        "resp_headers": {"Content-Type": [sse]},
+    }
+    nginx = {
+        "msec": "1795938302.000",
+        "request_time": "0.010",
+        "method": "POST",
+        "status": "200",
+        "body_bytes_sent": "412",
+        "resp_content_type": sse,
+        "content_type": "application/json",
+    }
+    plain = {"msec": "1795938303.000", "request_time": "0.010", "method": "POST",
+             "status": "200", "content_type": "application/json"}  # fmt: skip
+    envoy = {
+        "start_time": "1795938304.000",
+        "method": "POST",
+        "response_code": "200",
+        "bytes_sent": "0",
+        "resp_content_type": sse,
+    }
+    files = {"caddy": caddy, "nginx": nginx, "plain": plain, "envoy": envoy}
+    for name, line in files.items():
+        (tmp_path / f"{name}.log").write_text(json.dumps(line) + "\n")
+    con = dbm.connect(str(tmp_path / "a.duckdb"))
+    ingest(con, [tmp_path / f"{n}.log" for n in files], Config())
+    got = con.execute("SELECT body_bytes_sent, resp_content_type FROM proxy ORDER BY ts").fetchall()
+    facts = dict(
+        con.execute(
+            """SELECT regexp_extract(f.path, '(\\w+)\\.log$', 1),
+                      list(ff.fact ORDER BY ff.fact) FILTER (
+                          WHERE ff.fact IN ('proxy.body_bytes_sent', 'proxy.resp_content_type'))
+               FROM files f LEFT JOIN file_facts ff USING (file_id) GROUP BY 1"""
+        ).fetchall()
+    )
+    con.close()
+    assert got == [(0, sse), (412, sse), (None, None), (0, sse)]
+    both = ["proxy.body_bytes_sent", "proxy.resp_content_type"]
+    assert facts == {"caddy": both, "nginx": both, "plain": None, "envoy": both}
