@@ -9,8 +9,12 @@ with Last-Event-ID resumes one: STREAM_OPEN when the event store replayed from t
 cursor, CURSOR_REJECTED (with the cursor) when it no longer held it — the SDK answers
 both with an event stream. A GET without Last-Event-ID after a stream of the session
 broke re-opens that stream without a cursor (RESUME_PENDING, STREAM_OPEN). A stream that
-ends after its result is CLOSED; one that ends before it (cut by the client, or closed
-by the server to make it reconnect) is DISCONNECTED. Every tools/call gets a dispatch
+ends after its result is CLOSED; one that ends before it is DISCONNECTED: cut by the
+client (`client_disconnect`), closed by the server to make the client reconnect
+(`server_close`: the response ended on purpose), or broken under it (`network`). The SSE
+`retry` a stream's priming event really carried is written on the row that ends the
+stream, never assumed from the configuration (the SDK sends no priming event below
+protocol 2025-11-25). Every tools/call gets a dispatch
 record when its outcome is known: when its result is stored (even if the client is gone
 by then), else at the end of the response that carried it. The raw session id is only
 ever hashed.
@@ -20,6 +24,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import re
 import uuid
 from collections.abc import Callable
 
@@ -27,6 +32,8 @@ from .ledger import LedgerWriter, now_ms, payload_digest
 from .store import RecordingEventStore, current
 
 _BODY_LIMIT = 1 << 20  # response bytes kept to read a JSON answer's outcome
+# An SSE `retry:` field (the priming event's reconnection delay, in ms).
+_RETRY = re.compile(rb"(?m)^retry:[ ]?(\d+)\s*$")
 
 
 def _headers(raw) -> dict[str, str]:
@@ -60,6 +67,9 @@ class LedgerMiddleware:
         self.writer = writer
         self.store = store
         self.server_instance = server_instance
+        # The configured retry interval: what the server would send in a priming event.
+        # Only the `retry:` a stream really carried is written (a priming event is not
+        # sent to every client).
         self.retry_ms = retry_ms
 
     def _row(self, table: str, session: str, **fields) -> None:
@@ -88,6 +98,7 @@ class LedgerMiddleware:
             "answer": bytearray(),
             "cursor": None,  # Last-Event-ID of a resume
             "opened": False,  # STREAM_OPEN written for the stream this request carries
+            "retry": None,  # the `retry:` this response really sent, in ms
         }
         method = scope["method"]
         last_event_id = req.get("last-event-id")
@@ -173,7 +184,6 @@ class LedgerMiddleware:
                                 tool_name=params.get("name")
                                 if doc.get("method") == "tools/call"
                                 else None,
-                                retry_ms=self.retry_ms,
                             )
                     elif method == "GET" and not last_event_id and self._broken(session):
                         # A GET without Last-Event-ID after a stream of this session broke:
@@ -216,6 +226,10 @@ class LedgerMiddleware:
                 chunk = message.get("body", b"")
                 if result and f"id: {result}".encode() in chunk:
                     state["delivered"] = True
+                if state["sse"] and b"retry:" in chunk:
+                    m = _RETRY.search(chunk)
+                    if m:
+                        state["retry"] = int(m.group(1))
                 if state["call"] is not None and len(state["answer"]) < _BODY_LIMIT:
                     state["answer"].extend(chunk[: _BODY_LIMIT - len(state["answer"])])
                 if not message.get("more_body"):
@@ -286,14 +300,27 @@ class LedgerMiddleware:
             # Its result went out on this response (a resumed GET may stay open after it
             # until the client hangs up): the operation is complete.
             self._row(
-                "streams", session, stream_id=stream, state="CLOSED", close_reason="completed"
+                "streams",
+                session,
+                stream_id=stream,
+                state="CLOSED",
+                close_reason="completed",
+                retry_ms=state["retry"],
             )
             self.broken.get(session, {}).pop(stream, None)
         else:
             # Ended before its result: cut by the client, or closed by the server so that
-            # the client reconnects after `retry`.
+            # the client reconnects after `retry` (the response ended whole, on purpose:
+            # SEP-1699 polling, or the SDK ending a resumed stream after its replay).
+            if reason == "network" and state["done"]:
+                reason = "server_close"
             self._row(
-                "streams", session, stream_id=stream, state="DISCONNECTED", close_reason=reason
+                "streams",
+                session,
+                stream_id=stream,
+                state="DISCONNECTED",
+                close_reason=reason,
+                retry_ms=state["retry"],
             )
             self.broken.setdefault(session, {})[stream] = None
 

@@ -243,3 +243,68 @@ def test_a_request_the_probe_marked_is_its_principal_unless_authenticated():
     assert mw._principal({"headers": [(b"user-agent", b"node replaygate-probe/1")]}) is None
     user = SimpleNamespace(access_token=SimpleNamespace(subject="alice", client_id=None))
     assert mw._principal({"headers": [agent, header], "user": user}) == "alice"
+
+
+def _stream_rows(tmp_path, chunks, client_leaves=False):
+    """The stream ledger the middleware writes for one POST answered with an event stream
+    of `chunks` that ends without the call's result (the server closed it, or the client
+    left). The recorder is configured with a retry interval of 500 ms."""
+    from replaygate.recorder import LedgerMiddleware
+
+    writer = LedgerWriter(tmp_path, b"k")
+    store = RecordingEventStore(writer)
+
+    async def app(scope, receive, send):
+        await receive()
+        headers = [(b"content-type", b"text/event-stream")]
+        await send({"type": "http.response.start", "status": 200, "headers": headers})
+        for chunk in chunks:
+            await send({"type": "http.response.body", "body": chunk, "more_body": True})
+        if client_leaves:
+            await receive()  # the client is gone: the server learns it here
+            return
+        await send({"type": "http.response.body", "body": b"", "more_body": False})
+
+    call = {"jsonrpc": "2.0", "id": 3, "method": "tools/call"}
+    call["params"] = {"name": "t", "arguments": {}}
+    inbox = [{"type": "http.request", "body": json.dumps(call).encode(), "more_body": False}]
+
+    async def receive():
+        return inbox.pop(0) if inbox else {"type": "http.disconnect"}
+
+    async def send(message):
+        pass
+
+    scope = {"type": "http", "method": "POST", "headers": [(b"mcp-session-id", b"sess-1")]}
+    _run(LedgerMiddleware(app, writer, store, retry_ms=500)(scope, receive, send))
+    writer.close()
+    return _rows(tmp_path, "streams")
+
+
+PRIMING = b"id: e-0\r\ndata: \r\nretry: 1000\r\n\r\n"
+PROGRESS = b'event: message\r\nid: e-1\r\ndata: {"method":"notifications/progress"}\r\n\r\n'
+
+
+def test_retry_is_written_only_where_a_priming_event_carried_it(tmp_path):
+    """The retry the priming event really sent (1000 ms), not the configured 500; a stream
+    without a priming event (protocol 2025-03-26) has none."""
+    primed = _stream_rows(tmp_path / "a", [PRIMING, PROGRESS])
+    assert [r.get("retry_ms") for r in primed] == [None, 1000], primed
+    bare = _stream_rows(tmp_path / "b", [PROGRESS])
+    assert all("retry_ms" not in r for r in bare), bare
+
+
+def test_a_stream_the_server_ended_is_a_server_close(tmp_path):
+    """A response that ended whole before its result was closed by the server on purpose
+    (SEP-1699 polling); a client that left is client_disconnect. Both are values of the
+    contract's close_reason."""
+    from replaygate.ingest.contract import STREAMS
+
+    closed = _stream_rows(tmp_path / "a", [PRIMING])
+    assert [(r["state"], r.get("close_reason")) for r in closed] == [
+        ("STREAM_OPEN", None),
+        ("DISCONNECTED", "server_close"),
+    ]
+    left = _stream_rows(tmp_path / "b", [PRIMING], client_leaves=True)
+    assert left[-1]["close_reason"] == "client_disconnect" and left[-1]["retry_ms"] == 1000
+    assert "server_close" in STREAMS.field("close_reason").doc
