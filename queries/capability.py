@@ -11,6 +11,11 @@ Files are matched against ingest/capabilities.py's `file_facts`:
 - a fact of another table: when no file of that table can show it, the detector is
   not run and all its units are `cannot_tell`, naming each of those files.
 
+A detector with several bases (`undelivered_result`: the server's event log, client
+receipts, a proxy log) names the record types that judge its other units
+(`-- other_bases: events`): a units table whose every file is blind then leaves only those
+files out, and the detector still runs while one of those record types is loaded.
+
 Detectors whose rule is about a field's absence (`missing_idempotency_key`,
 `missing_protocol_version`, ...) declare the facts that make the absence visible.
 """
@@ -119,6 +124,10 @@ def plan(
     if not groups:
         return p
     shown = _shown(con)
+    # Record types that judge the detector's other units (its other bases): while one is
+    # loaded, blind files of the units table never stop it from running.
+    others = catalog.split(q.header.get("other_bases", ""))
+    judged_elsewhere = any(_files_of(con, t) for t in others)
     for group in groups:
         table = group[0].split(".", 1)[0]
         files = _files_of(con, table)
@@ -127,8 +136,9 @@ def plan(
             continue
         missing = "|".join(group)
         if u is not None and u.table == table:
-            # Every file blind: nothing left to judge (the detector is not run).
-            p.skip = p.skip or len(blind) == len(files)
+            # Every file blind: nothing left to judge (the detector is not run), unless
+            # another basis judges its other units.
+            p.skip = p.skip or (len(blind) == len(files) and not judged_elsewhere)
             p.exclude.setdefault(table, [])
             for fid, path in blind:
                 if fid in p.exclude[table]:

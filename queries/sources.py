@@ -23,6 +23,8 @@ CLIENT_ADDS = {
     "duplicate_delivery_accepted": "everything: only the client sees acceptance",
     "duplicate_dispatch": "basis `inbox`; evidence to confirm a `suspected` re-send",
     "session_after_terminal": "receipts accepted after expiry",
+    "undelivered_result": "basis `client`: an answer the client never received, also one "
+    "the server and the proxy saw go out whole",
 }
 
 

@@ -74,9 +74,11 @@ def call(
     priming_lost=False,
     client_cut: int | None = None,
     post_cursor=None,
+    proxy_empty: bool = False,
 ) -> CallResult:
     """`client_cut`: the client stops reading after this seq without the server noticing
-    (the server completes the stream; the client accepts nothing more)."""
+    (the server completes the stream; the client accepts nothing more). `proxy_empty`: the
+    proxy passes none of the answer's bytes on (it logs a 200 event stream of 0 bytes)."""
     rng = f.rng
     rid = str(s.next_req)
     s.next_req += 1
@@ -97,6 +99,8 @@ def call(
         request_id=rid,
         duration=n * 200,
         last_event_id=post_cursor,
+        body_bytes=0 if proxy_empty else 160 * n,
+        content_type="text/event-stream",
     )
     t += f.jitter(2, 10)
     f.led_stream(

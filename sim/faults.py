@@ -222,7 +222,11 @@ def _resume_without_cursor(f, t, cohort, resumable):
     r = call(f, s, "read", n=8, brk=Brk(after=3, inflight=1, mode="cursorless", gap_events=2))
     f.delete(s)
     u = stream_unit(s, r.stream_id)
-    return [X(f, "resume_without_cursor", "medium", r.t_end, s.hmac, **u)]
+    return [
+        X(f, "resume_without_cursor", "medium", r.t_end, s.hmac, **u),
+        # The re-opened stream carries the rest nowhere: the answer is produced and lost.
+        X(f, "undelivered_result", "medium", r.t_end, s.hmac, **u),
+    ]
 
 
 @fault(
@@ -732,7 +736,40 @@ def _blind_resend(f, t, cohort, resumable):
         ),
         # The client's inbox shows the answer it never got.
         X(f, "replay_gap", "high", r.t_end, s.hmac, **u, client=True),
+        X(f, "undelivered_result", "high", r.t_end, s.hmac, **u, client=True),
     ]
+
+
+@fault(
+    "answer_lost_after_hang_up",
+    "write",
+    "000",
+    "the client hangs up while a write runs and never resumes; the server then produces its "
+    "answer, which no one receives",
+)
+def _answer_lost_after_hang_up(f, t, cohort, resumable):
+    s = session(f, t, cohort, resumable)
+    r = call(f, s, "write", n=5, brk=Brk(after=2, inflight=3, mode="abandon"))
+    f.delete(s)
+    u = stream_unit(s, r.stream_id)
+    return [X(f, "undelivered_result", "high", r.t_end, s.hmac, **u)]
+
+
+@fault(
+    "answer_dropped_by_proxy",
+    "any",
+    "000",
+    "the server writes its whole answer out, the proxy passes none of it on (a 200 event "
+    "stream of 0 bytes in its log); the client times out",
+)
+def _answer_dropped_by_proxy(f, t, cohort, resumable):
+    s = session(f, t, cohort, resumable)
+    r = call(f, s, "read", n=4, client_cut=-1, proxy_empty=True)
+    f.delete(s)
+    u = stream_unit(s, r.stream_id)
+    # The client received nothing, so its session has no receipt to judge by: the proxy
+    # alone shows the loss (the server wrote the answer out and completed the stream).
+    return [X(f, "undelivered_result", "medium", r.t_end, s.hmac, **u)]
 
 
 @fault(

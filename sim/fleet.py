@@ -116,6 +116,9 @@ class StageStats:
     write_dispatches: int = 0
     raw_ids: int = 0
     reconnect_ts: list = field(default_factory=list)
+    # POSTs answered with an event stream whose body size the proxy logged (the proxy
+    # basis of undelivered_result can judge them)
+    sized_answers: int = 0
 
 
 class Fleet:
@@ -346,6 +349,8 @@ class Fleet:
         file_name=None,
         addr=None,
         ua=None,
+        body_bytes=None,
+        content_type=None,
     ) -> None:
         # The session the request names, if it names one.
         named = s if s is not None and session else None
@@ -374,6 +379,8 @@ class Fleet:
             "user_agent": ua or (s.ua if s else None),
             "upstream": s.server if s else "mcp-a-0",
             "retry_after_s": retry_after,
+            "body_bytes_sent": body_bytes,
+            "resp_content_type": content_type,
         }
         self.w("proxy", row, file_name if file_name else ("proxy-edge.jsonl" if raw else None))
         hm = named.hmac if named is not None else None
@@ -405,6 +412,13 @@ class Fleet:
             st.reconnect_ts.append(t)
         if raw:
             st.raw_ids += 1
+        if (
+            method == "POST"
+            and 200 <= status < 300
+            and body_bytes is not None
+            and (content_type or "").startswith("text/event-stream")
+        ):
+            st.sized_answers += 1
 
     def dispatch(
         self,

@@ -18,6 +18,10 @@ COUNT_GATES = {
     "silent_truncations": ("silent_truncation", "dropped_terminal"),
     "auth_binding": ("auth_subject_mismatch", "session_after_terminal"),
     "write_idempotency": ("missing_idempotency_key",),
+    # Answers the server produced that never reached their client: a stage none of whose
+    # sources can show delivery (no completed stream, no answer whose size a proxy
+    # logged) cannot be judged.
+    "lost_responses": ("undelivered_result",),
 }
 SCOPES = {"recovery_p99": ("read", "write"), "write_idempotency": ("write",)}
 
@@ -49,6 +53,7 @@ def expected_decisions(fleet, expectations: list[dict], config: Config) -> dict:
             "silent_truncations": stats.completed,
             "write_idempotency": stats.write_dispatches,
             "recovery_p99": len(stats.recoveries),
+            "lost_responses": stats.completed + stats.sized_answers,
         }
         for gate, detectors in COUNT_GATES.items():
             value = sum(found[d] for d in detectors)

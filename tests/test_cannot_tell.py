@@ -138,6 +138,11 @@ CASES = {
         ["proxy.origin"],
     ),
     "missing_idempotency_key": ({"dispatches": [dp(0, "d1")]}, ["dispatches.tool_class"]),
+    # A proxy log alone: the empty event stream is the only evidence.
+    "undelivered_result": (
+        {"proxy": [px(0, body_bytes_sent=0, resp_content_type="text/event-stream")]},
+        ["proxy.body_bytes_sent"],
+    ),
     "missing_protocol_version": (
         {"proxy": [px(0, session_hmac=S), px(9, session_hmac=S2, protocol_version=V)]},
         ["proxy.protocol_version"],

@@ -408,3 +408,30 @@ def test_no_finding_where_the_suite_saw_the_server_behave(traffic, analysed):
     assert g["invalid_origin_rejection"]["status"] == "insufficient"
     assert "not configured" in g["invalid_origin_rejection"]["reason"]
     assert g["allowed_origin_refusals"]["status"] == "pass"
+
+
+def test_every_lost_answer_is_an_undelivered_result(traffic, analysed):
+    """Where Caddy lost an answer the suite's client waited for, and for both answers
+    lost on purpose, replaygate finds `undelivered_result`, whatever the timestamps:
+    from the proxy's empty event stream or from the server's own record; the lost
+    writes are high, and the `lost_responses` gate fails."""
+    from replaygate.queries import gates
+
+    d, _, truth = traffic
+    con, config, _ = analysed
+    found = _findings_by_scenario(con, truth)
+    for name, n in _lost_in_caddy(d, truth).items():
+        if name != "after":
+            assert found[name] == [("undelivered_result", "medium")] * n, (name, found[name])
+    assert sorted(found["after"]) == [("undelivered_result", "high")] * 2, found["after"]
+    units = {
+        (s, st)
+        for s, st in con.execute(
+            "SELECT session_hmac, stream_id FROM findings WHERE detector = 'undelivered_result'"
+        ).fetchall()
+    }
+    for lost in truth["lost"]:
+        assert (_hmac(lost["session"]), lost["stream"]) in units, lost
+    stage = gates.evaluate(con, config, STAGE)["stages"][0]
+    g = {x["id"]: x for x in stage["gates"]}
+    assert g["lost_responses"]["status"] == "fail"

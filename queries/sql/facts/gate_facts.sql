@@ -1,6 +1,7 @@
 -- name: build
 -- purpose: the gate facts: one row per unit a gate samples or fails (a delivered event, a
---          completed stream, a write dispatch, a recovery, a proxy record, a gated finding)
+--          completed stream, a write dispatch, a recovery, a proxy record, an answer whose
+--          size a proxy logged, a gated finding)
 --          and per stage it is attributed to (stage_key in macros.sql; NULL for none), with
 --          the dimensions the dashboard filters by. Every gate's measure, per stage for the
 --          decision and under any filter for the dashboard, aggregates this one table
@@ -34,6 +35,11 @@ WITH units AS (
     UNION ALL
     SELECT 'recoveries', disc_ts, session_hmac, secs, NULL
     FROM a_recoveries WHERE reopen_ts IS NOT NULL
+    UNION ALL
+    -- answers a proxy log can judge (lost_responses): POSTs answered with an event stream
+    -- whose body size it logged
+    SELECT 'sized_answers', ts, session_hmac, NULL
+    FROM proxy WHERE sized_event_stream(method, status, body_bytes_sent, resp_content_type)
 ),
 records AS (
     SELECT u.fact, w.stage, u.ts, u.session_hmac, u.secs, NULL::VARCHAR AS detector,

@@ -79,6 +79,19 @@ CREATE OR REPLACE MACRO dead_session_unit(status, session_hmac, method, statuses
     list_contains(statuses, status) AND method <> 'DELETE'
     AND (session_hmac IS NOT NULL OR ids_hidden);
 
+-- An answer a proxy served empty: a POST answered 2xx with an event stream of no body
+-- bytes (Caddy `size`, nginx `$body_bytes_sent`) never carried its response to the client
+-- (the server streams the answer, priming event first, on the POST's own response). A log
+-- without the size or the type judges nothing (NULL).
+CREATE OR REPLACE MACRO empty_event_stream(method, status, body_bytes_sent, resp_content_type) AS
+    upper(method) = 'POST' AND status BETWEEN 200 AND 299 AND body_bytes_sent = 0
+    AND lower(resp_content_type) LIKE 'text/event-stream%';
+-- A POST answered 2xx with an event stream whose size the log shows: an answer a proxy log
+-- can judge.
+CREATE OR REPLACE MACRO sized_event_stream(method, status, body_bytes_sent, resp_content_type) AS
+    upper(method) = 'POST' AND status BETWEEN 200 AND 299 AND body_bytes_sent IS NOT NULL
+    AND lower(resp_content_type) LIKE 'text/event-stream%';
+
 -- Stage attribution, joined against a_stage_windows: a cohort session's record belongs to
 -- its stage inside that stage's window, a baseline session's (no cohort) to none, and a
 -- record without a known session to the stage whose window it falls in (the stage started

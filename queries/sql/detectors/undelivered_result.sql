@@ -1,0 +1,185 @@
+-- name: undelivered_result
+-- invariant: the result or error the server produced for a POST reaches its client: on the POST's own stream, or through a later resume
+-- failure: The server produced the answer to a request, but the stream that should carry it
+--   ended first (the client or a proxy hung up, a proxy answered 200 with an empty body) and no
+--   resume delivered it later: the client waits until it times out, and a re-send runs the call
+--   again.
+-- reports: Caddy 2.6 answering an MCP POST 200 with 0 bytes ("use of closed network connection"
+--   in its runtime log) under the official MCP conformance suite; seed 000 (a client that never
+--   got the answer re-sends the write)
+-- dashboard: Overview: the `lost_responses` gate fails; Streams & replay shows a row per stream
+--   (`high` for a write or paid tool, else `medium`) whose detail names the evidence (`basis`:
+--   server, client or proxy).
+-- fix: Keep the answer replayable until the client acknowledges it (an event store, a priming
+--   event so the client holds a cursor), make writes idempotent so a re-send is harmless, and
+--   check that the proxy streams event bodies (Caddy `flush_interval -1`, nginx
+--   `proxy_buffering off`).
+-- severity: high, medium
+-- needs: events|proxy
+-- facts: proxy.body_bytes_sent, proxy.resp_content_type
+-- units: proxy WHERE upper(method) = 'POST' AND status BETWEEN 200 AND 299 AND status <> 202 AND NOT EXISTS (SELECT 1 FROM events e WHERE e.session_hmac = proxy.session_hmac)
+-- other_bases: events
+-- unit: stream (else the proxy request)
+-- page: streams
+-- Three bases, each a source that can show delivery; a stream any of them shows is one
+-- finding, its detail naming every basis (`bases`) and the first of client, server, proxy
+-- (`basis`). None compares the time of the break with the time of the result.
+-- - server (sessions without client receipts): the event log shows the POST's result or error
+--   produced, never replayed, and the stream ledger shows the stream ended (a close reason
+--   recorded) without its `CLOSED`/`completed` row (the recorder writes that only once the
+--   answer went out);
+-- - client (sessions with receipts): no receipt of that result or error, the stream ended;
+-- - proxy: a POST answered 2xx with an event stream of 0 body bytes (`empty_event_stream`),
+--   placed on its stream by request id, else on the one POST stream of its session opened
+--   while it ran; where the event log covers that session, only if it shows the answer
+--   produced (a client that cancelled its own request gets none). A log without the
+--   session (an initialize's answer, a redacting format) adds its evidence to the one
+--   stream another basis found while it ran, else the request is its own unit.
+-- A result or error dropped under backpressure is `dropped_terminal`'s, not this one's.
+WITH life AS (
+    SELECT session_hmac, generation, stream_id,
+           min(ts) AS opened_ts,
+           arg_max(state, (ts, file_id, pos)) AS last_state,
+           bool_or(state = 'CLOSED' AND close_reason = 'completed') AS completed,
+           -- a ledger that records no close reason cannot show a completed stream
+           bool_or(close_reason IS NOT NULL) AS reasoned,
+           arg_min(method, (ts, file_id, pos)) FILTER (WHERE method IS NOT NULL) AS method,
+           arg_min(request_id, (ts, file_id, pos)) FILTER (WHERE request_id IS NOT NULL)
+               AS request_id,
+           arg_min(tool_name, (ts, file_id, pos)) FILTER (WHERE tool_name IS NOT NULL)
+               AS tool_name,
+           arg_min(tool_class, (ts, file_id, pos)) FILTER (WHERE tool_class IS NOT NULL)
+               AS tool_class
+    FROM streams
+    GROUP BY ALL
+),
+-- the answer the server produced on each stream, by its own log
+terminal AS (
+    SELECT session_hmac, generation, stream_id,
+           arg_min(event_id, first_ts) AS event_id,
+           min(first_ts) AS produced_ts,
+           bool_or(replayed) AS replayed,
+           bool_and(dropped AND NOT delivered) AS dropped_only
+    FROM a_event_index
+    WHERE kind IN ('result', 'error')
+    GROUP BY ALL
+),
+posts AS (
+    SELECT l.*, t.event_id, t.produced_ts, t.replayed, t.dropped_only
+    FROM life l
+    LEFT JOIN terminal t USING (session_hmac, generation, stream_id)
+    WHERE l.method = 'POST'
+),
+server AS (
+    SELECT session_hmac, generation, stream_id, 'server' AS basis
+    FROM posts
+    ANTI JOIN a_inbox_sessions USING (session_hmac, generation)
+    WHERE event_id IS NOT NULL AND NOT dropped_only AND NOT replayed AND NOT completed
+      AND reasoned AND last_state <> 'STREAM_OPEN'
+),
+client AS (
+    SELECT p.session_hmac, p.generation, p.stream_id, 'client' AS basis
+    FROM posts p
+    SEMI JOIN a_inbox_sessions USING (session_hmac, generation)
+    WHERE p.event_id IS NOT NULL AND NOT p.dropped_only AND p.last_state <> 'STREAM_OPEN'
+      AND NOT EXISTS (SELECT 1 FROM inbox i
+                       WHERE i.session_hmac = p.session_hmac AND i.generation = p.generation
+                         AND i.event_id = p.event_id)
+),
+empty AS (
+    SELECT ts, session_hmac, request_id, duration_ms, file_id, pos
+    FROM proxy
+    WHERE empty_event_stream(method, status, body_bytes_sent, resp_content_type)
+),
+candidates AS (
+    SELECT e.file_id, e.pos, p.session_hmac, p.generation, p.stream_id,
+           count(*) OVER (PARTITION BY e.file_id, e.pos) AS n
+    FROM empty e
+    JOIN posts p
+      ON p.session_hmac = e.session_hmac
+     AND CASE WHEN e.request_id IS NOT NULL AND p.request_id IS NOT NULL
+              THEN p.request_id = e.request_id
+              ELSE epoch_ms(p.opened_ts) BETWEEN epoch_ms(e.ts) - 1000
+                   AND epoch_ms(e.ts) + coalesce(e.duration_ms, 0) + 1000 END
+),
+placed AS (
+    SELECT c.file_id, c.pos, c.session_hmac, c.generation, c.stream_id
+    FROM candidates c
+    JOIN posts p USING (session_hmac, generation, stream_id)
+    WHERE c.n = 1
+      -- a session the event log covers: an empty answer is a lost one only if the server
+      -- produced it
+      AND (p.event_id IS NOT NULL
+           OR NOT EXISTS (SELECT 1 FROM events x
+                           WHERE x.session_hmac = c.session_hmac
+                             AND x.generation = c.generation))
+),
+-- an empty answer whose log kept no session (Caddy answering an initialize: the session is
+-- only in the answer, whose raw id is never kept; a redacting log) that ran while exactly
+-- one stream another basis found was opened: evidence for that stream, not a second unit
+attached AS (
+    SELECT e.file_id, e.pos, min(o.session_hmac) AS session_hmac,
+           min(o.generation) AS generation, min(o.stream_id) AS stream_id
+    FROM empty e
+    JOIN (SELECT p.session_hmac, p.generation, p.stream_id, p.opened_ts
+          FROM (SELECT * FROM server UNION ALL SELECT * FROM client) b
+          JOIN posts p USING (session_hmac, generation, stream_id)) o
+      ON epoch_ms(o.opened_ts) BETWEEN epoch_ms(e.ts) - 1000
+         AND epoch_ms(e.ts) + coalesce(e.duration_ms, 0) + 1000
+    WHERE e.session_hmac IS NULL
+    GROUP BY e.file_id, e.pos
+    HAVING count(*) = 1
+),
+by_stream AS (
+    SELECT session_hmac, generation, stream_id,
+           list(DISTINCT basis ORDER BY basis) AS bases
+    FROM (SELECT * FROM server
+          UNION ALL SELECT * FROM client
+          UNION ALL SELECT session_hmac, generation, stream_id, 'proxy' FROM placed
+          UNION ALL SELECT session_hmac, generation, stream_id, 'proxy' FROM attached)
+    GROUP BY ALL
+),
+tool_classes AS (
+    SELECT session_hmac, generation, request_id, min(tool_class) AS tool_class
+    FROM dispatches
+    WHERE request_id IS NOT NULL AND tool_class IS NOT NULL
+    GROUP BY ALL
+),
+streams_found AS (
+    SELECT p.session_hmac, p.generation, p.stream_id, p.event_id,
+           CASE WHEN coalesce(p.tool_class, d.tool_class) IN ('write', 'paid') THEN 'high'
+                ELSE 'medium' END AS severity,
+           p.opened_ts AS ts,
+           json_object(
+               'basis', CASE WHEN list_contains(b.bases, 'client') THEN 'client'
+                             WHEN list_contains(b.bases, 'server') THEN 'server'
+                             ELSE 'proxy' END,
+               'bases', b.bases,
+               'request_id', p.request_id,
+               'tool_name', p.tool_name,
+               'tool_class', coalesce(p.tool_class, d.tool_class),
+               'answer_produced', p.produced_ts,
+               'stream_end', p.last_state) AS detail
+    FROM by_stream b
+    JOIN posts p USING (session_hmac, generation, stream_id)
+    LEFT JOIN tool_classes d
+      ON d.session_hmac = p.session_hmac AND d.generation = p.generation
+     AND d.request_id = p.request_id
+),
+-- an empty answer no stream could be placed on (no ledger, no session in the log, or more
+-- than one stream of its session opened while it ran): the request itself is the unit
+unplaced AS (
+    SELECT e.session_hmac, NULL::BIGINT AS generation, NULL::VARCHAR AS stream_id,
+           NULL::VARCHAR AS event_id, 'medium' AS severity, e.ts,
+           json_object('basis', 'proxy', 'bases', ['proxy'], 'request_id', e.request_id,
+                       'streams_while_running', coalesce(max(c.n), 0)) AS detail
+    FROM empty e
+    LEFT JOIN candidates c ON c.file_id = e.file_id AND c.pos = e.pos
+    WHERE NOT EXISTS (SELECT 1 FROM candidates k
+                       WHERE k.file_id = e.file_id AND k.pos = e.pos AND k.n = 1)
+      AND NOT EXISTS (SELECT 1 FROM attached a WHERE a.file_id = e.file_id AND a.pos = e.pos)
+    GROUP BY e.session_hmac, e.ts, e.request_id, e.file_id, e.pos
+)
+SELECT * FROM streams_found
+UNION ALL
+SELECT * FROM unplaced

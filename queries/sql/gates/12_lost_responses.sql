@@ -1,0 +1,16 @@
+-- name: lost_responses
+-- title: Answers delivered
+-- kind: count
+-- detectors: undelivered_result
+-- min_sample: 1
+-- sample: completed streams and event-stream answers a proxy logged with their size
+-- unit: answers produced and never delivered
+-- unit_one: answer produced and never delivered
+-- meter: completed_streams
+-- params: by_stage, flt, detectors, meter
+-- measure: count of undelivered_result findings; sample: completed streams, and POSTs answered with an event stream whose body size the proxy logged
+-- A stage none of whose sources can show delivery (no event log, a proxy log without the
+-- answer's size or type) has sample 0: insufficient, never a pass.
+SELECT k AS stage, count(*) FILTER (WHERE fails(fact, detector, $detectors)) AS value,
+       count(*) FILTER (WHERE fact = $meter OR fact = 'sized_answers') AS sample
+FROM gate_rows($by_stage, $flt) GROUP BY k
