@@ -271,3 +271,15 @@ def test_an_empty_answer_without_a_session_is_evidence_for_the_stream_found(tmp_
     )
     units = sorted(str(f["stream_id"]) for f in got["undelivered_result"])
     assert units == ["1", "2", "None"]
+
+
+def test_an_empty_answer_goes_to_the_stream_opened_during_its_run(tmp_path):
+    """Two calls of one session a few hundred ms apart (the second right after the first
+    ended): the empty answer is the one whose stream opened inside its run."""
+    s1, e1 = _call("1", t0=0, end="CLOSED")
+    s2, e2 = _call("2", t0=400, end="CLOSED")
+    rows = [px(-5, session_hmac="a" * 64, duration_ms=200, body_bytes_sent=0,
+               resp_content_type=SSE)]  # fmt: skip
+    got = findings(tmp_path, sessions=[active()], streams=s1 + s2, events=e1 + e2, proxy=rows)
+    (f,) = got["undelivered_result"]
+    assert f["stream_id"] == "1" and f["detail"]["bases"] == ["proxy"]

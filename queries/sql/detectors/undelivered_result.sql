@@ -30,11 +30,11 @@
 --   answer went out);
 -- - client (sessions with receipts): no receipt of that result or error, the stream ended;
 -- - proxy: a POST answered 2xx with an event stream of 0 body bytes (`empty_event_stream`),
---   placed on its stream by request id, else on the one POST stream of its session opened
---   while it ran; where the event log covers that session, only if it shows the answer
+--   placed on its stream by request id, else on the POST stream of its session opened
+--   nearest its run (within a second; two as near: not placed); where the event log covers that session, only if it shows the answer
 --   produced (a client that cancelled its own request gets none). A log without the
---   session (an initialize's answer, a redacting format) adds its evidence to the one
---   stream another basis found while it ran, else the request is its own unit.
+--   session (an initialize's answer, a redacting format) adds its evidence to the stream
+--   another basis found nearest its run, else the request is its own unit.
 -- A result or error dropped under backpressure is `dropped_terminal`'s, not this one's.
 WITH life AS (
     SELECT session_hmac, generation, stream_id,
@@ -91,9 +91,16 @@ empty AS (
     FROM proxy
     WHERE empty_event_stream(method, status, body_bytes_sent, resp_content_type)
 ),
+-- each empty answer's candidate streams: by request id where both sides have one, else the
+-- POST streams of its session opened within a second of its run, each at its distance in
+-- ms from the run (0 inside it)
 candidates AS (
     SELECT e.file_id, e.pos, p.session_hmac, p.generation, p.stream_id,
-           count(*) OVER (PARTITION BY e.file_id, e.pos) AS n
+           CASE WHEN e.request_id IS NOT NULL AND p.request_id IS NOT NULL THEN 0
+                ELSE greatest(epoch_ms(e.ts) - epoch_ms(p.opened_ts),
+                              epoch_ms(p.opened_ts) - epoch_ms(e.ts)
+                                  - coalesce(e.duration_ms, 0),
+                              0) END AS dist
     FROM empty e
     JOIN posts p
       ON p.session_hmac = e.session_hmac
@@ -102,9 +109,16 @@ candidates AS (
               ELSE epoch_ms(p.opened_ts) BETWEEN epoch_ms(e.ts) - 1000
                    AND epoch_ms(e.ts) + coalesce(e.duration_ms, 0) + 1000 END
 ),
+-- the nearest of them, and how many are that near (more than one: it cannot be placed)
+nearest AS (
+    SELECT file_id, pos, session_hmac, generation, stream_id,
+           count(*) OVER (PARTITION BY file_id, pos) AS n
+    FROM (SELECT *, min(dist) OVER (PARTITION BY file_id, pos) AS best FROM candidates)
+    WHERE dist = best
+),
 placed AS (
     SELECT c.file_id, c.pos, c.session_hmac, c.generation, c.stream_id
-    FROM candidates c
+    FROM nearest c
     JOIN posts p USING (session_hmac, generation, stream_id)
     WHERE c.n = 1
       -- a session the event log covers: an empty answer is a lost one only if the server
@@ -115,11 +129,14 @@ placed AS (
                              AND x.generation = c.generation))
 ),
 -- an empty answer whose log kept no session (Caddy answering an initialize: the session is
--- only in the answer, whose raw id is never kept; a redacting log) that ran while exactly
--- one stream another basis found was opened: evidence for that stream, not a second unit
-attached AS (
-    SELECT e.file_id, e.pos, min(o.session_hmac) AS session_hmac,
-           min(o.generation) AS generation, min(o.stream_id) AS stream_id
+-- only in the answer, whose raw id is never kept; a redacting log) nearest to one stream
+-- another basis found, opened within a second of its run: evidence for that stream, not a
+-- second unit
+found_near AS (
+    SELECT e.file_id, e.pos, o.session_hmac, o.generation, o.stream_id,
+           greatest(epoch_ms(e.ts) - epoch_ms(o.opened_ts),
+                    epoch_ms(o.opened_ts) - epoch_ms(e.ts) - coalesce(e.duration_ms, 0),
+                    0) AS dist
     FROM empty e
     JOIN (SELECT p.session_hmac, p.generation, p.stream_id, p.opened_ts
           FROM (SELECT * FROM server UNION ALL SELECT * FROM client) b
@@ -127,7 +144,13 @@ attached AS (
       ON epoch_ms(o.opened_ts) BETWEEN epoch_ms(e.ts) - 1000
          AND epoch_ms(e.ts) + coalesce(e.duration_ms, 0) + 1000
     WHERE e.session_hmac IS NULL
-    GROUP BY e.file_id, e.pos
+),
+attached AS (
+    SELECT file_id, pos, min(session_hmac) AS session_hmac, min(generation) AS generation,
+           min(stream_id) AS stream_id
+    FROM (SELECT *, min(dist) OVER (PARTITION BY file_id, pos) AS best FROM found_near)
+    WHERE dist = best
+    GROUP BY file_id, pos
     HAVING count(*) = 1
 ),
 by_stream AS (
@@ -166,16 +189,16 @@ streams_found AS (
       ON d.session_hmac = p.session_hmac AND d.generation = p.generation
      AND d.request_id = p.request_id
 ),
--- an empty answer no stream could be placed on (no ledger, no session in the log, or more
--- than one stream of its session opened while it ran): the request itself is the unit
+-- an empty answer no stream could be placed on (no ledger, no session in the log, or two
+-- streams of its session as near its run): the request itself is the unit
 unplaced AS (
     SELECT e.session_hmac, NULL::BIGINT AS generation, NULL::VARCHAR AS stream_id,
            NULL::VARCHAR AS event_id, 'medium' AS severity, e.ts,
            json_object('basis', 'proxy', 'bases', ['proxy'], 'request_id', e.request_id,
-                       'streams_while_running', coalesce(max(c.n), 0)) AS detail
+                       'nearest_streams', coalesce(max(c.n), 0)) AS detail
     FROM empty e
-    LEFT JOIN candidates c ON c.file_id = e.file_id AND c.pos = e.pos
-    WHERE NOT EXISTS (SELECT 1 FROM candidates k
+    LEFT JOIN nearest c ON c.file_id = e.file_id AND c.pos = e.pos
+    WHERE NOT EXISTS (SELECT 1 FROM nearest k
                        WHERE k.file_id = e.file_id AND k.pos = e.pos AND k.n = 1)
       AND NOT EXISTS (SELECT 1 FROM attached a WHERE a.file_id = e.file_id AND a.pos = e.pos)
     GROUP BY e.session_hmac, e.ts, e.request_id, e.file_id, e.pos
