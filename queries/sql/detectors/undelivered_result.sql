@@ -40,7 +40,7 @@ WITH life AS (
     SELECT session_hmac, generation, stream_id,
            min(ts) AS opened_ts,
            arg_max(state, (ts, file_id, pos)) AS last_state,
-           bool_or(state = 'CLOSED' AND close_reason = 'completed') AS completed,
+           bool_or(is_completed(state, close_reason)) AS completed,
            -- a ledger that records no close reason cannot show a completed stream
            bool_or(close_reason IS NOT NULL) AS reasoned,
            arg_min(method, (ts, file_id, pos)) FILTER (WHERE method IS NOT NULL) AS method,
@@ -170,7 +170,7 @@ tool_classes AS (
 ),
 streams_found AS (
     SELECT p.session_hmac, p.generation, p.stream_id, p.event_id,
-           CASE WHEN coalesce(p.tool_class, d.tool_class) IN ('write', 'paid') THEN 'high'
+           CASE WHEN is_write(coalesce(p.tool_class, d.tool_class)) THEN 'high'
                 ELSE 'medium' END AS severity,
            p.opened_ts AS ts,
            json_object(
