@@ -487,7 +487,17 @@ def test_findings_are_exactly_the_raw_ids_and_the_field_failures(analysed):
         "resume_without_cursor": 1,
         "replay_buffer_exhausted": 1,
         "cursor_rejected": 1,
+        # Both of those streams lose their answer: the tool finishes after the client's
+        # cursor-less re-open (nothing replayed) or its rejected resume, and no response
+        # carries the result.
+        "undelivered_result": 2,
     }
+    lost = con.execute(
+        """SELECT f.detector FROM findings f JOIN findings u USING (session_hmac, stream_id)
+           WHERE u.detector = 'undelivered_result' AND f.detector <> 'undelivered_result'
+           ORDER BY 1"""
+    ).fetchall()
+    assert lost == [("cursor_rejected",), ("replay_buffer_exhausted",), ("resume_without_cursor",)]
     assert not any(
         KEY in str(v)
         for (v,) in con.execute(
@@ -526,9 +536,11 @@ def test_ledger_recovery_and_gate_measures(analysed):
     assert g["cross_stream_acceptances"]["status"] == "pass"
     assert g["silent_truncations"]["status"] == "pass"
     assert g["raw_session_ids"]["status"] == "fail"
+    assert g["lost_responses"]["status"] == "fail" and g["lost_responses"]["value"] == 2
     assert stage["decision"] == "ROLLBACK"
     assert stage["reasons"] == [
-        next(x["reason"] for x in stage["gates"] if x["id"] == "raw_session_ids")
+        next(x["reason"] for x in stage["gates"] if x["id"] == gate)
+        for gate in ("raw_session_ids", "lost_responses")
     ]
 
 

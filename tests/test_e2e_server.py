@@ -312,7 +312,14 @@ def test_findings_are_exactly_what_this_traffic_produced(analysed):
         "replay_gap": RESUMED,
         "silent_truncation": RESUMED,
         "state_violation": resumed,
+        # The cross-stream story's long call: its client closes it before the answer.
+        "undelivered_result": 1,
     }
+    session, _, long = seen["cross"]
+    assert con.execute(
+        "SELECT session_hmac, stream_id, detail->>'basis' FROM findings "
+        "WHERE detector = 'undelivered_result'"
+    ).fetchall() == [(session, long, "server")]
     assert counts["cross_stream_acceptance"] >= 1
     proxies = dict(con.execute("SELECT status, count(*) FROM proxy GROUP BY 1").fetchall())
     assert set(proxies) <= {200, 202}  # no proxy saw a cut
