@@ -7,6 +7,7 @@
 -- unit: answers produced and never delivered
 -- unit_one: answer produced and never delivered
 -- meter: completed_streams
+-- page: streams
 -- params: by_stage, flt, detectors, meter
 -- measure: count of undelivered_result findings; sample: completed streams, and POSTs answered with an event stream whose body size the proxy logged
 -- A stage none of whose sources can show delivery (no event log, a proxy log without the
