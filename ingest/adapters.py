@@ -17,6 +17,8 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
+
     import duckdb
 
 
@@ -95,6 +97,12 @@ _CADDY_FIELDS = {
     # client.
     "body_bytes_sent": "j->>'$.size'",
     "resp_content_type": f"j->>'$.resp_headers.{_h('Content-Type')}[0]'",
+    # A client that hung up before the answer's headers is logged 499 (0 before Caddy 2.8:
+    # caddyserver/caddy reverseproxy/client_disconnect_test.go, "the recorded status is 499
+    # rather than 0"). After the headers went out its line keeps their status (200) and
+    # the body bytes written, the same line as an answer lost on the way: Caddy's access
+    # log cannot tell those apart (NULL).
+    "client_closed": "CASE WHEN TRY_CAST(j->>'$.status' AS INT) IN (0, 499) THEN 'true' END",
     # Only a real id: `REDACTED` is written by the filter that also deletes the request's
     # Mcp-Session-Id, so whether the request carried one cannot be told (_infer_initialize).
     "new_session": f"({_nz(_CADDY_RESP, ('', REDACTED))}) IS NOT NULL",
@@ -161,6 +169,8 @@ class Spec:
     header: str | None = None  # HTTP header it comes from
     response: bool = False
     aliases: tuple[str, ...] = ()
+    # The fact a key that fills no field by itself shows (read with other keys: `closed`).
+    fact: str | None = None
 
     def keys(self, user_key: str | None = None) -> tuple[Key, ...]:
         names = [self.key, *self.aliases, *[_camel(a) for a in (self.key, *self.aliases)]]
@@ -204,6 +214,10 @@ NGINX_SPECS = (
     # header" (nginx's ngx_http_core_module variables). Not `$bytes_sent`, which counts
     # the header and so is never 0.
     Spec("body_bytes_sent", "body_bytes_sent"),
+    # `$request_completion`: "OK" if a request has completed, else empty (nginx's
+    # ngx_http_core_module variables). A client that hung up is logged 499 before the
+    # answer's headers went out; after them, with their status: only "OK" shows it did not.
+    Spec("request_completion", "", fact="proxy.client_closed"),
     *_COMMON,
 )
 ENVOY_SPECS = (
@@ -216,8 +230,39 @@ ENVOY_SPECS = (
     Spec("upstream_host", "upstream", aliases=("upstream",)),
     # `%BYTES_SENT%`: the body bytes sent (Envoy's access-log command operators).
     Spec("bytes_sent", "body_bytes_sent", aliases=("body_bytes_sent",)),
+    # `%RESPONSE_FLAGS%`: `DC` is "downstream connection termination" (Envoy's access-log
+    # command operators); "-" when no flag was set.
+    Spec("response_flags", "", fact="proxy.client_closed"),
     *_COMMON,
 )
+
+
+def _nginx_closed(values: dict[str, str | None], shown: dict[str, str | None]) -> str | None:
+    """nginx: 499 (NGX_HTTP_CLIENT_CLOSED_REQUEST) the client hung up; a request
+    `$request_completion` calls complete was not ended by it; else it cannot be told."""
+    whens = []
+    if values["status"]:
+        whens.append(f"WHEN TRY_CAST({values['status']} AS INT) = 499 THEN 'true'")
+    if values["request_completion"]:
+        whens.append(f"WHEN ({values['request_completion']}) = 'OK' THEN 'false'")
+    return f"CASE {' '.join(whens)} END" if whens else None
+
+
+def _envoy_closed(values: dict[str, str | None], shown: dict[str, str | None]) -> str | None:
+    """Envoy: flag `DC` (or response code 0, "the server never sent the beginning of a
+    response ... the (downstream) client disconnected") the client hung up; flags logged
+    without it, it did not; no flags logged, it cannot be told."""
+    whens = []
+    if values["response_code"]:
+        whens.append(f"WHEN TRY_CAST({values['response_code']} AS INT) = 0 THEN 'true'")
+    flags, logged = values["response_flags"], shown["response_flags"]
+    if logged:
+        whens.append(
+            f"WHEN list_has_any(string_split(coalesce({flags}, ''), ','), "
+            "['DC', 'DownstreamConnectionTermination']) THEN 'true'"
+        )
+        whens.append(f"WHEN {logged} THEN 'false'")
+    return f"CASE {' '.join(whens)} END" if whens else None
 
 
 def _pick(keys: tuple[Key, ...], present: set[str] | None) -> str | None:
@@ -227,6 +272,12 @@ def _pick(keys: tuple[Key, ...], present: set[str] | None) -> str | None:
         return None
     parts = [_nz(k.expr(), _BLANK) for k in use]
     return parts[0] if len(parts) == 1 else f"coalesce({', '.join(parts)})"
+
+
+def _logged(keys: tuple[Key, ...], present: set[str] | None) -> str | None:
+    """SQL over `j`: the line carries one of `keys` (a placeholder value too)."""
+    use = [k for k in keys if present is None or k.path in present]
+    return " OR ".join(f"({k.exists()})" for k in use) or None
 
 
 def _infer_initialize(adapter: Adapter) -> Adapter:
@@ -282,6 +333,9 @@ class Proxy:
     response_session: str | None = None  # raw session id in a response header (fixed)
     shows: tuple[str, ...] = ()  # facts every log of this proxy shows, by its format
     doc: str = ""
+    # `client_closed` from the values of its specs (and whether each key is logged): the
+    # conventions by which the proxy logs a client that hung up.
+    closed: Callable[[dict[str, str | None], dict[str, str | None]], str | None] | None = None
 
     def adapter(
         self, present: set[str] | None = None, user: dict[str, Any] | None = None
@@ -294,12 +348,18 @@ class Proxy:
             fields.setdefault("session_id", "NULL")
             return Adapter(self.name, self.detect, fields, self.response_session)
         user = user or {}
-        values = {}
+        values: dict[str, str | None] = {}
+        shown: dict[str, str | None] = {}
         for spec in self.specs:
-            expr = _pick(spec.keys(user.get(spec.key)), present)
+            keys = spec.keys(user.get(spec.key))
+            expr = _pick(keys, present)
             values[spec.key] = expr
+            shown[spec.key] = _logged(keys, present)
             if spec.field and expr is not None:
                 fields[spec.field] = expr
+        closed = self.closed(values, shown) if self.closed else None
+        if closed is not None:
+            fields["client_closed"] = closed
         issued = values["new_session"]
         flag = f"(({issued}) IS NOT NULL AND lower({issued}) <> 'false')" if issued else None
         raw = values["new_session_id"]
@@ -416,6 +476,7 @@ register(
             "duration_ms": "(TRY_CAST(j->>'$.request_time' AS DOUBLE) * 1000)::VARCHAR",
         },
         specs=NGINX_SPECS,
+        closed=_nginx_closed,
         doc="a JSON `log_format` with `msec` and `request_time`",
     )
 )
@@ -429,6 +490,7 @@ register(
             "ts": "CAST(round(TRY_CAST(j->>'$.start_time' AS DOUBLE) * 1000) AS BIGINT)::VARCHAR"
         },
         specs=ENVOY_SPECS,
+        closed=_envoy_closed,
         doc="a JSON access log with `start_time` and `response_code`",
     )
 )

@@ -44,9 +44,12 @@ def proxy_facts() -> list[str]:
     return optional_facts("proxy") + [INITIALIZE]
 
 
-def fact_of_spec(field: str, key: str) -> str | None:
+def fact_of_spec(field: str, key: str, fact: str | None = None) -> str | None:
     """The fact an nginx/Envoy adapter key shows (the new-session keys show an
-    initialize only with a key for the request's session id: from_keys)."""
+    initialize only with a key for the request's session id: from_keys); `fact`: the one
+    a key that fills no field by itself shows (a value read with others)."""
+    if fact:
+        return fact
     if key in ("new_session_id", "new_session"):
         return INITIALIZE
     if field in ("session_id", "session_hmac"):
@@ -66,7 +69,7 @@ def from_keys(present: set[str], shapes: set[str], user_fields: dict[str, Any]) 
             continue
         out.update(proxy.shows)
         for spec in proxy.specs:
-            fact = fact_of_spec(spec.field, spec.key)
+            fact = fact_of_spec(spec.field, spec.key, spec.fact)
             keys = spec.keys(user_fields.get(proxy.name, {}).get(spec.key))
             if fact and any(k.path in present for k in keys):
                 out.add(fact)

@@ -304,6 +304,13 @@ PROXY = RecordType(
             doc="the response's Content-Type (Caddy `resp_headers`, nginx "
             "`$sent_http_content_type`)",
         ),
+        _f(
+            "client_closed",
+            "bool",
+            doc="true: the client ended the request (nginx 499, Envoy flag DC, Caddy 499 "
+            "or 0); false: the log shows it did not (nginx `$request_completion` OK, "
+            "Envoy flags without DC); absent: the log cannot tell",
+        ),
     ),
 )
 

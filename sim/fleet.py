@@ -116,8 +116,8 @@ class StageStats:
     write_dispatches: int = 0
     raw_ids: int = 0
     reconnect_ts: list = field(default_factory=list)
-    # POSTs answered with an event stream whose body size the proxy logged (the proxy
-    # basis of undelivered_result can judge them)
+    # POSTs answered with an event stream whose body size the proxy logged, not empty (the
+    # proxy basis of undelivered_result judges them by their row alone)
     sized_answers: int = 0
 
 
@@ -412,10 +412,12 @@ class Fleet:
             st.reconnect_ts.append(t)
         if raw:
             st.raw_ids += 1
+        # (the simulator's proxy logs do not say who ended a request, so an empty event
+        # stream is not judged by its row alone)
         if (
             method == "POST"
             and 200 <= status < 300
-            and body_bytes is not None
+            and body_bytes
             and (content_type or "").startswith("text/event-stream")
         ):
             st.sized_answers += 1

@@ -138,9 +138,13 @@ CASES = {
         ["proxy.origin"],
     ),
     "missing_idempotency_key": ({"dispatches": [dp(0, "d1")]}, ["dispatches.tool_class"]),
-    # A proxy log alone: the empty event stream is the only evidence.
+    # A proxy log alone: the empty event stream the client did not end is the only evidence.
     "undelivered_result": (
-        {"proxy": [px(0, body_bytes_sent=0, resp_content_type="text/event-stream")]},
+        {
+            "proxy": [
+                px(0, body_bytes_sent=0, resp_content_type="text/event-stream", client_closed=False)
+            ]
+        },  # fmt: skip
         ["proxy.body_bytes_sent"],
     ),
     "missing_protocol_version": (

@@ -141,19 +141,39 @@ def test_proxy_basis_places_the_empty_answer_on_its_stream(tmp_path):
 
 
 def test_proxy_basis_alone_and_its_near_misses(tmp_path):
+    """On a proxy log alone an empty event stream is a lost answer only where the row shows
+    the client did not end the request; one the client ended is none, and one whose row
+    cannot tell is cannot_tell."""
+    from replaygate.queries import runner
+
     rows = [
-        px(0, session_hmac="c" * 64, body_bytes_sent=0, resp_content_type="text/event-stream"),
+        px(
+            0, session_hmac="c" * 64, body_bytes_sent=0, resp_content_type=SSE, client_closed=False
+        ),  # fmt: skip
         # a JSON answer, an accepted notification, a refusal, an answer with bytes
-        px(10, body_bytes_sent=0, resp_content_type="application/json"),
-        px(20, status=202, body_bytes_sent=0),
-        px(30, status=404, body_bytes_sent=0, resp_content_type=SSE),
+        px(10, body_bytes_sent=0, resp_content_type="application/json", client_closed=False),
+        px(20, status=202, body_bytes_sent=0, client_closed=False),
+        px(30, status=404, body_bytes_sent=0, resp_content_type=SSE, client_closed=False),
         px(40, body_bytes_sent=120, resp_content_type=SSE),
-        px(50, "GET", body_bytes_sent=0, resp_content_type=SSE),
+        px(50, "GET", body_bytes_sent=0, resp_content_type=SSE, client_closed=False),
+        # the client hung up before the first event; a row that cannot say who ended it
+        px(
+            60, session_hmac="e" * 64, body_bytes_sent=0, resp_content_type=SSE, client_closed=True
+        ),  # fmt: skip
+        px(70, session_hmac="f" * 64, body_bytes_sent=0, resp_content_type=SSE),
     ]
     got = findings(tmp_path, proxy=rows)
     (f,) = got["undelivered_result"]
     assert f["stream_id"] is None and f["session_hmac"] == "c" * 64
     assert f["detail"]["basis"] == "proxy" and f["severity"] == "medium"
+    con = dbm.connect(str(tmp_path / "t.duckdb"), read_only=True)
+    try:
+        cov = runner.coverage_doc(con)["undelivered_result"]
+    finally:
+        con.close()
+    assert [(c["missing"], c["units"]) for c in cov["cannot_tell"]] == [
+        ("proxy.client_closed", 1)
+    ], cov
 
 
 def test_an_empty_answer_the_server_never_produced_is_no_lost_result(tmp_path):
@@ -164,6 +184,17 @@ def test_an_empty_answer_the_server_never_produced_is_no_lost_result(tmp_path):
                resp_content_type=SSE)]  # fmt: skip
     got = findings(tmp_path, sessions=[active()], streams=streams, events=events[:2], proxy=rows)
     assert "undelivered_result" not in got
+
+
+def test_an_empty_answer_the_event_log_shows_produced_needs_no_proxy_verdict(tmp_path):
+    """Where the server's log shows the answer produced, the proxy's empty event stream is
+    evidence whatever its row says of who ended the request (here nothing)."""
+    streams, events = _call("1", end="CLOSED")
+    rows = [px(-5, session_hmac="a" * 64, duration_ms=950, body_bytes_sent=0,
+               resp_content_type=SSE)]  # fmt: skip
+    got = findings(tmp_path, sessions=[active()], streams=streams, events=events, proxy=rows)
+    (f,) = got["undelivered_result"]
+    assert f["stream_id"] == "1" and f["detail"]["bases"] == ["proxy"]
 
 
 def test_server_and_proxy_agree_on_one_finding(tmp_path):
@@ -229,8 +260,8 @@ def test_gate_is_insufficient_where_no_source_can_tell(tmp_path):
 def test_caddys_empty_answers_in_a_captured_log(tmp_path):
     """Caddy 2.6.2 in front of the official Python SDK under the conformance suite
     (tests/fixtures/proxy/captured): the initialize it answered 200 with 0 bytes and the
-    tool call a proxy behind it dropped are the two lost answers its log shows; the 202
-    with an empty JSON body (an accepted notification) is not."""
+    tool call a proxy behind it dropped are its two empty event streams; the 202 with an
+    empty JSON body (an accepted notification) is none."""
     from pathlib import Path
 
     from replaygate.ingest.load import ingest
@@ -248,18 +279,26 @@ def test_caddys_empty_answers_in_a_captured_log(tmp_path):
             """SELECT session_hmac IS NULL, stream_id, severity, detail->>'basis'
                FROM findings WHERE detector = 'undelivered_result' ORDER BY ts"""
         ).fetchall()
+        undecided = [
+            (c["missing"], c["units"])
+            for c in runner.coverage_doc(con)["undelivered_result"]["cannot_tell"]
+        ]
     finally:
         con.close()
     assert sized == (3,)
-    # the initialize carried no session in; the dropped call named its session
-    assert got == [(True, None, "medium", "proxy"), (False, None, "medium", "proxy")]
+    # Caddy logs a client that hung up after the answer's headers (200, the bytes written)
+    # as it logs an answer lost on the way: on its log alone neither empty answer (the
+    # initialize, the dropped call) is a finding; both are cannot_tell.
+    assert got == []
+    assert undecided == [("proxy.client_closed", 2)]
 
 
 def test_an_empty_answer_without_a_session_is_evidence_for_the_stream_found(tmp_path):
     """Caddy loses an initialize's answer: its log has no session (the id is only in the
     answer, never kept), the server's log shows the answer produced and the stream broken.
     One lost answer, one finding with both bases; with two broken streams opened while
-    it ran it stays a unit of its own."""
+    it ran it is judged alone: a unit of its own where its row shows the client did not
+    end the request, else cannot_tell."""
     streams, events = _call("1")
     rows = [px(-5, duration_ms=300, body_bytes_sent=0, resp_content_type=SSE)]
     got = findings(tmp_path / "a", sessions=[active()], streams=streams, events=events, proxy=rows)
@@ -268,6 +307,12 @@ def test_an_empty_answer_without_a_session_is_evidence_for_the_stream_found(tmp_
     s2, e2 = _call("2", t0=100)
     got = findings(
         tmp_path / "b", sessions=[active()], streams=streams + s2, events=events + e2, proxy=rows
+    )
+    units = sorted(str(f["stream_id"]) for f in got["undelivered_result"])
+    assert units == ["1", "2"]
+    rows = [{**rows[0], "client_closed": False}]
+    got = findings(
+        tmp_path / "c", sessions=[active()], streams=streams + s2, events=events + e2, proxy=rows
     )
     units = sorted(str(f["stream_id"]) for f in got["undelivered_result"])
     assert units == ["1", "2", "None"]
@@ -283,3 +328,104 @@ def test_an_empty_answer_goes_to_the_stream_opened_during_its_run(tmp_path):
     got = findings(tmp_path, sessions=[active()], streams=s1 + s2, events=e1 + e2, proxy=rows)
     (f,) = got["undelivered_result"]
     assert f["stream_id"] == "1" and f["detail"]["bases"] == ["proxy"]
+
+
+# A client that hangs up before the first event of its answer, as each proxy logs it (the
+# server sends the answer's headers at once; the client's abort comes after them, or before
+# them), and an answer delivered. Caddy logs the first as 200 with the bytes written (0),
+# the second 499 (0 before 2.8); nginx 200 with `$request_completion` empty, or 499; Envoy
+# the status sent and flag DC, or response code 0.
+_S = T / 1000
+
+
+def _caddy(t, status, size, ct=SSE):
+    return {"ts": _S + t, "duration": 0.4, "status": status, "size": size,
+            "request": {"method": "POST", "uri": "/mcp", "headers": {}},
+            "resp_headers": {"Content-Type": [ct]} if ct else {}}  # fmt: skip
+
+
+def _nginx(t, status, size, done, ct=SSE):
+    return {"msec": f"{_S + t:.3f}", "request_time": "0.400", "method": "POST",
+            "status": str(status), "uri": "/mcp",
+            "body_bytes_sent": str(size), "resp_content_type": ct,
+            "request_completion": done}  # fmt: skip
+
+
+def _envoy(t, status, size, flags, ct=SSE):
+    return {"start_time": f"{_S + t:.3f}", "method": "POST", "path": "/mcp",
+            "response_code": str(status), "duration": "400",
+            "bytes_sent": str(size), "resp_content_type": ct or "-",
+            "response_flags": flags}  # fmt: skip
+
+
+CANCELLED = {
+    "caddy": [_caddy(1, 200, 0), _caddy(2, 200, 0), _caddy(3, 499, 0, None), _caddy(4, 0, 0, None)],
+    "nginx": [_nginx(1, 200, 0, ""), _nginx(2, 200, 0, ""), _nginx(3, 499, 0, "", "")],
+    "envoy": [_envoy(1, 200, 0, "DC"), _envoy(2, 200, 0, "DC"), _envoy(3, 0, 0, "DC", None)],
+}
+DELIVERED = {"caddy": _caddy(9, 200, 480), "nginx": _nginx(9, 200, 480, "OK"),
+             "envoy": _envoy(9, 200, 480, "-")}  # fmt: skip
+
+
+def _proxy_fleet(tmp_path, proxy: str, lines: list[dict]):
+    import json
+
+    from replaygate.ingest.load import ingest
+    from replaygate.queries import runner
+
+    tmp_path.mkdir(parents=True, exist_ok=True)
+    (tmp_path / "rollout.jsonl").write_text(json.dumps(START) + "\n")
+    (tmp_path / f"{proxy}.log").write_text("".join(json.dumps(x) + "\n" for x in lines))
+    con = dbm.connect(str(tmp_path / "p.duckdb"))
+    try:
+        report = ingest(con, [tmp_path], Config())
+        assert report.quarantined == 0, report.quarantine_reasons
+        runner.analyse(con, Config())
+        found = con.execute(
+            "SELECT count(*) FROM findings WHERE detector = 'undelivered_result'"
+        ).fetchone()[0]
+        closed = [
+            r[0] for r in con.execute("SELECT client_closed FROM proxy ORDER BY ts").fetchall()
+        ]
+        cov = runner.coverage_doc(con)["undelivered_result"]
+        undecided = sum(c["units"] for c in cov["cannot_tell"]) if isinstance(cov, dict) else 0
+        stage = gm.evaluate(con, Config())["stages"][0]
+    finally:
+        con.close()
+    gate = next(g for g in stage["gates"] if g["id"] == "lost_responses")
+    return found, closed, undecided, gate, stage["decision"]
+
+
+@pytest.mark.parametrize("proxy", ["caddy", "nginx", "envoy"])
+def test_a_proxy_only_fleet_whose_clients_hang_up_is_never_rolled_back(tmp_path, proxy):
+    """A fleet whose only source is a proxy log, its clients cancelling their own requests
+    before any event: no answer was produced that anyone lost. The empty 200s the client
+    ended are no finding — where the row shows who ended them (Envoy's DC) nothing, where
+    it cannot (Caddy, nginx without `$request_completion` OK) cannot_tell — and the gate
+    never fails: no ROLLBACK."""
+    found, closed, undecided, gate, decision = _proxy_fleet(
+        tmp_path, proxy, [*CANCELLED[proxy], DELIVERED[proxy]]
+    )
+    assert found == 0
+    assert gate["status"] != "fail" and decision != "ROLLBACK", (gate, decision)
+    expected = {
+        "caddy": ([None, None, True, True, None], 2),
+        "nginx": ([None, None, True, False], 2),
+        "envoy": ([True, True, True, False], 0),
+    }[proxy]
+    assert (closed, undecided) == expected
+    # the delivered answer is the sample: the gate judges it, and passes
+    assert (gate["status"], gate["sample"]) == ("pass", 1)
+
+
+@pytest.mark.parametrize("proxy", ["nginx", "envoy"])
+def test_an_empty_answer_the_client_did_not_end_is_lost_on_a_proxy_log(tmp_path, proxy):
+    """nginx's `$request_completion` OK, Envoy's flags without DC: the request ended whole
+    and the client got an empty event stream, an answer lost on the way."""
+    lost = {"nginx": _nginx(5, 200, 0, "OK"), "envoy": _envoy(5, 200, 0, "-")}[proxy]
+    found, closed, undecided, gate, decision = _proxy_fleet(
+        tmp_path, proxy, [*CANCELLED[proxy], lost, DELIVERED[proxy]]
+    )
+    assert (found, undecided) == (1, 2 if proxy == "nginx" else 0)
+    assert (gate["status"], gate["value"], gate["sample"]) == ("fail", 1, 2)
+    assert decision == "ROLLBACK"

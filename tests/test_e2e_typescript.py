@@ -31,7 +31,8 @@ IDLE_MS = 3000
 KEY = "typescript-e2e-key-not-secret"
 
 # docs/sources.md's nginx format (raw ids), and its redacting variant without njs: no
-# session id, a flag for "a new session was issued".
+# session id, a flag for "a new session was issued". Both log the answer's size and type and
+# whether the request ended whole (`$request_completion`), as docs/sources.md's do.
 NGINX_CONF = """
 daemon off; worker_processes 1; user root; pid {d}/nginx.pid; error_log {d}/nginx-error.log;
 events {{}}
@@ -47,6 +48,9 @@ http {{
     '"user_agent":"$http_user_agent","remote_addr":"$remote_addr",'
     '"remote_user":"$remote_user","upstream":"$upstream_addr",'
     '"retry_after":"$sent_http_retry_after",'
+    '"body_bytes_sent":"$body_bytes_sent",'
+    '"resp_content_type":"$sent_http_content_type",'
+    '"request_completion":"$request_completion",'
     '"new_session_id":"$upstream_http_mcp_session_id"'
   '}}';
   map $upstream_http_mcp_session_id $mcp_new_session {{ "" ""; default "1"; }}
@@ -58,7 +62,9 @@ http {{
     '"last_event_id":"$http_last_event_id","mcp_method":"$http_mcp_method",'
     '"user_agent":"$http_user_agent","remote_addr":"$remote_addr",'
     '"remote_user":"$remote_user","upstream":"$upstream_addr",'
-    '"retry_after":"$sent_http_retry_after","new_session":"$mcp_new_session"'
+    '"retry_after":"$sent_http_retry_after","body_bytes_sent":"$body_bytes_sent",'
+    '"resp_content_type":"$sent_http_content_type",'
+    '"request_completion":"$request_completion","new_session":"$mcp_new_session"'
   '}}';
   server {{
     listen 127.0.0.1:{on_port};
@@ -518,3 +524,24 @@ def test_reinit_after_404_against_the_truth(traffic, analysed):
         else:
             assert g["status"] == "insufficient", (name, g)
             assert blind == {"proxy.session_hmac": len(gone)}, (name, blind, len(gone))
+
+
+def test_every_log_judges_lost_responses(traffic, analysed):
+    """Every proxy log of this traffic shows the answers' sizes and types (Caddy's default
+    JSON; nginx with `$body_bytes_sent`, `$sent_http_content_type`), so `lost_responses`
+    judges each stage on the event-stream answers that carried bytes: none of them lost an
+    answer, and none is insufficient. An empty event stream a client ended, or one whose row
+    cannot tell who ended it (Caddy), is never a finding."""
+    for name in LOGS:
+        con, _, stage = analysed[name]
+        g = _gates(stage)["lost_responses"]
+        sized = con.execute(
+            """SELECT count(*) FROM proxy
+               WHERE judged_event_stream(method, status, body_bytes_sent, resp_content_type,
+                                         client_closed)"""
+        ).fetchone()[0]
+        found = con.execute(
+            "SELECT count(*) FROM findings WHERE detector = 'undelivered_result'"
+        ).fetchone()[0]
+        assert sized > 0 and g["sample"] == sized, (name, g, sized)
+        assert found == 0 and g["status"] == "pass", (name, g)

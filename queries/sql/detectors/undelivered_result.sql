@@ -17,6 +17,7 @@
 -- severity: high, medium
 -- needs: events|proxy
 -- facts: proxy.body_bytes_sent, proxy.resp_content_type
+-- undecided: proxy.client_closed
 -- units: proxy WHERE upper(method) = 'POST' AND status BETWEEN 200 AND 299 AND status <> 202 AND NOT EXISTS (SELECT 1 FROM events e WHERE e.session_hmac = proxy.session_hmac)
 -- other_bases: events
 -- unit: stream (else the proxy request)
@@ -31,10 +32,14 @@
 -- - client (sessions with receipts): no receipt of that result or error, the stream ended;
 -- - proxy: a POST answered 2xx with an event stream of 0 body bytes (`empty_event_stream`),
 --   placed on its stream by request id, else on the POST stream of its session opened
---   nearest its run (within a second; two as near: not placed); where the event log covers that session, only if it shows the answer
---   produced (a client that cancelled its own request gets none). A log without the
---   session (an initialize's answer, a redacting format) adds its evidence to the stream
---   another basis found nearest its run, else the request is its own unit.
+--   nearest its run (within a second; two as near: not placed). Where the event log covers
+--   that session, only if it shows the answer produced (a client that cancelled its own
+--   request gets none). Where it does not, the proxy row alone must show that the client
+--   did not end the request (`client_closed` false): a client that hung up before the
+--   first event leaves the same empty 200, so a row that cannot tell (Caddy, a log without
+--   nginx's `$request_completion` or Envoy's flags) is `cannot_tell`, never a finding. A
+--   log without the session (an initialize's answer, a redacting format) adds its evidence
+--   to the stream another basis found nearest its run, else the request is judged alone.
 -- A result or error dropped under backpressure is `dropped_terminal`'s, not this one's.
 WITH life AS (
     SELECT session_hmac, generation, stream_id,
@@ -87,7 +92,7 @@ client AS (
                          AND i.event_id = p.event_id)
 ),
 empty AS (
-    SELECT ts, session_hmac, request_id, duration_ms, file_id, pos
+    SELECT ts, session_hmac, request_id, duration_ms, client_closed, file_id, pos
     FROM proxy
     WHERE empty_event_stream(method, status, body_bytes_sent, resp_content_type)
 ),
@@ -116,17 +121,24 @@ nearest AS (
     FROM (SELECT *, min(dist) OVER (PARTITION BY file_id, pos) AS best FROM candidates)
     WHERE dist = best
 ),
-placed AS (
-    SELECT c.file_id, c.pos, c.session_hmac, c.generation, c.stream_id
+-- each empty answer placed on one stream, and what the server's log says of it: the
+-- answer produced, or (a session it covers) none produced
+covered AS (SELECT DISTINCT session_hmac, generation FROM events),
+on_stream AS (
+    SELECT c.file_id, c.pos, c.session_hmac, c.generation, c.stream_id,
+           p.event_id IS NOT NULL AS produced, v.session_hmac IS NOT NULL AS covered
     FROM nearest c
     JOIN posts p USING (session_hmac, generation, stream_id)
+    LEFT JOIN covered v ON v.session_hmac = c.session_hmac AND v.generation = c.generation
     WHERE c.n = 1
-      -- a session the event log covers: an empty answer is a lost one only if the server
-      -- produced it
-      AND (p.event_id IS NOT NULL
-           OR NOT EXISTS (SELECT 1 FROM events x
-                           WHERE x.session_hmac = c.session_hmac
-                             AND x.generation = c.generation))
+),
+placed AS (
+    SELECT o.file_id, o.pos, o.session_hmac, o.generation, o.stream_id
+    FROM on_stream o
+    JOIN empty e USING (file_id, pos)
+    -- the server's log shows the answer produced; a session it does not cover, the proxy
+    -- row shows the client did not end the request
+    WHERE o.produced OR (NOT o.covered AND e.client_closed = false)
 ),
 -- an empty answer whose log kept no session (Caddy answering an initialize: the session is
 -- only in the answer, whose raw id is never kept; a redacting log) nearest to one stream
@@ -189,20 +201,41 @@ streams_found AS (
       ON d.session_hmac = p.session_hmac AND d.generation = p.generation
      AND d.request_id = p.request_id
 ),
--- an empty answer no stream could be placed on (no ledger, no session in the log, or two
--- streams of its session as near its run): the request itself is the unit
+-- an empty answer judged by its proxy row alone: neither placed on a stream nor attached
+-- to one, nor placed on a stream of a session whose event log shows no answer produced
+alone AS (
+    SELECT e.*
+    FROM empty e
+    WHERE NOT EXISTS (SELECT 1 FROM placed k WHERE k.file_id = e.file_id AND k.pos = e.pos)
+      AND NOT EXISTS (SELECT 1 FROM attached a WHERE a.file_id = e.file_id AND a.pos = e.pos)
+      AND NOT EXISTS (SELECT 1 FROM on_stream o
+                       WHERE o.file_id = e.file_id AND o.pos = e.pos AND o.covered)
+),
+-- one the client did not end that no stream could be placed on (no ledger, no session in
+-- the log, or two streams of its session as near its run): the request itself is the unit
 unplaced AS (
     SELECT e.session_hmac, NULL::BIGINT AS generation, NULL::VARCHAR AS stream_id,
            NULL::VARCHAR AS event_id, 'medium' AS severity, e.ts,
            json_object('basis', 'proxy', 'bases', ['proxy'], 'request_id', e.request_id,
                        'nearest_streams', coalesce(max(c.n), 0)) AS detail
-    FROM empty e
+    FROM alone e
     LEFT JOIN nearest c ON c.file_id = e.file_id AND c.pos = e.pos
-    WHERE NOT EXISTS (SELECT 1 FROM nearest k
-                       WHERE k.file_id = e.file_id AND k.pos = e.pos AND k.n = 1)
-      AND NOT EXISTS (SELECT 1 FROM attached a WHERE a.file_id = e.file_id AND a.pos = e.pos)
+    WHERE e.client_closed = false
+      AND NOT EXISTS (SELECT 1 FROM on_stream o WHERE o.file_id = e.file_id AND o.pos = e.pos)
     GROUP BY e.session_hmac, e.ts, e.request_id, e.file_id, e.pos
+),
+-- one whose row cannot tell a client that hung up from an answer lost on the way: neither
+-- a finding nor a pass
+undecided AS (
+    SELECT e.session_hmac, o.generation, o.stream_id, NULL::VARCHAR AS event_id,
+           'cannot_tell' AS severity, e.ts,
+           json_object('missing', 'proxy.client_closed', 'file_id', e.file_id) AS detail
+    FROM alone e
+    LEFT JOIN on_stream o ON o.file_id = e.file_id AND o.pos = e.pos
+    WHERE e.client_closed IS NULL
 )
 SELECT * FROM streams_found
 UNION ALL
 SELECT * FROM unplaced
+UNION ALL
+SELECT * FROM undecided

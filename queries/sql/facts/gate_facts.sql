@@ -36,10 +36,12 @@ WITH units AS (
     SELECT 'recoveries', disc_ts, session_hmac, secs, NULL
     FROM a_recoveries WHERE reopen_ts IS NOT NULL
     UNION ALL
-    -- answers a proxy log can judge (lost_responses): POSTs answered with an event stream
-    -- whose body size it logged
+    -- answers a proxy log can judge by itself (lost_responses): POSTs answered with an
+    -- event stream whose body size it logged, and for an empty one, that the client did
+    -- not end the request
     SELECT 'sized_answers', ts, session_hmac, NULL
-    FROM proxy WHERE sized_event_stream(method, status, body_bytes_sent, resp_content_type)
+    FROM proxy
+    WHERE judged_event_stream(method, status, body_bytes_sent, resp_content_type, client_closed)
 ),
 records AS (
     SELECT u.fact, w.stage, u.ts, u.session_hmac, u.secs, NULL::VARCHAR AS detector,

@@ -86,11 +86,16 @@ CREATE OR REPLACE MACRO dead_session_unit(status, session_hmac, method, statuses
 CREATE OR REPLACE MACRO empty_event_stream(method, status, body_bytes_sent, resp_content_type) AS
     upper(method) = 'POST' AND status BETWEEN 200 AND 299 AND body_bytes_sent = 0
     AND lower(resp_content_type) LIKE 'text/event-stream%';
--- A POST answered 2xx with an event stream whose size the log shows: an answer a proxy log
--- can judge.
-CREATE OR REPLACE MACRO sized_event_stream(method, status, body_bytes_sent, resp_content_type) AS
+-- A POST answered 2xx with an event stream that a proxy log judges by itself: one that
+-- carried bytes, or an empty one the client did not end (`client_closed` false). A client
+-- that hung up before the first event leaves the same empty 200 as an answer lost on the
+-- way, and only some logs tell them apart (nginx `$request_completion`, Envoy's `DC` flag);
+-- where the row cannot (NULL: Caddy, a log without those keys) it judges nothing.
+CREATE OR REPLACE MACRO judged_event_stream(method, status, body_bytes_sent, resp_content_type,
+                                            client_closed) AS
     upper(method) = 'POST' AND status BETWEEN 200 AND 299 AND body_bytes_sent IS NOT NULL
-    AND lower(resp_content_type) LIKE 'text/event-stream%';
+    AND lower(resp_content_type) LIKE 'text/event-stream%'
+    AND (body_bytes_sent > 0 OR client_closed = false);
 
 -- Stage attribution, joined against a_stage_windows: a cohort session's record belongs to
 -- its stage inside that stage's window, a baseline session's (no cohort) to none, and a
