@@ -63,6 +63,7 @@ FACTS = (
     "completed_streams",
     "write_dispatches",
     "recoveries",
+    "sized_answers",
     "proxy_records",
     "findings",
 )

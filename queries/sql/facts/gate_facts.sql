@@ -39,7 +39,7 @@ WITH units AS (
     -- answers a proxy log can judge by itself (lost_responses): POSTs answered with an
     -- event stream whose body size it logged, and for an empty one, that the client did
     -- not end the request
-    SELECT 'sized_answers', ts, session_hmac, NULL
+    SELECT 'sized_answers', ts, session_hmac, NULL, principal
     FROM proxy
     WHERE judged_event_stream(method, status, body_bytes_sent, resp_content_type, client_closed)
 ),
