@@ -395,6 +395,7 @@ def traffic(tmp_path_factory):
         # store before the client resumes, so its cursor has been evicted.
         g = Client(nginx_port, inbox, agent="e2e-client/9")
         assert g.initialize() == 200
+        g_started = time.monotonic()
         c, r, s = g.call("slow", {"n": 8})
         cursor = g.events(r, s, limit=3)[-1]["id"]
         _hang_up(c)
@@ -405,6 +406,9 @@ def traffic(tmp_path_factory):
         time.sleep(0.6)
         _, r = g.request("GET", extra={"Last-Event-ID": cursor})
         assert r.status == 200 and not [ev for ev in g.events(r, s) if ev.get("data")]
+        # The tool runs on (8 steps of 0.3 s) and produces its answer, which no response
+        # carries: wait for it, or a fast run would stop the server before it answers.
+        time.sleep(max(0.0, g_started + 8 * 0.3 + 0.5 - time.monotonic()))
         # 7. The SDK's own high-level client, with its default revision (2026-07-28).
         from mcp import Client as SdkClient
 
