@@ -474,6 +474,26 @@ def test_previous_rollback_beside_a_proceed_says_it_is_not_part_of_the_decision(
     assert any(f"{len(stage['gates'])} gates" in c for c in captions)
 
 
+def test_a_not_applicable_tile_beside_findings_says_they_are_not_gated(app, sample_db):
+    """A gate outside the stage's scope that still has findings (write idempotency in
+    the sample's read stage shadow-10pct): the tile shows the findings and says they are
+    not gated, never a bare "not applicable" beside them."""
+    stage = "shadow-10pct"
+    doc = _cli(sample_db, "gates", "--stage", stage)["stages"][0]
+    beside = [g for g in doc["gates"] if g["status"] == "not_applicable" and g["evidence"]["count"]]
+    assert beside, "the sample has a not-applicable gate with findings in this stage"
+    app.query_params["stage"] = stage
+    app.run()
+    assert not app.exception
+    captions = [c.value for c in app.caption]
+    notes = [c for c in captions if c.endswith("the findings are shown, not gated")]
+    assert len(notes) == len(beside), captions
+    links = [p.proto.label for p in app.get("page_link")]
+    for g in beside:
+        n = g["evidence"]["count"]
+        assert f"{n:,} finding{'s' if n != 1 else ''} ›" in links, links
+
+
 def test_rollback_note_words():
     from replaygate.dashboard import fmt
 
