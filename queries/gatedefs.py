@@ -177,6 +177,7 @@ class GateDef:
     meter: str | None  # a_stage_samples sample behind the evidence meter
     min_sample: int  # default minimum sample ([min_samples] overrides it)
     page: str | None = None  # the dashboard page whose tiles show it (`-- page:`)
+    causes: bool = False  # its failures are broken down by cause (`-- causes: true`)
 
     def noun(self, n: float) -> str:
         return self.failure_noun_one if n == 1 else self.failure_noun
@@ -209,6 +210,7 @@ def _gate(q: catalog.Query) -> GateDef:
         meter=h.text("meter") or None,
         min_sample=h.count("min_sample"),
         page=h.text("page") or None,
+        causes=h.flag("causes"),
     )
 
 

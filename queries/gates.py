@@ -110,10 +110,12 @@ class Judgement:
     failures: int
     no_evidence: str | None
     cannot_tell: int
+    causes: tuple[tuple[str, int], ...] = ()  # failures by cause, for a gate declaring causes
 
     def as_dict(self) -> dict[str, Any]:
         """The gate as the gates document carries it (JSON, reports, the dashboard)."""
         bounded = self.gate.kind.counts_units and self.failures == 0 and self.sample > 0
+        causes = {"causes": [{"cause": c, "n": n} for c, n in self.causes]}
         return {
             "id": self.gate.id,
             "status": self.status,
@@ -126,7 +128,15 @@ class Judgement:
             "exercised": self.sample > 0,
             "no_evidence": self.no_evidence,
             "cannot_tell": self.cannot_tell,
-        }
+        } | (causes if self.gate.causes else {})
+
+
+def causes_of(measure: dict[str, Any]) -> tuple[tuple[str, int], ...]:
+    """A measure's failures by cause (`-- causes: true`), most first: hashable, so the
+    set-based evaluation judges once per distinct breakdown."""
+    return tuple(
+        (str(c["cause"] or "no cause given"), int(c["n"])) for c in measure.get("causes") or ()
+    )
 
 
 def judge(
@@ -159,6 +169,7 @@ def judge(
         failures=failures,
         no_evidence=why if st == Status.INSUFFICIENT else None,
         cannot_tell=cannot_tell,
+        causes=causes_of(measure) if g.causes else (),
     )
 
 
@@ -194,7 +205,12 @@ def _reason(gate: dict[str, Any], config: Config) -> str:
             text += f", about {_duration(eta)} more at the last hour's rate"
         return text
     # Numbers as display_value and display_threshold give them: the tiles' numbers.
-    return g.kind.reading(g, v, n, f, display_value(gate), display_threshold(gate))
+    text = g.kind.reading(g, v, n, f, display_value(gate), display_threshold(gate))
+    causes = gate.get("causes")
+    if causes:
+        # "; " between causes: a cause may itself hold a comma
+        text += " (" + "; ".join(f"{_fmt_n(c['n'])} {c['cause']}" for c in causes) + ")"
+    return text
 
 
 # How every surface (CLI, dashboard, reports) names and formats a gate: by its kind,
@@ -279,6 +295,8 @@ def measures(
         gate_values = {**values, "detectors": list(g.detectors), "meter": g.meter}
         cur = con.execute(q.sql, params.bind(q, gate_values))
         cols = [d[0] for d in cur.description]
+        if g.causes and "causes" not in cols:
+            q.header.fail("causes", "the query returns no `causes` column")
         for row in cur.fetchall():
             rec = dict(zip(cols, row, strict=True))
             out.setdefault(rec["stage"], {})[q.name] = rec
@@ -612,6 +630,7 @@ def _evaluate_set(
                 m.get("sample"),
                 m.get("failures"),
                 m.get("insufficient"),
+                causes_of(m) if g.causes else (),
                 have,
                 unjudged_units.get((name, g.id), 0),
                 (seen["observed"], seen["last_hour"]) if seen else None,
@@ -620,7 +639,7 @@ def _evaluate_set(
             if got is None:
                 minimum = inputs.minimums[g.id]
                 judged = judge(
-                    g, m, minimum, scope, config, dict.fromkeys(have, 1), inputs.blind, key[7]
+                    g, m, minimum, scope, config, dict.fromkeys(have, 1), inputs.blind, key[8]
                 )
                 base = judged.as_dict()
                 _add_meter(base, g, minimum, judged.sample, seen)

@@ -155,6 +155,9 @@ KEYS: dict[str, Key] = {
     "unit_one": Key((_G,), _text),
     "meter": Key((_G,), _ident),
     "measure": Key((_G,), _text),
+    # its failures are told apart by cause (the gate facts' `cause`, a finding's
+    # detail.reason): the query returns `causes`, a list of {cause, n}
+    "causes": Key((_G,), _flag),
     # named queries (the gate facts, the dashboard)
     "filters": Key((_F, _B), _filters),
 }

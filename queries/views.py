@@ -43,8 +43,9 @@ def finding_counts(con: duckdb.DuckDBPyConnection, f: Filters) -> dict[str, int]
 
 
 # What a gate of the dashboard carries from a gate of `gates.evaluate`.
+# (`causes` only for a gate whose failures are broken down by cause)
 _DECIDED = ("id", "status", "value", "threshold", "sample", "min_sample", "failures",
-            "no_evidence", "reason")  # fmt: skip
+            "no_evidence", "reason", "causes")  # fmt: skip
 
 
 def stage_alone(f: Filters) -> bool:
@@ -68,7 +69,7 @@ def gate_measures(
     if decided is not None and stage_alone(f) and decided.get("stage") == f.stage:
         by_id = {g.id: g for g in gatedefs.GATES}
         return [
-            {**{k: g.get(k) for k in _DECIDED}, "detectors": list(by_id[g["id"]].detectors),
+            {**{k: g[k] for k in _DECIDED if k in g}, "detectors": list(by_id[g["id"]].detectors),
              "findings": sum(found.get(d, 0) for d in by_id[g["id"]].detectors)}
             for g in decided["gates"]
         ]  # fmt: skip

@@ -263,6 +263,9 @@ def test_a_principal_tells_clients_apart_whatever_their_address_and_agent(tmp_pa
     assert [f["session_hmac"] for f in got["reinit_missing"]] == [a]
 
 
+CALL = {"jsonrpc_method": "tools/call"}
+
+
 def test_the_reinit_gate_counts_not_reinitialized_and_used_after_the_404_apart(tmp_path):
     a, b = "a" * 64, "b" * 64
     rows = [
@@ -280,3 +283,37 @@ def test_the_reinit_gate_counts_not_reinitialized_and_used_after_the_404_apart(t
     assert reasons == ["not re-initialized", "used after the 404"]
     g = _stage(tmp_path / "s", Config(), proxy=rows)["by_id"]["reinit_after_404"]
     assert (g["status"], g["sample"], g["failures"]) == ("fail", 3, 2)
+    causes = "(1 not re-initialized; 1 used after the 404)"
+    assert g["causes"] == [
+        {"cause": "not re-initialized", "n": 1},
+        {"cause": "used after the 404", "n": 1},
+    ]
+    assert g["reason"].endswith(f"(threshold 100 % handled) {causes}")
+    # The set-based evaluation of every stage judges once per distinct reading: the
+    # breakdown is part of it. Stage `t` reads the same (2 of 3), every failure not
+    # re-initialized.
+    c, d, f = "c" * 64, "d" * 64, "e" * 64
+    later = T + 600_000
+    more = [
+        px(later - T, session_hmac=c, principal="carol"),
+        px(later - T + 1000, status=404, session_hmac=c, principal="carol", **CALL),
+        px(later - T, session_hmac=d, principal="dave"),
+        px(later - T + 1000, status=404, session_hmac=d, principal="dave", **CALL),
+        px(later - T, session_hmac=f, principal="frank"),
+        px(later - T + 1000, status=404, session_hmac=f, principal="frank", **CALL),
+        px(later - T + 1500, principal="frank", jsonrpc_method="initialize"),
+    ]
+    two = [START, {"ts": later - 60_000, "stage": "t", "action": "start", "scope": "read"}]
+    findings(tmp_path / "a", Config(), rollout=two, proxy=[*rows, *more])
+    con = dbm.connect(str(tmp_path / "a" / "t.duckdb"), read_only=True)
+    try:
+        every = gm.evaluate(con, Config(), all_stages=True)["stages"]
+        one = [gm.evaluate(con, Config(), stage=s)["stages"][0] for s in ("s", "t")]
+    finally:
+        con.close()
+    got = [next(g for g in st["gates"] if g["id"] == "reinit_after_404") for st in (*every, *one)]
+    assert [(g["failures"], g["sample"]) for g in got] == [(2, 3)] * 4
+    assert [g["reason"] for g in got[2:]] == [g["reason"] for g in got[:2]]
+    assert got[0]["reason"].endswith(causes)
+    assert got[1]["reason"].endswith("(2 not re-initialized)")
+    assert got[0]["reason"] in every[0]["reasons"]

@@ -11,6 +11,8 @@
 --          name, or its principal in a session or proxy row) are facts only where
 --          `probe_gates` counts them: the facts of probe_facts and the findings of probe_detectors
 --          (queries/params.py); the dashboard's measures and the meters follow.
+--          A finding's `cause` is its detail.reason: the breakdown of a gate whose header
+--          says `-- causes: true`.
 -- filters: none
 CREATE OR REPLACE TABLE a_gate_facts AS
 WITH units AS (
@@ -47,7 +49,7 @@ records AS (
     SELECT u.fact, w.stage, u.ts, u.session_hmac, u.secs, NULL::VARCHAR AS detector,
            NULL::INTEGER AS status, NULL::VARCHAR AS method, NULL::VARCHAR AS origin,
            NULL::BOOLEAN AS raw_session_id, NULL::BOOLEAN AS reconnect,
-           NULL::BIGINT AS file_id, u.principal
+           NULL::BIGINT AS file_id, NULL::VARCHAR AS cause, u.principal
     FROM units u
     LEFT JOIN a_sessions a ON a.session_hmac = u.session_hmac
     LEFT JOIN a_stage_windows w
@@ -68,13 +70,13 @@ requests AS (
            is_reconnect(method, last_event_id, status,
                         prior_gets(method, coalesce(stage, '') || session_hmac, ts))
                AS reconnect,
-           file_id, principal
+           file_id, NULL::VARCHAR AS cause, principal
     FROM proxied
 ),
 found AS (
     SELECT 'findings' AS fact, stage, ts, session_hmac, NULL::DOUBLE AS secs, detector,
            NULL::INTEGER, NULL::VARCHAR, NULL::VARCHAR, NULL::BOOLEAN, NULL::BOOLEAN,
-           NULL::BIGINT, NULL::VARCHAR
+           NULL::BIGINT, json_extract_string(detail, '$.reason'), NULL::VARCHAR
     FROM findings WHERE gated(detail)
 )
 SELECT * EXCLUDE (principal) FROM (
@@ -131,15 +133,15 @@ CREATE OR REPLACE TEMP MACRO rg_keep(stage, baseline, revision, server, client, 
 -- filter keeps as one group (k NULL).
 CREATE OR REPLACE TEMP MACRO gate_rows(by_stage, flt) AS TABLE
     SELECT CASE WHEN by_stage THEN stage END AS k, fact, detector, ts, secs, session_hmac,
-           status, method, origin, raw_session_id, reconnect, file_id
+           status, method, origin, raw_session_id, reconnect, file_id, cause
     FROM a_gate_facts
     WHERE CASE WHEN by_stage THEN stage IS NOT NULL
                ELSE rg_keep(stage, baseline, revision, server, client, ts, flt) END
     UNION ALL
-    SELECT stage, 'none', NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL
+    SELECT stage, 'none', NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL
     FROM a_stages WHERE by_stage
     UNION ALL
-    SELECT NULL, 'none', NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL
+    SELECT NULL, 'none', NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL
     WHERE NOT by_stage;
 
 -- A gate fact that fails a gate: a finding of one of its detectors.
