@@ -143,3 +143,14 @@ def test_named_queries_are_checked_each(tmp_path):
 def test_split_reads_none_as_empty():
     assert headers.split("none") == headers.split("-") == headers.split("") == ()
     assert headers.split("a, b") == ("a", "b")
+
+
+def test_a_gate_says_its_failures_are_broken_down_by_cause(tmp_path):
+    # the reinit gate's reason counts "not re-initialized" and "used after the 404" apart
+    assert gatedefs.BY_ID["reinit_after_404"].causes
+    assert not gatedefs._gate(_gate_header(tmp_path)).causes
+    p = tmp_path / "04_toy.sql"
+    text = (catalog.SQL_DIR / "gates" / "04_reinit_after_404.sql").read_text()
+    p.write_text(text.replace("-- causes: true", "-- causes: yes"))
+    with pytest.raises(HeaderError, match=r"04_toy.sql:\d+: -- causes: 'yes' is not true or false"):
+        catalog.parse(p, "gates")
