@@ -263,14 +263,19 @@ class RecordingEventStore(EventStore):
                 }
             )
 
-        stream_id = await self.inner.replay_events_after(last_event_id, recording_send)
-        # A replayed row names the stream it was replayed on (the one the store resumed);
-        # the event's own stream is in its `sent` row, so a crossed replay shows as the
-        # two differing.
-        resumed = stream_id or (cursor[1] if cursor else None)
-        for row in rows:
-            if resumed is not None:
-                self._emit(holder, {**row, "stream_id": resumed})
+        stream_id = None
+        try:
+            stream_id = await self.inner.replay_events_after(last_event_id, recording_send)
+        finally:
+            # What was sent is logged even when the replay broke off (the client hung up
+            # mid-replay and the SDK's send failed): those events reached it. A replayed
+            # row names the stream it was replayed on (the one the store resumed); the
+            # event's own stream is in its `sent` row, so a crossed replay shows as the
+            # two differing.
+            resumed = stream_id or (cursor[1] if cursor else None)
+            for row in rows:
+                if resumed is not None:
+                    self._emit(holder, {**row, "stream_id": resumed})
         if stream_id is None and cursor is not None:
             # The server produced this cursor, yet its store no longer holds it: the
             # store gave no notice of the eviction, so it is logged now.

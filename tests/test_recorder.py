@@ -172,6 +172,47 @@ def test_a_crossed_replay_is_logged_on_the_stream_it_was_replayed_on(tmp_path):
     assert [(r["event_id"], r["stream_id"], r["seq"]) for r in rep] == [(b1, "a", 1)]
 
 
+def test_a_replay_the_client_left_midway_still_logs_what_it_sent(tmp_path):
+    """A client that hangs up during a replay makes the SDK's send fail: the events sent
+    before that reached the client and are logged as replayed (a crossed replay among them
+    is still seen), and the failure goes on to the SDK."""
+
+    class GlobalOrderStore(MemoryEventStore):
+        async def replay_events_after(self, last_event_id, send_callback):
+            stream = self.events[last_event_id][0]
+            after = list(self.order)[list(self.order).index(last_event_id) + 1 :]
+            for eid in after:
+                await send_callback(type("E", (), {"event_id": eid, "message": _note(0)})())
+            return stream
+
+    writer = LedgerWriter(tmp_path, b"k")
+    store = RecordingEventStore(writer, GlobalOrderStore())
+
+    async def go():
+        token = current.set({"session": "s"})
+        sent = []
+
+        async def send(ev):
+            if len(sent) == 2:
+                raise ConnectionResetError("client went away")
+            sent.append(ev.event_id)
+
+        try:
+            a1 = await store.store_event("a", _note(1))
+            ids = [await store.store_event("b", _note(i)) for i in range(1, 4)]
+            with pytest.raises(ConnectionResetError):
+                await store.replay_events_after(a1, send)
+            return ids, sent
+        finally:
+            current.reset(token)
+
+    ids, sent = _run(go())
+    writer.close()
+    rep = [r for r in _rows(tmp_path, "events") if r["disposition"] == "replayed"]
+    assert sent == ids[:2]
+    assert [(r["event_id"], r["stream_id"]) for r in rep] == [(ids[0], "a"), (ids[1], "a")]
+
+
 def test_payload_digest_ignores_the_request_id_and_key_order():
     a = payload_digest("create_ticket", {"title": "x", "n": 1})
     b = payload_digest("create_ticket", {"n": 1, "title": "x"})
