@@ -45,6 +45,17 @@ class SkipFirstStore(MemoryEventStore):
         return await super().replay_events_after(last_event_id, lossy)
 
 
+class GlobalOrderStore(MemoryEventStore):
+    """Replays everything stored after the cursor, whatever its stream."""
+
+    async def replay_events_after(self, last_event_id, send_callback):
+        stream = self.events[last_event_id][0]
+        after = list(self.order)[list(self.order).index(last_event_id) + 1 :]
+        for eid in after:
+            await send_callback(type("E", (), {"event_id": eid, "message": _note(0)})())
+        return stream
+
+
 def _rows(path, table):
     return [json.loads(x) for f in sorted(path.glob(f"{table}-*.jsonl")) for x in open(f)]
 
@@ -143,16 +154,6 @@ def test_the_wrapper_logs_what_the_operator_store_really_replayed(tmp_path):
 
 
 def test_a_crossed_replay_is_logged_on_the_stream_it_was_replayed_on(tmp_path):
-    class GlobalOrderStore(MemoryEventStore):
-        """Replays everything stored after the cursor, whatever its stream."""
-
-        async def replay_events_after(self, last_event_id, send_callback):
-            stream = self.events[last_event_id][0]
-            after = list(self.order)[list(self.order).index(last_event_id) + 1 :]
-            for eid in after:
-                await send_callback(type("E", (), {"event_id": eid, "message": _note(0)})())
-            return stream
-
     writer = LedgerWriter(tmp_path, b"k")
     store = RecordingEventStore(writer, GlobalOrderStore())
 
@@ -176,14 +177,6 @@ def test_a_replay_the_client_left_midway_still_logs_what_it_sent(tmp_path):
     """A client that hangs up during a replay makes the SDK's send fail: the events sent
     before that reached the client and are logged as replayed (a crossed replay among them
     is still seen), and the failure goes on to the SDK."""
-
-    class GlobalOrderStore(MemoryEventStore):
-        async def replay_events_after(self, last_event_id, send_callback):
-            stream = self.events[last_event_id][0]
-            after = list(self.order)[list(self.order).index(last_event_id) + 1 :]
-            for eid in after:
-                await send_callback(type("E", (), {"event_id": eid, "message": _note(0)})())
-            return stream
 
     writer = LedgerWriter(tmp_path, b"k")
     store = RecordingEventStore(writer, GlobalOrderStore())
