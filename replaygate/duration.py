@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+from typing import TYPE_CHECKING, Any
 
 import click
 
@@ -21,12 +22,22 @@ def parse(text: str) -> float:
     return sum(float(n) * _UNIT[u] for n, u in parts)
 
 
-class Duration(click.ParamType):
+if TYPE_CHECKING:
+    _ParamType = click.ParamType[float]
+else:
+    # click made ParamType generic in 8.5; older releases (pyproject allows 8.1) cannot
+    # subscript it at run time
+    _ParamType = click.ParamType
+
+
+class Duration(_ParamType):
     """A click parameter: a duration, as seconds (float), greater than zero."""
 
     name = "duration"
 
-    def convert(self, value, param, ctx):
+    def convert(
+        self, value: Any, param: click.Parameter | None, ctx: click.Context | None
+    ) -> float:
         if isinstance(value, int | float):
             return float(value)
         try:

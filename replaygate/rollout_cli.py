@@ -4,7 +4,7 @@ Rollouts and Flagger report."""
 from __future__ import annotations
 
 import json
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import click
 
@@ -14,7 +14,7 @@ from replaygate.ingest.errors import ReplaygateError
 if TYPE_CHECKING:
     from replaygate.ingest.config import Config
 
-from .options import CONTEXT, config_option, db_option, say
+from .options import CONTEXT, F, config_option, db_option, say
 
 
 @click.group(context_settings=CONTEXT)
@@ -42,7 +42,7 @@ def rollout() -> None:
 NO_RELEASE = "-"
 
 
-def _destination(f):
+def _destination(f: F) -> F:
     f = click.option(
         "--to",
         "to_file",
@@ -59,7 +59,7 @@ def _release(value: str | None) -> str | None:
 
 
 def _write(
-    records: list[dict],
+    records: list[dict[str, Any]],
     db: str,
     to_file: str | None,
     dedupe: bool = False,
@@ -73,7 +73,7 @@ def _write(
 
 
 def _append(
-    records: list[dict],
+    records: list[dict[str, Any]],
     db: str,
     to_file: str | None,
     conf: Config,
@@ -136,7 +136,7 @@ def _ts(value: str | None) -> str | None:
     return value
 
 
-def _action_command(verb: str, action: str, summary: str):
+def _action_command(verb: str, action: str, summary: str) -> click.Command:
     @click.option(
         "--release",
         required=True,
@@ -153,7 +153,19 @@ def _action_command(verb: str, action: str, summary: str):
     @click.option("--at", "at", metavar="TIME", help="When (RFC 3339; default: now).")
     @click.option("--json", "as_json", is_flag=True, help="Print the record written as JSON.")
     @_destination
-    def command(release, stage, percent, scope, note, actor, at, as_json, db, config_path, to_file):
+    def command(
+        release: str | None,
+        stage: str,
+        percent: float | None,
+        scope: str | None,
+        note: str | None,
+        actor: str | None,
+        at: str | None,
+        as_json: bool,
+        db: str,
+        config_path: str | None,
+        to_file: str | None,
+    ) -> None:
         from replaygate.ingest import rolloutlog
 
         release = _release(release)
@@ -205,7 +217,15 @@ _action_command("finish", "complete", "Record that a stage completed (its window
 )
 @click.option("--json", "as_json", is_flag=True, help="Print the records instead of writing them.")
 @_destination
-def import_(paths, release, scope, as_json, db, config_path, to_file):
+def import_(
+    paths: tuple[str, ...],
+    release: str | None,
+    scope: str | None,
+    as_json: bool,
+    db: str,
+    config_path: str | None,
+    to_file: str | None,
+) -> None:
     """Turn Argo Rollouts and Flagger history into rollout records.
 
     \b
@@ -259,7 +279,7 @@ def import_(paths, release, scope, as_json, db, config_path, to_file):
     click.echo(f"rollout import: {len(records)} records read, {n} new -> {to_file or db}", err=True)
 
 
-def _known_starts(db: str, to_file: str | None) -> list[dict]:
+def _known_starts(db: str, to_file: str | None) -> list[dict[str, Any]]:
     """The starts the destination's rollout log already holds: an earlier import saw
     stages that the objects no longer show (a failed Flagger canary's weight)."""
     from pathlib import Path
@@ -284,7 +304,7 @@ def _known_starts(db: str, to_file: str | None) -> list[dict]:
         con.close()
 
 
-def _documents(path: str) -> list:
+def _documents(path: str) -> list[Any]:
     """The documents of a `kubectl get -o json` or `-o yaml` file (YAML: several
     documents, safe loading; JSON is YAML, but read as JSON first for its messages)."""
     import yaml
@@ -319,7 +339,7 @@ def _documents(path: str) -> list:
     help="Address to listen on (loopback by default; 0.0.0.0 inside a pod).",
 )
 @click.option("--port", default=8765, show_default=True, type=click.IntRange(0, 65535))
-def serve(db, config_path, host, port):
+def serve(db: str, config_path: str | None, host: str, port: int) -> None:
     """Answer gate decisions over HTTP (read-only), for Argo Rollouts and Flagger.
 
     \b
@@ -350,7 +370,7 @@ def serve(db, config_path, host, port):
     # Without --config: the configuration the database was last analysed with.
     resolved = resolve_config(db, config_path)
     server = make_server(db, resolved.config, host, port)
-    h, p = server.server_address[:2]
+    h, p = server.listening
     click.echo(f"replaygate serve on http://{h}:{p}/gates/{{release}}/{{stage}}", err=True)
     click.echo(f"configuration: {resolved.note}", err=True)
     try:

@@ -26,9 +26,11 @@ appends do not count as a change to analyse (see GateServer.refresh).
 from __future__ import annotations
 
 import json
+import socket
 import sys
 import threading
 import time
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from http import HTTPStatus
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -37,8 +39,12 @@ from urllib.parse import parse_qs, unquote, urlsplit
 
 import duckdb
 
+from replaygate.ingest.config import Config
 from replaygate.ingest.errors import ReplaygateError
 from replaygate.queries.outcome import Decision
+
+# What socketserver hands a server per request (typeshed's spelling).
+_Request = socket.socket | tuple[bytes, socket.socket]
 
 NEWEST = "_"
 NO_RELEASE = "-"
@@ -77,7 +83,7 @@ class Snapshot:
         return self.stages.get(key) if key else None
 
 
-def build_snapshot(con: duckdb.DuckDBPyConnection, config) -> Snapshot:
+def build_snapshot(con: duckdb.DuckDBPyConnection, config: Config) -> Snapshot:
     """Every stage's evaluation on an analysed connection."""
     from datetime import UTC, datetime
 
@@ -107,14 +113,14 @@ class GateServer(ThreadingHTTPServer):
 
     def __init__(
         self,
-        address,
+        address: tuple[str, int],
         db: str,
-        config,
+        config: Config,
         quiet: bool = False,
         refresh_s: float = 2.0,
         max_connections: int = 64,
         timeout_s: float = 10.0,
-    ):
+    ) -> None:
         super().__init__(address, Handler)
         self.db = db
         self.config = config
@@ -226,20 +232,28 @@ class GateServer(ThreadingHTTPServer):
             time.sleep(0.05)
         return self.snapshot is not None
 
+    @property
+    def listening(self) -> tuple[str, int]:
+        """The address and port it listens on (the port the system chose, for port 0)."""
+        host, port = self.socket.getsockname()[:2]
+        return str(host), int(port)
+
     def server_close(self) -> None:
         self._stop.set()
         super().server_close()
 
     # -- connections
 
-    def process_request(self, request, client_address) -> None:
+    def process_request(self, request: _Request, client_address: Any) -> None:
         # A cap on connections held at once: past it, one short 503 and the socket closes
         # (idle or slow clients cannot pin a thread each without bound).
         if not self.slots.acquire(blocking=False):
+            # a TCP server's request is its socket (a datagram server's is a pair)
+            sock = request if isinstance(request, socket.socket) else request[1]
             try:
-                request.settimeout(1.0)
+                sock.settimeout(1.0)
                 body = b'{"error": "too many connections"}'
-                request.sendall(
+                sock.sendall(
                     b"HTTP/1.1 503 Service Unavailable\r\nContent-Type: application/json\r\n"
                     b"Connection: close\r\nContent-Length: %d\r\n\r\n%s" % (len(body), body)
                 )
@@ -253,7 +267,7 @@ class GateServer(ThreadingHTTPServer):
             self.slots.release()
             raise
 
-    def process_request_thread(self, request, client_address) -> None:
+    def process_request_thread(self, request: _Request, client_address: Any) -> None:
         try:
             super().process_request_thread(request, client_address)
         finally:
@@ -341,7 +355,14 @@ class Handler(BaseHTTPRequestHandler):
         self._send(status_for(st["decision"], ok), doc)
 
     @staticmethod
-    def _doc(snap: Snapshot, decision, stage, release, reasons, stages) -> dict[str, Any]:
+    def _doc(
+        snap: Snapshot,
+        decision: str,
+        stage: str | None,
+        release: str | None,
+        reasons: Iterable[str],
+        stages: list[dict[str, Any]],
+    ) -> dict[str, Any]:
         return {
             "decision": decision,
             "stage": stage,
@@ -352,7 +373,7 @@ class Handler(BaseHTTPRequestHandler):
             "stages": stages,
         }
 
-    def _send(self, code: int, doc: dict) -> None:
+    def _send(self, code: int, doc: dict[str, Any]) -> None:
         body = json.dumps(doc, default=str).encode()
         try:
             self.send_response(code, HTTPStatus(code).phrase)
@@ -365,7 +386,7 @@ class Handler(BaseHTTPRequestHandler):
         except (TimeoutError, OSError):
             self.close_connection = True
 
-    def log_message(self, format: str, *args) -> None:  # noqa: A002 - the base's name
+    def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - the base's name
         if not self.server.quiet:
             # The path only (no query, no headers); repr keeps control characters inert. A
             # request refused before its line was parsed has no path.
@@ -376,7 +397,14 @@ class Handler(BaseHTTPRequestHandler):
             )
 
 
-def make_server(db: str, config, host: str = "127.0.0.1", port: int = 8765, quiet=False, **kw):
+def make_server(
+    db: str,
+    config: Config,
+    host: str = "127.0.0.1",
+    port: int = 8765,
+    quiet: bool = False,
+    **kw: Any,
+) -> GateServer:
     try:
         return GateServer((host, port), db, config, quiet=quiet, **kw)
     except OSError as exc:

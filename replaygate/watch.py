@@ -37,8 +37,11 @@ import sys
 import tempfile
 import threading
 import time
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from types import FrameType
+from typing import Any
 
 import duckdb
 
@@ -166,7 +169,7 @@ class Cycle:
     resolved: int = 0
     decisions: dict[str, str] = field(default_factory=dict)
     open_stages: list[str] = field(default_factory=list)
-    changes: list[dict] = field(default_factory=list)
+    changes: list[dict[str, Any]] = field(default_factory=list)
     lag: float | None = None
     stale: list[str] = field(default_factory=list)  # sources far behind the others
     published: bool = False
@@ -203,9 +206,9 @@ class Watcher:
         notifier: Notifier | None = None,
         dashboard_url: str = "http://127.0.0.1:8501",
         source: str = "auto",
-        say=print,
+        say: Callable[[str], object] = print,
         probe: ProbeSpec | None = None,
-    ):
+    ) -> None:
         # The probe's folder is read with the rest, so its evidence is in the next cycle.
         if probe is not None and str(probe.out) not in paths:
             paths = [*paths, str(probe.out)]
@@ -222,11 +225,11 @@ class Watcher:
         self.work = work_path(db)
         self.con: duckdb.DuckDBPyConnection | None = None
         self.started = False
-        self.known: dict[str, dict] | None = None  # stage -> {decision, gates}
+        self.known: dict[str, dict[str, Any]] | None = None  # stage -> {decision, gates}
         # False until there is a state to compare with: without one (nothing analysed
         # when watch started), the first cycle's decisions are that state, not changes.
         self.baselined = False
-        self._last_heartbeat: dict | None = None
+        self._last_heartbeat: dict[str, Any] | None = None
         self.lock: dblock.Lock | None = None
 
     # -- storage ---------------------------------------------------------------------------
@@ -331,13 +334,15 @@ class Watcher:
         c.seconds = time.perf_counter() - t0
         return c
 
-    def _finding_keys(self, con) -> set[int]:
+    def _finding_keys(self, con: duckdb.DuckDBPyConnection) -> set[int]:
         try:
             return {r[0] for r in con.execute(f"SELECT {_FINDING_KEY} FROM findings").fetchall()}
         except duckdb.CatalogException:
             return set()
 
-    def _decisions(self, con, baseline: bool = False) -> dict[str, dict] | None:
+    def _decisions(
+        self, con: duckdb.DuckDBPyConnection, baseline: bool = False
+    ) -> dict[str, dict[str, Any]] | None:
         """Every stage's decision now; for the baseline, None when nothing was analysed
         with this configuration yet (there is no earlier state to compare with)."""
         from replaygate.queries import api
@@ -360,7 +365,7 @@ class Watcher:
             for s in doc.get("stages", [])
         }
 
-    def _changes(self, state: dict[str, dict], at: dt.datetime) -> list[dict]:
+    def _changes(self, state: dict[str, dict[str, Any]], at: dt.datetime) -> list[dict[str, Any]]:
         """Stages whose decision changed, or a gate that started or stopped failing, and
         stages that appeared since the last cycle (their first decision, whatever it is).
         Stages already known when watch started are not announced again."""
@@ -470,7 +475,7 @@ class Watcher:
         _write_heartbeat(self.db, doc)
 
 
-def _write_heartbeat(db: str, doc: dict) -> None:
+def _write_heartbeat(db: str, doc: dict[str, Any]) -> None:
     # Through the output guard: a link planted at the name is refused, not followed.
     guard = outputs.for_database(db)
     with contextlib.suppress(OSError, ReplaygateError):
@@ -525,30 +530,30 @@ def _wal(p: Path) -> Path:
     return p.with_name(p.name + ".wal")
 
 
-def _lag(con, now: dt.datetime) -> float | None:
+def _lag(con: duckdb.DuckDBPyConnection, now: dt.datetime) -> float | None:
     """Seconds between now and the newest record of any type."""
     newest = None
     for rt in RECORD_TYPES:
-        ts = con.execute(f"SELECT max(ts) FROM {rt.table}").fetchone()[0]
+        ts = dbm.one_row(con.execute(f"SELECT max(ts) FROM {rt.table}"))[0]
         if ts is not None and (newest is None or ts > newest):
             newest = ts
     return None if newest is None else max(0.0, (now - newest).total_seconds())
 
 
-def _stale(con) -> list[str]:
+def _stale(con: duckdb.DuckDBPyConnection) -> list[str]:
     """Sources far behind the others (queries/freshness.py), as "event log 3.6 days"."""
     from replaygate.queries import api
 
     return api.stale_sources(con)
 
 
-def _change_line(c: Cycle, ch: dict) -> str:
+def _change_line(c: Cycle, ch: dict[str, Any]) -> str:
     from replaygate.queries.escape import terminal
 
     return terminal(_raw_change_line(c, ch))
 
 
-def _raw_change_line(c: Cycle, ch: dict) -> str:
+def _raw_change_line(c: Cycle, ch: dict[str, Any]) -> str:
     from replaygate.queries.api import title
 
     was = ch["previous"] or "new"
@@ -566,7 +571,17 @@ def _one_line(exc: Exception) -> str:
     return (text[0] if text else type(exc).__name__)[:300]
 
 
-def main(paths, db, config_path, every, notify, dashboard_url, source, cycles, probe=None) -> None:
+def main(
+    paths: Sequence[str],
+    db: str,
+    config_path: str | None,
+    every: float,
+    notify: Sequence[str],
+    dashboard_url: str,
+    source: str,
+    cycles: int | None,
+    probe: ProbeSpec | None = None,
+) -> None:
     """The `watch` command: run until SIGINT/SIGTERM (or `cycles` cycles)."""
     import signal
 
@@ -587,7 +602,7 @@ def main(paths, db, config_path, every, notify, dashboard_url, source, cycles, p
     conf = resolved.config
     stop = threading.Event()
 
-    def on_signal(signum, frame):
+    def on_signal(signum: int, frame: FrameType | None) -> None:
         stop.set()
 
     previous = {s: signal.signal(s, on_signal) for s in (signal.SIGINT, signal.SIGTERM)}

@@ -179,3 +179,36 @@ def test_cli_and_dashboard_reach_the_analysis_only_through_the_facade():
             wrong += [f"{module} imports {t}" for t in sorted(targets & ANALYSIS)]
     assert wrong == []
     assert all(m in import_graph() for m in (*ANALYSIS, FACADE))
+
+
+def _strict_patterns() -> list[str]:
+    conf = tomllib.loads((ROOT / "pyproject.toml").read_text())
+    return [
+        m
+        for o in conf["tool"]["mypy"]["overrides"]
+        if o.get("disallow_untyped_defs")
+        for m in o["module"]
+    ]
+
+
+def _strict(module: str, patterns: list[str]) -> bool:
+    # mypy's override patterns: a name, or `pkg.*` for the package and all below it
+    return any(
+        module == p or (p.endswith(".*") and (module + ".").startswith(p[:-1])) for p in patterns
+    )
+
+
+def test_the_cli_ingest_and_analysis_are_type_checked_strictly():
+    """CONTRIBUTING.md: mypy is strict for ingest, queries and the CLI; a new module of
+    theirs is strict from its first line, not when someone remembers to list it."""
+    patterns = _strict_patterns()
+    loose = [
+        m
+        for m in modules()
+        if floor(m)[1] in ("cli", "replaygate.ingest", "replaygate.queries")
+        and m not in CLI_MODULES
+        and not _strict(m, patterns)
+    ]
+    assert loose == []
+    assert _strict("replaygate.queries.api", ["replaygate.queries.*"])
+    assert not _strict("replaygate.watch", ["replaygate.cli", "replaygate.queries.*"])
