@@ -25,6 +25,24 @@ _SETTINGS = {
 }
 
 
+# Spark in local mode on small data (the tests, a trial on one machine): a few thousand
+# rows take milliseconds, so the cost is each query's own overhead. One partition per
+# shuffle (a task per partition), no adaptive re-planning, no web UI, and no generated
+# code (compiling a query's Java costs more than interpreting it over so few rows); the
+# driver JVM compiles hot code only to its first tier, since a short run never earns back
+# the optimising compiler's CPU. Not for a cluster or a large lake: there Spark's defaults
+# (and the cluster's) hold.
+SMALL_LOCAL = {
+    "spark.sql.shuffle.partitions": "1",
+    "spark.default.parallelism": "1",
+    "spark.ui.enabled": "false",
+    "spark.sql.adaptive.enabled": "false",
+    "spark.sql.codegen.wholeStage": "false",
+    "spark.sql.codegen.factoryMode": "NO_CODEGEN",
+    "spark.driver.extraJavaOptions": "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC",
+}
+
+
 def java_missing() -> str | None:
     """Why Spark cannot start here, or None (local mode needs a Java runtime)."""
     if os.environ.get("JAVA_HOME") or shutil.which("java"):

@@ -156,3 +156,20 @@ def sample_db(tmp_path_factory):
     r = run_cli("ingest", "sample_data", "--db", str(path), "--config", SAMPLE_CONF)
     assert r.returncode == 0, r.stderr
     return path
+
+
+@pytest.fixture(scope="session")
+def spark():
+    """One SparkSession in local mode for every Spark test of the run (starting one costs
+    about a minute here), with the small-data settings of spark/session.py; skipped, with
+    the reason, where pyspark or Java is missing."""
+    pytest.importorskip("pyspark", reason="the spark extra (pyspark)")
+    from replaygate.spark import session
+
+    why = session.java_missing()
+    if why:
+        pytest.skip(f"Spark tests need Java: {why}")
+    s = session.get("local[2]", session.SMALL_LOCAL)
+    s.sparkContext.setLogLevel("ERROR")
+    yield s
+    s.stop()

@@ -4,7 +4,8 @@ Spark needed). What does not translate yet is listed in spark/analyse.py and mus
 exactly what fails here. And the engine itself: one slow test runs the analysis on Spark
 in local mode (`local[2]`) and holds its findings, coverage, cannot-tell and gate
 decisions equal to DuckDB's; it is skipped, with the reason, where pyspark or Java is
-missing.
+missing. The engine tests share one SparkSession (conftest.py `spark`) and one small
+fleet (`fleet40`): starting Spark and planning its queries is what they cost.
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ from .conftest import FLEET_CONFIG, ROOT, build, findings_of, run_cli
 
 transpile = pytest.importorskip("replaygate.spark.transpile", reason="the spark extra (sqlglot)")
 
-from replaygate.spark import analyse, lake, session  # noqa: E402
+from replaygate.spark import analyse, lake  # noqa: E402
 
 # -- the translation (no Spark needed) ------------------------------------------------------
 
@@ -131,27 +132,19 @@ def test_cli_spark_engine_needs_a_lake(tmp_path):
 # -- the engine (Spark in local mode) -------------------------------------------------------
 
 
+# The fleet every engine test shares: seed 7 with every fault. 40 sessions of ordinary
+# traffic beside the faults' own keep every fault and every detector firing (the test
+# below holds it so), at a seventh of the rows of the default 300.
+FLEET_SESSIONS = 40
+
+
 @pytest.fixture(scope="module")
-def spark():
-    pytest.importorskip("pyspark", reason="the spark extra (pyspark)")
-    why = session.java_missing()
-    if why:
-        pytest.skip(f"Spark tests need Java: {why}")
-    s = session.get(
-        "local[2]",
-        {
-            # Small fleets: few partitions, no adaptive re-planning, no code generation
-            # (compiling each query costs more than running it on a few thousand rows).
-            "spark.sql.shuffle.partitions": "2",
-            "spark.default.parallelism": "2",
-            "spark.ui.enabled": "false",
-            "spark.sql.adaptive.enabled": "false",
-            "spark.sql.codegen.wholeStage": "false",
-        },
-    )
-    s.sparkContext.setLogLevel("ERROR")
-    yield s
-    s.stop()
+def fleet40(tmp_path_factory):
+    """The shared fleet ingested by DuckDB and analysed there, and its lake."""
+    tmp = tmp_path_factory.mktemp("spark-fleet")
+    con, truth, out = build(tmp, seed=7, sessions=FLEET_SESSIONS, fmt="mixed")
+    lake.export(con, tmp / "lake")
+    return con, truth, out, tmp / "lake"
 
 
 def _lists_sorted(v):
@@ -189,18 +182,18 @@ def _decisions(con) -> dict:
 
 @pytest.mark.slow
 @pytest.mark.spark
-def test_spark_findings_coverage_and_decisions_equal_duckdb(spark, tmp_path):
+def test_spark_findings_coverage_and_decisions_equal_duckdb(spark, fleet40, tmp_path):
     """The simulated fleet with every fault (seed 7), analysed by DuckDB and, from a lake
     exported from the same ingest, by Spark: the same findings, coverage, cannot-tell
     and decisions."""
     from replaygate.ingest import db as dbm
 
-    con, truth, _ = build(tmp_path, seed=7, sessions=300, fmt="mixed")
-    assert truth["faults"]
-    lake.export(con, tmp_path / "lake")
-    analyse.analyse(
-        spark, str(tmp_path / "lake"), str(tmp_path / "spark.duckdb"), FLEET_CONFIG, "memory"
-    )
+    con, truth, _, lake_dir = fleet40
+    # The fleet is small, but every fault is in it and finds what it causes.
+    expected = {e["detector"] for f in truth["faults"] for e in f["expect"]}
+    found = {r[0] for r in con.execute("SELECT DISTINCT detector FROM findings").fetchall()}
+    assert truth["faults"] and expected <= found
+    analyse.analyse(spark, str(lake_dir), str(tmp_path / "spark.duckdb"), FLEET_CONFIG, "memory")
     other = dbm.connect(str(tmp_path / "spark.duckdb"))
     assert _findings(other) == _findings(con)
     q = "SELECT detector, status, rows FROM coverage ORDER BY detector"
