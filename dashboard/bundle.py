@@ -23,8 +23,7 @@ import pyarrow.parquet as pq
 from replaygate.ingest import staging
 from replaygate.ingest.config import Config
 from replaygate.ingest.errors import ReplaygateError
-from replaygate.queries import attest, history, outputs
-from replaygate.queries.api import effective_settings
+from replaygate.queries.api import attest, effective_settings, history, outputs
 
 from . import report as render
 

@@ -24,9 +24,8 @@ import streamlit as st
 
 from replaygate.ingest import db as dbm
 from replaygate.ingest.config import Config
-from replaygate.queries import api, escape, named, views
-from replaygate.queries.api import resolve_config
-from replaygate.queries.filters import Filters
+from replaygate.queries import api
+from replaygate.queries.api import Filters, escape, named, resolve_config, views
 
 
 class DatabaseBusy(Exception):
@@ -270,7 +269,7 @@ def data_overview(stamp: str) -> dict:
 @st.cache_data(show_spinner=False)
 def report(stamp: str, stage: str, fmt: str) -> bytes:
     """The audit report of a stage, as `replaygate report` writes it."""
-    from replaygate.queries import report as rep
+    from replaygate.queries.api import report as rep
 
     from . import report as render
 

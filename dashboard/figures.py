@@ -8,9 +8,7 @@ import pandas as pd
 import plotly.graph_objects as go
 
 from replaygate.queries import api
-from replaygate.queries.api import NOT_EXERCISED, display_status
-from replaygate.queries.escape import plot_text
-from replaygate.queries.outcome import Decision, Status
+from replaygate.queries.api import NOT_EXERCISED, Decision, Status, display_status, plot_text
 
 STATUS_COLORS = {
     Status.PASS: "#2e7d32",

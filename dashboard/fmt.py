@@ -10,9 +10,7 @@ import json
 import math
 from datetime import UTC, datetime, timedelta
 
-from replaygate.queries import escape
-from replaygate.queries.api import GATES, title
-from replaygate.queries.outcome import Status
+from replaygate.queries.api import GATES, Status, escape, title
 
 # Gate titles come from the gates' SQL headers (queries/gates.py): one vocabulary.
 GATE_TITLES = {g.id: g.title for g in GATES}

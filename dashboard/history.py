@@ -13,7 +13,7 @@ import datetime as dt
 import pandas as pd
 import streamlit as st
 
-from replaygate.queries import history
+from replaygate.queries.api import history
 
 from . import fmt, ui
 

@@ -19,10 +19,15 @@ from markupsafe import Markup
 
 from replaygate.ingest import staging
 from replaygate.ingest.errors import ReplaygateError
-from replaygate.queries import outputs
-from replaygate.queries.api import UNIT_COLUMNS
-from replaygate.queries.escape import html_text, md_code, md_code_block, md_text
-from replaygate.queries.outcome import Status
+from replaygate.queries.api import (
+    UNIT_COLUMNS,
+    Status,
+    html_text,
+    md_code,
+    md_code_block,
+    md_text,
+    outputs,
+)
 
 from . import svgchart
 

@@ -11,8 +11,7 @@ from __future__ import annotations
 from datetime import UTC, datetime, timedelta
 
 from replaygate.ingest import timefmt
-from replaygate.queries import escape
-from replaygate.queries.filters import Filters
+from replaygate.queries.api import Filters, escape
 
 KEYS = ("stage", "rev", "server", "client", "range", "from", "to")
 # Time presets: URL value -> (label, length; None = special).

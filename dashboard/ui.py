@@ -16,16 +16,18 @@ from urllib.parse import urlencode
 import pandas as pd
 import streamlit as st
 
-from replaygate.queries import escape, named
 from replaygate.queries.api import (
     BY_ID,
     NOT_EXERCISED,
+    Decision,
+    Status,
     display_bound,
     display_status,
     display_threshold,
     display_value,
+    escape,
+    named,
 )
-from replaygate.queries.outcome import Decision, Status
 
 from . import data, fmt, state
 from .state import Filters

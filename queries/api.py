@@ -1,13 +1,14 @@
-"""The library facade the CLI and the dashboard share for analysis, findings and decisions:
-open a database with current findings, analyse it, list findings, evaluate and show gates.
-Neither reaches past it into the analysis modules (`runner`, `gates`, `gatedefs`,
-`catalog`, `params`, `freshness`, ...); tests/test_floorplan.py holds them to it."""
+"""The library facade the CLI and the dashboard share: open a database with current
+findings, analyse it, list findings, evaluate and show gates, record decisions; and,
+re-exported so that neither reaches past this module, the outcome enums, the filter
+model and the dashboard's named queries and views over it, output escaping, the field
+guide and source matrix, and the audit trail (decision history, attestation, guarded
+outputs, the report document). tests/test_floorplan.py holds `replaygate/` and
+`dashboard/` to importing nothing else of `queries`."""
 
 from __future__ import annotations
 
-import json
 import os
-from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
@@ -17,9 +18,34 @@ from replaygate.ingest import config as cfg
 from replaygate.ingest import db as dbm
 from replaygate.ingest.config import Config
 from replaygate.ingest.errors import ReplaygateError
-from replaygate.ingest.timefmt import iso_ms as _iso
 
-from . import catalog, freshness, gatedefs, gates, runner
+from . import (
+    attest,
+    catalog,
+    escape,
+    fieldguide,
+    freshness,
+    gatedefs,
+    history,
+    named,
+    outputs,
+    report,
+    runner,
+    sources,
+    views,
+)
+from .escape import (
+    html_text,
+    md_code,
+    md_code_block,
+    md_text,
+    one_line,
+    plot_text,
+    slack_text,
+    terminal,
+    xml_text,
+)
+from .filters import Filters
 from .gatedefs import BY_ID, GATES, GateDef, effective_settings
 from .gates import (
     NOT_EXERCISED,
@@ -31,44 +57,76 @@ from .gates import (
     resolve_stage,
     title,
 )
-from .outcome import Severity
+from .gates import document as gates_doc
+from .outcome import Decision, Severity, Status
 from .params import allowlist_note
-from .runner import UNIT_COLUMNS, analyse, coverage_doc, is_current, stamp
+from .runner import (
+    UNIT_COLUMNS,
+    analyse,
+    coverage_doc,
+    findings_doc,
+    is_current,
+    list_findings,
+    stamp,
+)
+from .views import detectors_for, gates_for
 
 __all__ = [
     "BY_ID",
     "GATES",
     "NOT_EXERCISED",
     "UNIT_COLUMNS",
+    "Decision",
+    "Filters",
     "GateDef",
     "Resolved",
+    "Severity",
+    "Status",
     "allowlist_note",
     "analyse",
+    "attest",
     "coverage_doc",
     "detector_names",
+    "detectors_for",
     "display_bound",
     "display_status",
     "display_threshold",
     "display_value",
     "effective_settings",
+    "escape",
     "evaluate",
+    "fieldguide",
     "findings_doc",
     "freshness_of",
     "gates_doc",
+    "gates_for",
+    "history",
+    "html_text",
     "is_current",
     "list_findings",
     "load_config",
+    "md_code",
+    "md_code_block",
+    "md_text",
+    "named",
+    "one_line",
     "open_analysed",
+    "outputs",
+    "plot_text",
     "record_decisions",
     "refresh_history_findings",
+    "report",
     "resolve_config",
     "resolve_stage",
+    "slack_text",
+    "sources",
     "stale_sources",
     "stamp",
+    "terminal",
     "title",
+    "views",
+    "xml_text",
 ]
-
-SEVERITIES = tuple(Severity)
 
 
 def detector_names() -> list[str]:
@@ -168,71 +226,12 @@ def open_analysed(path: str, config: Config) -> duckdb.DuckDBPyConnection:
     return con
 
 
-def list_findings(
-    con: duckdb.DuckDBPyConnection,
-    detectors: Iterable[str] | None = None,
-    stage: str | None = None,
-    severity: str | None = None,
-    limit: int | None = None,
-) -> list[dict[str, Any]]:
-    where: list[str] = ["true"]
-    args: dict[str, Any] = {}
-    if detectors:
-        where.append("list_contains($detectors, detector)")
-        args["detectors"] = list(detectors)
-    if stage:
-        where.append("stage = $stage")
-        args["stage"] = stage
-    if severity:
-        if severity not in SEVERITIES:
-            raise ReplaygateError(f"unknown severity {severity!r} ({', '.join(SEVERITIES)})")
-        where.append("list_contains($sev, severity)")
-        args["sev"] = [str(s) for s in SEVERITIES if s.rank <= Severity(severity).rank]
-    sql = f"""SELECT detector, severity, ts, stage, {", ".join(runner.UNIT_COLUMNS)}, detail
-              FROM findings WHERE {" AND ".join(where)}
-              ORDER BY CASE severity WHEN 'critical' THEN 0 WHEN 'high' THEN 1
-                       WHEN 'medium' THEN 2 ELSE 3 END, ts, detector"""
-    if limit:
-        sql += " LIMIT $limit"
-        args["limit"] = limit
-    cur = con.execute(sql, args)
-    cols = [d[0] for d in cur.description]
-    out = []
-    for row in cur.fetchall():
-        rec = dict(zip(cols, row, strict=True))
-        rec["ts"] = _iso(rec["ts"])
-        rec["detail"] = json.loads(rec["detail"]) if rec["detail"] else {}
-        out.append(rec)
-    return out
-
-
-def findings_doc(con: duckdb.DuckDBPyConnection, **filters: Any) -> dict[str, Any]:
-    return {"findings": list_findings(con, **filters), "coverage": runner.coverage_doc(con)}
-
-
-def gates_doc(
-    con: duckdb.DuckDBPyConnection,
-    config: Config,
-    stage: str | None = None,
-    all_stages: bool = False,
-) -> dict[str, Any]:
-    doc = gates.evaluate(con, config, stage=stage, all_stages=all_stages)
-    doc["rollback_verification"] = gates.rollback_verification(con)
-    for st in doc["stages"]:
-        for rb in doc["rollback_verification"]:
-            if rb["stage"] == st["stage"] and rb["status"] == "not verifiable":
-                st["reasons"].append(gates.ROLLBACK_NOT_VERIFIABLE.format(stage=rb["stage"]))
-    return doc
-
-
 def record_decisions(
     con: duckdb.DuckDBPyConnection, doc: dict[str, Any], config: Config, source: str, **kw: Any
 ) -> list[dict[str, Any]]:
     """Append a gates document's decisions to the decision history (queries/history.py).
     `con` is the connection `doc` was evaluated on; `source` names the caller (gates,
     watch, serve); `only_changes=True` skips stages whose evaluation is unchanged."""
-    from . import history
-
     return history.record_evaluation(con, doc, config, source, **kw)
 
 

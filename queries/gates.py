@@ -872,3 +872,20 @@ def rollback_verification(con: duckdb.DuckDBPyConnection) -> list[dict[str, Any]
             }
         )
     return out
+
+
+def document(
+    con: duckdb.DuckDBPyConnection,
+    config: Config,
+    stage: str | None = None,
+    all_stages: bool = False,
+) -> dict[str, Any]:
+    """`gates --json`: the evaluation, with rollback verification, and a stage whose
+    rollback cannot be verified says so among its reasons."""
+    doc = evaluate(con, config, stage=stage, all_stages=all_stages)
+    doc["rollback_verification"] = rollback_verification(con)
+    for st in doc["stages"]:
+        for rb in doc["rollback_verification"]:
+            if rb["stage"] == st["stage"] and rb["status"] == "not verifiable":
+                st["reasons"].append(ROLLBACK_NOT_VERIFIABLE.format(stage=rb["stage"]))
+    return doc

@@ -18,7 +18,7 @@ from replaygate.ingest.errors import ReplaygateError
 from replaygate.ingest.readers import GZIP
 from replaygate.ingest.timefmt import iso_ms as _iso
 
-from . import api, catalog, escape, fieldguide, freshness, gatedefs, gates, history, runner
+from . import catalog, escape, fieldguide, freshness, gatedefs, gates, history, runner
 
 REPORT_VERSION = "1"
 
@@ -86,7 +86,7 @@ def _findings(con: duckdb.DuckDBPyConnection, stage: str, top: int) -> dict[str,
         by_detector.setdefault(det, {"count": 0, "by_severity": {}})
         by_detector[det]["count"] += n
         by_detector[det]["by_severity"][sev] = n
-    rows = api.list_findings(con, stage=stage)
+    rows = runner.list_findings(con, stage=stage)
     tops: dict[str, list[Any]] = {}
     for f in rows:
         bucket = tops.setdefault(f["detector"], [])
@@ -142,7 +142,7 @@ def build(
     """The report document (the JSON format is exactly this)."""
     from replaygate import __version__
 
-    doc = api.gates_doc(con, config, stage=stage)
+    doc = gates.document(con, config, stage=stage)
     if not doc["stages"]:
         raise ReplaygateError("no rollout stages in the data: nothing to report on")
     st = doc["stages"][0]

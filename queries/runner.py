@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import time
+from collections.abc import Iterable
 from typing import Any
 
 import duckdb
@@ -17,8 +18,10 @@ from replaygate.ingest.config import Config
 from replaygate.ingest.contract import RECORD_TYPES
 from replaygate.ingest.db import get_meta, one_row, set_meta, transaction
 from replaygate.ingest.errors import ReplaygateError
+from replaygate.ingest.timefmt import iso_ms as _iso
 
 from . import capability, catalog, groups, history, incremental, named, params
+from .outcome import Severity
 
 # The columns that name a finding's unit (its session, stream, event or dispatch), in
 # the order they are shown.
@@ -407,3 +410,51 @@ def coverage_doc(con: duckdb.DuckDBPyConnection) -> dict[str, Any]:
 def coverage(con: duckdb.DuckDBPyConnection) -> dict[str, str]:
     rows = dict(con.execute("SELECT detector, status FROM coverage").fetchall())
     return {name: rows.get(name, "not run") for name in catalog.detectors()}
+
+
+SEVERITIES = tuple(Severity)
+
+
+def list_findings(
+    con: duckdb.DuckDBPyConnection,
+    detectors: Iterable[str] | None = None,
+    stage: str | None = None,
+    severity: str | None = None,
+    limit: int | None = None,
+) -> list[dict[str, Any]]:
+    """The findings, most severe first, optionally of some detectors, one stage, at
+    least a severity, at most `limit`; times as ISO strings, `detail` parsed."""
+    where: list[str] = ["true"]
+    args: dict[str, Any] = {}
+    if detectors:
+        where.append("list_contains($detectors, detector)")
+        args["detectors"] = list(detectors)
+    if stage:
+        where.append("stage = $stage")
+        args["stage"] = stage
+    if severity:
+        if severity not in SEVERITIES:
+            raise ReplaygateError(f"unknown severity {severity!r} ({', '.join(SEVERITIES)})")
+        where.append("list_contains($sev, severity)")
+        args["sev"] = [str(s) for s in SEVERITIES if s.rank <= Severity(severity).rank]
+    sql = f"""SELECT detector, severity, ts, stage, {", ".join(UNIT_COLUMNS)}, detail
+              FROM findings WHERE {" AND ".join(where)}
+              ORDER BY CASE severity WHEN 'critical' THEN 0 WHEN 'high' THEN 1
+                       WHEN 'medium' THEN 2 ELSE 3 END, ts, detector"""
+    if limit:
+        sql += " LIMIT $limit"
+        args["limit"] = limit
+    cur = con.execute(sql, args)
+    cols = [d[0] for d in cur.description]
+    out = []
+    for row in cur.fetchall():
+        rec = dict(zip(cols, row, strict=True))
+        rec["ts"] = _iso(rec["ts"])
+        rec["detail"] = json.loads(rec["detail"]) if rec["detail"] else {}
+        out.append(rec)
+    return out
+
+
+def findings_doc(con: duckdb.DuckDBPyConnection, **filters: Any) -> dict[str, Any]:
+    """`findings --json`: the findings `list_findings` selects, and the coverage."""
+    return {"findings": list_findings(con, **filters), "coverage": coverage_doc(con)}

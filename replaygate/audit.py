@@ -8,7 +8,7 @@ import json
 import click
 
 from replaygate.ingest.errors import ReplaygateError
-from replaygate.queries.outcome import Decision
+from replaygate.queries.api import Decision
 
 from .options import (
     CONTEXT,
@@ -35,7 +35,8 @@ def _action(
     by: str,
     release: str | None,
 ) -> None:
-    from replaygate.queries import api, history
+    from replaygate.queries import api
+    from replaygate.queries.api import history
 
     conf = load_config(config_path, db)
     # The history keeps a stage of a release under its key (`name@release`, as gates
@@ -57,7 +58,7 @@ def _action(
     if as_json:
         emit_json(row)
     else:
-        from replaygate.queries.escape import terminal as show
+        from replaygate.queries.api import terminal as show
 
         verb = "acknowledged" if kind == "ack" else "overrode"
         click.echo(
@@ -172,9 +173,9 @@ def history(
       replaygate history --stage write-10pct
       replaygate history --stage write-10pct --at 2026-11-28T04:30:00Z --json
     """
-    from replaygate.queries import history as hist
     from replaygate.queries.api import effective_settings
-    from replaygate.queries.escape import terminal as show
+    from replaygate.queries.api import history as hist
+    from replaygate.queries.api import terminal as show
 
     conf = load_config(config_path, db)
     # The digest the history records (every setting in force, defaults included).

@@ -13,7 +13,7 @@ import click
 
 from replaygate.ingest.errors import ReplaygateError
 from replaygate.ingest.readers import formats_help
-from replaygate.queries.outcome import Severity
+from replaygate.queries.api import Severity
 
 from . import __version__
 from .duration import Duration
@@ -236,7 +236,7 @@ def watch(
       replaygate watch logs/ --every 1m --notify https://hooks.slack.com/services/...
       replaygate watch --check --db fleet.duckdb || restart-watch
     """
-    from replaygate.queries.escape import terminal
+    from replaygate.queries.api import terminal
 
     from . import watch as w
 
@@ -535,7 +535,7 @@ def gates(
       replaygate gates --stage write-10pct --record   # kept for the audit trail
     """
     from replaygate.queries import api
-    from replaygate.queries.outcome import Decision
+    from replaygate.queries.api import Decision
 
     from . import gatewait
     from .render import gates_report
@@ -563,7 +563,7 @@ def gates(
     # Said once the gates are evaluated, so that an error stays one line.
     _allowlist_note(conf)
     if junit_file:
-        from replaygate.queries import outputs
+        from replaygate.queries.api import outputs
 
         from .junit import render
 
@@ -762,8 +762,9 @@ def report(
     from pathlib import Path
 
     from replaygate.dashboard import report as render
-    from replaygate.queries import api, outputs
-    from replaygate.queries import report as rep
+    from replaygate.queries import api
+    from replaygate.queries.api import outputs
+    from replaygate.queries.api import report as rep
 
     if verify_dir:
         _verify_bundle(Path(verify_dir), public_key, inputs)
@@ -801,7 +802,7 @@ def report(
 
 def _verify_bundle(folder: Path, public_key: tuple[str, ...], inputs: tuple[str, ...]) -> None:
     """`report --verify`: reads only files inside the bundle (and the --inputs given)."""
-    from replaygate.queries import attest
+    from replaygate.queries.api import attest
 
     verdict = attest.verify(folder, public_key=public_key, inputs=list(inputs))
     for note in verdict.notes:

@@ -12,7 +12,7 @@ from __future__ import annotations
 import xml.etree.ElementTree as ET
 from typing import Any
 
-from replaygate.queries.escape import xml_text as clean
+from replaygate.queries.api import xml_text as clean
 
 
 def render(doc: dict[str, Any]) -> str:

@@ -90,7 +90,7 @@ def say(text: object, err: bool = False) -> None:
     """One line of text that may quote data (a stage, a file name, an error that names
     either) for the terminal: no escape sequence, line break, bidi or zero-width
     character from it reaches the reader (queries/escape.py `terminal`)."""
-    from replaygate.queries.escape import terminal
+    from replaygate.queries.api import terminal
 
     click.echo(terminal(text), err=err)
 

@@ -207,8 +207,7 @@ def probe(
         raise ReplaygateError(
             f"probe needs the probe extra: pip install 'replaygate[probe]' ({exc})"
         ) from exc
-    from replaygate.queries import outputs
-    from replaygate.queries.api import load_config
+    from replaygate.queries.api import load_config, outputs
 
     conf = load_config(config_path)
     key = conf.hmac_key()

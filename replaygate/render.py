@@ -19,16 +19,18 @@ from replaygate.ingest.capabilities import LABELS
 from replaygate.ingest.contract import RECORD_TYPES
 from replaygate.queries.api import (
     NOT_EXERCISED,
+    Decision,
+    Severity,
+    Status,
     display_bound,
     display_status,
     display_threshold,
     display_value,
+    one_line,
 )
 from replaygate.queries.api import (
     title as gate_title,
 )
-from replaygate.queries.escape import one_line
-from replaygate.queries.outcome import Decision, Severity, Status
 
 # Tables fit the terminal (80 columns where there is none, as in CI logs) without cutting
 # anything: ids and times wrap inside their column (overflow="fold"), other text wraps at

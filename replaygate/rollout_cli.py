@@ -83,7 +83,7 @@ def _append(
     from replaygate.ingest import rolloutlog
 
     if to_file:
-        from replaygate.queries import outputs
+        from replaygate.queries.api import outputs
 
         # An append, not a replacement: judged by the guard (never the database, its
         # history or the configuration, never through a link), then appended through it

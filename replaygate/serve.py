@@ -41,7 +41,7 @@ import duckdb
 
 from replaygate.ingest.config import Config
 from replaygate.ingest.errors import ReplaygateError
-from replaygate.queries.outcome import Decision
+from replaygate.queries.api import Decision
 
 # What socketserver hands a server per request (typeshed's spelling).
 _Request = socket.socket | tuple[bytes, socket.socket]
@@ -188,7 +188,8 @@ class GateServer(ThreadingHTTPServer):
         they can change only for rollout actions dated after them, which arrive as a
         data change and a full analysis anyway."""
         from replaygate.ingest.db import get_meta
-        from replaygate.queries import api, history
+        from replaygate.queries import api
+        from replaygate.queries.api import history
 
         return (
             self._own_history is not None
@@ -200,7 +201,8 @@ class GateServer(ThreadingHTTPServer):
         """Append the evaluations answered since the last pass to the history (an
         unchanged evaluation of a stage is not repeated)."""
         from replaygate.ingest.db import get_meta
-        from replaygate.queries import api, history
+        from replaygate.queries import api
+        from replaygate.queries.api import history
 
         with self._asked_lock:
             asked, self._asked = self._asked, set()

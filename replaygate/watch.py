@@ -52,8 +52,7 @@ from replaygate.ingest.config import Config
 from replaygate.ingest.contract import RECORD_TYPES
 from replaygate.ingest.errors import ReplaygateError
 from replaygate.ingest.load import ingest
-from replaygate.queries import outputs
-from replaygate.queries.escape import terminal
+from replaygate.queries.api import outputs, terminal
 
 from . import duration
 from .notify import Notifier, message
@@ -253,7 +252,7 @@ class Watcher:
                 self.con = dbm.connect(str(self.work), role=dblock.WATCH)
             except ReplaygateError as exc:
                 raise ReplaygateError(f"{exc} (is another watch running on {self.db}?)") from None
-            from replaygate.queries import history
+            from replaygate.queries.api import history
 
             # The decision history belongs to the published database, not to this copy.
             history.bind(self.con, history.file_for_db(self.db))
@@ -548,7 +547,7 @@ def _stale(con: duckdb.DuckDBPyConnection) -> list[str]:
 
 
 def _change_line(c: Cycle, ch: dict[str, Any]) -> str:
-    from replaygate.queries.escape import terminal
+    from replaygate.queries.api import terminal
 
     return terminal(_raw_change_line(c, ch))
 

@@ -3,7 +3,7 @@
 import streamlit as st
 
 from replaygate.dashboard import data, fmt, tables, ui
-from replaygate.queries import sources
+from replaygate.queries.api import sources
 
 ctx = ui.bootstrap()
 st.title("Data")

@@ -6,7 +6,7 @@ from collections import Counter
 import streamlit as st
 
 from replaygate.dashboard import data, figures, fmt, ui
-from replaygate.queries.views import detectors_for, gates_for
+from replaygate.queries.api import detectors_for, gates_for
 
 DETECTORS = detectors_for("dispatch")
 

@@ -6,7 +6,7 @@ import streamlit as st
 
 from replaygate.dashboard import data, fmt, ui
 from replaygate.queries import api
-from replaygate.queries.outcome import Severity
+from replaygate.queries.api import Severity
 
 ctx = ui.bootstrap()
 st.title("Findings")

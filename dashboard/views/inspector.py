@@ -6,7 +6,7 @@ import streamlit as st
 
 from replaygate.dashboard import data, figures, fmt, state, ui
 from replaygate.dashboard.state import short
-from replaygate.queries import escape
+from replaygate.queries.api import escape
 
 ctx = ui.bootstrap()
 st.title("Stream inspector")

@@ -7,8 +7,7 @@ from datetime import datetime
 import streamlit as st
 
 from replaygate.dashboard import data, fmt, ui
-from replaygate.queries import escape
-from replaygate.queries.api import display_value
+from replaygate.queries.api import display_value, escape
 
 ctx = ui.bootstrap()
 st.title("Rollout decision")

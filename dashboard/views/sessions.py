@@ -3,7 +3,7 @@
 import streamlit as st
 
 from replaygate.dashboard import data, figures, ui
-from replaygate.queries.views import detectors_for, gates_for
+from replaygate.queries.api import detectors_for, gates_for
 
 DETECTORS = detectors_for("sessions")
 
