@@ -73,67 +73,92 @@ def session(f: Fleet, t: int, cohort, resumable: bool, principal=None, **kw) -> 
     return f.new_session(t, cohort, resumable=resumable, principal=principal, **kw)
 
 
+def one_call(
+    fid: str,
+    needs: str,
+    seed: str,
+    description: str,
+    *found: tuple[str, str] | tuple[str, str, dict[str, Any]],
+    tool_class: str = "read",
+    end: str = "delete",
+    **call_kw: Any,
+) -> None:
+    """Declare a fault that is one call on a session of its own (resumable when the fault
+    `needs` a resumable cohort), the session then deleted or expired (`end`), and whose
+    findings all fall on that call's stream at its end: `found` is (detector, severity)
+    or (detector, severity, further unit columns)."""
+
+    def play(f: Fleet, t: int, cohort: Any, resumable: bool) -> list[dict[str, Any]]:
+        s = session(f, t, cohort, True if needs == "resumable" else resumable)
+        r = call(f, s, tool_class, **call_kw)
+        getattr(f, end)(s)
+        u = stream_unit(s, r.stream_id)
+        return [
+            X(f, d[0], d[1], r.t_end, s.hmac, **u, **(d[2] if len(d) > 2 else {})) for d in found
+        ]
+
+    CATALOGUE[fid] = Fault(fid, needs, seed, description, play)
+
+
 # -- streams and replay (seeds 002, 004) -------------------------------------------------
-@fault("progress_dropped", "any", "002", "backpressure drops two progress events: a benign gap")
-def _progress_dropped(f, t, cohort, resumable):
-    s = session(f, t, cohort, resumable)
-    r = call(f, s, "read", n=8, drop={3, 5})
-    f.delete(s)
-    return [X(f, "replay_gap", "low", r.t_end, s.hmac, **stream_unit(s, r.stream_id))]
+one_call(
+    "progress_dropped",
+    "any",
+    "002",
+    "backpressure drops two progress events: a benign gap",
+    ("replay_gap", "low"),
+    n=8,
+    drop={3, 5},
+)
 
 
-@fault(
+one_call(
     "cumulative_dropped",
     "any",
     "002",
     "backpressure drops cumulative messages; the result closes an incomplete answer",
+    ("replay_gap", "high"),
+    ("silent_truncation", "critical"),
+    n=8,
+    drop={2, 4},
 )
-def _cumulative_dropped(f, t, cohort, resumable):
-    s = session(f, t, cohort, resumable)
-    r = call(f, s, "read", n=8, drop={2, 4})
-    f.delete(s)
-    u = stream_unit(s, r.stream_id)
-    return [
-        X(f, "replay_gap", "high", r.t_end, s.hmac, **u),
-        X(f, "silent_truncation", "critical", r.t_end, s.hmac, **u),
-    ]
 
 
-@fault("terminal_dropped", "any", "002", "the terminal result is dropped under backpressure")
-def _terminal_dropped(f, t, cohort, resumable):
-    s = session(f, t, cohort, resumable)
-    r = call(f, s, "read", n=6, drop={6})
-    f.delete(s)
-    u = stream_unit(s, r.stream_id)
-    return [
-        X(f, "dropped_terminal", "critical", r.t_end, s.hmac, **u),
-        X(f, "replay_gap", "high", r.t_end, s.hmac, **u),
-    ]
+one_call(
+    "terminal_dropped",
+    "any",
+    "002",
+    "the terminal result is dropped under backpressure",
+    ("dropped_terminal", "critical"),
+    ("replay_gap", "high"),
+    n=6,
+    drop={6},
+)
 
 
-@fault(
+one_call(
     "lossy_resume",
     "resumable",
     "002",
     "Last-Event-ID resume over a log with dropped messages: replay skips them silently",
+    ("replay_gap", "high"),
+    ("silent_truncation", "critical"),
+    n=10,
+    drop={4, 6},
+    brk=Brk(after=3, inflight=3),
 )
-def _lossy_resume(f, t, cohort, resumable):
-    s = session(f, t, cohort, True)
-    r = call(f, s, "read", n=10, drop={4, 6}, brk=Brk(after=3, inflight=3))
-    f.delete(s)
-    u = stream_unit(s, r.stream_id)
-    return [
-        X(f, "replay_gap", "high", r.t_end, s.hmac, **u),
-        X(f, "silent_truncation", "critical", r.t_end, s.hmac, **u),
-    ]
 
 
-@fault("priming_lost", "resumable", "004", "the initial empty SSE event is lost, then the stream")
-def _priming_lost(f, t, cohort, resumable):
-    s = session(f, t, cohort, True)
-    r = call(f, s, "read", n=5, priming_lost=True, brk=Brk(after=0, mode="repost"))
-    f.delete(s)
-    return [X(f, "priming_lost", "medium", r.t_end, s.hmac, **stream_unit(s, r.stream_id))]
+one_call(
+    "priming_lost",
+    "resumable",
+    "004",
+    "the initial empty SSE event is lost, then the stream",
+    ("priming_lost", "medium"),
+    n=5,
+    priming_lost=True,
+    brk=Brk(after=0, mode="repost"),
+)
 
 
 @fault(
@@ -161,12 +186,15 @@ def _crossed(f, t, cohort, resumable):
     ]
 
 
-@fault("replay_after_ack", "resumable", "004", "the server replays events the client acknowledged")
-def _replay_after_ack(f, t, cohort, resumable):
-    s = session(f, t, cohort, True)
-    r = call(f, s, "read", n=8, brk=Brk(after=4, replay_from=3))
-    f.delete(s)
-    return [X(f, "replay_after_ack", "low", r.t_end, s.hmac, **stream_unit(s, r.stream_id))]
+one_call(
+    "replay_after_ack",
+    "resumable",
+    "004",
+    "the server replays events the client acknowledged",
+    ("replay_after_ack", "low"),
+    n=8,
+    brk=Brk(after=4, replay_from=3),
+)
 
 
 @fault(
@@ -211,63 +239,63 @@ def _cursor_on_post(f, t, cohort, resumable):
     return [X(f, "cursor_on_post", "low", posted, s.hmac)]
 
 
-@fault(
+one_call(
     "resume_without_cursor",
     "resumable",
     "004",
     "the client re-opens a broken stream without Last-Event-ID: events sent in the gap are lost",
+    ("resume_without_cursor", "medium"),
+    # The re-opened stream carries the rest nowhere: the answer is produced and lost.
+    ("undelivered_result", "medium"),
+    n=8,
+    brk=Brk(after=3, inflight=1, mode="cursorless", gap_events=2),
 )
-def _resume_without_cursor(f, t, cohort, resumable):
-    s = session(f, t, cohort, True)
-    r = call(f, s, "read", n=8, brk=Brk(after=3, inflight=1, mode="cursorless", gap_events=2))
-    f.delete(s)
-    u = stream_unit(s, r.stream_id)
-    return [
-        X(f, "resume_without_cursor", "medium", r.t_end, s.hmac, **u),
-        # The re-opened stream carries the rest nowhere: the answer is produced and lost.
-        X(f, "undelivered_result", "medium", r.t_end, s.hmac, **u),
-    ]
 
 
-@fault(
+one_call(
     "replay_buffer_exhausted",
     "resumable",
     "002",
     "a bounded replay store evicts the client's cursor before it reconnects: resume rejected",
+    ("replay_buffer_exhausted", "high", {"detail_events_lost": 2}),
+    ("cursor_rejected", "low"),
+    n=8,
+    brk=Brk(after=3, inflight=2, mode="reject", evict_to=4),
 )
-def _replay_buffer_exhausted(f, t, cohort, resumable):
-    s = session(f, t, cohort, True)
-    r = call(f, s, "read", n=8, brk=Brk(after=3, inflight=2, mode="reject", evict_to=4))
-    f.delete(s)
-    u = stream_unit(s, r.stream_id)
-    return [
-        X(f, "replay_buffer_exhausted", "high", r.t_end, s.hmac, **u, detail_events_lost=2),
-        X(f, "cursor_rejected", "low", r.t_end, s.hmac, **u),
-    ]
 
 
-@fault("slow_recovery", "resumable", "004", "a broken stream takes 9 s to reopen")
-def _slow(f, t, cohort, resumable):
-    s = session(f, t, cohort, True)
-    r = call(f, s, "read", n=6, brk=Brk(after=3, delay=9 * SEC))
-    f.delete(s)
-    return [X(f, "slow_recovery", "medium", r.t_end, s.hmac, **stream_unit(s, r.stream_id))]
+one_call(
+    "slow_recovery",
+    "resumable",
+    "004",
+    "a broken stream takes 9 s to reopen",
+    ("slow_recovery", "medium"),
+    n=6,
+    brk=Brk(after=3, delay=9 * SEC),
+)
 
 
-@fault("unrecovered_stream", "resumable", "004", "a resume is asked for and never completes")
-def _unrecovered(f, t, cohort, resumable):
-    s = session(f, t, cohort, True)
-    r = call(f, s, "read", n=6, brk=Brk(after=3, mode="pending"))
-    f.expire(s)
-    return [X(f, "unrecovered_stream", "medium", r.t_end, s.hmac, **stream_unit(s, r.stream_id))]
+one_call(
+    "unrecovered_stream",
+    "resumable",
+    "004",
+    "a resume is asked for and never completes",
+    ("unrecovered_stream", "medium"),
+    end="expire",
+    n=6,
+    brk=Brk(after=3, mode="pending"),
+)
 
 
-@fault("retry_not_honored", "resumable", "004", "the client reconnects before the server's retry")
-def _retry(f, t, cohort, resumable):
-    s = session(f, t, cohort, True)
-    r = call(f, s, "read", n=6, brk=Brk(after=3, delay=150))
-    f.delete(s)
-    return [X(f, "retry_not_honored", "low", r.t_end, s.hmac, **stream_unit(s, r.stream_id))]
+one_call(
+    "retry_not_honored",
+    "resumable",
+    "004",
+    "the client reconnects before the server's retry",
+    ("retry_not_honored", "low"),
+    n=6,
+    brk=Brk(after=3, delay=150),
+)
 
 
 @fault(
@@ -740,36 +768,32 @@ def _blind_resend(f, t, cohort, resumable):
     ]
 
 
-@fault(
+one_call(
     "answer_lost_after_hang_up",
     "write",
     "000",
     "the client hangs up while a write runs and never resumes; the server then produces its "
     "answer, which no one receives",
+    ("undelivered_result", "high"),
+    tool_class="write",
+    n=5,
+    brk=Brk(after=2, inflight=3, mode="abandon"),
 )
-def _answer_lost_after_hang_up(f, t, cohort, resumable):
-    s = session(f, t, cohort, resumable)
-    r = call(f, s, "write", n=5, brk=Brk(after=2, inflight=3, mode="abandon"))
-    f.delete(s)
-    u = stream_unit(s, r.stream_id)
-    return [X(f, "undelivered_result", "high", r.t_end, s.hmac, **u)]
 
 
-@fault(
+one_call(
     "answer_dropped_by_proxy",
     "any",
     "000",
     "the server writes its whole answer out, the proxy passes none of it on (a 200 event "
     "stream of 0 bytes in its log); the client times out",
-)
-def _answer_dropped_by_proxy(f, t, cohort, resumable):
-    s = session(f, t, cohort, resumable)
-    r = call(f, s, "read", n=4, client_cut=-1, proxy_empty=True)
-    f.delete(s)
-    u = stream_unit(s, r.stream_id)
     # The client received nothing, so its session has no receipt to judge by: the proxy
     # alone shows the loss (the server wrote the answer out and completed the stream).
-    return [X(f, "undelivered_result", "medium", r.t_end, s.hmac, **u)]
+    ("undelivered_result", "medium"),
+    n=4,
+    client_cut=-1,
+    proxy_empty=True,
+)
 
 
 @fault(
