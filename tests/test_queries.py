@@ -32,17 +32,19 @@ def _strings_in_tests(path: Path) -> set[str]:
 
 
 def _expected_by_faults() -> set[str]:
-    """Detectors named by an expected finding, `X(f, "<detector>", ...)`, in sim/faults.py."""
+    """Detectors named by an expected finding in sim/faults.py: `X(f, "<detector>", ...)`
+    in a fault's body, or `("<detector>", severity)` in a `one_call(...)` declaration."""
     tree = ast.parse((ROOT / "sim" / "faults.py").read_text())
-    return {
-        n.args[1].value
-        for n in ast.walk(tree)
-        if isinstance(n, ast.Call)
-        and isinstance(n.func, ast.Name)
-        and n.func.id == "X"
-        and len(n.args) > 1
-        and isinstance(n.args[1], ast.Constant)
-    }
+    calls = [n for n in ast.walk(tree) if isinstance(n, ast.Call) and isinstance(n.func, ast.Name)]
+    named = [n.args[1] for n in calls if n.func.id == "X" and len(n.args) > 1]
+    named += [
+        a.elts[0]
+        for n in calls
+        if n.func.id == "one_call"
+        for a in n.args
+        if isinstance(a, ast.Tuple) and a.elts
+    ]
+    return {a.value for a in named if isinstance(a, ast.Constant)}
 
 
 # The focused tests: test_detectors_focused.py and its topical siblings; the truth test
