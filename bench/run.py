@@ -50,12 +50,14 @@ def _communicate_without_reaping(proc: subprocess.Popen) -> tuple[bytes, bytes]:
     return chunks["out"], chunks["err"]
 
 
-def run_step(cmd: list[str]) -> dict:
+def run_step(cmd: list[str], env: dict | None = None) -> dict:
     """Run a command: wall and CPU seconds and peak RSS (MB), from wait4 of that child,
     and the load average before and after."""
     load0 = os.getloadavg()[0]
     t0 = time.perf_counter()
-    proc = subprocess.Popen(cmd, env=ENV, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    proc = subprocess.Popen(
+        cmd, env={**ENV, **(env or {})}, stdout=subprocess.PIPE, stderr=subprocess.PIPE
+    )
     out_b, err_b = _communicate_without_reaping(proc)
     _, status, usage = os.wait4(proc.pid, 0)
     proc.returncode = os.waitstatus_to_exitcode(status)
@@ -220,14 +222,14 @@ def batched(d: Path, batches: int, small: int = 10_000) -> Path:
     return out
 
 
-def ingest_step(d: Path, db: Path, batches: int) -> dict:
+def ingest_step(d: Path, db: Path, batches: int, env: dict | None = None) -> dict:
     """`replaygate ingest --no-analyse` of the fleet, or of its batches one after the other
     into the same database (each an append of new files): summed times, highest peak."""
     parts = sorted(p for p in d.iterdir() if p.is_dir()) if batches > 1 else [d]
     steps = []
     for part in parts:
         cmd = [PY, "-m", "replaygate", "ingest", str(part), "--db", str(db), "--no-analyse"]
-        steps.append(_keep(run_step(cmd + ["--json"])))
+        steps.append(_keep(run_step(cmd + ["--json"], env)))
     out = {
         "seconds": round(sum(s["seconds"] for s in steps), 2),
         "cpu_s": round(sum(s["cpu_s"] for s in steps), 2),
@@ -240,10 +242,19 @@ def ingest_step(d: Path, db: Path, batches: int) -> dict:
 
 
 def bench_size(
-    n: int, work: Path, fmt: str, keep: bool, pages: bool, save=None, batches: int = 1
+    n: int,
+    work: Path,
+    fmt: str,
+    keep: bool,
+    pages: bool,
+    save=None,
+    batches: int = 1,
+    load_only: bool = False,
 ) -> dict:
     """Measure one size; `save(res)` is called after every step, so a long run that is
-    stopped or breaks keeps what it measured."""
+    stopped or breaks keeps what it measured. `load_only`: the bare read and the ingest,
+    then the ingest again with every file read line by line (REPLAYGATE_FAST_READS=0),
+    no analysis."""
     d = fleet_dir(work, n, fmt)
     if batches > 1 and (d.with_name(f"{d.name}-{batches}batches") / "truth.json").exists():
         d = d.with_name(f"{d.name}-{batches}batches")  # the original may be gone: disk
@@ -288,6 +299,15 @@ def bench_size(
     res["ingest_cpu_ratio"] = round(res["ingest"]["cpu_s"] / res["bare_read"]["cpu_s"], 2)
     res["db_mb"] = round(ours_db.stat().st_size / 1e6)
     save(res)
+    if load_only:
+        for p in (ours_db, Path(f"{ours_db}.wal")):
+            p.unlink(missing_ok=True)
+        print(f"{n:,} events: ingest, line by line ...", file=sys.stderr, flush=True)
+        slow = ingest_step(d, ours_db, batches, {"REPLAYGATE_FAST_READS": "0"})
+        res["ingest_line_exact"] = slow
+        res["line_exact_cpu_ratio"] = round(slow["cpu_s"] / res["bare_read"]["cpu_s"], 2)
+        ours_db.unlink(missing_ok=True)
+        return res
     print(f"{n:,} events: analysis ...", file=sys.stderr, flush=True)
     r = run_step([PY, "-c", ANALYSE, str(ours_db)])
     res["analyse"] = {**json.loads(r["out"]), **_keep(r)}
@@ -337,6 +357,11 @@ def table(results: list[dict]) -> str:
         lambda r: f"{r['ingest_ratio']}x; {r['ingest_cpu_ratio']}x",
     )
     row("database, MB", lambda r: f"{r['db_mb']:,}")
+    row(
+        "ingest, every file line by line: s / CPU s / peak MB",
+        lambda r: _step(r["ingest_line_exact"]),
+    )
+    row("— ÷ bare, CPU", lambda r: f"{r['line_exact_cpu_ratio']}x")
     row(
         "**analysis**: s / CPU s / peak MB",
         lambda r: (
@@ -399,6 +424,11 @@ def main() -> None:
     ap.add_argument("--keep", action="store_true", help="keep the databases")
     ap.add_argument("--no-pages", action="store_true", help="skip the dashboard pages")
     ap.add_argument(
+        "--load-only",
+        action="store_true",
+        help="the load alone: bare read, ingest, and ingest with every file read line by line",
+    )
+    ap.add_argument(
         "--batches",
         type=int,
         default=1,
@@ -416,12 +446,22 @@ def main() -> None:
 
     for n in sizes:
         results.append(
-            bench_size(n, work, args.format, args.keep, not args.no_pages, save, args.batches)
+            bench_size(
+                n,
+                work,
+                args.format,
+                args.keep,
+                not args.no_pages,
+                save,
+                args.batches,
+                args.load_only,
+            )
         )
         (work / "results.json").write_text(json.dumps(results, indent=1))
     print(f"machine: {os.cpu_count()} cores, load average now {os.getloadavg()[0]:.1f}")
     print(table(results))
-    print(growth(results))
+    if not args.load_only:
+        print(growth(results))
 
 
 if __name__ == "__main__":

@@ -63,6 +63,9 @@ class Scan:
     prefixes: dict[int, str] = field(default_factory=dict)  # offset -> digest of content[:offset]
     overlong: bool = False  # a line is longer than readers.MAX_LINE (see drop_long_lines)
     unit_sep: bool = False  # the content holds the line reader's delimiter (US, 0x1F)
+    # Scanned and found without a tab or a CR: whitespace the typed JSON reader skips
+    # before a record where the line-exact reader does not (load.py, its fast read).
+    plain: bool = False
 
 
 @dataclass
@@ -328,6 +331,7 @@ def scan(
     at_nl: tuple[blake3.blake3 | None, int, int] = (None, 0, 0)
     state: dict[str, Any] = {}
     run = 0  # bytes of the line being read (buffers are shorter than MAX_LINE)
+    tab_cr = False
     for buf, n in _buffers(path, gz, state):
         first = buf.find(b"\n", 0, n)
         if first < 0:
@@ -336,6 +340,7 @@ def scan(
             out.overlong = out.overlong or run + first > MAX_LINE
             run = n - buf.rfind(b"\n", 0, n) - 1
         out.unit_sep = out.unit_sep or buf.find(b"\x1f", 0, n) >= 0
+        tab_cr = tab_cr or buf.find(b"\t", 0, n) >= 0 or buf.find(b"\r", 0, n) >= 0
         view = memoryview(buf)[:n]
         i = 0
         while i < n:
@@ -361,6 +366,7 @@ def scan(
         view.release()
     out.length = pos
     out.overlong = out.overlong or run > MAX_LINE
+    out.plain = not tab_cr
     if skip_to:
         # Lines not counted in the pass: those after the longest matching known prefix,
         # up to where counting began (nothing, for a file that only grew).

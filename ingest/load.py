@@ -352,7 +352,9 @@ class _Loader:
             read_path = self.tmp / f"{n}.tail"
             header = identity.first_line(src.path, src.gzip) if fmt.header else b""
             identity.write_tail(src.path, src.gzip, k.consumed, sc.complete, read_path, header)
-            staged = self._stage_file(src, n, shown, "", read_path, sc.overlong or sc.unit_sep)
+            staged = self._stage_file(
+                src, n, shown, "", read_path, sc.overlong or sc.unit_sep, self._fast(sc, d)
+            )
             staged.line_shift = k.lines - (1 if header else 0)
             staged.row_shift = k.rows
         elif src.gzip and sc.broken:
@@ -371,7 +373,7 @@ class _Loader:
             with ThreadPoolExecutor(1) as pool:
                 digest = pool.submit(_sha256, src.path)
                 staged = self._stage_file(
-                    src, n, shown, None, read_path, sc.overlong or sc.unit_sep
+                    src, n, shown, None, read_path, sc.overlong or sc.unit_sep, self._fast(sc, d)
                 )
                 staged.sha = digest.result()
             staged.replaces = list(d.retire)
@@ -403,6 +405,12 @@ class _Loader:
                     rejected = one_row(self._exec(f"SELECT count(*) FROM {staged.rejects}"))[0]
                 staged.lines = staged.rows_staged + rejected + len(staged.notes)
         return staged
+
+    @classmethod
+    def _fast(cls, sc: identity.Scan, d: identity.Decision) -> int | None:
+        """The lines a fast read (readers.Format.fast) must give one row each, or None
+        when the scan found a tab or a CR (see readers.jsonl_fast_sql)."""
+        return cls._expected_lines(sc, d) if FAST_READS and sc.plain else None
 
     @staticmethod
     def _expected_lines(sc: identity.Scan, d: identity.Decision | None) -> int:
@@ -472,10 +480,12 @@ class _Loader:
         sha: str | None,
         read_path: Path | None = None,
         overlong: bool = False,
+        lines: int | None = None,
     ) -> _Staged:
         """Stage the file, or `read_path` instead: its new lines, already decompressed.
         `overlong`: the scan saw a line longer than readers.MAX_LINE, or the line
-        reader's delimiter (identity.drop_long_lines)."""
+        reader's delimiter (identity.drop_long_lines). `lines`: what is read has that
+        many lines, and may be read by its format's fast reader (_stage_fast)."""
         staged = _Staged(src, shown, sha or "", None)
         compression = "gzip" if src.gzip and read_path is None else "none"
         fmt = readers.FORMATS[src.format]
@@ -492,7 +502,14 @@ class _Loader:
         table = self._staging_table(n, read_path)
         typed = src.default_type
         try:
-            staged.key_facts = self._stage(src, read_path, compression, table, typed)
+            fast = (
+                lines is not None
+                and not overlong
+                and typed is not None
+                and self._stage_fast(src, read_path, compression, table, typed, lines)
+            )
+            if not fast:
+                staged.key_facts = self._stage(src, read_path, compression, table, typed)
         except duckdb.Error as exc:
             if fmt.fallback is not None and isinstance(exc, duckdb.ConversionException):
                 # A value beyond what DuckDB holds (a timestamp past 2^62 ms) fails the
@@ -566,6 +583,62 @@ class _Loader:
         except duckdb.Error as exc:
             staged.notes.append((None, _unreadable(exc)))
             return set()
+
+    def _stage_fast(
+        self,
+        src: readers.Source,
+        read_path: Path,
+        compression: str,
+        table: str,
+        typed: RecordType,
+        lines: int,
+    ) -> bool:
+        """Stage a file of `lines` lines with its format's fast reader, and keep the rows
+        only if they are what the line-exact reader would stage: the read succeeded and
+        gave one row per line (so a row's rowid is its line) and no row that could be a
+        `null` line. False (nothing staged) when the file must be read line by line."""
+        fmt = readers.FORMATS[src.format]
+        if fmt.fast is None:
+            return False
+        self._exec("DROP TABLE IF EXISTS rg_rejects")
+        self._exec("DROP TABLE IF EXISTS rg_scans")
+        reading = readers.Reading(
+            src,
+            read_path,
+            compression,
+            [f.name for f in typed.fields],
+            self.key_available,
+            self.con,
+            self.source,
+            self.field_maps,
+            typed=typed,
+        )
+        inner = fmt.fast(reading)
+        if inner is None:
+            return False
+        sql = validate.checked_sql(typed, f"({inner})", reading.native)
+        params: dict[str, Any] = {"path": str(read_path), "compression": compression}
+        if "$hmac_ipad" in sql:
+            params.update(self.params)
+        temp = "" if table.startswith(f"{SCRATCH}.") else "TEMP "
+        try:
+            self._exec(f"CREATE OR REPLACE {temp}TABLE {table} AS {sql}", params)
+        except duckdb.Error:
+            # Anything the reader cannot take (bad JSON, a line not an object, a line over
+            # its object size): the line-exact reader tells which lines, and why.
+            self._exec(f"DROP TABLE IF EXISTS {table}")
+            return False
+        rows, empty = one_row(
+            self._exec(f"SELECT count(*), count(*) FILTER (WHERE rg_empty) FROM {table}")
+        )
+        if rows != lines or empty:
+            self._exec(f"DROP TABLE {table}")
+            return False
+        # What the line reader leaves for load.py: no line rejected.
+        self._exec(
+            "CREATE TEMP TABLE rg_rejects (line BIGINT, error_type VARCHAR, csv_line VARCHAR)"
+        )
+        return True
 
     def _stage(
         self,
@@ -902,6 +975,10 @@ BATCH_BYTES = 2 << 30  # content bytes (decompressed)
 # whose staging a batch bounds, stay in temporary tables.
 SCRATCH_BYTES = 4 << 30
 SCRATCH = "rg_scratch"
+# Stage files proven clean with their format's fast reader (readers.Format.fast). Off
+# (REPLAYGATE_FAST_READS=0), every file is read line by line: the tests and the load
+# benchmark compare both.
+FAST_READS = os.environ.get("REPLAYGATE_FAST_READS", "1") != "0"
 
 
 def _batches(
