@@ -1,18 +1,25 @@
 """Helpers for tests that start processes: a free port, waiting until something listens
-on it, stopping what was started, and the cycle a running `watch` has reached."""
+on it, stopping what was started, the cycle a running `watch` has reached, and the pieces
+of the end-to-end runs (the recorder's example MCP server, Caddy in front of a server,
+a `replaygate probe` run)."""
 
 from __future__ import annotations
 
+import contextlib
 import json
+import os
 import shutil
 import socket
 import subprocess
+import sys
 import time
 from pathlib import Path
 
 import pytest
 
 from replaygate.watch import heartbeat_path
+
+ROOT = Path(__file__).resolve().parent.parent
 
 # The marks of a test module that runs real Caddy and nginx (Debian's) in front of a server.
 REAL_PROXIES = [
@@ -59,3 +66,46 @@ def watch_cycle(db: Path) -> int:
         return json.loads(heartbeat_path(str(db)).read_text())["cycle"]
     except (OSError, ValueError, KeyError):
         return 0
+
+
+def example_server(
+    ledger: Path, log: Path, logs: contextlib.ExitStack, key: str, *args: str
+) -> tuple[subprocess.Popen, int]:
+    """The recorder's example MCP server (the official Python SDK's, with the recorder) on a
+    free port, its ledger at `ledger`, its stderr in `log`; `args` are further options of
+    it (`--event-store tests.e2e_stores:...` is found from the repository root)."""
+    port = free_port()
+    cmd = [sys.executable, "-m", "replaygate.recorder.example_server"]
+    cmd += ["--port", str(port), "--ledger", str(ledger), *args]
+    env = dict(os.environ, REPLAYGATE_HMAC_KEY=key, PYTHONPATH=str(ROOT))
+    err = logs.enter_context(open(log, "w"))  # noqa: SIM115
+    proc = subprocess.Popen(cmd, env=env, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=err)
+    return proc, port
+
+
+def caddy(d: Path, caddyfile: str, logs: contextlib.ExitStack) -> subprocess.Popen:
+    """Caddy (Debian's) run with this Caddyfile, written to d/Caddyfile; its own log in
+    d/caddy.log."""
+    (d / "Caddyfile").write_text(caddyfile)
+    return subprocess.Popen(
+        ["caddy", "run", "--config", str(d / "Caddyfile"), "--adapter", "caddyfile"],
+        stdout=subprocess.DEVNULL,
+        stderr=logs.enter_context(open(d / "caddy.log", "w")),  # noqa: SIM115
+    )
+
+
+def probe(
+    url: str, out: Path, key: str, *args: str, cwd: Path | None = None, timeout: float = 120
+) -> subprocess.CompletedProcess[str]:
+    """`replaygate probe URL --out OUT --json ARGS` in a process of its own; its summary is
+    its stdout (asserted to be there, else its stderr says why)."""
+    run = subprocess.run(
+        [sys.executable, "-m", "replaygate", "probe", url, "--out", str(out), "--json", *args],
+        env=dict(os.environ, REPLAYGATE_HMAC_KEY=key),
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
+    assert run.stdout, run.stderr
+    return run

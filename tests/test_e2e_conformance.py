@@ -29,7 +29,7 @@ from pathlib import Path
 import pytest
 
 from . import nodejs
-from .procs import REAL_PROXIES, stop
+from .procs import REAL_PROXIES, caddy, stop
 from .procs import free_port as _port
 from .procs import wait_port as _wait
 from .test_e2e_real import Client, _hang_up
@@ -202,16 +202,13 @@ def traffic(tmp_path_factory):
         )
         _wait(server)
         dropper = AnswerDropper(server)
-        (d / "Caddyfile").write_text(
-            CADDYFILE.format(
-                d=d, port=caddy_port, server=server, drop_port=drop_port, dropper=dropper.port
-            )
-        )
         procs.append(
-            subprocess.Popen(
-                ["caddy", "run", "--config", str(d / "Caddyfile"), "--adapter", "caddyfile"],
-                stdout=subprocess.DEVNULL,
-                stderr=logs.enter_context(open(d / "caddy.log", "w")),  # noqa: SIM115
+            caddy(
+                d,
+                CADDYFILE.format(
+                    d=d, port=caddy_port, server=server, drop_port=drop_port, dropper=dropper.port
+                ),
+                logs,
             )
         )
         _wait(caddy_port)

@@ -24,7 +24,7 @@ from pathlib import Path
 
 import pytest
 
-from .procs import REAL_PROXIES, stop
+from .procs import REAL_PROXIES, caddy, stop
 from .procs import free_port as _port
 from .procs import wait_port as _wait
 
@@ -291,14 +291,7 @@ def traffic(tmp_path_factory):
                 stderr=log("server.log"),
             )
         )
-        (d / "Caddyfile").write_text(CADDYFILE.format(d=d, port=caddy_port, server=server))
-        procs.append(
-            subprocess.Popen(
-                ["caddy", "run", "--config", str(d / "Caddyfile"), "--adapter", "caddyfile"],
-                stdout=subprocess.DEVNULL,
-                stderr=log("caddy.log"),
-            )
-        )
+        procs.append(caddy(d, CADDYFILE.format(d=d, port=caddy_port, server=server), logs))
         (d / "nginx.conf").write_text(
             NGINX_CONF.format(d=d, port=nginx_port, alt_port=alt_port, server=server)
         )

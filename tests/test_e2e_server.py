@@ -19,20 +19,18 @@ import hmac
 import json
 import os
 import subprocess
-import sys
 import time
 from pathlib import Path
 
 import pytest
 
-from .procs import REAL_PROXIES, stop
+from .procs import REAL_PROXIES, caddy, example_server, stop
 from .procs import free_port as _port
 from .procs import wait_port as _wait
 from .test_e2e_real import CADDYFILE, KEY, NGINX_CONF, Client
 
 pytest.importorskip("mcp")
 pytestmark = REAL_PROXIES
-ROOT = Path(__file__).resolve().parent.parent
 STAGE = "e2e-server"
 RESUMED = 6
 
@@ -72,23 +70,10 @@ class BlindClient(Client):
 
 
 def _start(d: Path, name: str, store: str | None, procs: list, logs) -> int:
-    port = _port()
-    cmd = [
-        sys.executable,
-        "-m",
-        "replaygate.recorder.example_server",
-        "--port",
-        str(port),
-        "--ledger",
-        str(d / "logs" / f"ledger-{name}"),
-        "--stage",
-        STAGE,
-    ]
-    if store:
-        cmd += ["--event-store", store]
-    env = dict(os.environ, REPLAYGATE_HMAC_KEY=KEY, PYTHONPATH=str(ROOT))
-    err = logs.enter_context(open(d / f"server-{name}.log", "w"))  # noqa: SIM115
-    procs.append(subprocess.Popen(cmd, env=env, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=err))
+    extra = ["--event-store", store] if store else []
+    ledger, log = d / "logs" / f"ledger-{name}", d / f"server-{name}.log"
+    proc, port = example_server(ledger, log, logs, KEY, "--stage", STAGE, *extra)
+    procs.append(proc)
     return port
 
 
@@ -109,14 +94,7 @@ def traffic(tmp_path_factory):
         lossy = _start(d, "lossy", "tests.e2e_stores:LossyStore", procs, logs)
         cross = _start(d, "cross", "tests.e2e_stores:CrossStreamStore", procs, logs)
         caddy_port, nginx_port = _port(), _port()
-        (d / "Caddyfile").write_text(CADDYFILE.format(d=d, port=caddy_port, server=lossy))
-        procs.append(
-            subprocess.Popen(
-                ["caddy", "run", "--config", str(d / "Caddyfile"), "--adapter", "caddyfile"],
-                stdout=subprocess.DEVNULL,
-                stderr=logs.enter_context(open(d / "caddy.log", "w")),  # noqa: SIM115
-            )
-        )
+        procs.append(caddy(d, CADDYFILE.format(d=d, port=caddy_port, server=lossy), logs))
         (d / "nginx.conf").write_text(
             NGINX_CONF.format(d=d, port=nginx_port, alt_port=_port(), server=cross)
         )

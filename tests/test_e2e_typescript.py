@@ -21,7 +21,7 @@ from pathlib import Path
 import pytest
 
 from . import nodejs
-from .procs import REAL_PROXIES, stop
+from .procs import REAL_PROXIES, caddy, stop
 from .procs import free_port as _port
 from .procs import wait_port as _wait
 
@@ -189,16 +189,13 @@ def traffic(tmp_path_factory):
                     stderr=err(f"server-{port}"),
                 )
             )
-        (d / "Caddyfile").write_text(
-            CADDYFILE.format(
-                d=d, on=on, raw_port=ports["caddy-raw"], red_port=ports["caddy-redacted"]
-            )
-        )
         procs.append(
-            subprocess.Popen(
-                ["caddy", "run", "--config", str(d / "Caddyfile"), "--adapter", "caddyfile"],
-                stdout=subprocess.DEVNULL,
-                stderr=err("caddy"),
+            caddy(
+                d,
+                CADDYFILE.format(
+                    d=d, on=on, raw_port=ports["caddy-raw"], red_port=ports["caddy-redacted"]
+                ),
+                logs,
             )
         )
         (d / "nginx.conf").write_text(

@@ -15,17 +15,16 @@ import contextlib
 import json
 import os
 import subprocess
-import sys
 import time
 from pathlib import Path
 
 import pytest
 
-from .procs import REAL_PROXIES, stop
+from .procs import REAL_PROXIES, caddy, example_server, probe, stop
 from .procs import free_port as _port
 from .procs import wait_port as _wait
 from .test_e2e_real import CADDYFILE, KEY
-from .test_e2e_server import ROOT, _findings
+from .test_e2e_server import _findings
 
 pytest.importorskip("mcp")
 pytestmark = REAL_PROXIES
@@ -48,24 +47,10 @@ SCENARIOS = {
 EXTRA = {"small": ["--evict-calls", "10"], "ring": ["--evict-calls", "10"]}
 
 
-def _server(d: Path, store: str | None, logs: contextlib.ExitStack) -> subprocess.Popen:
-    port = _port()
-    cmd = [
-        sys.executable,
-        "-m",
-        "replaygate.recorder.example_server",
-        "--port",
-        str(port),
-        "--ledger",
-        str(d / "server-ledger"),
-    ]
-    if store:
-        cmd += ["--event-store", store]
-    env = dict(os.environ, REPLAYGATE_HMAC_KEY=KEY, PYTHONPATH=str(ROOT))
-    err = logs.enter_context(open(d / "server.log", "w"))  # noqa: SIM115
-    proc = subprocess.Popen(cmd, env=env, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=err)
-    proc.port = port  # type: ignore[attr-defined]
-    return proc
+def _server(d: Path, store: str | None, logs: contextlib.ExitStack) -> tuple[subprocess.Popen, int]:
+    """The example server with this event store (None: the bundled one)."""
+    extra = ["--event-store", store] if store else []
+    return example_server(d / "server-ledger", d / "server.log", logs, KEY, *extra)
 
 
 @pytest.fixture(scope="module")
@@ -85,56 +70,28 @@ def probed(tmp_path_factory):
             (d / "logs" / "rollout.jsonl").write_text(
                 json.dumps({"ts": t0, "stage": STAGE, "action": "start", "scope": "read"}) + "\n"
             )
-            server = _server(d, store, logs)
+            server, port = _server(d, store, logs)
             procs.append(server)
-            caddy = _port()
-            (d / "Caddyfile").write_text(CADDYFILE.format(d=d, port=caddy, server=server.port))
-            procs.append(
-                subprocess.Popen(
-                    ["caddy", "run", "--config", str(d / "Caddyfile"), "--adapter", "caddyfile"],
-                    stdout=subprocess.DEVNULL,
-                    stderr=logs.enter_context(open(d / "caddy.log", "w")),  # noqa: SIM115
-                )
-            )
-            ports[name] = (server.port, caddy)
-        for server, caddy in ports.values():
+            proxy = _port()
+            procs.append(caddy(d, CADDYFILE.format(d=d, port=proxy, server=port), logs))
+            ports[name] = (port, proxy)
+        for port, proxy in ports.values():
             # Five SDK servers start at once: on a busy machine their imports alone take
             # longer than the default wait.
-            _wait(server, 180)
-            _wait(caddy, 60)
-        env = dict(os.environ, REPLAYGATE_HMAC_KEY=KEY)
-        for name, (_, caddy) in ports.items():
+            _wait(port, 180)
+            _wait(proxy, 60)
+        for name, (_, proxy) in ports.items():
             d = root / name
-            run = subprocess.run(
-                [
-                    sys.executable,
-                    "-m",
-                    "replaygate",
-                    "probe",
-                    f"http://127.0.0.1:{caddy}/mcp",
-                    "--out",
-                    str(d / "logs" / "probe"),
-                    "--scenarios",
-                    SCENARIOS[name],
-                    "--tool",
-                    "count",
-                    "--arguments",
-                    '{"n": 6}',
-                    "--stage",
-                    STAGE,
-                    "--deadline",
-                    "100s",
-                    "--json",
-                    *EXTRA.get(name, []),
-                ],
-                env=env,
+            run = probe(
+                f"http://127.0.0.1:{proxy}/mcp",
+                d / "logs" / "probe",
+                KEY,
+                *("--scenarios", SCENARIOS[name], "--tool", "count", "--arguments", '{"n": 6}'),
+                *("--stage", STAGE, "--deadline", "100s", *EXTRA.get(name, [])),
                 cwd=root,
-                capture_output=True,
-                text=True,
                 # The probe ends itself by its deadline (and the DELETEs' grace).
                 timeout=150,
             )
-            assert run.stdout, run.stderr
             out[name] = (d, run.returncode, json.loads(run.stdout))
     finally:
         stop(procs)

@@ -12,13 +12,10 @@ from __future__ import annotations
 
 import contextlib
 import json
-import os
-import subprocess
-import sys
 
 import pytest
 
-from .procs import REAL_PROXIES, stop
+from .procs import REAL_PROXIES, caddy, probe, stop
 from .procs import free_port as _port
 from .procs import wait_port as _wait
 from .test_e2e_real import CADDYFILE, KEY
@@ -46,9 +43,9 @@ def resent(tmp_path_factory):
     logs = contextlib.ExitStack()
     out = {}
     try:
-        server = _server(d, None, logs)
+        server, port = _server(d, None, logs)
         procs.append(server)
-        caddy = _port()
+        proxy = _port()
         # Three probe processes in a row through one Caddy: without keep-alive to the
         # server, Caddy never re-uses a connection uvicorn closed after its 5 s idle
         # timeout meanwhile (the next run's first POST would get a 502).
@@ -56,45 +53,19 @@ def resent(tmp_path_factory):
             "flush_interval -1",
             "flush_interval -1\n    transport http {{\n      keepalive off\n    }}",
         )
-        (d / "Caddyfile").write_text(caddyfile.format(d=d, port=caddy, server=server.port))
-        procs.append(
-            subprocess.Popen(
-                ["caddy", "run", "--config", str(d / "Caddyfile"), "--adapter", "caddyfile"],
-                stdout=subprocess.DEVNULL,
-                stderr=logs.enter_context(open(d / "caddy.log", "w")),  # noqa: SIM115
-            )
-        )
-        _wait(server.port, 180)
-        _wait(caddy, 60)
+        procs.append(caddy(d, caddyfile.format(d=d, port=proxy, server=port), logs))
+        _wait(port, 180)
+        _wait(proxy, 60)
         first = None
         for case, extra in RUNS.items():
-            run = subprocess.run(
-                [
-                    sys.executable,
-                    "-m",
-                    "replaygate",
-                    "probe",
-                    f"http://127.0.0.1:{caddy}/mcp",
-                    "--out",
-                    str(d / "logs" / "probe"),
-                    "--scenarios",
-                    "resend",
-                    "--idempotency-key-arg",
-                    "idempotency_key",
-                    "--stage",
-                    STAGE,
-                    "--deadline",
-                    "60s",
-                    "--json",
-                    *extra,
-                ],
-                env=dict(os.environ, REPLAYGATE_HMAC_KEY=KEY),
+            run = probe(
+                f"http://127.0.0.1:{proxy}/mcp",
+                d / "logs" / "probe",
+                KEY,
+                *("--scenarios", "resend", "--idempotency-key-arg", "idempotency_key"),
+                *("--stage", STAGE, "--deadline", "60s", *extra),
                 cwd=d,
-                capture_output=True,
-                text=True,
-                timeout=120,
             )
-            assert run.stdout, run.stderr
             doc = json.loads(run.stdout)
             first = first or doc["started"]
             (verdict,) = doc["rounds"][0]["scenarios"]

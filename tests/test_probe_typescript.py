@@ -7,14 +7,12 @@ from __future__ import annotations
 
 import contextlib
 import json
-import os
 import subprocess
-import sys
 
 import pytest
 
 from . import nodejs
-from .procs import REAL_PROXIES, stop
+from .procs import REAL_PROXIES, caddy, probe, stop
 from .procs import free_port as _port
 from .procs import wait_port as _wait
 from .test_e2e_real import CADDYFILE, KEY
@@ -36,7 +34,7 @@ def probed(tmp_path_factory):
         json.dumps({"ts": 1_700_000_000_000, "stage": STAGE, "action": "start", "scope": "read"})
         + "\n"
     )
-    server, caddy = _port(), _port()
+    server, proxy = _port(), _port()
     procs: list = []
     logs = contextlib.ExitStack()
     try:
@@ -48,41 +46,16 @@ def probed(tmp_path_factory):
                 stderr=logs.enter_context(open(d / "server.log", "w")),  # noqa: SIM115
             )
         )
-        (d / "Caddyfile").write_text(CADDYFILE.format(d=d, port=caddy, server=server))
-        procs.append(
-            subprocess.Popen(
-                ["caddy", "run", "--config", str(d / "Caddyfile"), "--adapter", "caddyfile"],
-                stdout=subprocess.DEVNULL,
-                stderr=logs.enter_context(open(d / "caddy.log", "w")),  # noqa: SIM115
-            )
-        )
+        procs.append(caddy(d, CADDYFILE.format(d=d, port=proxy, server=server), logs))
         _wait(server)
-        _wait(caddy)
-        run = subprocess.run(
-            [
-                sys.executable,
-                "-m",
-                "replaygate",
-                "probe",
-                f"http://127.0.0.1:{caddy}/mcp",
-                "--out",
-                str(d / "logs" / "probe"),
-                "--origin",
-                ALLOWED,
-                "--stage",
-                STAGE,
-                "--tool",
-                "count",
-                "--arguments",
-                '{"n": 8}',
-                "--json",
-            ],
-            env=dict(os.environ, REPLAYGATE_HMAC_KEY=KEY),
-            capture_output=True,
-            text=True,
-            timeout=120,
+        _wait(proxy)
+        run = probe(
+            f"http://127.0.0.1:{proxy}/mcp",
+            d / "logs" / "probe",
+            KEY,
+            *("--origin", ALLOWED, "--stage", STAGE),
+            *("--tool", "count", "--arguments", '{"n": 8}'),
         )
-        assert run.stdout, run.stderr
     finally:
         stop(procs)
         logs.close()

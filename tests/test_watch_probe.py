@@ -15,9 +15,8 @@ import time
 
 import pytest
 
-from .procs import free_port, stop, wait_port, watch_cycle
+from .procs import ROOT, example_server, stop, wait_port, watch_cycle
 from .test_e2e_real import KEY
-from .test_e2e_server import ROOT
 
 pytest.importorskip("mcp")
 pytestmark = pytest.mark.slow
@@ -25,15 +24,15 @@ STAGE = "probe-canary"
 
 
 def test_watch_runs_probes_and_ingests_their_evidence(tmp_path):
-    port = free_port()
     env = dict(os.environ, REPLAYGATE_HMAC_KEY=KEY, PYTHONPATH=str(ROOT))
-    with open(tmp_path / "server.log", "w") as err:
-        server = subprocess.Popen(
-            [sys.executable, "-m", "replaygate.recorder.example_server", "--port", str(port),
-             "--ledger", str(tmp_path / "server-ledger"),
-             "--event-store", "tests.e2e_stores:LossyStore"],
-            env=env, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=err,
-        )  # fmt: skip
+    with contextlib.ExitStack() as files:  # the server keeps its own copy of its log
+        server, port = example_server(
+            tmp_path / "server-ledger",
+            tmp_path / "server.log",
+            files,
+            KEY,
+            *("--event-store", "tests.e2e_stores:LossyStore"),
+        )
     procs = [server]
     logs = tmp_path / "logs"
     logs.mkdir()
