@@ -275,23 +275,7 @@ def insert_db(
 
 def started_in_file(path: str | os.PathLike[str], release: str | None, stage: str) -> bool:
     """Whether a JSON Lines rollout log holds a start of this stage of this release."""
-    p = Path(path)
-    if not p.exists():
-        return False
-    with open(p, encoding="utf-8", errors="replace") as fh:
-        for raw in fh:
-            try:
-                rec = json.loads(raw)
-            except json.JSONDecodeError:
-                continue
-            if (
-                isinstance(rec, dict)
-                and rec.get("action") == "start"
-                and rec.get("stage") == stage
-                and rec.get("release") == release
-            ):
-                return True
-    return False
+    return any(r["stage"] == stage and r.get("release") == release for r in starts_in_file(path))
 
 
 def started_in_db(con: duckdb.DuckDBPyConnection, release: str | None, stage: str) -> bool:

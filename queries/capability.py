@@ -278,6 +278,28 @@ def missing_label(need: str) -> str:
     return " and ".join(_MISSING_LABEL[t] for t in need.split("|"))
 
 
+def record_coverage(
+    con: duckdb.DuckDBPyConnection,
+    name: str,
+    status: str,
+    plan: Plan | None = None,
+    findings: int = 0,
+    seconds: float = 0.0,
+) -> None:
+    """Store how a detector ran (`ok`, `cannot tell`, or why it did not) and the files it
+    was kept from (`plan.exclude`): the same rows whichever engine ran it. Each result is
+    read whole (an unread result blocks the connection)."""
+    for table, ids in (plan.exclude if plan else {}).items():
+        for fid in ids:
+            con.execute(
+                "INSERT INTO blind_files VALUES ($d, $t, $f)", {"d": name, "t": table, "f": fid}
+            ).fetchall()
+    con.execute(
+        "INSERT INTO coverage VALUES ($d, $st, $n, $s)",
+        {"d": name, "st": status, "n": findings, "s": seconds},
+    ).fetchall()
+
+
 def record_cannot_tell(
     con: duckdb.DuckDBPyConnection, name: str, q: catalog.Query, plan: Plan
 ) -> None:

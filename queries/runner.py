@@ -218,8 +218,7 @@ def _run_detector(
 ) -> None:
     missing = capability.missing_needs(q, counts)
     if missing:
-        label = capability.missing_label(missing[0])
-        con.execute("INSERT INTO coverage VALUES ($d, $s, 0, 0)", {"d": name, "s": label})
+        capability.record_coverage(con, name, capability.missing_label(missing[0]))
         return
     t0 = time.perf_counter()
     plan = capability.plan(con, q, values)
@@ -235,21 +234,8 @@ def _run_detector(
             n = inserted[0] if inserted else 0
         finally:
             capability.unshadow(con, made)
-    for table, ids in plan.exclude.items():
-        for fid in ids:
-            con.execute(
-                "INSERT INTO blind_files VALUES ($d, $t, $f)",
-                {"d": name, "t": table, "f": fid},
-            )
-    con.execute(
-        "INSERT INTO coverage VALUES ($d, $st, $n, $s)",
-        {
-            "d": name,
-            "st": "cannot tell" if plan.skip else "ok",
-            "n": n,
-            "s": time.perf_counter() - t0,
-        },
-    )
+    status = "cannot tell" if plan.skip else "ok"
+    capability.record_coverage(con, name, status, plan, n, time.perf_counter() - t0)
 
 
 def _incrementally(con: duckdb.DuckDBPyConnection, config: Config, counts: dict[str, int]) -> bool:

@@ -202,16 +202,11 @@ def _run_detector(
     from pyspark.sql import functions as F
 
     if name in NOT_YET:
-        con.execute(
-            "INSERT INTO coverage VALUES ($d, $s, 0, 0)", {"d": name, "s": NOT_YET_STATUS}
-        ).fetchall()
+        capability.record_coverage(con, name, NOT_YET_STATUS)
         return
     missing = capability.missing_needs(q, counts)
     if missing:
-        label = capability.missing_label(missing[0])
-        con.execute(
-            "INSERT INTO coverage VALUES ($d, $s, 0, 0)", {"d": name, "s": label}
-        ).fetchall()
+        capability.record_coverage(con, name, capability.missing_label(missing[0]))
         return
     t0 = time.perf_counter()
     plan = capability.plan(con, q)
@@ -237,17 +232,5 @@ def _run_detector(
         finally:
             con.unregister("rg_spark_rows")
         n = rows.num_rows
-    for table, ids in plan.exclude.items():
-        for fid in ids:
-            con.execute(
-                "INSERT INTO blind_files VALUES ($d, $t, $f)", {"d": name, "t": table, "f": fid}
-            ).fetchall()
-    con.execute(
-        "INSERT INTO coverage VALUES ($d, $st, $n, $s)",
-        {
-            "d": name,
-            "st": "cannot tell" if plan.skip else "ok",
-            "n": n,
-            "s": time.perf_counter() - t0,
-        },
-    ).fetchall()
+    status = "cannot tell" if plan.skip else "ok"
+    capability.record_coverage(con, name, status, plan, n, time.perf_counter() - t0)

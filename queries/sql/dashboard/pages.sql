@@ -130,7 +130,8 @@ GROUP BY ALL ORDER BY bucket;
 --          session, 429, 503)
 -- params: flt
 -- filters: stage, revision, server, client, time
-SELECT make_timestamptz(reconnect_window(ts) * 10000000) AS win, count(*) / 10.0 AS qps
+SELECT reconnect_window_start(reconnect_window(ts)) AS win,
+       count(*) / reconnect_window_s() AS qps
 FROM gate_rows(false, $flt)
 WHERE fact = 'proxy_records' AND reconnect
 GROUP BY ALL ORDER BY win;

@@ -13,9 +13,10 @@
 -- params: reconnect_budget_qps
 -- unit: 10-second window
 -- page: sessions
-SELECT 'high' AS severity, make_timestamptz(bucket * 10 * 1000000) AS ts,
-       json_object('reconnects', count(*), 'budget_per_window', $reconnect_budget_qps * 10,
-                   'qps', count(*) / 10.0,
+SELECT 'high' AS severity, reconnect_window_start(bucket) AS ts,
+       json_object('reconnects', count(*),
+                   'budget_per_window', $reconnect_budget_qps * reconnect_window_s(),
+                   'qps', count(*) / reconnect_window_s(),
                    'by_status', histogram(status)) AS detail
 FROM (
     SELECT *, reconnect_window(ts) AS bucket
@@ -23,4 +24,4 @@ FROM (
     WHERE is_reconnect(method, last_event_id, status, gets_before)
 )
 GROUP BY bucket
-HAVING count(*) > $reconnect_budget_qps * 10
+HAVING count(*) > $reconnect_budget_qps * reconnect_window_s()

@@ -13,5 +13,5 @@ WITH windows AS (
            count(*) FILTER (WHERE fact = 'proxy_records' AND reconnect) AS n
     FROM gate_rows($by_stage, $flt) GROUP BY ALL
 )
-SELECT k AS stage, coalesce(max(n) / 10.0, 0) AS value, coalesce(sum(n), 0) AS sample
+SELECT k AS stage, coalesce(max(n) / reconnect_window_s(), 0) AS value, coalesce(sum(n), 0) AS sample
 FROM windows GROUP BY k

@@ -127,8 +127,15 @@ CREATE OR REPLACE MACRO is_write(tool_class) AS tool_class IN ('write', 'paid');
 CREATE OR REPLACE MACRO is_completed(state, close_reason) AS
     state = 'CLOSED' AND close_reason = 'completed';
 
--- The 10-second window the reconnect budget is counted in (its number since the epoch).
-CREATE OR REPLACE MACRO reconnect_window(ts) AS epoch_ms(ts) // 10000;
+-- The reconnect budget is counted in windows of this many seconds.
+CREATE OR REPLACE MACRO reconnect_window_s() AS 10;
+
+-- The reconnect window a time falls in (its number since the epoch).
+CREATE OR REPLACE MACRO reconnect_window(ts) AS epoch_ms(ts) // (1000 * reconnect_window_s());
+
+-- The time a reconnect window starts.
+CREATE OR REPLACE MACRO reconnect_window_start(w) AS
+    make_timestamptz(w * reconnect_window_s() * 1000000);
 
 -- A client receipt that recorded where its event came from (origin stream, seq and kind);
 -- the others are placed through the event log (a_inbox).
