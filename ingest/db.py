@@ -273,7 +273,9 @@ def transaction(con: duckdb.DuckDBPyConnection) -> Iterator[None]:
         yield
         con.execute("COMMIT")
     except BaseException:
-        con.execute("ROLLBACK")
+        # A connection closed meanwhile has dropped its transaction already.
+        with contextlib.suppress(duckdb.ConnectionException):
+            con.execute("ROLLBACK")
         raise
 
 

@@ -252,6 +252,10 @@ def _incrementally(con: duckdb.DuckDBPyConnection, config: Config, counts: dict[
             store_config(con, config)
             set_meta(con, "analysis_mode", "incremental")
             incremental.clear_pending(con)
+    except duckdb.InterruptException:
+        # Asked to stop (watch's stop): not a reason for a full analysis.
+        incremental.reset(con)
+        raise
     except (groups.Fallback, duckdb.Error):
         # Whatever went wrong (rolled back), a full analysis gives the right answer.
         incremental.reset(con)

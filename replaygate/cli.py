@@ -218,7 +218,8 @@ def watch(
     added and resolved, the decision of each open stage and the data lag; decision
     changes are printed and, with --notify, POSTed. Readers (dashboard, gates) see a
     copy published after every cycle that changed something. Stop with Ctrl-C or
-    SIGTERM: queued notifications are delivered within 10 s, or each is logged.
+    SIGTERM: a cycle in progress is abandoned at once (nothing of it is published);
+    queued notifications are delivered within 10 s, or each is logged.
 
     \b
     --probe URL runs the synthetic client (`replaygate probe`) against the endpoint every

@@ -9,9 +9,22 @@ does not touch an open file). While watch runs it is the database's only writer.
 
 A failed cycle (a file that cannot be read, a database error) is reported and tried
 again at the next tick; a cycle that runs past the next tick skips the ticks it missed
-and says so, so work never queues up behind itself. SIGINT and SIGTERM end the loop
-after the cycle in progress; every cycle's writes are one transaction; notifications
-still queued are delivered within a grace period, or logged (replaygate/notify.py).
+and says so, so work never queues up behind itself. Notifications still queued at a
+stop are delivered within a grace period, or logged (replaygate/notify.py).
+
+Stopping: SIGINT and SIGTERM end watch promptly, whatever its cycle is doing (a cycle
+over 100,000 stages runs for minutes). A cycle runs in a thread of its own while the
+main thread, which receives signals, waits for it: a DuckDB operator can run for a minute
+without returning to Python, so a handler on the cycle's own thread would wait that long.
+The handler interrupts the connection's query (`interrupt()`, which DuckDB's operators
+heed); a cycle still running half a second later (in Python code, or going on after an
+error it caught) gets `Interrupted` raised in its thread. The cycle is abandoned:
+everything it wrote is in the working copy, which is discarded, so the published
+database stays as it was. The rename that publishes runs shielded (`_shield`): a stop
+before it publishes nothing; after it, the cycle is complete and ends normally, its
+notifications sent. A decision history append is one write of whole lines, so an
+abandoned cycle leaves rows it recorded whole (they are true: watch evaluated that),
+never half a line. Copies are made in steps, so a large database's copy is no wait.
 
 Probes: with `--probe URL`, watch also runs `replaygate probe` against the endpoint every
 `--probe-every` (a process of its own, bounded by the probe's deadline, never more than
@@ -27,6 +40,7 @@ writer lock (which dies with it, `kill -9` included) and its heartbeat is not st
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import datetime as dt
 import json
 import os
@@ -37,7 +51,7 @@ import sys
 import tempfile
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import FrameType
@@ -56,6 +70,12 @@ from replaygate.queries.api import outputs, terminal
 
 from . import duration
 from .notify import Notifier, message
+
+# How much a copy moves between two looks for a stop.
+_COPY_STEP = 16 << 20
+# How long a stopped cycle may take to end through its interrupted query before
+# `Interrupted` is raised into it.
+_GRACE = 0.5
 
 # Finding identity across cycles (what "added" and "resolved" count).
 _FINDING_KEY = (
@@ -147,6 +167,11 @@ class Prober:
         return self._finished()
 
 
+class Interrupted(BaseException):  # noqa: N818 - not an error: a stop asked mid-cycle
+    """A stop signal arrived during a cycle: the cycle is abandoned, nothing of it is
+    published. A BaseException, so no handler of errors takes it for a failed step."""
+
+
 def work_path(db: str) -> Path:
     p = Path(db)
     return p.with_name(f".{p.name}.watch")
@@ -230,6 +255,73 @@ class Watcher:
         self.baselined = False
         self._last_heartbeat: dict[str, Any] | None = None
         self.lock: dblock.Lock | None = None
+        # Stopping (see the module's docstring): a stop was asked; a cycle is running and
+        # may still be abandoned; how many shielded steps are under way.
+        self.stop_asked = False
+        self.abandoned: int | None = None
+        # Guards the flags below between the cycle's thread and the handler; reentrant,
+        # as the handler may run while the main thread holds it.
+        self._state = threading.RLock()
+        self._abandonable = False
+        self._shielded = 0
+        self._raised = False
+        self._asked_at = 0.0
+        self._worker: threading.Thread | None = None
+
+    # -- stopping --------------------------------------------------------------------------
+    def interrupt(self) -> None:
+        """Ask watch to stop; called by the signal handler, on the main thread. A cycle
+        that can still be abandoned is abandoned: its DuckDB query is interrupted now
+        (the cycle ends through the error it raises); a cycle still running
+        `_GRACE` later (in Python code, or going on after a caught error) gets
+        `Interrupted` raised in its thread (`_abandon`)."""
+        self.stop_asked = True
+        self._asked_at = time.monotonic()
+        with self._state:
+            if self._abandonable and not self._shielded:
+                self._interrupt_query()
+
+    def _interrupt_query(self) -> None:
+        if self.con is not None:
+            with contextlib.suppress(duckdb.Error):  # closed meanwhile: nothing runs
+                self.con.interrupt()
+
+    def _abandon(self, worker: threading.Thread) -> None:
+        with self._state:
+            if not self._abandonable or self._shielded or self._raised:
+                return
+            self._raised = True
+            self._interrupt_query()
+            _raise_in(worker, Interrupted)
+
+    def _check(self) -> None:
+        """Abandon the cycle here if a stop was asked and it still may be."""
+        if self.stop_asked and self._abandonable and not self._shielded:
+            raise Interrupted
+
+    @contextlib.contextmanager
+    def _shield(self) -> Iterator[None]:
+        """A step a stop must not cut in two: a stop asked before it abandons the cycle
+        here (an `Interrupted` already on its way arrives before the step starts)."""
+        with self._state:
+            self._shielded += 1
+        try:
+            self._check_now()
+            yield
+        finally:
+            with self._state:
+                self._shielded -= 1
+
+    def _copy(self, src: Path, dst: Path) -> None:
+        """Copy a file in steps, looking for a stop between two."""
+        with open(src, "rb") as i, open(dst, "wb") as o:
+            size, done = os.fstat(i.fileno()).st_size, 0
+            while done < size:
+                self._check()
+                n = os.sendfile(o.fileno(), i.fileno(), done, min(_COPY_STEP, size - done))
+                if n == 0:
+                    break
+                done += n
 
     # -- storage ---------------------------------------------------------------------------
     def own(self) -> None:
@@ -246,7 +338,7 @@ class Watcher:
                 # hold less, or more that was never published: the logs are read again).
                 self._discard_work()
                 if Path(self.db).exists():
-                    shutil.copyfile(self.db, self.work)
+                    self._copy(Path(self.db), self.work)
                 self.started = True
             try:
                 self.con = dbm.connect(str(self.work), role=dblock.WATCH)
@@ -264,7 +356,8 @@ class Watcher:
                 p.unlink()
 
     def publish(self) -> None:
-        """Replace the database readers open with the working copy, in one rename."""
+        """Replace the database readers open with the working copy, in one rename. A stop
+        before the rename publishes nothing; once it is renamed, the cycle is complete."""
         con = self._open()
         con.execute("CHECKPOINT")
         target = Path(self.db)
@@ -272,12 +365,20 @@ class Watcher:
         # A new file of its own (never one planted at a fixed name), held while it is
         # written; one a killed watch left is removed at the next publish.
         with staging.temp_file(target.parent, f".{target.name}.", ".publish") as tmp:
-            shutil.copyfile(self.work, tmp)
+            self._copy(self.work, tmp)
             shutil.copymode(self.work, tmp)  # the new file's own mode is private
-            # A write-ahead log left by another writer belongs to the file being replaced.
-            with contextlib.suppress(FileNotFoundError):
-                _wal(target).unlink()
-            os.replace(tmp, target)
+            with self._shield():
+                # A write-ahead log left by another writer belongs to the file replaced.
+                with contextlib.suppress(FileNotFoundError):
+                    _wal(target).unlink()
+                os.replace(tmp, target)
+                with self._state:
+                    self._abandonable = False  # published: the cycle is complete
+
+    def _check_now(self) -> None:
+        """Abandon the cycle if a stop was asked before it was published."""
+        if self.stop_asked and self._abandonable:
+            raise Interrupted
 
     def close(self) -> None:
         if self.con is not None:
@@ -293,6 +394,53 @@ class Watcher:
 
     # -- one cycle -------------------------------------------------------------------------
     def cycle(self, n: int) -> Cycle:
+        """Run one cycle; `Interrupted` if a stop abandoned it (nothing of it published;
+        the working copy, which may hold part of it, is to be discarded)."""
+        try:
+            with self._state:
+                self._abandonable = True
+            return self._cycle(n)
+        except BaseException:
+            # Whatever a stop made fail (an interrupted query raises DuckDB's own error),
+            # the cycle was abandoned.
+            if self.stop_asked and self._abandonable:
+                raise Interrupted from None
+            raise
+        finally:
+            with self._state:
+                self._abandonable = False
+                self._shielded = 0
+
+    def _in_thread(self, n: int) -> Cycle:
+        """`cycle(n)` in a thread of its own, waited for here (the main thread, which
+        runs the signal handler meanwhile)."""
+        out: list[Cycle] = []
+        failed: list[BaseException] = []
+
+        def work() -> None:
+            try:
+                out.append(self.cycle(n))
+            except BaseException as exc:  # noqa: BLE001 - handed to the waiting thread
+                failed.append(exc)
+
+        worker = threading.Thread(target=work, name=f"watch-cycle-{n}", daemon=True)
+        with self._state:
+            self._worker = worker
+            self._raised = False
+        worker.start()
+        try:
+            while worker.is_alive():
+                worker.join(0.1)
+                if self.stop_asked and time.monotonic() - self._asked_at > _GRACE:
+                    self._abandon(worker)
+        finally:
+            with self._state:
+                self._worker = None
+        if failed:
+            raise failed[0]
+        return out[0]
+
+    def _cycle(self, n: int) -> Cycle:
         from replaygate.queries import api
 
         c = Cycle(n, dt.datetime.now(dt.UTC))
@@ -324,6 +472,7 @@ class Watcher:
                 self.publish()
                 c.published = True
         except (ReplaygateError, duckdb.Error, OSError) as exc:
+            self._check()
             c.error = _one_line(exc)
             if isinstance(exc, duckdb.Error) and self.con is not None:
                 # Start the next cycle on a fresh connection.
@@ -395,18 +544,24 @@ class Watcher:
 
     # -- the loop --------------------------------------------------------------------------
     def run(self, stop: threading.Event, cycles: int | None = None) -> int:
-        """Run until `stop` is set (or `cycles` cycles ran); the number of cycles run."""
+        """Run until `stop` is set or `interrupt()` is called (or `cycles` cycles ran); the
+        number of cycles completed (`abandoned` names one a stop cut short)."""
         self.own()
         self.notifier.start()
         n = 0
         start = time.monotonic()
         tick = 0
         try:
-            while not stop.is_set():
+            while not (stop.is_set() or self.stop_asked):
                 n += 1
                 if self.prober is not None:
                     self._probe_line(self.prober.poll())
-                c = self.cycle(n)
+                try:
+                    c = self._in_thread(n)
+                except Interrupted:
+                    self.abandoned = n
+                    n -= 1
+                    break
                 self.say(terminal(c.line()))
                 for ch in c.changes:
                     self.say(_change_line(c, ch))
@@ -525,6 +680,15 @@ def check(db: str, now: dt.datetime | None = None) -> tuple[bool, str]:
     return True, f"watch (pid {pid}) is running; last {last}"
 
 
+def _raise_in(thread: threading.Thread, exc: type[BaseException]) -> None:
+    """Raise `exc` in `thread` at its next Python step (CPython's asynchronous
+    exception; a C call in progress, such as a DuckDB query, returns first)."""
+    if thread.ident is not None:
+        ctypes.pythonapi.PyThreadState_SetAsyncExc(
+            ctypes.c_ulong(thread.ident), ctypes.py_object(exc)
+        )
+
+
 def _wal(p: Path) -> Path:
     return p.with_name(p.name + ".wal")
 
@@ -600,14 +764,15 @@ def main(
     resolved = resolve_config(db, config_path)
     conf = resolved.config
     stop = threading.Event()
-
-    def on_signal(signum: int, frame: FrameType | None) -> None:
-        stop.set()
-
-    previous = {s: signal.signal(s, on_signal) for s in (signal.SIGINT, signal.SIGTERM)}
     say = lambda line: click.echo(line)  # noqa: E731
     notifier = Notifier(list(notify), log=lambda line: click.echo(line, err=True))
     w = Watcher(list(paths), db, conf, every, notifier, dashboard_url, source, say, probe)
+
+    def on_signal(signum: int, frame: FrameType | None) -> None:
+        stop.set()
+        w.interrupt()  # abandons a cycle in progress
+
+    previous = {s: signal.signal(s, on_signal) for s in (signal.SIGINT, signal.SIGTERM)}
     click.echo(
         f"watching {len(paths)} path{'s' if len(paths) > 1 else ''} every "
         f"{duration.show(every)}; publishing {db}"
@@ -620,4 +785,7 @@ def main(
     finally:
         for s, h in previous.items():
             signal.signal(s, h)
-    click.echo(f"stopped after {n} cycle{'s' if n != 1 else ''}", err=True)
+    tail = ""
+    if w.abandoned is not None:
+        tail = f"; cycle #{w.abandoned} was interrupted and nothing of it published"
+    click.echo(f"stopped after {n} cycle{'s' if n != 1 else ''}{tail}", err=True)
