@@ -68,7 +68,7 @@ def _placements(f: Fleet, needs: str, end: int) -> tuple[int, str | None, bool]:
     if needs == "rollback":
         assert f.rollback_at is not None, "the timeline is laid out first"
         return f.rollback_at - 3 * 60 * SEC, "write-10pct", True
-    if needs == "sessionless":
+    if needs in ("sessionless", "unrecorded"):
         cands = [st for st in f.stages[:3]]
         st = rng.choice(cands)
         stop = st.end if st.end is not None else end
@@ -237,19 +237,26 @@ def _simulate_into(
             if fl.needs == "once" and r > 0:
                 continue
             t, cohort, resumable = _placements(f, fl.needs, end)
-            expect = fl.play(f, t, cohort, resumable)
+            played = fl.play(f, t, cohort, resumable)
+            expect = [e for e in played if not e.get("undecided")]
             if server_only:
                 expect = [e for e in expect if not e.get("client_only")]
-            injected.append(
-                {
-                    "id": f"{fid}#{r + 1}",
-                    "fault": fid,
-                    "seed": fl.seed,
-                    "description": fl.description,
-                    "cohort": cohort,
-                    "expect": expect,
-                }
-            )
+            item = {
+                "id": f"{fid}#{r + 1}",
+                "fault": fid,
+                "seed": fl.seed,
+                "description": fl.description,
+                "cohort": cohort,
+                "expect": expect,
+            }
+            undecided = [
+                {k: v for k, v in e.items() if k != "undecided"}
+                for e in played
+                if e.get("undecided")
+            ]
+            if undecided:
+                item["cannot_tell"] = undecided
+            injected.append(item)
     f.close()
     all_expect = [e for item in injected for e in item["expect"]]
     truth = {

@@ -3,7 +3,9 @@ the findings it must produce (side effects included), as truth expectations.
 
 `needs` says where a fault can be placed: `resumable` (a read or write cohort),
 `write` (a cohort or baseline session that may call write tools), `any`,
-`sessionless` (2026-07-28 traffic), `rollback` (the hygiene window), `once`.
+`sessionless` (2026-07-28 traffic), `rollback` (the hygiene window), `once`,
+`unrecorded` (a session only a proxy log shows: placed like `sessionless`, staged by
+window).
 """
 
 from __future__ import annotations
@@ -11,6 +13,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
+
+from replaygate.ingest.redact import hmac_hex
 
 from .calls import Brk, call, sessionless_call
 from .fleet import SEC, Fleet, Sess
@@ -63,6 +67,18 @@ def X(
     if client:
         out["client_only"] = True
     return out
+
+
+def U(f: Fleet, detector: str, t: int, session: str | None, missing: str, file_name: str) -> dict:
+    """One unit the detector must report as `cannot_tell` (its input cannot show
+    `missing`), never as a finding: kept apart from the findings in truth.json."""
+    return {
+        "detector": detector,
+        "stage": f.stage_of(session, t),
+        "missing": missing,
+        "file": file_name,
+        "undecided": True,
+    }
 
 
 def stream_unit(s: Sess, stream_id: str) -> dict:
@@ -794,6 +810,208 @@ one_call(
     client_cut=-1,
     proxy_empty=True,
 )
+
+
+# -- answers lost past a proxy, seen by its own log alone (seed 000) ----------------------
+# A session on an upstream that runs without the recorder: no ledger, no event log, only
+# the proxy's own access log, in the format docs/sources.md gives for it (session HMACs, no
+# raw id). Four calls: an answer lost on the way (the upstream closed after the answer's
+# headers, before its first event), a call the client cancels after those headers, one it
+# hangs up on before them, and one delivered. Each line is what that proxy prints for it:
+#
+# - nginx 1.22 (checked against the binary, tests/test_nginx_completion.py): the lost
+#   answer is `200`, `$body_bytes_sent` 0 and `$request_completion` "OK"; the client that
+#   left after the headers `200`, 0, "" (cannot tell); before them `499`
+#   (NGX_HTTP_CLIENT_CLOSED_REQUEST), "".
+# - Envoy (access-log command operators): `%RESPONSE_FLAGS%` "-" when no flag was set,
+#   `DC` "downstream connection termination"; `%RESPONSE_CODE%` 0: "the server never
+#   sent the beginning of a response ... the (downstream) client disconnected"; "-" for
+#   every value not set.
+# - Caddy 2.6 (its default JSON access log behind the redacting filter of
+#   docs/sources.md; tests/fixtures/proxy/captured/caddy-ts-redacted.log): the lost answer
+#   and the client that left after the headers are both `200` with `size` 0, which no
+#   field tells apart (cannot tell); the client that left before them status 0 (499 from
+#   Caddy 2.8: caddyserver/caddy reverseproxy/client_disconnect_test.go).
+UNRECORDED_UPSTREAM = "10.0.3.7:8000"
+SSE = "text/event-stream"
+
+
+def _nginx_line(t, dur, status, size, done, *, hm="", ua, addr, ct=SSE, proto="", new=""):
+    return {
+        "msec": f"{(t + dur) / 1000:.3f}",
+        "request_time": f"{dur / 1000:.3f}",
+        "method": "POST",
+        "uri": "/mcp",
+        "status": str(status),
+        "origin": "",
+        "mcp_session_hmac": hm,
+        "mcp_protocol_version": proto,
+        "last_event_id": "",
+        "mcp_method": "",
+        "user_agent": ua,
+        "remote_addr": addr,
+        "remote_user": "",
+        "upstream": UNRECORDED_UPSTREAM,
+        "retry_after": "",
+        "body_bytes_sent": str(size),
+        "resp_content_type": ct,
+        "request_completion": done,
+        "new_session": new,
+    }
+
+
+def _envoy_line(t, dur, status, size, flags, *, hm="-", ua, addr, ct=SSE, proto="-", new="-"):
+    return {
+        "start_time": f"{t / 1000:.3f}",
+        "method": "POST",
+        "path": "/mcp",
+        "response_code": str(status),
+        "duration": str(dur),
+        "origin": "-",
+        "mcp_session_hmac": hm,
+        "mcp_protocol_version": proto,
+        "last_event_id": "-",
+        "mcp_method": "-",
+        "user_agent": ua,
+        "downstream_remote_address": addr,
+        "upstream_host": UNRECORDED_UPSTREAM,
+        "retry_after": "-",
+        "bytes_sent": str(size),
+        "resp_content_type": ct,
+        "response_flags": flags,
+        "new_session": new,
+    }
+
+
+def _caddy_line(t, dur, status, size, *, ua, addr, port, ct=SSE, proto=None, new=False):
+    headers = {
+        "Accept": ["application/json, text/event-stream"],
+        "User-Agent": [ua],
+        "Content-Type": ["application/json"],
+        "Content-Length": ["180"],
+    }
+    if proto:
+        headers["Mcp-Protocol-Version"] = [proto]
+    resp: dict[str, Any] = {"Server": ["Caddy", "uvicorn"]}
+    if ct:
+        resp.update({"Content-Type": [ct], "Cache-Control": ["no-cache, no-transform"]})
+    if new:
+        resp["Mcp-Session-Id"] = "REDACTED"
+    return {
+        "level": "info",
+        "ts": (t + dur) / 1000,
+        "logger": "http.log.access.log0",
+        "msg": "handled request",
+        "request": {
+            "remote_ip": addr,
+            "remote_port": str(port),
+            "proto": "HTTP/1.1",
+            "method": "POST",
+            "host": "mcp.example.com",
+            "uri": "/mcp",
+            "headers": headers,
+        },
+        "user_id": "",
+        "duration": dur / 1000,
+        "size": size,
+        "status": status,
+        "resp_headers": resp,
+    }
+
+
+def _past_proxy(f: Fleet, t: int, proxy: str) -> list[dict]:
+    """The story above, told by one proxy's log; returns its expectations."""
+    rng = f.rng
+    file_name = f"proxy-{proxy}.jsonl"
+    hm = hmac_hex(f.key, f.uid())
+    ua, addr, port = "python-httpx/0.28.1", f"10.7.{rng.randint(0, 255)}.{rng.randint(1, 254)}", 0
+    proto = "2025-11-25"
+    # (when, duration, what happened); each call a few seconds after the last
+    calls = []
+    for what in ("initialize", "lost", "left_after_headers", "left_before_headers", "delivered"):
+        dur = {"initialize": 40, "left_before_headers": 150}.get(what, rng.randint(300, 1500))
+        calls.append((t, dur, what))
+        t += dur + rng.randint(2 * SEC, 6 * SEC)
+    out = []
+    for when, dur, what in calls:
+        port = rng.randint(40_000, 60_000)
+        size = rng.randint(300, 900) if what in ("initialize", "delivered") else 0
+        if proxy == "nginx":
+            status, done, ct = {
+                "left_after_headers": (200, "", SSE),
+                "left_before_headers": (499, "", ""),
+            }.get(what, (200, "OK", SSE))
+            init = what == "initialize"
+            line = _nginx_line(when, dur, status, size, done, hm="" if init else hm, ua=ua,
+                               addr=addr, ct=ct, proto="" if init else proto,
+                               new="1" if init else "")  # fmt: skip
+            closed = {"OK": False, "": None}[done] if status != 499 else True
+        elif proxy == "envoy":
+            status, flags, ct = {
+                "left_after_headers": (200, "DC", SSE),
+                "left_before_headers": (0, "DC", "-"),
+            }.get(what, (200, "-", SSE))
+            init = what == "initialize"
+            line = _envoy_line(when, dur, status, size, flags, hm="-" if init else hm, ua=ua,
+                               addr=addr, ct=ct, proto="-" if init else proto,
+                               new=str(rng.randint(1, 9)) if init else "-")  # fmt: skip
+            closed = flags == "DC"
+        else:
+            status = 0 if what == "left_before_headers" else 200
+            init = what == "initialize"
+            line = _caddy_line(when, dur, status, size, ua=ua, addr=addr, port=port,
+                               ct=None if status == 0 else SSE,
+                               proto=None if init else proto, new=init)  # fmt: skip
+            closed = True if status == 0 else None
+        judged = status == 200 and (size > 0 or closed is False)
+        f.native(file_name, line, when, judged=judged)
+        if status != 200 or size:
+            continue
+        if closed is False:
+            # the request itself is the unit: no stream of its session to place it on
+            out.append(X(f, "undelivered_result", "medium", when, hm, ts=when))
+        elif closed is None:
+            # Caddy's redacting format keeps no session: the unit has none
+            sess = None if proxy == "caddy" else hm
+            out.append(U(f, "undelivered_result", when, sess, "proxy.client_closed", file_name))
+    return out
+
+
+@fault(
+    "answer_lost_past_nginx",
+    "unrecorded",
+    "000",
+    "an upstream without the recorder closes after an answer's headers: nginx logs 200, "
+    "0 body bytes and `$request_completion` OK (an answer lost); a client that left after "
+    "the headers (200, completion empty) cannot be told from it, one that left before (499) "
+    "is no loss",
+)
+def _answer_lost_past_nginx(f, t, cohort, resumable):
+    return _past_proxy(f, t, "nginx")
+
+
+@fault(
+    "answer_lost_past_envoy",
+    "unrecorded",
+    "000",
+    "an upstream without the recorder closes after an answer's headers: Envoy logs 200, "
+    "0 bytes and no flag (an answer lost); clients that hung up are flagged DC (or code 0) "
+    "and are no loss",
+)
+def _answer_lost_past_envoy(f, t, cohort, resumable):
+    return _past_proxy(f, t, "envoy")
+
+
+@fault(
+    "answer_lost_past_caddy",
+    "unrecorded",
+    "000",
+    "an upstream without the recorder closes after an answer's headers: Caddy logs 200 with "
+    "size 0, the same line as a client that left after the headers: both cannot tell; one "
+    "that left before them (status 0) is no loss",
+)
+def _answer_lost_past_caddy(f, t, cohort, resumable):
+    return _past_proxy(f, t, "caddy")
 
 
 @fault(

@@ -17,7 +17,7 @@ from fnmatch import fnmatchcase
 
 from replaygate.ingest.redact import hmac_hex
 
-from .writers import _Base, make_writer
+from .writers import NativeLog, _Base, make_writer
 
 T0 = 1_795_824_000_000  # 2026-11-28T00:00:00Z in epoch ms
 SEC = 1000
@@ -146,6 +146,7 @@ class Fleet:
         self.key = key
         self.fmt = fmt
         self.writers: dict[str, _Base] = {}
+        self.natives: dict[str, NativeLog] = {}  # proxies' own logs, by file name
         self.stages: list[Stage] = []
         self.rollback_at: int | None = None
         self.cohort: dict[str, str | None] = {}
@@ -207,6 +208,21 @@ class Fleet:
     def close(self) -> None:
         for wr in self.writers.values():
             wr.close()
+        for log in self.natives.values():
+            log.close()
+
+    def native(self, file_name: str, line: dict, t: int, *, judged: bool) -> None:
+        """One line of a proxy's own access log, as that proxy prints it (the faults that
+        write them cite where each shape comes from). `judged`: a POST answered with an
+        event stream that the row alone judges (bytes sent, or none and the client did not
+        end the request), a sample of `lost_responses` in the stage whose window holds t
+        (the line's session has no ledger: it is staged by window)."""
+        log = self.natives.get(file_name)
+        if log is None:
+            log = self.natives[file_name] = NativeLog(self.out / file_name)
+        log.add(line)
+        if judged:
+            self.stats[self.window_stage(t)].sized_answers += 1
 
     # -- record emitters ------------------------------------------------------------------
     def led_session(self, s: Sess, t: int, state: str, **extra) -> None:
@@ -412,8 +428,8 @@ class Fleet:
             st.reconnect_ts.append(t)
         if raw:
             st.raw_ids += 1
-        # (the simulator's proxy logs do not say who ended a request, so an empty event
-        # stream is not judged by its row alone)
+        # (these contract rows do not say who ended a request, so an empty event stream is
+        # not judged by its row alone; the proxies' own logs of `native` do)
         if (
             method == "POST"
             and 200 <= status < 300

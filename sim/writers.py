@@ -216,6 +216,23 @@ class ParquetWriter(_Base):
         self.w.close()
 
 
+class NativeLog:
+    """A proxy's own access log (nginx, Envoy, Caddy): each line the JSON object the proxy
+    prints, its keys in the order given, nothing of the contract's record types."""
+
+    def __init__(self, path: Path):
+        self.path = path
+        self.buf: list[dict] = []
+
+    def add(self, line: dict) -> None:
+        self.buf.append(line)
+
+    def close(self) -> None:
+        with self.path.open("w", encoding="utf-8", newline="\n") as fh:
+            fh.writelines(json.dumps(x, separators=(",", ":")) + "\n" for x in self.buf)
+        self.buf.clear()
+
+
 # Per-table file layout for --format mixed: every reader path is exercised.
 MIXED = {
     "sessions": ("sessions.jsonl", "iso"),

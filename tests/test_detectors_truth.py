@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections import Counter
+from pathlib import Path
 
 import pytest
 
@@ -104,3 +105,66 @@ def test_server_only_fleets_are_exact(tmp_path, seed, sessions, fmt):
 def test_server_only_normal_traffic_yields_no_findings(tmp_path):
     con, truth, _ = build(tmp_path, seed=22, sessions=600, faults="none", server_only=True)
     assert findings_of(con) == []
+
+
+PAST_PROXIES = ("answer_lost_past_nginx", "answer_lost_past_envoy", "answer_lost_past_caddy")
+
+
+def _cannot_tell_of(con, detector: str) -> Counter:
+    """One detector's cannot_tell units by (file name, missing fact, stage)."""
+    rows = con.execute(
+        "SELECT file, missing, stage, units FROM cannot_tell_stages WHERE detector = ?",
+        [detector],
+    ).fetchall()
+    return Counter({(Path(f).name, m, s): n for f, m, s, n in rows})
+
+
+@pytest.mark.parametrize("server_only", [True, False])
+def test_the_proxy_basis_on_each_proxys_own_log(tmp_path, server_only):
+    """Sessions only a proxy's own log shows (nginx, Envoy, Caddy, each in the format
+    docs/sources.md gives it): an empty event stream the row shows the client did not end
+    is `undelivered_result` (exact precision and recall), one the client ended is nothing,
+    and one the row cannot tell (nginx `$request_completion` empty, any Caddy 200 of 0
+    bytes) is `cannot_tell` in its file and stage, as truth.json lists them."""
+    con, truth, out = build(
+        tmp_path, seed=12, sessions=150, fmt="jsonl", faults=",".join(PAST_PROXIES),
+        server_only=server_only,
+    )  # fmt: skip
+    assert {p.name for p in out.glob("proxy-*.jsonl")} >= {
+        "proxy-nginx.jsonl", "proxy-envoy.jsonl", "proxy-caddy.jsonl"
+    }  # fmt: skip
+    # exact precision and recall for every detector, these proxy-only units included
+    _assert_exact(con, truth)
+    scores = _per_detector(*match_truth(findings_of(con), truth))
+    assert scores["undelivered_result"] == (1.0, 1.0)
+    lost = [f for f in findings_of(con) if f["detector"] == "undelivered_result"]
+    # one answer lost past nginx, one past Envoy; none past Caddy, whose log cannot tell
+    assert len(lost) == 2
+    assert all(f["detail"]["bases"] == ["proxy"] and f["stream_id"] is None for f in lost)
+    expected = Counter(
+        (u["file"], u["missing"], u["stage"])
+        for f in truth["faults"]
+        for u in f.get("cannot_tell", [])
+    )
+    assert expected == Counter(
+        {("proxy-nginx.jsonl", "proxy.client_closed", _stage(truth, "answer_lost_past_nginx")): 1,
+         ("proxy-caddy.jsonl", "proxy.client_closed", _stage(truth, "answer_lost_past_caddy")): 2}
+    )  # fmt: skip
+    assert _cannot_tell_of(con, "undelivered_result") == expected
+    # what ingest read of who ended each request, line by line: initialize, the lost
+    # answer, a client gone after the answer's headers, one gone before them, an answer
+    # delivered
+    by_file = {
+        Path(p).name: [r[0] for r in con.execute(
+            "SELECT client_closed FROM proxy JOIN files f USING (file_id) "
+            "WHERE f.path = ? ORDER BY ts", [p]).fetchall()]
+        for (p,) in con.execute("SELECT path FROM files WHERE path LIKE '%proxy-%'").fetchall()
+    }  # fmt: skip
+    assert by_file["proxy-nginx.jsonl"] == [False, False, None, True, False]
+    assert by_file["proxy-envoy.jsonl"] == [False, False, True, True, False]
+    assert by_file["proxy-caddy.jsonl"] == [None, None, None, True, None]
+
+
+def _stage(truth: dict, fault: str) -> str | None:
+    (item,) = [f for f in truth["faults"] if f["fault"] == fault]
+    return item["cannot_tell"][0]["stage"] if item.get("cannot_tell") else None
