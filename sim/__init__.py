@@ -85,8 +85,10 @@ def _placements(f: Fleet, needs: str, end: int) -> tuple[int, str | None, bool]:
     cohort = rng.choice(options)
     if cohort is None:
         # Baseline traffic too stays out of the current stage's window: its sessionless
-        # requests (an initialize, a refused Origin) are staged by window.
-        return rng.randint(T0 + margin, f.stages[3].start - margin), None, False
+        # requests (an initialize, a refused Origin) are staged by window. And out of the
+        # rollback's hygiene window, which its own faults judge: a baseline fault's resume
+        # there is a new stream resumed after the rollback.
+        return rng.randint(T0 + margin, f.rollback_at - margin), None, False
     st = f.stage_named(cohort)
     stop = st.end if st.end is not None else end
     return rng.randint(st.start + margin, stop - margin), cohort, st.scope != "shadow"
