@@ -974,6 +974,11 @@ def _past_proxy(f: Fleet, t: int, proxy: str) -> list[dict]:
             # Caddy's redacting format keeps no session: the unit has none
             sess = None if proxy == "caddy" else hm
             out.append(U(f, "undelivered_result", when, sess, "proxy.client_closed", file_name))
+    if proxy != "caddy":
+        # docs/sources.md's nginx and Envoy formats log no token subject: whether the
+        # session kept one identity cannot be told from them (Caddy's keeps no session)
+        t_first = calls[1][0]
+        out.append(U(f, "auth_subject_mismatch", t_first, hm, "proxy.auth_subject", file_name))
     return out
 
 

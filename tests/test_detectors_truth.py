@@ -110,13 +110,12 @@ def test_server_only_normal_traffic_yields_no_findings(tmp_path):
 PAST_PROXIES = ("answer_lost_past_nginx", "answer_lost_past_envoy", "answer_lost_past_caddy")
 
 
-def _cannot_tell_of(con, detector: str) -> Counter:
-    """One detector's cannot_tell units by (file name, missing fact, stage)."""
+def _cannot_tell_of(con, files: tuple[str, ...]) -> Counter:
+    """The cannot_tell units of these files, by (detector, file name, missing fact, stage)."""
     rows = con.execute(
-        "SELECT file, missing, stage, units FROM cannot_tell_stages WHERE detector = ?",
-        [detector],
+        "SELECT detector, file, missing, stage, units FROM cannot_tell_stages"
     ).fetchall()
-    return Counter({(Path(f).name, m, s): n for f, m, s, n in rows})
+    return Counter({(d, Path(f).name, m, s): n for d, f, m, s, n in rows if Path(f).name in files})
 
 
 @pytest.mark.parametrize("server_only", [True, False])
@@ -142,15 +141,21 @@ def test_the_proxy_basis_on_each_proxys_own_log(tmp_path, server_only):
     assert len(lost) == 2
     assert all(f["detail"]["bases"] == ["proxy"] and f["stream_id"] is None for f in lost)
     expected = Counter(
-        (u["file"], u["missing"], u["stage"])
+        (u["detector"], u["file"], u["missing"], u["stage"])
         for f in truth["faults"]
         for u in f.get("cannot_tell", [])
     )
-    assert expected == Counter(
-        {("proxy-nginx.jsonl", "proxy.client_closed", _stage(truth, "answer_lost_past_nginx")): 1,
-         ("proxy-caddy.jsonl", "proxy.client_closed", _stage(truth, "answer_lost_past_caddy")): 2}
-    )  # fmt: skip
-    assert _cannot_tell_of(con, "undelivered_result") == expected
+    nginx, envoy, caddy = (_stage(truth, x) for x in PAST_PROXIES)
+    closed, subject = "proxy.client_closed", "proxy.auth_subject"
+    assert expected == Counter({
+        ("undelivered_result", "proxy-nginx.jsonl", closed, nginx): 1,
+        ("undelivered_result", "proxy-caddy.jsonl", closed, caddy): 2,
+        # the documented nginx and Envoy formats log no token subject
+        ("auth_subject_mismatch", "proxy-nginx.jsonl", subject, nginx): 1,
+        ("auth_subject_mismatch", "proxy-envoy.jsonl", subject, envoy): 1,
+    })  # fmt: skip
+    files = ("proxy-nginx.jsonl", "proxy-envoy.jsonl", "proxy-caddy.jsonl")
+    assert _cannot_tell_of(con, files) == expected
     # what ingest read of who ended each request, line by line: initialize, the lost
     # answer, a client gone after the answer's headers, one gone before them, an answer
     # delivered
@@ -167,4 +172,5 @@ def test_the_proxy_basis_on_each_proxys_own_log(tmp_path, server_only):
 
 def _stage(truth: dict, fault: str) -> str | None:
     (item,) = [f for f in truth["faults"] if f["fault"] == fault]
-    return item["cannot_tell"][0]["stage"] if item.get("cannot_tell") else None
+    (stage,) = {u["stage"] for u in item["cannot_tell"]}
+    return stage
