@@ -7,6 +7,7 @@ import json
 import os
 import random
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -88,6 +89,7 @@ def _placements(f: Fleet, needs: str, end: int) -> tuple[int, str | None, bool]:
         # requests (an initialize, a refused Origin) are staged by window. And out of the
         # rollback's hygiene window, which its own faults judge: a baseline fault's resume
         # there is a new stream resumed after the rollback.
+        assert f.rollback_at is not None, "the timeline is laid out first"
         return rng.randint(T0 + margin, f.rollback_at - margin), None, False
     st = f.stage_named(cohort)
     stop = st.end if st.end is not None else end
@@ -243,7 +245,7 @@ def _simulate_into(
             expect = [e for e in played if not e.get("undecided")]
             if server_only:
                 expect = [e for e in expect if not e.get("client_only")]
-            item = {
+            item: dict[str, Any] = {
                 "id": f"{fid}#{r + 1}",
                 "fault": fid,
                 "seed": fl.seed,
