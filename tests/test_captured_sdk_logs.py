@@ -107,3 +107,36 @@ def test_a_redacting_log_reads_no_initialize_and_leaves_the_reinit_gate_insuffic
     assert gate["status"] == "insufficient", gate
     assert gate["cannot_tell"] == gone
     con.close()
+
+
+def test_the_conformance_probe_refused_passes_the_origin_gate_once_configured(tmp_path):
+    """The suite's DNS-rebinding probe (foreign Host and Origin) that the Python SDK
+    refused with 421, under an allow-list of the suite's own loopback origin: refused, so
+    never `invalid_origin_accepted`; only the ungated low `origin_refused_not_403` (the
+    specification asks for 403); the Origin gate passes (unconfigured it is
+    `insufficient` and nothing is found, tests/test_e2e_conformance.py)."""
+    from replaygate.ingest.config import from_mapping
+    from replaygate.queries import gates, runner
+
+    path = CAPTURED / FILES[0]
+    first = min(j["ts"] for j in map(json.loads, path.read_text().splitlines()))
+    rollout = tmp_path / "rollout.jsonl"
+    start = {"schema": "mcpRollout.v1", "ts": int(first * 1000) - 60_000, "stage": "s"}
+    rollout.write_text(json.dumps({**start, "action": "start", "scope": "read"}) + "\n")
+    config = from_mapping({"origin_allowlist": ["http://127.0.0.1:*", "http://localhost:*"]})
+    con = dbm.connect(str(tmp_path / "a.duckdb"))
+    try:
+        ingest(con, [path, rollout], config)
+        runner.analyse(con, config)
+        origin = con.execute(
+            "SELECT detector, severity, detail->>'status' FROM findings WHERE detector IN "
+            "('invalid_origin_accepted', 'origin_refused_not_403', 'allowed_origin_refused')"
+        ).fetchall()
+        stage = gates.evaluate(con, config)["stages"][0]
+    finally:
+        con.close()
+    assert origin == [("origin_refused_not_403", "low", "421")]
+    gate = {g["id"]: g for g in stage["gates"]}
+    assert gate["invalid_origin_rejection"]["status"] == "pass", gate["invalid_origin_rejection"]
+    assert gate["invalid_origin_rejection"]["sample"] >= 1
+    assert gate["allowed_origin_refusals"]["status"] == "pass"

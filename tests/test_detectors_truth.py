@@ -168,6 +168,18 @@ def test_the_proxy_basis_on_each_proxys_own_log(tmp_path, server_only):
     assert by_file["proxy-nginx.jsonl"] == [False, False, None, True, False]
     assert by_file["proxy-envoy.jsonl"] == [False, False, True, True, False]
     assert by_file["proxy-caddy.jsonl"] == [None, None, None, True, None]
+    # an initialize is a request without a session whose answer issued one (nginx's flag,
+    # Envoy's first character of the id); Caddy's REDACTED answer header is neither
+    inits = dict(
+        con.execute(
+            "SELECT f.path, list(p.jsonrpc_method ORDER BY p.ts) FROM proxy p "
+            "JOIN files f USING (file_id) WHERE f.path LIKE '%proxy-%.jsonl' GROUP BY 1"
+        ).fetchall()
+    )
+    inits = {Path(k).name: v for k, v in inits.items()}
+    for name in ("proxy-nginx.jsonl", "proxy-envoy.jsonl"):
+        assert inits[name] == ["initialize", None, None, None, None], name
+    assert inits["proxy-caddy.jsonl"] == [None] * 5
 
 
 def _stage(truth: dict, fault: str) -> str | None:
