@@ -515,11 +515,11 @@ def _tail(fh: Any) -> tuple[dict[str, Any] | None, bool]:
 
 def _append(
     path: Path | None,
-    make_row: Callable[[Callable[[], Iterator[dict[str, Any]]]], dict[str, Any] | None],
-) -> dict[str, Any] | None:
-    """Append the row `make_row(newest_first)` returns (None: nothing; `newest_first()`
+    make_rows: Callable[[Callable[[], Iterator[dict[str, Any]]]], list[dict[str, Any]]],
+) -> list[dict[str, Any]]:
+    """Append the rows `make_rows(newest_first)` returns (none: nothing; `newest_first()`
     reads rows from the end backwards, as far as the caller looks), under an exclusive
-    lock, so appends from several processes keep one chain."""
+    lock, so appends from several processes keep one chain; the rows appended."""
     if path is None:
         raise ReplaygateError("the decision history needs a database file, not :memory:")
     try:
@@ -527,7 +527,7 @@ def _append(
         with open(path, "ab+") as fh:
             fcntl.flock(fh, fcntl.LOCK_EX)
             try:
-                return _append_locked(fh, make_row)
+                return _append_locked(fh, make_rows)
             finally:
                 fcntl.flock(fh, fcntl.LOCK_UN)
     except OSError as exc:
@@ -537,25 +537,30 @@ def _append(
 
 
 def _append_locked(
-    fh: Any, make_row: Callable[[Callable[[], Iterator[dict[str, Any]]]], dict[str, Any] | None]
-) -> dict[str, Any] | None:
-    row = make_row(lambda: _newest_first(fh))
-    if row is None:
-        return None
+    fh: Any, make_rows: Callable[[Callable[[], Iterator[dict[str, Any]]]], list[dict[str, Any]]]
+) -> list[dict[str, Any]]:
+    rows = make_rows(lambda: _newest_first(fh))
+    if not rows:
+        return []
     last, torn = _tail(fh)
-    row["seq"] = int(last["seq"]) + 1 if last else 1
-    row["prev_sha256"] = last.get("sha256") if last else None
-    row["sha256"] = digest(row)
+    seq, prev = (int(last["seq"]), last.get("sha256")) if last else (0, None)
+    lines = []
+    for row in rows:
+        seq += 1
+        row["seq"], row["prev_sha256"] = seq, prev
+        row["sha256"] = prev = digest(row)
+        lines.append(_line(row))
     fh.seek(0, os.SEEK_END)
     # After a crash mid-append the file ends inside a line: start on a fresh one, so
-    # the cut line stays one unreadable line instead of swallowing this row.
-    fh.write((b"\n" if torn else b"") + _line(row).encode("utf-8"))
+    # the cut line stays one unreadable line instead of swallowing these rows. One
+    # write of whole lines: a stop in between leaves no half line of this append.
+    fh.write((b"\n" if torn else b"") + "".join(lines).encode("utf-8"))
     fh.flush()
     os.fsync(fh.fileno())
     written, torn = _tail(fh)
-    if torn or written is None or written.get("sha256") != row["sha256"]:
-        raise ReplaygateError("the decision history did not take the row (read back differs)")
-    return row
+    if torn or written is None or written.get("sha256") != rows[-1]["sha256"]:
+        raise ReplaygateError("the decision history did not take the rows (read back differs)")
+    return rows
 
 
 def _gate_values(stage: dict[str, Any]) -> dict[str, Any]:
@@ -594,7 +599,8 @@ def record_evaluation(
     path = file_for(con)
     ts = iso(_now(now))
     data_version = get_meta(con, "data_version", "0")
-    out = []
+    config_sha256, tool_version = _config_digest(config), _tool_version()
+    rows = []
     for st in doc.get("stages", []):
         row = {
             "recorded_at": ts,
@@ -606,8 +612,8 @@ def record_evaluation(
             "reasons": list(st["reasons"]),
             "gates": _gate_values(st),
             "data_version": data_version,
-            "config_sha256": _config_digest(config),
-            "tool_version": _tool_version(),
+            "config_sha256": config_sha256,
+            "tool_version": tool_version,
             "actor": None,
             "note": None,
             "in_force": None,
@@ -616,29 +622,34 @@ def record_evaluation(
         if data_end:
             # What time of the data the evaluation had seen (`history --at` asks by it).
             row["data_end"] = data_end
+        rows.append(row)
 
-        def make(
-            newest_first: Callable[[], Iterator[dict[str, Any]]], row: dict[str, Any] = row
-        ) -> dict[str, Any] | None:
-            if only_changes:
-                same = next(
-                    (
-                        r
-                        for r in newest_first()
-                        if r.get("kind") == "evaluation"
-                        and (r.get("stage"), r.get("release")) == (row["stage"], row["release"])
-                    ),
-                    None,
-                )
-                keys = ("decision", "reasons", "gates", "data_version", "config_sha256")
-                if same and all(same.get(k) == row[k] for k in keys):
-                    return None
-            return row
+    def make(newest_first: Callable[[], Iterator[dict[str, Any]]]) -> list[dict[str, Any]]:
+        if not only_changes:
+            return rows
+        # Each stage's last recorded evaluation, found in one pass from the end that
+        # stops once every stage is found (a pass per stage made 100,000 stages
+        # quadratic: hours).
+        wanted = {(r["stage"], r["release"]) for r in rows}
+        last: dict[tuple[Any, Any], dict[str, Any]] = {}
+        for r in newest_first():
+            key = (r.get("stage"), r.get("release"))
+            if r.get("kind") == "evaluation" and key in wanted and key not in last:
+                last[key] = r
+                if len(last) == len(wanted):
+                    break
+        keys = ("decision", "reasons", "gates", "data_version", "config_sha256")
+        return [
+            row
+            for row in rows
+            if not (
+                (same := last.get((row["stage"], row["release"])))
+                and all(same.get(k) == row[k] for k in keys)
+            )
+        ]
 
-        appended = _append(path, make)
-        if appended is not None:
-            out.append(appended)
-    return out
+    # One append for the whole document: one lock, one write, one sync.
+    return _append(path, make) if rows else []
 
 
 def record_action(
@@ -704,6 +715,5 @@ def record_action(
             "in_force": current["decision"],
         }
 
-    row = _append(path, make)
-    assert row is not None  # make() returns a row or raises
+    (row,) = _append(path, lambda newest_first: [make(newest_first)])
     return row

@@ -185,3 +185,46 @@ def test_the_dashboard_shows_a_broken_history_as_an_error_not_its_rows(
     assert not at.exception, [e.message for e in at.exception]
     errors = [e.value for e in at.error]
     assert any("The decision history does not verify" in e for e in errors), errors
+
+
+def test_a_document_of_many_stages_is_one_append_read_once(tmp_path, monkeypatch):
+    """`watch` and `gates --all-stages --record` record every stage of a document: one
+    append (one lock, one write, one sync) whose look for each stage's last evaluation
+    is one pass over the history, not one per stage (100,000 stages: a pass and an
+    fsync per stage made a cycle quadratic, hours)."""
+    import os
+    import time
+
+    con = dbm.connect(str(tmp_path / "h.duckdb"))
+    conf = Config()
+    n = 5_000
+    stages = [_doc(f"stage-{i}", "HOLD")["stages"][0] for i in range(n)]
+    syncs, read = [], []
+    real_sync, newest_first = os.fsync, history._newest_first
+    monkeypatch.setattr(history.os, "fsync", lambda fd: syncs.append(fd) or real_sync(fd))
+
+    def counted(fh):
+        for row in newest_first(fh):
+            read.append(1)
+            yield row
+
+    monkeypatch.setattr(history, "_newest_first", counted)
+    cpu = time.process_time()
+    first = history.record_evaluation(
+        con, {"stages": stages}, conf, "watch", now=_at(1), only_changes=True
+    )
+    again = history.record_evaluation(
+        con, {"stages": stages}, conf, "watch", now=_at(2), only_changes=True
+    )
+    stages[7] = _doc("stage-7", "ROLLBACK")["stages"][0]
+    changed = history.record_evaluation(
+        con, {"stages": stages}, conf, "watch", now=_at(3), only_changes=True
+    )
+    cpu = time.process_time() - cpu
+    assert (len(first), len(again), [r["stage"] for r in changed]) == (n, 0, ["stage-7"])
+    assert len(syncs) == 2  # the document that changed nothing wrote nothing
+    # Each row read back at most once per call (a tail read or two aside).
+    assert len(read) <= 2 * n + 10
+    rows = history.checked(con)
+    assert len(rows) == n + 1 and [r["seq"] for r in rows] == list(range(1, n + 2))
+    assert cpu < 30, f"{cpu:.0f} s of CPU"
