@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from . import adapters, capabilities
-from .contract import BY_SCHEMA, BY_TABLE, RECORD_TYPES, RecordType, type_for_filename
+from .contract import BY_SCHEMA, BY_TABLE, RECORD_TYPES, Field, RecordType, type_for_filename
 from .redact import hmac_sql, redact_url_sql
 from .validate import can_be_native
 
@@ -199,6 +199,12 @@ def jsonl_sql(r: Reading) -> str:
     return wrap(inner, r.src)
 
 
+def _value_only(f: Field) -> bool:
+    """A field whose typed value and reason depend on its text only through the DOUBLE
+    the text casts to (validate.cast_sql: an integer or a number, no rule on its text)."""
+    return f.type in ("int", "float") and not f.secret and f.max_len is None and not f.forbid
+
+
 def jsonl_fast_sql(r: Reading) -> str | None:
     """JSON Lines of contract records through DuckDB's JSON reader: one parse per line
     instead of raw lines parsed again by `json_extract_string`; the same staged rows as
@@ -216,8 +222,13 @@ def jsonl_fast_sql(r: Reading) -> str | None:
     if _proxy_shape(r) is not None:
         return None
     names = r.names
-    columns = ", ".join(f"'{n}': 'JSON'" for n in ["schema", *names])
-    values = {n: f"json_extract_string(\"{n}\", '$')" for n in names}
+    fields = {f.name: f for f in r.typed.fields} if r.typed else {}
+    # A number field is read as VARCHAR (cheaper): its checks and its stored value
+    # depend only on the DOUBLE its text casts to (validate.cast_sql), the same for both
+    # spellings. Not a timestamp: `0.000015` and `1.5e-05` take different branches.
+    num = {n for n in names if n in fields and _value_only(fields[n])}
+    columns = ", ".join(f"'{n}': '{'VARCHAR' if n in num else 'JSON'}'" for n in ["schema", *names])
+    values = {n: f'"{n}"' if n in num else f"json_extract_string(\"{n}\", '$')" for n in names}
     cols = ",\n        ".join(field_columns(values, names, r.key_available))
     empty = " AND ".join(f'"{n}" IS NULL' for n in ["schema", *names])
     inner = f"""
