@@ -79,8 +79,11 @@ def folder(parent: str | os.PathLike[str], prefix: str) -> Iterator[Path]:
     path = Path(tempfile.mkdtemp(prefix=prefix, dir=parent))
     fd = -1
     try:
-        fd = os.open(path / LOCK, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o600)
+        # Locked under another name, then renamed: a lock file that exists is held, or
+        # another run's sweep between the two steps would take the new folder for stale.
+        fd = os.open(path / f"{LOCK}.new", os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o600)
         fcntl.flock(fd, fcntl.LOCK_EX)
+        os.rename(path / f"{LOCK}.new", path / LOCK)
         yield path
     finally:
         shutil.rmtree(path, ignore_errors=True)

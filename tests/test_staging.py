@@ -127,3 +127,20 @@ def test_an_output_removes_the_temporary_file_a_killed_run_left(tmp_path):
     assert not dead.exists()
     assert out.read_text() == "# report\n"
     assert sorted(p.name for p in tmp_path.iterdir()) == ["report.md"]
+
+
+def test_a_new_folder_is_never_swept_before_its_lock_is_held(tmp_path, monkeypatch):
+    """Another run's sweep at the moment the folder's lock is being taken: the folder is
+    kept (its lock file appears only once held)."""
+    flock = fcntl.flock
+    swept: list[list[Path]] = []
+
+    def sweep_first(fd, op):
+        if not swept:
+            swept.append(staging.sweep(tmp_path, "rg-"))
+        return flock(fd, op)
+
+    monkeypatch.setattr(fcntl, "flock", sweep_first)
+    with staging.folder(tmp_path, "rg-") as path:
+        assert swept == [[]] and path.is_dir()
+        assert (path / staging.LOCK).exists()
