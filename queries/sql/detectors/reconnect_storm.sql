@@ -20,7 +20,7 @@ SELECT 'high' AS severity, reconnect_window_start(bucket) AS ts,
                    'by_status', histogram(status)) AS detail
 FROM (
     SELECT *, reconnect_window(ts) AS bucket
-    FROM (SELECT *, prior_gets(method, session_hmac, ts) AS gets_before FROM proxy)
+    FROM (SELECT *, prior_gets(method, session_hmac, ts, file_id, pos) AS gets_before FROM proxy)
     WHERE is_reconnect(method, last_event_id, status, gets_before)
 )
 GROUP BY bucket

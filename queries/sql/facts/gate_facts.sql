@@ -57,7 +57,7 @@ records AS (
 ),
 proxied AS (
     SELECT w.stage, p.ts, p.session_hmac, p.status, p.method, p.origin, p.raw_session_id,
-           p.file_id, p.last_event_id, p.principal
+           p.file_id, p.pos, p.last_event_id, p.principal
     FROM proxy p
     LEFT JOIN a_sessions a ON a.session_hmac = p.session_hmac
     LEFT JOIN a_stage_windows w
@@ -68,7 +68,8 @@ requests AS (
     SELECT 'proxy_records' AS fact, stage, ts, session_hmac, NULL::DOUBLE AS secs,
            NULL::VARCHAR AS detector, status, method, origin, raw_session_id,
            is_reconnect(method, last_event_id, status,
-                        prior_gets(method, coalesce(stage, '') || session_hmac, ts))
+                        prior_gets(method, coalesce(stage, '') || session_hmac, ts,
+                                   file_id, pos))
                AS reconnect,
            file_id, NULL::VARCHAR AS cause, principal
     FROM proxied

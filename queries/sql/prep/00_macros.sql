@@ -34,13 +34,17 @@ CREATE OR REPLACE MACRO dispatch_caller(principal, session_hmac) AS
 CREATE OR REPLACE MACRO is_reconnect(method, last_event_id, status, gets_before) AS
     (method = 'GET' AND (last_event_id IS NOT NULL OR gets_before > 0))
     OR status IN (429, 503);
--- The GETs a session sent before this request, in time order (a window: call it in a
--- SELECT list); 0 for a request without a session, whose re-opens cannot be told.
-CREATE OR REPLACE MACRO prior_gets(method, session_key, ts) AS
+-- The GETs a session sent before this request (a window: call it in a SELECT list), in
+-- time order and, within a millisecond, in the order they were logged (`file_id`, `pos`:
+-- otherwise which of two GETs of one millisecond came first, and so whether the second
+-- counts, was arbitrary); 0 for a request without a session, whose re-opens cannot be
+-- told. A running sum, not a windowed count with FILTER: DuckDB evaluates that frame by
+-- frame, quadratic in a partition, and the requests without a session form one partition.
+CREATE OR REPLACE MACRO prior_gets(method, session_key, ts, file_id, pos) AS
     CASE WHEN session_key IS NULL THEN 0
-         ELSE count(*) FILTER (WHERE method = 'GET') OVER (
-             PARTITION BY session_key ORDER BY ts
-             ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING) END;
+         ELSE coalesce(sum(CASE WHEN method = 'GET' THEN 1 ELSE 0 END) OVER (
+             PARTITION BY session_key ORDER BY ts, file_id, pos
+             ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING), 0)::BIGINT END;
 
 -- An Origin on the allow-list; patterns are LIKE patterns with backslash escapes
 -- (queries/params.py turns the configured globs into them).
