@@ -378,7 +378,7 @@ def gate_tile(col, gate: dict, ctx: Ctx, stage: str | None) -> None:
         differs = count_differs(gate, n)
         if differs:
             st.caption(differs)
-        if gate["status"] == "not_applicable" and n:
+        if gate["status"] == Status.NOT_APPLICABLE and n:
             # Findings beside "not applicable": they are real, the gate does not judge them.
             st.caption(
                 f"{fmt.md_text(gate['reason'].split(': ', 1)[-1])}; the findings are shown, "

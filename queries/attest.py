@@ -33,6 +33,7 @@ from typing import TYPE_CHECKING, Any, TypeGuard
 from replaygate.ingest.errors import ReplaygateError
 
 from . import history
+from .outcome import Decision, Status
 
 if TYPE_CHECKING:
     from cryptography.hazmat.primitives.asymmetric.ed25519 import (
@@ -162,10 +163,10 @@ def fingerprint(public_key: Ed25519PublicKey) -> str:
 # -- the statement ---------------------------------------------------------------------
 
 STATUS_WORD = {
-    "pass": "PASSED",
-    "insufficient": "WARNED",
-    "fail": "FAILED",
-    "not_applicable": "SKIPPED",
+    Status.PASS: "PASSED",
+    Status.INSUFFICIENT: "WARNED",
+    Status.FAIL: "FAILED",
+    Status.NOT_APPLICABLE: "SKIPPED",
 }
 
 
@@ -297,7 +298,7 @@ def _digest_of_inputs(paths: list[str]) -> dict[str, str]:
     return found
 
 
-_DECISIONS = ("PROCEED", "HOLD", "ROLLBACK")
+_DECISIONS = tuple(d.value for d in Decision)
 
 
 def _statement_problems(st: Any) -> list[str]:

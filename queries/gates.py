@@ -192,13 +192,13 @@ def reason(gate: dict[str, Any], config: Config) -> str:
 def _reason(gate: dict[str, Any], config: Config) -> str:
     g = BY_ID[gate["id"]]
     v, n, f = gate["value"], gate["sample"], gate["failures"]
-    if gate["status"] == "not_applicable":
+    if gate["status"] == Status.NOT_APPLICABLE:
         return f"{g.title}: not applicable to this scope (applies to {', '.join(g.scopes)})"
-    if gate["status"] == "insufficient" and gate.get("no_evidence"):
+    if gate["status"] == Status.INSUFFICIENT and gate.get("no_evidence"):
         return f"{g.title}: no evidence: {gate['no_evidence']}"
-    if v is None or (gate["status"] == "pass" and not n and not g.kind.counts):
+    if v is None or (gate["status"] == Status.PASS and not n and not g.kind.counts):
         return f"{g.title}: not exercised (no {g.sample_noun})"
-    if gate["status"] == "insufficient":
+    if gate["status"] == Status.INSUFFICIENT:
         text = f"{g.title}: {_fmt_n(n)} of {_fmt_n(gate['min_sample'])} {g.sample_noun}"
         eta = gate.get("meter", {}).get("eta_hours")
         if eta is not None:
@@ -250,7 +250,7 @@ NOT_EXERCISED = "not exercised"
 
 def display_status(gate: dict[str, Any]) -> str:
     """The status as shown: "not exercised" for a pass on a sample of 0."""
-    if gate["status"] == "pass" and not gate.get("sample"):
+    if gate["status"] == Status.PASS and not gate.get("sample"):
         return NOT_EXERCISED
     return str(gate["status"]).replace("_", " ")
 
@@ -480,7 +480,7 @@ def evaluate(
         behind, warnings = inputs.staleness(end)
         for gate in gates:
             gate["reason"] = reason(gate, config)
-            if gate["status"] == "insufficient":
+            if gate["status"] == Status.INSUFFICIENT:
                 lagging = _stale_inputs(BY_ID[gate["id"]], behind)
                 if lagging:
                     gate["reason"] += "; " + ", ".join(lagging)

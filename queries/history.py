@@ -43,8 +43,9 @@ from replaygate.ingest.db import get_meta
 from replaygate.ingest.errors import ReplaygateError
 
 from .gatedefs import effective_settings
+from .outcome import Decision
 
-DECISIONS = ("PROCEED", "HOLD", "ROLLBACK")
+DECISIONS = tuple(d.value for d in Decision)
 # The head of the chain as the database knows it (meta keys).
 ANCHOR_ROWS, ANCHOR_HEAD = "history_rows", "history_head"
 KINDS = ("evaluation", "ack", "override")

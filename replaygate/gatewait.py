@@ -10,6 +10,7 @@ from typing import Any
 
 from replaygate.ingest.config import Config
 from replaygate.ingest.errors import ReplaygateError
+from replaygate.queries.api import Decision
 
 from . import duration
 from .options import say
@@ -74,14 +75,14 @@ def wait(
             assert doc is not None  # without a deadline, a failed evaluation raised above
             return doc
         stages = doc["stages"] if doc is not None else []
-        decision = stages[0]["decision"] if stages else "HOLD"
+        decision = stages[0]["decision"] if stages else Decision.HOLD
         shown = stages[0]["stage"] if stages else (stage or release)
         left = deadline - clock()
         say(
             f"gates {shown}: {decision} (evaluation {n}, {duration.show(max(left, 0))} left)",
             err=True,
         )
-        if decision in ("PROCEED", "ROLLBACK") or left <= 0:
+        if decision in (Decision.PROCEED, Decision.ROLLBACK) or left <= 0:
             break
         sleep(min(every_s, left))
     if missing is not None:

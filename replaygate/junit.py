@@ -12,6 +12,7 @@ from __future__ import annotations
 import xml.etree.ElementTree as ET
 from typing import Any
 
+from replaygate.queries.api import Decision, Status
 from replaygate.queries.api import xml_text as clean
 
 
@@ -30,15 +31,15 @@ def render(doc: dict[str, Any]) -> str:
                 suite, "testcase", name=clean(gate["id"]), classname=clean(stage["stage"])
             )
             reason = clean(gate.get("reason"))
-            if gate["status"] == "fail":
+            if gate["status"] == Status.FAIL:
                 counts["failures"] += 1
-                el = ET.SubElement(case, "failure", message=reason, type="ROLLBACK")
+                el = ET.SubElement(case, "failure", message=reason, type=Decision.ROLLBACK.value)
                 el.text = reason
-            elif gate["status"] == "insufficient":
+            elif gate["status"] == Status.INSUFFICIENT:
                 counts["errors"] += 1
-                el = ET.SubElement(case, "error", message=reason, type="HOLD")
+                el = ET.SubElement(case, "error", message=reason, type=Decision.HOLD.value)
                 el.text = reason
-            elif gate["status"] == "not_applicable":
+            elif gate["status"] == Status.NOT_APPLICABLE:
                 counts["skipped"] += 1
                 ET.SubElement(case, "skipped", message=reason)
             else:

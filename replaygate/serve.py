@@ -348,7 +348,7 @@ class Handler(BaseHTTPRequestHandler):
             if ok == "any":
                 # Not imported yet is no reason to roll back: an Argo `web` metric would
                 # count a 404 as an error and abort after consecutiveErrorLimit of them.
-                self._send(200, self._doc(snap, "HOLD", stage, rel, [NOT_IN_LOG], []))
+                self._send(200, self._doc(snap, Decision.HOLD, stage, rel, [NOT_IN_LOG], []))
             else:
                 self._send(404, {"error": f"{what} {of} in the rollout log"})
             return

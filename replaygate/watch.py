@@ -66,7 +66,7 @@ from replaygate.ingest.config import Config
 from replaygate.ingest.contract import RECORD_TYPES
 from replaygate.ingest.errors import ReplaygateError
 from replaygate.ingest.load import ingest
-from replaygate.queries.api import outputs, terminal
+from replaygate.queries.api import Status, outputs, terminal
 
 from . import duration
 from .notify import Notifier, message
@@ -526,7 +526,7 @@ class Watcher:
                 gate_changes = [
                     {"id": g, "status": st, "previous": was["gates"].get(g)}
                     for g, st in now["gates"].items()
-                    if st != was["gates"].get(g) and "fail" in (st, was["gates"].get(g))
+                    if st != was["gates"].get(g) and Status.FAIL in (st, was["gates"].get(g))
                 ]
                 if now["decision"] == was["decision"] and not gate_changes:
                     continue

@@ -5,12 +5,15 @@ go unshown."""
 
 from __future__ import annotations
 
+import ast
 from enum import StrEnum
+from pathlib import Path
 
 import pytest
 
 from replaygate import notify, render
 from replaygate.dashboard import figures, fmt, report, ui
+from replaygate.queries import attest
 from replaygate.queries.outcome import Decision, Severity, Status
 
 MAPS = {
@@ -27,6 +30,7 @@ MAPS = {
     "render.DECISION_STYLE": (render.DECISION_STYLE, Decision),
     "render.STATUS_STYLE": (render.STATUS_STYLE, Status),
     "notify.ICON": (notify.ICON, Decision),
+    "attest.STATUS_WORD": (attest.STATUS_WORD, Status),
 }
 
 
@@ -47,3 +51,59 @@ def test_a_value_read_from_json_finds_its_entry():
 def test_severities_rank_worst_first():
     assert [s.rank for s in Severity] == list(range(len(Severity)))
     assert Severity("critical").rank < Severity("low").rank
+
+
+WORDS = {m.value for e in (Decision, Severity, Status) for m in e}
+
+
+def restated_words(source: str) -> list[tuple[int, str]]:
+    """Decision, status and severity words written as bare strings where a value is
+    compared, looked up or listed: a comparison's operand, a dict literal's key, an
+    element of a tuple, list or set literal."""
+    found = []
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Compare):
+            operands = [node.left, *node.comparators]
+        elif isinstance(node, ast.Dict):
+            operands = [k for k in node.keys if k is not None]
+        else:
+            continue
+        for op in operands:
+            parts = op.elts if isinstance(op, (ast.Tuple, ast.List, ast.Set)) else [op]
+            found += [
+                (p.lineno, p.value)
+                for p in parts
+                if isinstance(p, ast.Constant) and p.value in WORDS
+            ]
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, (ast.Tuple, ast.List, ast.Set)) and not isinstance(
+            getattr(node, "ctx", None), ast.Store
+        ):
+            words = [e.value for e in node.elts if isinstance(e, ast.Constant)]
+            if len(words) > 1 and sum(w in WORDS for w in words) > 1:
+                found += [(node.lineno, w) for w in words if w in WORDS]
+    return sorted(set(found))
+
+
+def test_no_module_restates_an_outcome_word():
+    """Comparisons, maps and lists of decisions, statuses and severities use the enums:
+    a renamed or added member is then one edit in queries/outcome.py."""
+    root = Path(__file__).resolve().parent.parent
+    wrong = [
+        f"{p.relative_to(root)}:{line}: {word!r}"
+        for folder in ("queries", "dashboard", "replaygate")
+        for p in sorted((root / folder).rglob("*.py"))
+        if p.name != "outcome.py"
+        for line, word in restated_words(p.read_text())
+    ]
+    assert wrong == []
+
+
+def test_restated_words_are_found():
+    assert restated_words('x == "HOLD"\nD = {"pass": 1}\nT = ("PROCEED", "ROLLBACK")') == [
+        (1, "HOLD"),
+        (2, "pass"),
+        (3, "PROCEED"),
+        (3, "ROLLBACK"),
+    ]
+    assert restated_words('m.get("insufficient")\nx == Status.FAIL\nsay("HOLD")') == []

@@ -7,7 +7,7 @@ from datetime import datetime
 import streamlit as st
 
 from replaygate.dashboard import data, fmt, ui
-from replaygate.queries.api import display_value, escape
+from replaygate.queries.api import Decision, Status, display_value, escape
 
 ctx = ui.bootstrap()
 st.title("Rollout decision")
@@ -27,7 +27,7 @@ def needs_attention() -> str:
     open_ = [s["stage"] for s in all_doc["stages"] if s["window"]["open"]]
     if open_:
         return open_[-1]
-    not_proceed = [s["stage"] for s in all_doc["stages"] if s["decision"] != "PROCEED"]
+    not_proceed = [s["stage"] for s in all_doc["stages"] if s["decision"] != Decision.PROCEED]
     return (not_proceed or names)[-1]
 
 
@@ -72,8 +72,8 @@ if fresh["stale"] and fresh["newest"] is not None:
         icon=":material/schedule:",
     )
 
-failing = [g for g in stage["gates"] if g["status"] == "fail"]
-short = [g for g in stage["gates"] if g["status"] == "insufficient"]
+failing = [g for g in stage["gates"] if g["status"] == Status.FAIL]
+short = [g for g in stage["gates"] if g["status"] == Status.INSUFFICIENT]
 if failing or short:
     st.subheader("Why")
 for g in failing:

@@ -3,6 +3,7 @@
 import streamlit as st
 
 from replaygate.dashboard import data, figures, fmt, history, ui
+from replaygate.queries.api import Status
 
 ctx = ui.bootstrap()
 st.title("Rollout")
@@ -24,14 +25,14 @@ for s in shown:
     with st.container(border=True):
         ui.decision_banner(s["decision"], s["stage"], s["scope"] or "")
         for g in s["gates"]:
-            if g["status"] in ("fail", "insufficient"):
+            if g["status"] in (Status.FAIL, Status.INSUFFICIENT):
                 ui.evidence_link(
                     ctx,
                     g["reason"],
                     g["evidence"]["detectors"],
                     s["stage"],
                     icon=":material/cancel:"
-                    if g["status"] == "fail"
+                    if g["status"] == Status.FAIL
                     else ":material/hourglass_empty:",
                 )
 st.subheader("Rollback verification")
