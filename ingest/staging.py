@@ -27,6 +27,7 @@ from pathlib import Path
 
 LOCK = ".replaygate-staging.lock"
 LEGACY_AGE = 3600.0
+NEW = ".new"  # a temporary file's name until its run holds it
 
 
 def _free(path: Path) -> bool:
@@ -43,6 +44,13 @@ def _free(path: Path) -> bool:
     finally:
         os.close(fd)  # closing drops the lock just taken
     return True
+
+
+def _aged(p: Path) -> bool:
+    try:
+        return time.time() - os.lstat(p).st_mtime > LEGACY_AGE
+    except OSError:
+        return False
 
 
 def _stale_folder(p: Path) -> bool:
@@ -98,10 +106,17 @@ def sweep_files(parent: str | os.PathLike[str], prefix: str, suffix: str) -> lis
     with contextlib.suppress(OSError):
         for entry in os.scandir(parent):
             name = entry.name
-            if not (name.startswith(prefix) and name.endswith(suffix)):
+            if not name.startswith(prefix):
                 continue
             p = Path(entry.path)
-            if entry.is_file(follow_symlinks=False) and _free(p):
+            if name.endswith(suffix):
+                stale = entry.is_file(follow_symlinks=False) and _free(p)
+            elif name.endswith(suffix + NEW):
+                # Not yet held by its run, or left by a run killed in that instant.
+                stale = entry.is_file(follow_symlinks=False) and _aged(p)
+            else:
+                continue
+            if stale:
                 with contextlib.suppress(OSError):
                     p.unlink()
                     removed.append(p)
@@ -113,10 +128,16 @@ def temp_file(parent: str | os.PathLike[str], prefix: str, suffix: str) -> Itera
     """A new temporary file `prefix*suffix` in `parent`, held (flock) for the block;
     removed after it unless the block moved it away. Stale ones are removed first."""
     sweep_files(parent, prefix, suffix)
-    fd, name = tempfile.mkstemp(prefix=prefix, suffix=suffix, dir=parent)
-    path = Path(name)
+    # Made and locked under a name no sweep takes for stale, then linked to its own name:
+    # between mkstemp and flock another run's sweep would take the new file for stale.
+    fd, made = tempfile.mkstemp(prefix=prefix, suffix=suffix + NEW, dir=parent)
+    path = Path(made)
     try:
         fcntl.flock(fd, fcntl.LOCK_EX)
+        own = Path(made[: -len(NEW)])
+        os.link(made, own)  # never over another file: mkstemp's name is unique with NEW
+        path.unlink()
+        path = own
         yield path
     finally:
         with contextlib.suppress(FileNotFoundError):

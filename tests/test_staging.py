@@ -144,3 +144,34 @@ def test_a_new_folder_is_never_swept_before_its_lock_is_held(tmp_path, monkeypat
     with staging.folder(tmp_path, "rg-") as path:
         assert swept == [[]] and path.is_dir()
         assert (path / staging.LOCK).exists()
+
+
+def test_a_new_temporary_file_is_never_swept_before_its_lock_is_held(tmp_path, monkeypatch):
+    """Another run's sweep at the moment the file's lock is being taken: the file is kept
+    (it has its own name only once held)."""
+    flock = fcntl.flock
+    swept: list[list[Path]] = []
+
+    def sweep_first(fd, op):
+        if not swept:
+            swept.append(staging.sweep_files(tmp_path, ".db.", ".publish"))
+        return flock(fd, op)
+
+    monkeypatch.setattr(fcntl, "flock", sweep_first)
+    with staging.temp_file(tmp_path, ".db.", ".publish") as held:
+        assert swept == [[]] and held.is_file()
+        assert held.name.endswith(".publish")
+        assert staging.sweep_files(tmp_path, ".db.", ".publish") == []
+        assert [p.name for p in tmp_path.iterdir()] == [held.name]
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_a_file_left_before_its_lock_is_swept_only_once_old(tmp_path):
+    young = tmp_path / ".db.y0ung.publish.new"
+    old = tmp_path / ".db.0ld.publish.new"
+    for p in (young, old):
+        p.write_text("")
+    hour_ago = time.time() - staging.LEGACY_AGE - 60
+    os.utime(old, (hour_ago, hour_ago))
+    assert staging.sweep_files(tmp_path, ".db.", ".publish") == [old]
+    assert young.exists()
