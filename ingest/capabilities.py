@@ -19,6 +19,7 @@ each detector's `-- facts:` header.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import duckdb
@@ -108,39 +109,60 @@ def record(
         facts = [f for f in optional_facts(table) if f not in known]
         found: list[str] = []
         if facts:
-            fields = [f.split(".", 1)[1] for f in facts]
-            counts = ", ".join(f"count({_VALUE.get((table, c), c)}) > 0" for c in fields)
+            counts = ", ".join(sql for _, sql in value_checks(table, facts))
             shown = one_row(
                 con.execute(f"SELECT {counts} FROM {table} WHERE file_id = $f", {"f": file_id})
             )
             found = [fact for fact, yes in zip(facts, shown, strict=True) if yes]
-        if table == "proxy" and "proxy.jsonrpc_method" in found and not key_facts:
-            # A contract-format log names methods: an initialize would show. (An nginx
-            # or Envoy log's methods come from Mcp-Method, which only 2026-07-28
-            # clients send: there the keys decide.)
+
+        def seen() -> bool:
+            return bool(
+                one_row(
+                    con.execute(
+                        f"SELECT {INITIALIZE_SEEN} FROM proxy WHERE file_id = $f", {"f": file_id}
+                    )
+                )[0]
+            )
+
+        if table == "proxy" and shows_initialize(set(found), key_facts, known, seen):
             found.append(INITIALIZE)
-        elif (
-            table == "proxy"
-            and INITIALIZE not in known | key_facts
-            and "proxy.session_hmac" in known | set(found)
-        ):
-            # A proxy log read by its shape shows an initialize where one of its rows was
-            # read as one (Caddy: the answer's real new id to a request without one).
-            seen = one_row(
-                con.execute(
-                    "SELECT count(*) > 0 FROM proxy WHERE file_id = $f "
-                    "AND jsonrpc_method = 'initialize'",
-                    {"f": file_id},
-                )
-            )[0]
-            if seen:
-                found.append(INITIALIZE)
         for fact in found:
             con.execute(
                 """INSERT INTO file_facts SELECT $f, $fact, 'values' WHERE NOT EXISTS (
                        SELECT 1 FROM file_facts WHERE file_id = $f AND fact = $fact)""",
                 {"f": file_id, "fact": fact},
             )
+
+
+def value_checks(table: str, facts: list[str] | None = None) -> list[tuple[str, str]]:
+    """(fact, an SQL aggregate over a file's rows of `table`: whether one shows it), for
+    the optional facts of the table (or `facts` of them). The Spark ingest runs the same."""
+    out = []
+    for fact in optional_facts(table) if facts is None else facts:
+        c = fact.split(".", 1)[1]
+        out.append((fact, f"count({_VALUE.get((table, c), c)}) > 0"))
+    return out
+
+
+# Whether a proxy file has a row read as an initialize (an SQL aggregate over its rows).
+INITIALIZE_SEEN = "count_if(jsonrpc_method = 'initialize') > 0"
+
+
+def shows_initialize(
+    found: set[str], key_facts: set[str], known: set[str], seen: Callable[[], bool]
+) -> bool:
+    """Whether a proxy file shows an initialize, from the facts its rows show newly
+    (`found`), by its keys and already (`known`); `seen()`: INITIALIZE_SEEN of its rows."""
+    if "proxy.jsonrpc_method" in found and not key_facts:
+        # A contract-format log names methods: an initialize would show. (An nginx
+        # or Envoy log's methods come from Mcp-Method, which only 2026-07-28
+        # clients send: there the keys decide.)
+        return True
+    if INITIALIZE not in known | key_facts and "proxy.session_hmac" in known | found:
+        # A proxy log read by its shape shows an initialize where one of its rows was
+        # read as one (Caddy: the answer's real new id to a request without one).
+        return seen()
+    return False
 
 
 # A value that shows a fact of the file's own clients: the principal the probe's marker

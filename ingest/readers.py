@@ -180,23 +180,35 @@ def jsonl_sql(r: Reading) -> str:
     shape = _proxy_shape(r)
     if shape is not None:
         return proxylog_sql(r, None if shape == "auto" else shape)
-    names = r.names
-    paths = ", ".join(["'$.schema'"] + [f"'$.{n}'" for n in names])
+    paths = ", ".join(f"'{p}'" for p in json_paths(r.names))
+    parsed = f"""(
+        SELECT raw, try(json_extract_string({_NO_BOM}, [{paths}])) AS v
+        FROM {_raw_lines()})"""
+    return wrap(json_lines_sql(parsed, r.names, r.key_available), r.src)
+
+
+def json_paths(names: list[str]) -> list[str]:
+    """The JSON paths a contract record's line is read at: its schema, then each field."""
+    return ["$.schema"] + [f"$.{n}" for n in names]
+
+
+def json_lines_sql(parsed: str, names: list[str], key_available: bool, keep: str = "") -> str:
+    """The rules of a JSON Lines file of contract records, over `parsed`: one row per
+    line, `raw` (the line) and `v`, the text at each of json_paths(names) in order, or
+    NULL when the line is not JSON. (DuckDB fills `v` as it reads the file; the Spark
+    ingest, spark/ingest.py, with Spark's JSON functions: the rules here are both's.)
+    `keep`: columns of `parsed` carried through ("file_id, pos, " for the Spark ingest,
+    which reads many files at once; DuckDB's row order is a line's position)."""
     values = {n: f"v[{i + 2}]" for i, n in enumerate(names)}
-    cols = ",\n        ".join(field_columns(values, names, r.key_available))
-    inner = f"""
-    SELECT blank,
+    cols = ",\n        ".join(field_columns(values, names, key_available))
+    return f"""
+    SELECT {keep}blank,
         CASE WHEN blank THEN NULL
              WHEN v IS NULL THEN 'unparseable JSON'
              WHEN NOT starts_with(ltrim({_NO_BOM}), '{{') THEN 'not a JSON object' END AS parse_bad,
         CASE WHEN blank THEN NULL ELSE v[1] END AS schema,
         {cols}
-    FROM (
-        SELECT raw, {_BLANK} AS blank,
-               try(json_extract_string({_NO_BOM}, [{paths}])) AS v
-        FROM {_raw_lines()}
-    )"""
-    return wrap(inner, r.src)
+    FROM (SELECT {keep}raw, {_BLANK} AS blank, v FROM {parsed})"""
 
 
 def _value_only(f: Field) -> bool:
@@ -250,20 +262,29 @@ def csv_header(path: Path, gz: bool) -> list[str]:
 
 def csv_sql(r: Reading) -> str:
     header = csv_header(r.path, r.gz)
-    # Columns are named by position, so no text from the file becomes SQL.
-    positions = {name.strip(): i for i, name in enumerate(header)}
-    values = {n: f"c{positions[n]}" for n in r.names if n in positions}
-    schema = f"c{positions['schema']}" if "schema" in positions else "NULL"
     columns = ", ".join(f"'c{i}': 'VARCHAR'" for i in range(len(header)))
-    cols = ",\n        ".join(field_columns(values, r.names, r.key_available))
-    inner = f"""
-    SELECT false AS blank, NULL AS parse_bad, {schema} AS schema,
-        {cols}
-    FROM read_csv($path, header = true, columns = {{{columns}}}, auto_detect = false,
+    rows = f"""read_csv($path, header = true, columns = {{{columns}}}, auto_detect = false,
                   delim = ',', quote = '"', escape = '"', compression = $compression,
                   store_rejects = true, rejects_table = 'rg_rejects',
                   rejects_scan = 'rg_scans')"""
-    return wrap(inner, r.src)
+    return wrap(csv_rows_sql(rows, header, r.names, r.key_available), r.src)
+
+
+def csv_rows_sql(
+    rows: str, header: list[str], names: list[str], key_available: bool, keep: str = ""
+) -> str:
+    """The rules of a CSV file's data rows, over `rows`: its columns as text named by
+    position (`c0`, `c1`, ...; so no text from the file becomes SQL), `header` its first
+    line's names. (The Spark ingest reads the rows with Spark's CSV reader; `keep`: as
+    json_lines_sql's.)"""
+    positions = {name.strip(): i for i, name in enumerate(header)}
+    values = {n: f"c{positions[n]}" for n in names if n in positions}
+    schema = f"c{positions['schema']}" if "schema" in positions else "NULL"
+    cols = ",\n        ".join(field_columns(values, names, key_available))
+    return f"""
+    SELECT {keep}false AS blank, NULL AS parse_bad, {schema} AS schema,
+        {cols}
+    FROM {rows}"""
 
 
 def parquet_sql(r: Reading) -> str:
@@ -276,16 +297,30 @@ def parquet_sql(r: Reading) -> str:
     r.native = frozenset(
         n for n in r.names if n in present and n in fields and can_be_native(fields[n], present[n])
     )
+    sql = parquet_rows_sql("read_parquet($path)", set(present), r.native, r.names, r.key_available)
+    return wrap(sql, r.src)
+
+
+def parquet_rows_sql(
+    rows: str,
+    present: set[str],
+    native: frozenset[str],
+    names: list[str],
+    key_available: bool,
+    keep: str = "",
+) -> str:
+    """The rules of a Parquet file's rows, over `rows` (its `present` columns): a field
+    in `native` as it is, every other one as text. (The Spark ingest reads the rows with
+    Spark's Parquet reader, every field as text; `keep`: as json_lines_sql's.)"""
     values = {
-        n: f'"{n}"' if n in r.native else f'CAST("{n}" AS VARCHAR)' for n in r.names if n in present
+        n: f'"{n}"' if n in native else f'CAST("{n}" AS VARCHAR)' for n in names if n in present
     }
     schema = 'CAST("schema" AS VARCHAR)' if "schema" in present else "NULL"
-    cols = ",\n        ".join(field_columns(values, r.names, r.key_available))
-    inner = f"""
-    SELECT false AS blank, NULL AS parse_bad, {schema} AS schema,
+    cols = ",\n        ".join(field_columns(values, names, key_available))
+    return f"""
+    SELECT {keep}false AS blank, NULL AS parse_bad, {schema} AS schema,
         {cols}
-    FROM read_parquet($path)"""
-    return wrap(inner, r.src)
+    FROM {rows}"""
 
 
 def first_lines(path: Path, gz: bool, n: int = 20) -> list[str]:
