@@ -330,6 +330,45 @@ def like_escape(node: exp.Expression) -> exp.Expression:
     return exp.Paren(this=exp.Escape(this=exp.Like(this=s, expression=p), expression=e))
 
 
+_RE2_GROUP = re.compile(r"\\(\d)|\\(\\)|(\$)")
+
+
+def regexp_replace(node: exp.Expression) -> exp.Expression:
+    """`regexp_replace(s, pattern, replacement, flags)`: DuckDB replaces the first match
+    unless the flags hold `g`, Spark every match; `i` is Java's `(?i)`; a group in the
+    replacement is `\\1` in DuckDB, `$1` in Java (and a `$` there is literal in DuckDB).
+    The first match alone: `(?s)^(.*?)(?:pattern)`, the text before it kept as group 1 (the
+    shortest prefix finds the leftmost match, as a search does)."""
+    if not isinstance(node, exp.RegexpReplace):
+        return node
+    pattern, repl = node.expression, node.args.get("replacement")
+    mods = node.args.get("modifiers")
+    if not (isinstance(pattern, exp.Literal) and isinstance(repl, exp.Literal)):
+        raise Untranslatable("regexp_replace with a pattern or replacement that is not a literal")
+    if mods is not None and not isinstance(mods, exp.Literal):
+        raise Untranslatable("regexp_replace with flags that are not a literal")
+    flags = mods.name if mods is not None else ""
+    if set(flags) - {"g", "i"}:
+        raise Untranslatable(f"regexp_replace flags {flags!r}")
+    first = "g" not in flags
+    shift = 1 if first else 0
+
+    def java(m: re.Match[str]) -> str:
+        if m[1] is not None:
+            return f"${int(m[1]) + shift}"
+        return "\\\\" if m[2] is not None else "\\$"
+
+    text = _RE2_GROUP.sub(java, repl.name)
+    regex = pattern.name
+    if first:
+        regex, text = f"(?s)^(.*?)(?:{regex})", "$1" + text
+    if "i" in flags:
+        regex = "(?i)" + regex
+    return _anon(
+        "regexp_replace", node.this.copy(), exp.Literal.string(regex), exp.Literal.string(text)
+    )
+
+
 def histogram(node: exp.Expression) -> exp.Expression:
     """`histogram(x)`: a map of each value to its count, from the collected values."""
     if _fn_name(node) != "histogram":
@@ -349,9 +388,11 @@ def small_functions(node: exp.Expression) -> exp.Expression:
     """Functions with another name or form in Spark: `hash` (xxhash64),
     `make_timestamptz(µs)` (timestamp_micros), `isfinite`, `try` (non-ANSI Spark returns
     NULL where DuckDB's try() does), `getvariable('x')` (the bound parameter :x),
-    `starts_with` (startswith), `encode` (the string's UTF-8 bytes), `quantile_cont`
-    (percentile)."""
+    `starts_with` (startswith), `suffix` (endswith), `encode` (the string's UTF-8
+    bytes), `quantile_cont` (percentile)."""
     name = _fn_name(node)
+    if name == "suffix":
+        return _anon("endswith", *[a.copy() for a in node.expressions])
     if name == "hash":
         return _anon("xxhash64", *[a.copy() for a in node.expressions])
     if name == "make_timestamptz" and len(node.expressions) == 1:
@@ -535,6 +576,7 @@ REWRITES: tuple[Rewrite, ...] = (
     Rewrite("row comparisons", tuples),
     Rewrite("like_escape", like_escape),
     Rewrite("histogram", histogram),
+    Rewrite("regexp_replace", regexp_replace),
     Rewrite("small functions", small_functions),
     Rewrite("fractional literals", decimals),
 )
@@ -573,6 +615,7 @@ SPARK_FUNCTIONS = frozenset(
         "lower",
         "upper",
         "startswith",
+        "endswith",
         "percentile",
     }
 )
