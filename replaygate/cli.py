@@ -67,6 +67,7 @@ def cli() -> None:
     help="Only load; run the detectors later (findings, gates, dashboard do).",
 )
 @source_option("How to read proxy access logs (auto: by each line's shape).")
+@engine_options
 def ingest(
     paths: tuple[str, ...],
     db: str,
@@ -75,6 +76,9 @@ def ingest(
     strict: bool,
     no_analyse: bool,
     source: str,
+    engine: str,
+    lake: str | None,
+    spark_master: str | None,
 ) -> None:
     """Load ledgers and logs (files or folders) into the database.
 
@@ -88,7 +92,11 @@ def ingest(
       replaygate ingest sample_data/
       replaygate ingest /var/log/mcp/*.jsonl.gz proxy.csv --db fleet.duckdb --strict
       replaygate ingest /var/log/caddy/access.log --source caddy
+      replaygate ingest logs/ --engine spark --lake s3a://lake/mcp
     """
+    if engine == "spark":
+        _ingest_spark(paths, config_path, as_json, strict, source, lake, spark_master)
+        return
     from replaygate.ingest import db as dbm
     from replaygate.ingest.load import ingest as run_ingest
 
@@ -117,6 +125,49 @@ def ingest(
         )
     # Said only when the ingest succeeded, so that an error stays one line.
     _allowlist_note(conf)
+
+
+def _ingest_spark(
+    paths: tuple[str, ...],
+    config_path: str | None,
+    as_json: bool,
+    strict: bool,
+    source: str,
+    lake: str | None,
+    spark_master: str | None,
+) -> None:
+    """`ingest --engine spark`: the files validated on Spark into the lake (no database:
+    `findings --engine spark --lake DIR --db FILE` analyses the lake)."""
+    if lake is None:
+        raise ReplaygateError("--engine spark needs --lake DIR (where the lake is written)")
+    if source not in ("auto", "contract"):
+        raise ReplaygateError(
+            f"--engine spark reads contract records only, not --source {source} "
+            "(docs/spark.md): ingest such logs with --engine duckdb"
+        )
+    # Only here is Spark (and pyspark) loaded: the default engine never needs it.
+    from replaygate.spark import ingest as spark_ingest
+    from replaygate.spark import session
+
+    conf = load_config(config_path)
+    summary = spark_ingest.ingest(session.get(spark_master), list(paths), lake, conf)
+    if as_json:
+        emit_json(summary)
+    else:
+        rows = ", ".join(f"{n:,} {t}" for t, n in summary["rows"].items()) or "no rows"
+        say(f"{summary['files']} files into {lake}: {rows}; {summary['quarantined']:,} quarantined")
+        for f in summary["unreadable"]:
+            say(f"unreadable: {f['path']}: {f['note']}")
+    for w in summary["warnings"]:
+        say(f"warning: {w}", err=True)
+    if strict and summary["quarantined"]:
+        raise ReplaygateError(f"{summary['quarantined']} rows quarantined (--strict)")
+    if summary["unreadable"]:
+        first = summary["unreadable"][0]
+        raise ReplaygateError(
+            f"{len(summary['unreadable'])} files could not be read "
+            f"(first: {first['path']}: {first['note']})"
+        )
 
 
 # The formats the help names are the registered ones (ingest/readers.py).

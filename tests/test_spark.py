@@ -11,7 +11,9 @@ fleet (`fleet40`): starting Spark and planning its queries is what they cost.
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
+import duckdb
 import pytest
 
 from replaygate.queries import api, catalog
@@ -20,7 +22,12 @@ from .conftest import FLEET_CONFIG, ROOT, build, findings_of, run_cli
 
 transpile = pytest.importorskip("replaygate.spark.transpile", reason="the spark extra (sqlglot)")
 
+from replaygate.ingest.contract import RECORD_TYPES  # noqa: E402
+from replaygate.ingest.errors import ReplaygateError  # noqa: E402
 from replaygate.spark import analyse, lake  # noqa: E402
+from replaygate.spark import ingest as spark_ingest  # noqa: E402
+
+from . import hostile  # noqa: E402
 
 # -- the translation (no Spark needed) ------------------------------------------------------
 
@@ -71,6 +78,12 @@ def test_macros_expand_from_the_one_statement():
         ("SELECT 'infinity'::TIMESTAMPTZ", "9999-12-31 23:59:59.999999"),
         ("SELECT * FROM t WHERE (a, b) > (c, d)", "a > c OR (a = c AND (b > d))"),
         ("SELECT hash(a, b) FROM t", "XXHASH64(a, b)"),
+        ("SELECT suffix(a, 'Z') FROM t", "ENDSWITH(a, 'Z')"),
+        (r"SELECT regexp_replace(p, 'a(b)', '\1$', 'gi') FROM t", r"'(?i)a(b)', '$1\\$'"),
+        (
+            r"SELECT regexp_replace(p, '(:59:)60', '\159') FROM t",
+            r"'(?s)^(.*?)(?:(:59:)60)', '$1$259'",
+        ),
         ("SELECT * FROM t SEMI JOIN u USING (k)", "LEFT SEMI JOIN u"),
         ("SELECT len(list_filter(l, lambda x: x > 1)) FROM t", "SIZE(FILTER(l, x -> x > 1))"),
         ("SELECT quantile_cont(x, 0.99) FROM t", "PERCENTILE(x, CAST(0.99 AS DOUBLE))"),
@@ -140,11 +153,21 @@ FLEET_SESSIONS = 40
 
 @pytest.fixture(scope="module")
 def fleet40(tmp_path_factory):
-    """The shared fleet ingested by DuckDB and analysed there, and its lake."""
+    """The shared fleet ingested by DuckDB and analysed there, and its lake as exported
+    from that database (spark/lake.py `export`: the columns a lake has)."""
     tmp = tmp_path_factory.mktemp("spark-fleet")
     con, truth, out = build(tmp, seed=7, sessions=FLEET_SESSIONS, fmt="mixed")
     lake.export(con, tmp / "lake")
     return con, truth, out, tmp / "lake"
+
+
+@pytest.fixture(scope="module")
+def spark_lake(spark, fleet40):
+    """The same fleet's files ingested on Spark (`replaygate ingest --engine spark`)."""
+    _, _, out, exported = fleet40
+    where = exported.parent / "spark-lake"
+    summary = spark_ingest.ingest(spark, [str(out)], str(where), FLEET_CONFIG)
+    return where, summary
 
 
 def _lists_sorted(v):
@@ -182,13 +205,14 @@ def _decisions(con) -> dict:
 
 @pytest.mark.slow
 @pytest.mark.spark
-def test_spark_findings_coverage_and_decisions_equal_duckdb(spark, fleet40, tmp_path):
-    """The simulated fleet with every fault (seed 7), analysed by DuckDB and, from a lake
-    exported from the same ingest, by Spark: the same findings, coverage, cannot-tell
-    and decisions."""
+def test_spark_findings_coverage_and_decisions_equal_duckdb(spark, fleet40, spark_lake, tmp_path):
+    """The simulated fleet with every fault (seed 7), ingested and analysed by DuckDB,
+    and ingested and analysed by Spark: the same findings, coverage, cannot-tell and
+    decisions."""
     from replaygate.ingest import db as dbm
 
-    con, truth, _, lake_dir = fleet40
+    con, truth, _, _ = fleet40
+    lake_dir, _ = spark_lake
     # The fleet is small, but every fault is in it and finds what it causes.
     expected = {e["detector"] for f in truth["faults"] for e in f["expect"]}
     found = {r[0] for r in con.execute("SELECT DISTINCT detector FROM findings").fetchall()}
@@ -201,3 +225,148 @@ def test_spark_findings_coverage_and_decisions_equal_duckdb(spark, fleet40, tmp_
     q = "SELECT * FROM cannot_tell_stages ORDER BY ALL"
     assert other.execute(q).fetchall() == con.execute(q).fetchall()
     assert _decisions(other) == _decisions(con)
+
+
+# -- the ingest on Spark ----------------------------------------------------------------
+
+
+def _lake_table(where: Path, table: str) -> tuple[list[tuple], list[tuple]]:
+    """A lake table read by DuckDB: (its columns and types, its rows with the file's
+    path in place of its id), the partition column left out."""
+    folder = where / lake.path("", table).lstrip("/")
+    files = list(folder.rglob("*.parquet"))
+    if not files:
+        return [], []
+    c = duckdb.connect()
+    c.execute("SET TimeZone = 'UTC'")
+    src = f"read_parquet('{folder}/**/*.parquet', hive_partitioning = false, union_by_name = true)"
+    cols = c.execute(f"DESCRIBE SELECT * FROM {src}").fetchall()
+    cols = sorted((n, t) for n, t, *_ in cols if n != lake.PARTITION)
+    if table in lake.BOOKKEEPING and table != "quarantine":
+        return cols, []
+    paths = f"read_parquet('{where / '_files'}/*.parquet')"
+    rows = c.execute(
+        "SELECT f.path, r.* EXCLUDE (file_id) "
+        f"FROM {src} r JOIN (SELECT file_id, path FROM {paths}) f USING (file_id)"
+        if table != "quarantine"
+        else f'SELECT path, line, "row", record_type, reason FROM {src}'
+    ).fetchall()
+    return cols, sorted(rows, key=repr)
+
+
+def _facts(where: Path) -> list[tuple]:
+    c = duckdb.connect()
+    return sorted(
+        c.execute(
+            f"SELECT f.path, fact, how FROM read_parquet('{where}/_file_facts/*.parquet') "
+            f"JOIN read_parquet('{where}/_files/*.parquet') f USING (file_id)"
+        ).fetchall()
+    )
+
+
+def _assert_lakes_equal(spark_dir: Path, duck_dir: Path) -> None:
+    for rt in RECORD_TYPES:
+        s_cols, s_rows = _lake_table(spark_dir, rt.table)
+        d_cols, d_rows = _lake_table(duck_dir, rt.table)
+        if d_cols:  # the export writes no folder for a type without rows
+            assert s_cols == d_cols, rt.table
+        assert s_rows == d_rows, rt.table
+    assert _lake_table(spark_dir, "quarantine")[1] == _lake_table(duck_dir, "quarantine")[1]
+    assert _facts(spark_dir) == _facts(duck_dir)
+
+
+@pytest.mark.slow
+@pytest.mark.spark
+def test_spark_ingest_equals_duckdb_ingest(fleet40, spark_lake):
+    """The fleet's files (JSON Lines, gzip, CSV, Parquet, proxy logs, the rollout log)
+    ingested by Spark: the same columns, rows (HMAC'd ids, redacted paths), quarantine
+    and file facts as the lake exported from DuckDB's ingest of them."""
+    con, _, _, exported = fleet40
+    where, summary = spark_lake
+    assert summary["rows"] == {
+        rt.table: n
+        for rt in RECORD_TYPES
+        if (n := con.execute(f"SELECT count(*) FROM {rt.table}").fetchone()[0])
+    }
+    _assert_lakes_equal(where, exported)
+
+
+def _bad_inputs(dest: Path) -> Path:
+    """The bad-input classes both ingests read alike (docs/spark.md lists the others)."""
+    dest.mkdir()
+    hostile.edge_timestamps(dest)
+    hostile.out_of_range_numbers(dest)
+    hostile.csv_with_bom(dest)
+    hostile.raw_ids_elsewhere(dest)
+    hostile.proxy_with_raw_ids(dest, gzipped=True)
+    good = json.dumps(hostile.session_record())
+    bad = [
+        '{"ts": "2026-11-29T07:45:01Z", "generation": 1',  # cut short
+        "[1, 2, 3]",
+        '"text"',
+        '{"session_hmac": "' + "b" * 64 + '", "generation": 1, "state": "SESSION_ACTIVE"}',
+        json.dumps(hostile.session_record(ts="yesterday")),
+        json.dumps(hostile.session_record(generation=2.5)),
+        json.dumps(hostile.session_record(state="SESSION_ZOMBIE")),
+        json.dumps(hostile.session_record(schema="mcpNope.v9")),
+        json.dumps(hostile.session_record(ts="2026-11-29t07:45:01.5z")),
+        json.dumps(hostile.session_record(ts="2026-11-29T23:59:60Z")),
+        json.dumps(hostile.session_record(ts="2026-11-29T24:00:00Z")),
+        json.dumps(hostile.session_record(ts="2026-11-29T07:45:01+02:00")),
+        json.dumps(hostile.session_record(ts=1795824008169)),
+        json.dumps(hostile.session_record(ts="1795824008169")),
+        json.dumps(hostile.session_record(generation="7")),
+        json.dumps(hostile.session_record(resumable="true")),
+        json.dumps(hostile.session_record(resumable="maybe")),
+        "",
+        "  \t",
+    ]
+    text = "\n".join([good, *bad, good]) + "\n"
+    (dest / "sessions-bad.jsonl").write_bytes(b"\xef\xbb\xbf" + text.encode())
+    # CRLF line ends, a bare CR inside a line, a line that is not UTF-8, and a last line
+    # without its line end (it waits for the rest).
+    crlf = (good + "\r\n" + good.replace(", ", ",\r ", 1) + "\r\n").encode()
+    crlf += b'{"ts": "\xff"}\r\n' + good.encode() + b"\n" + good.encode()
+    (dest / "sessions-crlf.jsonl").write_bytes(crlf)
+    (dest / "misc.jsonl").write_text(json.dumps({"ts": 1}) + "\n")
+    (dest / "proxy-bad.csv").write_text(
+        "ts,method,status,path\n2026-11-29T07:45:01Z,GET,200,/mcp\n"
+        '2026-11-29T07:45:03Z,GET,abc,/mcp\n2026-11-29T07:45:04Z,POST,"",/mcp\n'
+        "2026-11-29T07:45:05Z,POST,201,/mcp?SESSION%5Fid=RAW-9\n"
+    )
+    return dest
+
+
+@pytest.mark.slow
+@pytest.mark.spark
+def test_spark_ingest_quarantines_bad_input_as_duckdb_does(spark, tmp_path):
+    """Bad input of every class the Spark reader covers (hostile.py's and more): the
+    same rows, quarantine (file, line or row, reason) and redaction as DuckDB's ingest."""
+    from replaygate.ingest import db as dbm
+    from replaygate.ingest.load import ingest
+
+    src = _bad_inputs(tmp_path / "bad")
+    con = dbm.connect(str(tmp_path / "duck.duckdb"))
+    ingest(con, [src], FLEET_CONFIG)
+    assert con.execute("SELECT count(DISTINCT reason) FROM quarantine").fetchone()[0] >= 8
+    lake.export(con, tmp_path / "duck-lake")
+    summary = spark_ingest.ingest(spark, [str(src)], str(tmp_path / "spark-lake"), FLEET_CONFIG)
+    assert summary["quarantined"] == con.execute("SELECT count(*) FROM quarantine").fetchone()[0]
+    _assert_lakes_equal(tmp_path / "spark-lake", tmp_path / "duck-lake")
+    for f in (tmp_path / "spark-lake").rglob("*.parquet"):
+        assert hostile.RAW_ID.encode() not in f.read_bytes()
+        assert b"RAWID-" not in f.read_bytes() and b"RAW-9" not in f.read_bytes()
+
+
+def test_spark_ingest_refuses_a_proxy_format_it_cannot_read(tmp_path):
+    """A Caddy access log needs the proxy adapters, which have no Spark form yet: the
+    ingest stops naming the file before Spark reads anything."""
+    hostile.caddy_with_bom_and_cut_line(tmp_path)
+    with pytest.raises(ReplaygateError, match=r"bom.log: a caddy access log"):
+        spark_ingest.ingest(None, [str(tmp_path / "bom.log")], str(tmp_path / "l"), FLEET_CONFIG)
+
+
+def test_cli_spark_ingest_needs_a_lake(tmp_path):
+    r = run_cli("ingest", tmp_path, "--engine", "spark")
+    assert r.returncode == 1
+    assert "--engine spark needs --lake" in r.stderr

@@ -1,0 +1,444 @@
+"""`replaygate ingest --engine spark`: the contract's record types read, validated,
+redacted and normalised on Spark into a lake (spark/lake.py's layout and columns), with
+the quarantine (file, line or row, reason) and what each file can show.
+
+The rules are the DuckDB ingest's own statements, translated by transpile.py: a format's
+reading rules (readers.json_lines_sql, csv_rows_sql, parquet_rows_sql, wrap), every
+field's cast and check (validate.checked_sql, target_columns), the HMAC of a session id
+and the URL redaction (readers.field_columns), the facts a file shows
+(capabilities.value_checks, shows_initialize) and the reason of an undecodable line (the
+format's `rejected`). What Spark does itself is the reading: a file's lines and their
+numbers, the text at JSON paths, CSV fields, Parquet columns (docs/spark.md lists where
+the two readers differ).
+
+A Spark ingest writes the lake afresh from the files given: it is a full load, not an
+incremental one (identity.py's appends, moves and duplicates are the DuckDB ingest's).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections import Counter, defaultdict
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from functools import partial
+from pathlib import Path
+from typing import Any
+from urllib.parse import unquote, urlparse
+
+import duckdb
+
+from replaygate.ingest import adapters, capabilities, load, readers, validate
+from replaygate.ingest import db as dbm
+from replaygate.ingest.config import Config
+from replaygate.ingest.contract import RECORD_TYPES, all_field_names
+from replaygate.ingest.errors import ReplaygateError
+from replaygate.ingest.redact import padded_keys
+
+from . import lake as lakes
+from . import transpile
+
+# What Spark's UTF-8 decoder puts in place of bytes that are not UTF-8 (DuckDB's line
+# reader rejects such a line; Spark's cannot tell, so the mark stands for the reject).
+REPLACEMENT = "\ufffd"
+
+
+@dataclass(frozen=True)
+class _File:
+    file_id: int
+    src: readers.Source
+    shown: str
+    path: str  # as Spark is given it
+    # Its last line has no line end yet: DuckDB waits for it (read once complete).
+    waits: bool
+    header: tuple[str, ...] = ()
+
+
+def _waits(src: readers.Source) -> bool:
+    fmt = readers.FORMATS[src.format]
+    if src.gzip or not fmt.lines:
+        return False
+    with open(src.path, "rb") as fh:
+        fh.seek(-1, 2)
+        return fh.read(1) != b"\n"
+
+
+def _rejected_reason(fmt: readers.Format, error_type: str) -> str:
+    """The format's reason for a line its reader rejects (`Format.rejected`)."""
+    assert fmt.rejected is not None
+    con = duckdb.connect()
+    try:
+        sql = f"SELECT {fmt.rejected} FROM (SELECT $e AS error_type)"
+        return str(con.execute(sql, {"e": error_type}).fetchall()[0][0])
+    finally:
+        con.close()
+
+
+def _plan(paths: list[str]) -> tuple[list[_File], list[str], list[tuple[str, str]]]:
+    """The files to read (with their ids, in the DuckDB ingest's order), the names
+    skipped, and the unreadable files with why."""
+    sources, skipped = load.discover(list(paths))
+    files: list[_File] = []
+    unreadable: list[tuple[str, str]] = []
+    probe = duckdb.connect()
+    for src in sources:
+        shown = load._display(src.path)
+        why = load._readable(src)
+        if why:
+            unreadable.append((shown, why))
+            continue
+        if src.path.stat().st_size == 0:
+            continue  # nothing to read (DuckDB's ingest: "empty")
+        if src.default_type is not None and src.default_type.table == "proxy":
+            lines = readers.first_lines(src.path, src.gzip)
+            shape = adapters.sniff(probe, lines)
+            if shape != "contract":
+                raise ReplaygateError(
+                    f"{shown}: a {shape} access log; --engine spark reads contract records "
+                    "only (JSON Lines, CSV, Parquet): ingest it with --engine duckdb "
+                    "(docs/spark.md)"
+                )
+        header = tuple(readers.csv_header(src.path, src.gzip)) if src.format == "csv" else ()
+        files.append(_File(len(files) + 1, src, shown, _spark_path(src.path), _waits(src), header))
+    probe.close()
+    return files, skipped, unreadable
+
+
+def _spark_path(path: Path) -> str:
+    """A local file as Spark reads it: absolute, its glob characters escaped (Hadoop
+    paths are patterns)."""
+    return re.sub(r"([{}\[\]*?\\])", r"\\\1", str(path.resolve()))
+
+
+def _numbered(spark: Any, df: Any, files: list[_File]) -> Any:
+    """The rows of a read with their file's id and their position in it (line or data
+    row, from 1): a file split over tasks keeps its order by where each split starts."""
+    from pyspark.sql import Window
+    from pyspark.sql import functions as F
+
+    # Spark names each file read by a URI of its own spelling; the read's file list
+    # (no scan) gives it, matched to the files by their decoded path.
+    by_path = {str(f.src.path.resolve()): f for f in files}
+    rows = []
+    for name in df.inputFiles():
+        f = by_path[unquote(urlparse(name).path)]
+        rows.append((name, f.file_id, f.waits))
+    ids = spark.createDataFrame(rows, "rg_uri STRING, file_id BIGINT, rg_waits BOOLEAN")
+    df = df.withColumn("rg_uri", F.input_file_name())
+    df = df.withColumn("rg_block", F.col("_metadata.file_block_start"))
+    df = df.withColumn("rg_seq", F.monotonically_increasing_id())
+    df = df.join(F.broadcast(ids), "rg_uri")
+    df = df.withColumn(
+        "pos", F.row_number().over(Window.partitionBy("file_id").orderBy("rg_block", "rg_seq"))
+    )
+    if any(f.waits for f in files):
+        last = F.max("pos").over(Window.partitionBy("file_id"))
+        at_end = F.col("rg_waits") & (F.col("pos") == F.col("rg_last"))
+        df = df.withColumn("rg_last", last).filter(~at_end)
+    return df.drop("rg_uri", "rg_block", "rg_seq", "rg_waits", "rg_last")
+
+
+def _uris(files: list[_File]) -> list[str]:
+    return [f.path for f in files]
+
+
+def _json_lines(spark: Any, files: list[_File], names: list[str]) -> tuple[Any, Any]:
+    """(rows for readers.json_lines_sql, the lines Spark could not decode)."""
+    from pyspark.sql import functions as F
+
+    fmt = readers.FORMATS["jsonl"]
+    bare = (fmt.bare_cr or b"\r").decode()
+    df = spark.read.option("lineSep", "\n").text(_uris(files))
+    df = _numbered(spark, df, files)
+    # A CRLF line's CR ends it; a bare CR inside a line is what the format makes of it.
+    raw = F.regexp_replace(F.regexp_replace("value", "\r\\z", ""), "\r", bare)
+    # Read once for both the undecodable lines and the others.
+    df = df.select("file_id", "pos", raw.alias("raw")).persist()
+    bad_utf8 = df.filter(F.col("raw").contains(REPLACEMENT)).select(
+        "file_id",
+        F.col("pos").alias("line"),
+        F.lit(None).cast("bigint").alias("row"),
+        F.lit(None).cast("string").alias("record_type"),
+        F.lit(_rejected_reason(fmt, "INVALID ENCODING")).alias("reason"),
+    )
+    df = df.filter(~F.col("raw").contains(REPLACEMENT))
+    no_bom = transpile.expression_to_spark(readers._NO_BOM)
+    # One parse per line: a JSON object's keys and their text; a line that is JSON but
+    # no object still parses (DuckDB reads it, and says it is not an object).
+    obj = F.expr(f"from_json({no_bom}, 'map<string,string>')")
+    is_json = obj.isNotNull() | F.expr(f"try_parse_json({no_bom})").isNotNull()
+    values = F.array(*[obj.getItem(p[2:]) for p in readers.json_paths(names)])
+    df = df.select("file_id", "pos", "raw", F.when(is_json, values).alias("v"))
+    return df, bad_utf8
+
+
+def _csv(spark: Any, files: list[_File]) -> Any:
+    from pyspark.sql import functions as F
+
+    n = len(files[0].header)
+    schema = ", ".join(f"c{i} STRING" for i in range(n))
+    df = spark.read.csv(_uris(files), schema=schema, header=True, sep=",", quote='"', escape='"')
+    df = _numbered(spark, df, files)
+    # DuckDB's reader gives an empty field as NULL, quoted ("") or not.
+    return df.select(
+        "file_id", "pos", *[F.expr(f"nullif(c{i}, '')").alias(f"c{i}") for i in range(n)]
+    )
+
+
+def _parquet(spark: Any, files: list[_File]) -> tuple[Any, set[str]]:
+    from pyspark.sql import functions as F
+
+    df = spark.read.parquet(*_uris(files))
+    present = set(df.columns)
+    df = df.withColumn("rg_row", F.col("_metadata.row_index"))
+    df = _numbered(spark, df, files).drop("pos").withColumn("pos", F.col("rg_row") + 1)
+    return df.drop("rg_row"), present
+
+
+def _groups(files: list[_File]) -> dict[tuple[Any, ...], list[_File]]:
+    """Files read together: one format, default record type and columns."""
+    out: dict[tuple[Any, ...], list[_File]] = defaultdict(list)
+    for f in files:
+        rt = f.src.default_type.table if f.src.default_type else None
+        cols: tuple[Any, ...] = f.header
+        if f.src.format == "parquet":
+            import pyarrow.parquet as pq
+
+            cols = tuple((c.name, str(c.type)) for c in pq.read_schema(f.src.path))
+        out[(f.src.format, rt, cols)].append(f)
+    return out
+
+
+def _args(config: Config) -> dict[str, Any]:
+    key = config.hmac_key()
+    args: dict[str, Any] = {k: bytearray(v) for k, v in padded_keys(key).items()} if key else {}
+    for name, k in (("rg_ts_min", "min"), ("rg_ts_max", "max")):
+        v = config.ts_bounds.get(k)
+        args[name] = datetime.fromisoformat(v).astimezone(UTC).replace(tzinfo=None) if v else None
+    return args
+
+
+def _sql(spark: Any, sql: str, args: dict[str, Any]) -> Any:
+    spark_sql = transpile.to_spark(sql)
+    used = {k: v for k, v in args.items() if f":{k}" in spark_sql}
+    return spark.sql(spark_sql, args=used)
+
+
+def ingest(spark: Any, paths: list[str], lake: str, config: Config) -> dict[str, Any]:
+    """Read `paths` (files and folders) into the lake at `lake` (replacing its records),
+    on Spark; returns what was read, as counts."""
+    files, skipped, unreadable = _plan(paths)
+    args = _args(config)
+    key = config.hmac_key() is not None
+    names = all_field_names()
+    quarantine: list[Any] = []
+    records: dict[str, list[Any]] = defaultdict(list)
+    for n, ((fmt_name, _, cols), group) in enumerate(_groups(files).items()):
+        fmt = readers.FORMATS[fmt_name]
+        keep = "file_id, pos, "
+        if fmt_name == "jsonl":
+            rows, bad = _json_lines(spark, group, names)
+            quarantine.append(bad)
+            rules = readers.json_lines_sql(f"rg_rows_{n}", names, key, keep)
+        elif fmt_name == "csv":
+            rows = _csv(spark, group)
+            rules = readers.csv_rows_sql(f"rg_rows_{n}", list(cols), names, key, keep)
+        elif fmt_name == "parquet":
+            rows, present = _parquet(spark, group)
+            rules = readers.parquet_rows_sql(f"rg_rows_{n}", present, frozenset(), names, key, keep)
+        else:  # pragma: no cover - a format registered without a Spark reader
+            raise ReplaygateError(f"--engine spark cannot read {fmt.title} files yet")
+        rows.createOrReplaceTempView(f"rg_rows_{n}")
+        staged = _sql(spark, readers.wrap(rules, group[0].src), args).persist()
+        staged.createOrReplaceTempView(f"rg_staged_{n}")
+        line, row = ("pos", "NULL") if not fmt.row_positions else ("NULL", "pos")
+        quarantine.append(
+            spark.sql(
+                f"SELECT file_id, {line} AS line, {row} AS row, "
+                f"CAST(NULL AS STRING) AS record_type, bad AS reason "
+                f"FROM rg_staged_{n} WHERE bad IS NOT NULL"
+            )
+        )
+        present_types = {
+            r[0]
+            for r in spark.sql(
+                f"SELECT DISTINCT rtype FROM rg_staged_{n} WHERE bad IS NULL AND rtype IS NOT NULL"
+            ).collect()
+        }
+        for rt in (rt for rt in RECORD_TYPES if rt.table in present_types):
+            source = f"(SELECT * FROM rg_staged_{n} WHERE rtype = '{rt.table}' AND bad IS NULL)"
+            checked = _sql(spark, validate.checked_sql(rt, source), args)
+            checked.createOrReplaceTempView(f"rg_checked_{n}_{rt.table}")
+            quarantine.append(
+                spark.sql(
+                    f"SELECT file_id, {line} AS line, {row} AS row, "
+                    f"'{rt.schema}' AS record_type, reason "
+                    f"FROM rg_checked_{n}_{rt.table} WHERE reason IS NOT NULL"
+                )
+            )
+            tcols, exprs = validate.target_columns(rt)
+            exprs[0] = "file_id"  # the bound $file_id of one file's load: here a column
+            select = ", ".join(f"{e} AS {c}" for c, e in zip(tcols, exprs, strict=True))
+            good = f"SELECT {select} FROM rg_checked_{n}_{rt.table} WHERE reason IS NULL"
+            records[rt.table].append(_sql(spark, good, args))
+    counts, facts = _write_records(spark, lake, records)
+    q_counts = _write_quarantine(spark, lake, quarantine, files)
+    _write_files(spark, lake, files, counts, q_counts)
+    _write_facts(spark, lake, facts)
+    for n in range(len(_groups(files))):
+        spark.catalog.dropTempView(f"rg_staged_{n}")
+    spark.catalog.clearCache()
+    rows_by_type = Counter[str]()
+    for (table, _), k in counts.items():
+        rows_by_type[table] += k
+    warnings = []
+    if not key:
+        warnings.append(
+            f"no HMAC key is set in ${config.hmac_key_env}: raw session ids were discarded, "
+            "not stored"
+        )
+    return {
+        "lake": lake,
+        "files": len(files),
+        "rows": dict(sorted(rows_by_type.items())),
+        "quarantined": sum(q_counts.values()),
+        "skipped": skipped,
+        "unreadable": [{"path": p, "note": why} for p, why in unreadable],
+        "warnings": warnings,
+    }
+
+
+def _write_records(
+    spark: Any, lake: str, records: dict[str, list[Any]]
+) -> tuple[dict[tuple[str, int], int], list[tuple[int, str, str]]]:
+    """Each record type's rows into its folder, partitioned by day. Returns (table,
+    file_id) -> rows written, and the facts each file shows by its rows' values
+    (capabilities.py's rules), counted in the same pass over the written rows."""
+    from pyspark.sql import functions as F
+
+    counts: dict[tuple[str, int], int] = {}
+    facts: list[tuple[int, str, str]] = []
+    for table in (rt.table for rt in RECORD_TYPES):
+        cols = lakes.record_columns(table)
+        where = lakes.path(lake, table)
+        parts = records.get(table)
+        if not parts:
+            # No rows: an empty table (one file with the columns), replacing any before.
+            empty = spark.createDataFrame([], lakes.spark_schema(cols))
+            empty.coalesce(1).write.mode("overwrite").parquet(where)
+            continue
+        df = parts[0]
+        for p in parts[1:]:
+            df = df.unionByName(p)
+        types = [t.split(" ", 1)[1] for t in lakes.spark_schema(cols).split(", ")]
+        df = df.select(*[F.col(c).cast(t).alias(c) for (c, _), t in zip(cols, types, strict=True)])
+        df = df.withColumn(lakes.PARTITION, F.date_format("ts", "yyyy-MM-dd")).persist()
+        df.write.mode("overwrite").partitionBy(lakes.PARTITION).parquet(where)
+        checks = capabilities.value_checks(table)
+        aggs = ["count(*)"] + [sql for _, sql in checks]
+        if table == "proxy":
+            aggs.append(capabilities.INITIALIZE_SEEN)
+        df.createOrReplaceTempView("rg_written")
+        select = ", ".join(f"{a} AS f{i}" for i, a in enumerate(aggs))
+        per_file = f"SELECT file_id, {select} FROM rg_written GROUP BY file_id"
+        for r in _sql(spark, per_file, {}).collect():
+            fid = int(r["file_id"])
+            counts[(table, fid)] = int(r["f0"])
+            found = {fact for i, (fact, _) in enumerate(checks) if r[f"f{i + 1}"]}
+            if table == "proxy":
+                seen = partial(bool, r[f"f{len(checks) + 1}"])
+                if capabilities.shows_initialize(found, set(), set(), seen):
+                    found.add(capabilities.INITIALIZE)
+            facts += [(fid, fact, "values") for fact in sorted(found)]
+        spark.catalog.dropTempView("rg_written")
+        df.unpersist()
+        if not any(t == table for t, _ in counts):
+            # Every row was quarantined: a partitioned write of none leaves no columns.
+            empty = spark.createDataFrame([], lakes.spark_schema(cols))
+            empty.coalesce(1).write.mode("overwrite").parquet(where)
+    return counts, facts
+
+
+def _write_quarantine(
+    spark: Any, lake: str, parts: list[Any], files: list[_File]
+) -> dict[int, int]:
+    from pyspark.sql import functions as F
+
+    paths = spark.createDataFrame(
+        [(f.file_id, f.shown) for f in files], "file_id BIGINT, path STRING"
+    )
+    df: Any = spark.createDataFrame(
+        [], "file_id BIGINT, line BIGINT, row BIGINT, record_type STRING, reason STRING"
+    )
+    for p in parts:
+        df = df.unionByName(p)
+    df = (
+        df.join(F.broadcast(paths), "file_id")
+        .select(
+            F.col("file_id").cast("bigint"),
+            "path",
+            F.col("line").cast("bigint"),
+            F.col("row").cast("bigint"),
+            F.col("record_type").cast("string"),
+            F.col("reason").cast("string"),
+        )
+        .coalesce(1)
+        .persist()
+    )
+    df.write.mode("overwrite").parquet(lakes.path(lake, "quarantine"))
+    got = df.groupBy("file_id").count().collect()
+    df.unpersist()
+    return {int(r["file_id"]): int(r["count"]) for r in got}
+
+
+def _duck_columns(table: str) -> list[tuple[str, str]]:
+    con = dbm.connect(":memory:")
+    try:
+        rows = con.execute(
+            "SELECT column_name, data_type FROM information_schema.columns "
+            "WHERE table_name = $t ORDER BY ordinal_position",
+            {"t": table},
+        ).fetchall()
+    finally:
+        con.close()
+    return [(str(n), "TIMESTAMPTZ" if "TIME ZONE" in str(t) else str(t)) for n, t in rows]
+
+
+def _write_files(
+    spark: Any,
+    lake: str,
+    files: list[_File],
+    counts: dict[tuple[str, int], int],
+    q_counts: dict[int, int],
+) -> None:
+    """The manifest: one row per file read, as the DuckDB ingest's `files` holds it."""
+    cols = _duck_columns("files")
+    now = datetime.now(UTC).replace(tzinfo=None)
+    rows = []
+    for f in files:
+        by_type = {t: k for (t, fid), k in counts.items() if fid == f.file_id}
+        values = {
+            "file_id": f.file_id,
+            "path": f.shown,
+            "name": f.src.name,
+            "format": f.src.format,
+            "compression": f.src.compression,
+            "size": f.src.path.stat().st_size,
+            # A Spark lake is loaded whole: no file is recognised by content later.
+            "sha256": "",
+            "rows_loaded": sum(by_type.values()),
+            "rows_quarantined": q_counts.get(f.file_id, 0),
+            "rows_by_type": json.dumps(dict(sorted(by_type.items())), sort_keys=True),
+            "ingested_at": now,
+            "status": "loaded",
+            "abspath": str(f.src.path.resolve()),
+        }
+        rows.append(tuple(values.get(c) for c, _ in cols))
+    df = spark.createDataFrame(rows, lakes.spark_schema(cols))
+    df.coalesce(1).write.mode("overwrite").parquet(lakes.path(lake, "files"))
+
+
+def _write_facts(spark: Any, lake: str, facts: list[tuple[int, str, str]]) -> None:
+    df = spark.createDataFrame(facts, "file_id BIGINT, fact STRING, how STRING")
+    df.coalesce(1).write.mode("overwrite").parquet(lakes.path(lake, "file_facts"))
