@@ -8,6 +8,7 @@ the ratios, which are measured in the same run).
 
     ./dev bench 1000000 10000000             # or: python bench/run.py 1000000 ...
     ./dev bench 100000000 --format parquet --batches 10   # 100M: Parquet, in 10 ingest runs
+    ./dev bench 100000 1000000 --spark --no-pages   # and the Spark path, local[2]
 
 Fleets are simulated once into <out>/fleet-<n>[-<format>] and reused. Results go to
 <out>/results.json and a markdown table on standard output (docs/performance.md). Not
@@ -241,6 +242,35 @@ def ingest_step(d: Path, db: Path, batches: int, env: dict | None = None) -> dic
     return out
 
 
+# The Spark path's driver (Spark in local mode runs its executors in the driver's JVM):
+# the analysis brings the record tables through it into the DuckDB file.
+SPARK_ENV = dict(ENV, PYSPARK_SUBMIT_ARGS="--driver-memory 4g pyspark-shell")
+
+
+def spark_steps(d: Path, work: Path, n: int, master: str, res: dict, save) -> None:
+    """`replaygate ingest --engine spark` of the fleet into a lake, then `replaygate
+    findings --engine spark` of the lake into a DuckDB file, each a process of its own
+    (its time includes starting Spark). CPU seconds are the Python process's and its
+    waited children's: the JVM's own CPU is counted only where it is a child reaped."""
+    lake, db = work / f"lake-{n}", work / f"spark-{n}.duckdb"
+    shutil.rmtree(lake, ignore_errors=True)
+    db.unlink(missing_ok=True)
+    spark = ["--engine", "spark", "--lake", str(lake), "--spark-master", master]
+    print(f"{n:,} events: Spark ingest ({master}) ...", file=sys.stderr, flush=True)
+    cmd = [PY, "-m", "replaygate", "ingest", str(d), *spark, "--json"]
+    res["spark_ingest"] = _keep(run_step(cmd, SPARK_ENV))
+    res["lake_mb"] = round(sum(f.stat().st_size for f in lake.rglob("*") if f.is_file()) / 1e6)
+    save(res)
+    print(f"{n:,} events: Spark analysis ({master}) ...", file=sys.stderr, flush=True)
+    cmd = [PY, "-m", "replaygate", "findings", *spark, "--db", str(db), "--json"]
+    res["spark_analyse"] = _keep(run_step(cmd, SPARK_ENV))
+    res["spark_db_mb"] = round(db.stat().st_size / 1e6)
+    res["spark_master"] = master
+    save(res)
+    shutil.rmtree(lake, ignore_errors=True)
+    db.unlink(missing_ok=True)
+
+
 def bench_size(
     n: int,
     work: Path,
@@ -250,6 +280,7 @@ def bench_size(
     save=None,
     batches: int = 1,
     load_only: bool = False,
+    spark: str | None = None,
 ) -> dict:
     """Measure one size; `save(res)` is called after every step, so a long run that is
     stopped or breaks keeps what it measured. `load_only`: the bare read and the ingest,
@@ -319,6 +350,8 @@ def bench_size(
         print(f"{n:,} events: dashboard pages ...", file=sys.stderr, flush=True)
         r = run_step([PY, "-c", PAGES, str(ours_db), str(ROOT / "dashboard" / "app.py")])
         res["pages"] = json.loads(r["out"])
+    if spark:
+        spark_steps(d, work, n, spark, res, save)
     if not keep:
         ours_db.unlink(missing_ok=True)
     return res
@@ -395,6 +428,23 @@ def table(results: list[dict]) -> str:
             ),
         )
     row(
+        "Spark ingest into a lake (`--engine spark`): s / CPU s / peak MB",
+        lambda r: _step(r["spark_ingest"]),
+    )
+    row("— lake, MB", lambda r: f"{r['lake_mb']:,}")
+    row(
+        "Spark analysis into a DuckDB file: s / CPU s / peak MB",
+        lambda r: _step(r["spark_analyse"]),
+    )
+    row("— DuckDB file, MB", lambda r: f"{r['spark_db_mb']:,}")
+    row(
+        "**Spark ÷ DuckDB** (wall: ingest; analysis)",
+        lambda r: "{:.1f}x; {:.1f}x".format(
+            r["spark_ingest"]["seconds"] / r["ingest"]["seconds"],
+            r["spark_analyse"]["seconds"] / r["analyse"]["analyse_s"],
+        ),
+    )
+    row(
         "load average (1 min) around ingest / analysis",
         lambda r: "{}–{} / {}–{}".format(*r["ingest"]["load"], *r["analyse"]["load"]),
     )
@@ -412,8 +462,13 @@ def growth(results: list[dict]) -> str:
             ("ingest", lambda r: r["ingest"]["seconds"]),
             ("analysis", lambda r: r["analyse"]["analyse_s"]),
             ("analysis peak MB", lambda r: r["analyse"]["peak_mb"]),
+            ("Spark ingest", lambda r: r["spark_ingest"]["seconds"]),
+            ("Spark analysis", lambda r: r["spark_analyse"]["seconds"]),
         ):
-            parts.append(f"{label} x{get(b) / get(a):.1f}")
+            try:
+                parts.append(f"{label} x{get(b) / get(a):.1f}")
+            except KeyError:
+                continue
         out.append(f"{a['events']:,} -> {b['events']:,} events (x{scale:.1f}): " + ", ".join(parts))
     return "\n".join(out)
 
@@ -438,6 +493,15 @@ def main() -> None:
         help="ingest a Parquet fleet as N batches of new files, one run each (100M events "
         "staged in one run need more temporary disk than the database itself)",
     )
+    ap.add_argument(
+        "--spark",
+        nargs="?",
+        const="local[2]",
+        default=None,
+        metavar="MASTER",
+        help="also the Spark path (`--engine spark` ingest and analysis) on this master "
+        "(default local[2]: Spark in local mode on this machine)",
+    )
     args = ap.parse_args()
     sizes = args.sizes or args.sizes_opt or [1_000_000, 10_000_000]
     work = Path(args.out)
@@ -458,6 +522,7 @@ def main() -> None:
                 save,
                 args.batches,
                 args.load_only,
+                args.spark,
             )
         )
         (work / "results.json").write_text(json.dumps(results, indent=1))
