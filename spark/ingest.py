@@ -166,7 +166,10 @@ def _json_lines(spark: Any, files: list[_File], names: list[str]) -> tuple[Any, 
     no_bom = transpile.expression_to_spark(readers._NO_BOM)
     # One parse per line: a JSON object's keys and their text; a line that is JSON but
     # no object still parses (DuckDB reads it, and says it is not an object).
+    # (A projection of its own: each field read from the map would parse it again.)
     obj = F.expr(f"from_json({no_bom}, 'map<string,string>')")
+    df = df.select("file_id", "pos", "raw", obj.alias("rg_obj"))
+    obj = F.col("rg_obj")
     is_json = obj.isNotNull() | F.expr(f"try_parse_json({no_bom})").isNotNull()
     values = F.array(*[obj.getItem(p[2:]) for p in readers.json_paths(names)])
     df = df.select("file_id", "pos", "raw", F.when(is_json, values).alias("v"))
