@@ -243,8 +243,12 @@ def ingest_step(d: Path, db: Path, batches: int, env: dict | None = None) -> dic
 
 
 # The Spark path's driver (Spark in local mode runs its executors in the driver's JVM):
-# the analysis brings the record tables through it into the DuckDB file.
-SPARK_ENV = dict(ENV, PYSPARK_SUBMIT_ARGS="--driver-memory 4g pyspark-shell")
+# the analysis brings the record tables through it into the DuckDB file. Spark's 200
+# shuffle partitions are a cluster's: on two cores each is a task of its own to schedule.
+SPARK_ENV = dict(
+    ENV,
+    PYSPARK_SUBMIT_ARGS="--driver-memory 4g --conf spark.sql.shuffle.partitions=8 pyspark-shell",
+)
 
 
 def spark_steps(d: Path, work: Path, n: int, master: str, res: dict, save) -> None:
