@@ -58,7 +58,6 @@ def from_config(config: Config) -> dict[str, Any]:
 
 # The facts a_gate_facts holds (queries/sql/facts/gate_facts.sql).
 FACTS = (
-    "accepted_receipts",
     "delivered_events",
     "completed_streams",
     "write_dispatches",
@@ -72,13 +71,12 @@ FACTS = (
 def probe_counted(config: Config) -> dict[str, list[str]]:
     """What of `replaygate probe`'s units the gates count (`probe_gates`): the gate facts
     (`probe_facts`) and the findings of which detectors (`probe_detectors`). For
-    `replay`, those of the replay-integrity gates: their samples (their meters, and the
-    accepted receipts a client keeps) and their detectors' findings."""
+    `replay`, those of the replay-integrity gates: their samples (their meters) and their
+    detectors' findings."""
     if config.probe_gates == "none":
         return {"probe_facts": [], "probe_detectors": []}
     chosen = [g for g in GATES if config.probe_gates == "all" or g.replay]
     facts = {g.meter for g in chosen if g.meter}
-    facts.add("accepted_receipts")
     if config.probe_gates == "all":
         facts.update(FACTS)
     return {

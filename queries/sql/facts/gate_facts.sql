@@ -16,13 +16,11 @@
 -- filters: none
 CREATE OR REPLACE TABLE a_gate_facts AS
 WITH units AS (
-    SELECT 'accepted_receipts' AS fact, ts, session_hmac, NULL::DOUBLE AS secs,
-           NULL::VARCHAR AS principal
-    FROM inbox WHERE verdict = 'accepted'
-    UNION ALL
     -- delivered events: accepted receipts where the client keeps an inbox, else the
-    -- events the server's log shows it sent or replayed (what the server basis judges)
-    SELECT 'delivered_events', ts, session_hmac, NULL, NULL
+    -- events the server's log shows it sent or replayed (what the server basis judges).
+    -- The receipts are stored once, as delivered events: no gate samples them apart.
+    SELECT 'delivered_events' AS fact, ts, session_hmac, NULL::DOUBLE AS secs,
+           NULL::VARCHAR AS principal
     FROM inbox WHERE verdict = 'accepted'
     UNION ALL
     SELECT 'delivered_events', e.ts, e.session_hmac, NULL, NULL
@@ -97,8 +95,7 @@ CREATE OR REPLACE TABLE a_stage_samples AS
 WITH staged AS (
     SELECT fact AS sample, stage, ts, secs, revision FROM a_gate_facts
     WHERE stage IS NOT NULL
-      AND fact IN ('accepted_receipts', 'delivered_events', 'completed_streams',
-                   'write_dispatches', 'recoveries')
+      AND fact IN ('delivered_events', 'completed_streams', 'write_dispatches', 'recoveries')
 ),
 -- the newest sample of each kind per stage, for the last hour (a group, not a window: the
 -- window function partitioned every fact)
