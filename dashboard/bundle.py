@@ -23,7 +23,7 @@ import pyarrow.parquet as pq
 from replaygate.ingest import staging
 from replaygate.ingest.config import Config
 from replaygate.ingest.errors import ReplaygateError
-from replaygate.queries.api import attest, effective_settings, history, outputs
+from replaygate.queries.api import attest, decisionlog, effective_settings, outputs
 
 from . import report as render
 
@@ -98,8 +98,8 @@ def contents(
     # Exactly the bytes the report's configuration digest is computed over.
     settings = effective_settings(config)["settings"]
     files[CONFIGURATION] = json.dumps(settings, sort_keys=True).encode()
-    path = history.file_for(con)
-    history.checked(con, path)  # a broken history is not bundled as if it held
+    path = decisionlog.file_for(con)
+    decisionlog.checked(con, path)  # a broken history is not bundled as if it held
     try:
         files[HISTORY] = path.read_bytes() if path else b""
     except FileNotFoundError:

@@ -1,7 +1,7 @@
 """Data access for the dashboard: a read-only store and cached named queries.
 
 Every read goes through the named queries of queries/sql/dashboard (via
-`replaygate.queries.named` and `replaygate.queries.views`), with the one filter model of
+`replaygate.queries.named` and `replaygate.queries.dashmodel`), with the one filter model of
 `replaygate.queries.filters`; no SQL lives here.
 
 The store opens a read-only DuckDB connection per cache miss and closes it at
@@ -25,7 +25,7 @@ import streamlit as st
 from replaygate.ingest import db as dbm
 from replaygate.ingest.config import Config
 from replaygate.queries import api
-from replaygate.queries.api import Filters, escape, named, resolve_config, views
+from replaygate.queries.api import Filters, dashmodel, escape, named, resolve_config
 
 
 class DatabaseBusy(Exception):
@@ -120,11 +120,11 @@ def gate_measures(stamp: str, f: Filters, scope: str | None = None) -> list[dict
     """Every gate's measure under the filters (equal to the decision's under a stage alone)."""
     s = store()
     decided = None
-    if views.stage_alone(f):
+    if dashmodel.stage_alone(f):
         doc = gates_doc(stamp, None, True)  # the Overview's and Rollout's, cached once
         decided = next((x for x in doc.get("stages", []) if x["stage"] == f.stage), None)
     with _named() as con:
-        return views.gate_measures(con, s.config, f, scope, decided)
+        return dashmodel.gate_measures(con, s.config, f, scope, decided)
 
 
 @st.cache_data(show_spinner=False)
@@ -269,7 +269,7 @@ def data_overview(stamp: str) -> dict:
 @st.cache_data(show_spinner=False)
 def report(stamp: str, stage: str, fmt: str) -> bytes:
     """The audit report of a stage, as `replaygate report` writes it."""
-    from replaygate.queries.api import report as rep
+    from replaygate.queries.api import reportdoc as rep
 
     from . import report as render
 

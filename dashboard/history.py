@@ -1,5 +1,5 @@
 """The decision history on the dashboard: when each stage's recorded decision changed,
-what operators did, and the decision in force at a chosen time (queries/history.py).
+what operators did, and the decision in force at a chosen time (queries/decisionlog.py).
 
 Read from the history file beside the database on every run (it is small, and appends
 do not change the data version the other caches are keyed on). Operator-typed text is
@@ -13,21 +13,21 @@ import datetime as dt
 import pandas as pd
 import streamlit as st
 
-from replaygate.queries.api import history
+from replaygate.queries.api import decisionlog
 
 from . import fmt, ui
 
 
 def section(db_path: str, stage: str | None) -> None:
     st.subheader("Decision history")
-    path = history.file_for_db(db_path)
+    path = decisionlog.file_for_db(db_path)
     try:
-        history.checked_for_db(db_path)
-    except history.HistoryBroken as exc:
+        decisionlog.checked_for_db(db_path)
+    except decisionlog.HistoryBroken as exc:
         # Nothing of a broken history is shown as if it held.
         st.error(f"The decision history does not verify: {fmt.md_text(exc)}")
         return
-    entries = history.timeline(path, stage)
+    entries = decisionlog.timeline(path, stage)
     if not entries:
         st.info(
             "No decision recorded yet: `replaygate gates --record` and `replaygate watch` "
@@ -57,13 +57,13 @@ def section(db_path: str, stage: str | None) -> None:
         }
     )
     ui.table(frame, hide_index=True, key="decision_history", width="stretch")
-    first = history.parse_time(entries[0]["recorded_at"])
+    first = decisionlog.parse_time(entries[0]["recorded_at"])
     cols = st.columns(2)
     day = cols[0].date_input("Decision in force on (UTC)", value=dt.datetime.now(dt.UTC).date())
     clock = cols[1].time_input("at", value=dt.time(23, 59), step=60)
     at = dt.datetime.combine(day, clock, tzinfo=dt.UTC) + dt.timedelta(seconds=59)
     stages = sorted({e["stage"] for e in entries if e["kind"] == "evaluation"})
-    found = [(s, history.in_force(path, s, at=at)) for s in stages]
+    found = [(s, decisionlog.in_force(path, s, at=at)) for s in stages]
     ui.table(
         pd.DataFrame(
             {

@@ -1,4 +1,4 @@
-"""Render the audit report (queries/report.py) as Markdown, self-contained HTML or PDF
+"""Render the audit report (queries/reportdoc.py) as Markdown, self-contained HTML or PDF
 (evidence bundles: dashboard/bundle.py).
 
 Never imports streamlit, so `replaygate report` works without the UI; the HTML report's

@@ -196,7 +196,7 @@ def json_lines_sql(parsed: str, names: list[str], key_available: bool, keep: str
     """The rules of a JSON Lines file of contract records, over `parsed`: one row per
     line, `raw` (the line) and `v`, the text at each of json_paths(names) in order, or
     NULL when the line is not JSON. (DuckDB fills `v` as it reads the file; the Spark
-    ingest, spark/ingest.py, with Spark's JSON functions: the rules here are both's.)
+    ingest, spark/lakeload.py, with Spark's JSON functions: the rules here are both's.)
     `keep`: columns of `parsed` carried through ("file_id, pos, " for the Spark ingest,
     which reads many files at once; DuckDB's row order is a line's position)."""
     values = {n: f"v[{i + 2}]" for i, n in enumerate(names)}

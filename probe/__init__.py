@@ -16,7 +16,7 @@ from collections.abc import Callable
 from typing import Any
 
 from . import evidence
-from .scenarios import DEFAULT_SCENARIOS, SCENARIOS, Probe, Settings, Verdict, summary_line
+from .trials import DEFAULT_SCENARIOS, SCENARIOS, Probe, Settings, Verdict, summary_line
 from .wire import CLEANUP_GRACE, PRINCIPAL
 
 __all__ = [

@@ -22,18 +22,19 @@ from replaygate.ingest.errors import ReplaygateError
 from . import (
     attest,
     catalog,
+    dashmodel,
+    decisionlog,
     escape,
     fieldguide,
     freshness,
     gatedefs,
-    history,
     named,
     outputs,
-    report,
+    reportdoc,
     runner,
     sources,
-    views,
 )
+from .dashmodel import detectors_for, gates_for
 from .escape import (
     html_text,
     md_code,
@@ -69,7 +70,6 @@ from .runner import (
     list_findings,
     stamp,
 )
-from .views import detectors_for, gates_for
 
 __all__ = [
     "BY_ID",
@@ -100,7 +100,7 @@ __all__ = [
     "freshness_of",
     "gates_doc",
     "gates_for",
-    "history",
+    "decisionlog",
     "html_text",
     "is_current",
     "list_findings",
@@ -115,7 +115,7 @@ __all__ = [
     "plot_text",
     "record_decisions",
     "refresh_history_findings",
-    "report",
+    "reportdoc",
     "resolve_config",
     "resolve_stage",
     "slack_text",
@@ -124,7 +124,7 @@ __all__ = [
     "stamp",
     "terminal",
     "title",
-    "views",
+    "dashmodel",
     "xml_text",
 ]
 
@@ -229,10 +229,10 @@ def open_analysed(path: str, config: Config) -> duckdb.DuckDBPyConnection:
 def record_decisions(
     con: duckdb.DuckDBPyConnection, doc: dict[str, Any], config: Config, source: str, **kw: Any
 ) -> list[dict[str, Any]]:
-    """Append a gates document's decisions to the decision history (queries/history.py).
+    """Append a gates document's decisions to the decision history (queries/decisionlog.py).
     `con` is the connection `doc` was evaluated on; `source` names the caller (gates,
     watch, serve); `only_changes=True` skips stages whose evaluation is unchanged."""
-    return history.record_evaluation(con, doc, config, source, **kw)
+    return decisionlog.record_evaluation(con, doc, config, source, **kw)
 
 
 def refresh_history_findings(path: str, config: Config) -> bool:

@@ -32,7 +32,7 @@ from typing import TYPE_CHECKING, Any, TypeGuard
 
 from replaygate.ingest.errors import ReplaygateError
 
-from . import history
+from . import decisionlog
 from .outcome import Decision, Status
 
 if TYPE_CHECKING:
@@ -173,7 +173,9 @@ STATUS_WORD = {
 def history_head(data: bytes) -> dict[str, Any]:
     """The head of a bundled decision history (its rows and newest digest), for the
     statement: a copy cut short no longer matches it."""
-    rows = [r for r in history._parse(data.decode("utf-8", "replace")) if not r.get("unreadable")]
+    rows = [
+        r for r in decisionlog._parse(data.decode("utf-8", "replace")) if not r.get("unreadable")
+    ]
     return {"rows": len(rows), "head": rows[-1].get("sha256") if rows else None}
 
 
@@ -407,11 +409,11 @@ def verify(
             if disagree:
                 v.problems.append(disagree)
         if name == "decision_history.jsonl":
-            rows = history._parse(data.decode("utf-8", "replace"))
+            rows = decisionlog._parse(data.decode("utf-8", "replace"))
             head = predicate.get("decisionHistory")
-            broken = history.verify_chain(rows)
+            broken = decisionlog.verify_chain(rows)
             if not broken and isinstance(head, dict) and isinstance(head.get("rows"), int):
-                broken = history.against_anchor(
+                broken = decisionlog.against_anchor(
                     [r for r in rows if not r.get("unreadable")], head["rows"], head.get("head")
                 )
             if broken:

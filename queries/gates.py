@@ -21,7 +21,7 @@ from replaygate.ingest.db import one_row
 from replaygate.ingest.errors import ReplaygateError
 from replaygate.ingest.timefmt import iso_ms as _iso
 
-from . import capability, catalog, freshness, named, params, runner
+from . import cannottell, catalog, freshness, named, params, runner
 from .filters import Filters
 from .gatedefs import BY_ID, GATES, GateDef, _fmt_n, _percent, min_samples
 from .outcome import Decision, Status
@@ -71,10 +71,10 @@ def _no_evidence(
     counts = dict.fromkeys(present, 1)
     gaps = []
     for name in BY_ID[gate_id].detectors:
-        missing = capability.missing_needs(detectors[name], counts)
+        missing = cannottell.missing_needs(detectors[name], counts)
         if missing:
             gaps.append(
-                " and ".join(capability.missing_label(n) for n in missing) + " in the stage window"
+                " and ".join(cannottell.missing_label(n) for n in missing) + " in the stage window"
             )
         elif name in blind:
             gaps.append(blind[name])

@@ -22,7 +22,7 @@ import duckdb
 
 from replaygate.ingest.db import one_row
 
-from . import capability
+from . import cannottell
 
 DETECTORS = {"duplicate_dispatch"}
 
@@ -95,7 +95,7 @@ def rerun(
     name: str,
     sql: str,
     bound: dict[str, Any],
-    plan: capability.Plan | None,
+    plan: cannottell.Plan | None,
     base: Any,
 ) -> None:
     """Replace `name`'s findings of the changed groups. `base(table)`: the database's own
@@ -116,14 +116,14 @@ def rerun(
     view("inbox", "session_hmac IN (SELECT session_hmac FROM rg_affected)")
     made = ["dispatches", "inbox"]
     if plan is not None:
-        made += capability.shadow(con, dataclasses.replace(plan, exclude=excluded))
+        made += cannottell.shadow(con, dataclasses.replace(plan, exclude=excluded))
     try:
         con.execute(
             f"CREATE OR REPLACE TEMP TABLE rg_new AS SELECT $detector AS detector, * FROM ({sql})",
             bound,
         )
     finally:
-        capability.unshadow(con, made)
+        cannottell.unshadow(con, made)
     known = ", ".join(f"'{b}'" for b in BASES)
     for table, where in (("rg_new", ""), (f"{base('findings')}", "AND detector = $d")):
         odd = one_row(

@@ -17,7 +17,7 @@ A full analysis runs instead when there is no earlier analysis to build on, an i
 since then did not note what it changed, the configuration changed, the rollout log
 changed or rows were replaced, a detector's coverage would change, the files that cannot
 show a fact a detector needs are no longer the ones it left out ("cannot tell",
-capability.py: the same ones are left out again, and their `cannot_tell` counts are
+cannottell.py: the same ones are left out again, and their `cannot_tell` counts are
 recounted), or the noted sessions are a large share of the fleet. Anything unexpected
 during an incremental run (a session-local table without `session_hmac`, a session-local
 finding without a session) rolls it back and falls back to a full one.
@@ -36,7 +36,7 @@ import duckdb
 from replaygate.ingest.config import Config
 from replaygate.ingest.db import get_meta, one_row, set_meta
 
-from . import capability, catalog, groups, params
+from . import cannottell, catalog, groups, params
 from .groups import Fallback
 
 # Prepared tables and detectors whose output for a session depends only on that
@@ -95,13 +95,13 @@ def plans(
     con: duckdb.DuckDBPyConnection,
     counts: dict[str, int],
     values: dict[str, Any] | None = None,
-) -> dict[str, capability.Plan]:
-    """What each detector that runs and declares facts may look at (capability.py);
+) -> dict[str, cannottell.Plan]:
+    """What each detector that runs and declares facts may look at (cannottell.py);
     `values`: the configuration's bound values (params.from_config)."""
     return {
-        name: capability.plan(con, q, values)
+        name: cannottell.plan(con, q, values)
         for name, q in catalog.detectors().items()
-        if capability.facts(q) and not capability.missing_needs(q, counts)
+        if cannottell.facts(q) and not cannottell.missing_needs(q, counts)
     }
 
 
@@ -109,7 +109,7 @@ def possible(
     con: duckdb.DuckDBPyConnection,
     config: Config,
     counts: dict[str, int],
-    blind: dict[str, capability.Plan] | None = None,
+    blind: dict[str, cannottell.Plan] | None = None,
 ) -> bool:
     """Can the last analysis be brought up to date incrementally? `blind`: the plans of
     `plans()` (computed here when not given)."""
@@ -132,23 +132,23 @@ def possible(
         return False
     blind = plans(con, counts, params.from_config(config)) if blind is None else blind
     for name, q in catalog.detectors().items():
-        missing = capability.missing_needs(q, counts)
+        missing = cannottell.missing_needs(q, counts)
         p = blind.get(name)
-        now = capability.missing_label(missing[0]) if missing else "ok"
+        now = cannottell.missing_label(missing[0]) if missing else "ok"
         if p is not None and p.skip:
             now = "cannot tell"
         if ran.get(name) != now:
             return False
     # Files that cannot show a fact a detector needs are left out of its input: the run
-    # can apply that as the last analysis did, not a change of it (capability.py).
-    return capability.same_as_recorded(con, blind)
+    # can apply that as the last analysis did, not a change of it (cannottell.py).
+    return cannottell.same_as_recorded(con, blind)
 
 
 def analyse(
     con: duckdb.DuckDBPyConnection,
     config: Config,
     counts: dict[str, int],
-    blind: dict[str, capability.Plan] | None = None,
+    blind: dict[str, cannottell.Plan] | None = None,
 ) -> None:
     """Recompute for the pending sessions (inside the caller's transaction). `blind`: the
     plans of `plans()`, as `possible()` accepted them."""
@@ -186,7 +186,7 @@ def analyse(
                 for stmt in q.statements():
                     con.execute(stmt)
         for name, q in catalog.detectors().items():
-            if capability.missing_needs(q, counts):
+            if cannottell.missing_needs(q, counts):
                 continue
             t0 = time.perf_counter()
             bound = {"detector": name, **params.bind(q, values)}
@@ -205,7 +205,7 @@ def analyse(
                 # counts of what they hide grew with them.
                 for table in ("cannot_tell", "cannot_tell_stages"):
                     con.execute(f"DELETE FROM main.{table} WHERE detector = $d", {"d": name})
-                capability.record_cannot_tell(con, name, q, plan)
+                cannottell.record_cannot_tell(con, name, q, plan)
                 if plan.skip:
                     continue
             if name in SESSION_DETECTORS:
@@ -215,7 +215,7 @@ def analyse(
                     {"d": name},
                 )
                 _search(con, scoped=True)
-                made = capability.shadow(con, plan, _IN_SCOPE) if plan else []
+                made = cannottell.shadow(con, plan, _IN_SCOPE) if plan else []
                 try:
                     con.execute(
                         f"""CREATE OR REPLACE TEMP TABLE rg_new AS
@@ -223,7 +223,7 @@ def analyse(
                         bound,
                     )
                 finally:
-                    capability.unshadow(con, made)
+                    cannottell.unshadow(con, made)
                     _search(con, scoped=False)
                 if one_row(con.execute("SELECT count(*) FROM rg_new WHERE session_hmac IS NULL"))[
                     0
@@ -234,7 +234,7 @@ def analyse(
                 groups.rerun(con, name, q.sql, bound, plan, lambda t: _base(con, t))
             else:
                 con.execute("DELETE FROM main.findings WHERE detector = $d", {"d": name})
-                made = capability.shadow(con, plan) if plan else []
+                made = cannottell.shadow(con, plan) if plan else []
                 try:
                     con.execute(
                         f"INSERT INTO main.findings BY NAME SELECT $detector AS detector, * "
@@ -242,7 +242,7 @@ def analyse(
                         bound,
                     )
                 finally:
-                    capability.unshadow(con, made)
+                    cannottell.unshadow(con, made)
             n = one_row(
                 con.execute("SELECT count(*) FROM main.findings WHERE detector = $d", {"d": name})
             )[0]
@@ -283,7 +283,7 @@ def _search(con: duckdb.DuckDBPyConnection, scoped: bool) -> None:
 
 def _base(con: duckdb.DuckDBPyConnection, table: str) -> str:
     """A table of the database itself: `main.x` alone would also find a temporary view `x`
-    (capability.shadow), which reads this scope's view of it."""
+    (cannottell.shadow), which reads this scope's view of it."""
     db = one_row(con.execute("SELECT current_database()"))[0]
     return f'"{db}".main.{table}'
 

@@ -29,7 +29,7 @@ from replaygate.ingest import staging
 from replaygate.ingest.errors import ReplaygateError
 from replaygate.ingest.lock import lock_path
 
-from . import history
+from . import decisionlog
 
 DATABASE = "the database"
 HISTORY = "the database's decision history"
@@ -164,7 +164,7 @@ def for_database(
         g.protect(db, DATABASE)
         g.protect(db + ".wal", DATABASE)
         g.protect(lock_path(db), DATABASE)
-        g.protect(history.file_for_db(db), HISTORY)
+        g.protect(decisionlog.file_for_db(db), HISTORY)
     if config_source and os.fspath(config_source) != "built-in defaults":
         g.protect(config_source, CONFIGURATION)
     if con is not None:

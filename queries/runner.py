@@ -20,7 +20,7 @@ from replaygate.ingest.db import get_meta, one_row, set_meta, transaction
 from replaygate.ingest.errors import ReplaygateError
 from replaygate.ingest.timefmt import iso_ms as _iso
 
-from . import capability, catalog, groups, history, incremental, named, params
+from . import cannottell, catalog, decisionlog, groups, incremental, named, params
 from .outcome import Severity
 
 # The columns that name a finding's unit (its session, stream, event or dispatch), in
@@ -42,7 +42,7 @@ CREATE TABLE IF NOT EXISTS findings (
 );
 CREATE TABLE IF NOT EXISTS coverage (detector VARCHAR, status VARCHAR, rows BIGINT,
                                      seconds DOUBLE);
--- Units a detector could not judge: the file and the fact it cannot show (capability.py).
+-- Units a detector could not judge: the file and the fact it cannot show (cannottell.py).
 CREATE TABLE IF NOT EXISTS cannot_tell (detector VARCHAR, file VARCHAR, missing VARCHAR,
                                         units BIGINT);
 -- The same units by the rollout stage they belong to (the stage rule of macros.sql).
@@ -121,7 +121,7 @@ def is_current(con: duckdb.DuckDBPyConnection, config: Config) -> bool:
 
 
 def _history_current(con: duckdb.DuckDBPyConnection) -> bool:
-    return get_meta(con, "history_stamp", "0") == history.version(con)
+    return get_meta(con, "history_stamp", "0") == decisionlog.version(con)
 
 
 def analyse(
@@ -144,14 +144,14 @@ def analyse(
         if stmt.strip():
             con.execute(stmt)
     # The shared macros first: a detector's units predicate may call one before any
-    # prepare step has run in this database (capability.plan).
+    # prepare step has run in this database (cannottell.plan).
     for q in catalog.load("prep"):
         if q.name == "macros":
             for stmt in q.statements():
                 con.execute(stmt)
-    # Detectors may also read what replaygate itself recorded (queries/history.py).
-    history_version = history.version(con)
-    counts["decision_history"] = history.load_table(con)
+    # Detectors may also read what replaygate itself recorded (queries/decisionlog.py).
+    history_version = decisionlog.version(con)
+    counts["decision_history"] = decisionlog.load_table(con)
     if not force and only is None and current:
         _history_only(con, values, counts, history_version)
         return summary(con)
@@ -216,16 +216,16 @@ def _run_detector(
     values: dict[str, Any],
     counts: dict[str, int],
 ) -> None:
-    missing = capability.missing_needs(q, counts)
+    missing = cannottell.missing_needs(q, counts)
     if missing:
-        capability.record_coverage(con, name, capability.missing_label(missing[0]))
+        cannottell.record_coverage(con, name, cannottell.missing_label(missing[0]))
         return
     t0 = time.perf_counter()
-    plan = capability.plan(con, q, values)
-    capability.record_cannot_tell(con, name, q, plan)
+    plan = cannottell.plan(con, q, values)
+    cannottell.record_cannot_tell(con, name, q, plan)
     n = 0
     if not plan.skip:
-        made = capability.shadow(con, plan)
+        made = cannottell.shadow(con, plan)
         try:
             inserted = con.execute(
                 f"INSERT INTO findings BY NAME SELECT $detector AS detector, * FROM ({q.sql})",
@@ -233,9 +233,9 @@ def _run_detector(
             ).fetchone()
             n = inserted[0] if inserted else 0
         finally:
-            capability.unshadow(con, made)
+            cannottell.unshadow(con, made)
     status = "cannot tell" if plan.skip else "ok"
-    capability.record_coverage(con, name, status, plan, n, time.perf_counter() - t0)
+    cannottell.record_coverage(con, name, status, plan, n, time.perf_counter() - t0)
 
 
 def _incrementally(con: duckdb.DuckDBPyConnection, config: Config, counts: dict[str, int]) -> bool:

@@ -7,7 +7,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any
 
-from . import capability, catalog
+from . import cannottell, catalog
 
 PROXY_ONLY = ("proxy", "rollout")
 SERVER_SIDE = ("sessions", "streams", "events", "dispatches", "proxy", "rollout")
@@ -29,7 +29,7 @@ CLIENT_ADDS = {
 
 
 def _runs(query: catalog.Query, sources: Iterable[str]) -> bool:
-    return not capability.missing_needs(query, dict.fromkeys(sources, 1))
+    return not cannottell.missing_needs(query, dict.fromkeys(sources, 1))
 
 
 def matrix() -> list[dict[str, Any]]:

@@ -36,7 +36,7 @@ def _action(
     release: str | None,
 ) -> None:
     from replaygate.queries import api
-    from replaygate.queries.api import history
+    from replaygate.queries.api import decisionlog
 
     conf = load_config(config_path, db)
     # The history keeps a stage of a release under its key (`name@release`, as gates
@@ -44,8 +44,8 @@ def _action(
     release = None if release == "-" else release
     if release is not None and not stage.endswith(f"@{release}"):
         stage = f"{stage}@{release}"
-    row = history.record_action(
-        history.file_for_db(db),
+    row = decisionlog.record_action(
+        decisionlog.file_for_db(db),
         kind,
         stage,
         by=by,
@@ -173,8 +173,8 @@ def history(
       replaygate history --stage write-10pct
       replaygate history --stage write-10pct --at 2026-11-28T04:30:00Z --json
     """
+    from replaygate.queries.api import decisionlog as hist
     from replaygate.queries.api import effective_settings
-    from replaygate.queries.api import history as hist
     from replaygate.queries.api import terminal as show
 
     conf = load_config(config_path, db)

@@ -146,11 +146,11 @@ def _ingest_spark(
             "(docs/spark.md): ingest such logs with --engine duckdb"
         )
     # Only here is Spark (and pyspark) loaded: the default engine never needs it.
-    from replaygate.spark import ingest as spark_ingest
-    from replaygate.spark import session
+    from replaygate.spark import lakeload as spark_ingest
+    from replaygate.spark import runtime
 
     conf = load_config(config_path)
-    summary = spark_ingest.ingest(session.get(spark_master), list(paths), lake, conf)
+    summary = spark_ingest.ingest(runtime.get(spark_master), list(paths), lake, conf)
     if as_json:
         emit_json(summary)
     else:
@@ -507,9 +507,9 @@ def findings(
         if lake is None:
             raise ReplaygateError("--engine spark needs --lake DIR (the lake to analyse)")
         # Only here is Spark (and pyspark) loaded: the default engine never needs it.
-        from replaygate.spark import analyse, session
+        from replaygate.spark import analyse, runtime
 
-        analyse.analyse(session.get(spark_master), lake, db, conf)
+        analyse.analyse(runtime.get(spark_master), lake, db, conf)
     con = api.open_analysed(db, conf)
     if as_json:
         emit_json(api.findings_doc(con, detectors=detectors, stage=stage, severity=severity))
@@ -816,7 +816,7 @@ def report(
     from replaygate.dashboard import report as render
     from replaygate.queries import api
     from replaygate.queries.api import outputs
-    from replaygate.queries.api import report as rep
+    from replaygate.queries.api import reportdoc as rep
 
     if verify_dir:
         _verify_bundle(Path(verify_dir), public_key, inputs)

@@ -189,12 +189,12 @@ class GateServer(ThreadingHTTPServer):
         data change and a full analysis anyway."""
         from replaygate.ingest.db import get_meta
         from replaygate.queries import api
-        from replaygate.queries.api import history
+        from replaygate.queries.api import decisionlog
 
         return (
             self._own_history is not None
             and get_meta(con, "analysis_stamp") == api.stamp(con, self.config)
-            and history.version(con) == self._own_history
+            and decisionlog.version(con) == self._own_history
         )
 
     def _record(self, con: duckdb.DuckDBPyConnection) -> None:
@@ -202,7 +202,7 @@ class GateServer(ThreadingHTTPServer):
         unchanged evaluation of a stage is not repeated)."""
         from replaygate.ingest.db import get_meta
         from replaygate.queries import api
-        from replaygate.queries.api import history
+        from replaygate.queries.api import decisionlog
 
         with self._asked_lock:
             asked, self._asked = self._asked, set()
@@ -210,7 +210,7 @@ class GateServer(ThreadingHTTPServer):
         if not asked or snap is None:
             return
         stages = [snap.stages[k] for k in sorted(asked) if k in snap.stages]
-        before = history.version(con)
+        before = decisionlog.version(con)
         current = before in (get_meta(con, "history_stamp", "0"), self._own_history)
         try:
             rows = api.record_decisions(
@@ -222,7 +222,7 @@ class GateServer(ThreadingHTTPServer):
         if rows:
             # Only an append onto a history the analysis had read is ours alone; one onto
             # another writer's change leaves that change to be analysed.
-            self._own_history = history.version(con) if current else None
+            self._own_history = decisionlog.version(con) if current else None
 
     def asked(self, key: str) -> None:
         with self._asked_lock:

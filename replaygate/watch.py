@@ -344,10 +344,10 @@ class Watcher:
                 self.con = dbm.connect(str(self.work), role=dblock.WATCH)
             except ReplaygateError as exc:
                 raise ReplaygateError(f"{exc} (is another watch running on {self.db}?)") from None
-            from replaygate.queries.api import history
+            from replaygate.queries.api import decisionlog
 
             # The decision history belongs to the published database, not to this copy.
-            history.bind(self.con, history.file_for_db(self.db))
+            decisionlog.bind(self.con, decisionlog.file_for_db(self.db))
         return self.con
 
     def _discard_work(self) -> None:

@@ -2,7 +2,7 @@
 the DuckDB file that `gates`, `report`, `serve` and the dashboard read.
 
 The SQL is the DuckDB SQL of queries/sql, translated (transpile.py). What decides which
-units a detector may judge (capability.py), the stage of each finding and the gates'
+units a detector may judge (cannottell.py), the stage of each finding and the gates'
 fleet measures stay DuckDB's, run on the copied tables, so the two engines share every
 rule and differ only in where the joins and groupings run.
 """
@@ -18,7 +18,7 @@ from replaygate.ingest import db as dbm
 from replaygate.ingest.config import Config
 from replaygate.ingest.contract import RECORD_TYPES
 from replaygate.ingest.db import get_meta, set_meta, transaction
-from replaygate.queries import capability, catalog, history, incremental, params, runner
+from replaygate.queries import cannottell, catalog, decisionlog, incremental, params, runner
 
 from . import lake as lakes
 from . import transpile
@@ -148,7 +148,7 @@ def _analyse(
             frames[rt.table] = df
             _replace(con, rt.table, df.toArrow())
         counts = runner.table_counts(con)
-        counts["decision_history"] = history.load_table(con)
+        counts["decision_history"] = decisionlog.load_table(con)
         if counts["decision_history"]:
             df = spark.createDataFrame(con.sql("SELECT * FROM decision_history").to_arrow_table())
             df.createOrReplaceTempView("decision_history")
@@ -185,7 +185,7 @@ def _analyse(
         set_meta(con, "analysis_stamp", runner.stamp(con, config))
         runner.store_config(con, config)
         set_meta(con, "analysis_mode", "spark")
-        set_meta(con, "history_stamp", history.version(con))
+        set_meta(con, "history_stamp", decisionlog.version(con))
         incremental.clear_pending(con)
     return runner.summary(con)
 
@@ -202,19 +202,19 @@ def _run_detector(
     from pyspark.sql import functions as F
 
     if name in NOT_YET:
-        capability.record_coverage(con, name, NOT_YET_STATUS)
+        cannottell.record_coverage(con, name, NOT_YET_STATUS)
         return
-    missing = capability.missing_needs(q, counts)
+    missing = cannottell.missing_needs(q, counts)
     if missing:
-        capability.record_coverage(con, name, capability.missing_label(missing[0]))
+        cannottell.record_coverage(con, name, cannottell.missing_label(missing[0]))
         return
     t0 = time.perf_counter()
-    plan = capability.plan(con, q)
-    capability.record_cannot_tell(con, name, q, plan)
+    plan = cannottell.plan(con, q)
+    cannottell.record_cannot_tell(con, name, q, plan)
     n = 0
     if not plan.skip:
         # The files that cannot show a fact the detector needs are hidden from it, as
-        # capability.shadow hides them in DuckDB.
+        # cannottell.shadow hides them in DuckDB.
         for table, ids in plan.exclude.items():
             frames[table].filter(~F.col("file_id").isin(list(ids))).createOrReplaceTempView(table)
         try:
@@ -233,4 +233,4 @@ def _run_detector(
             con.unregister("rg_spark_rows")
         n = rows.num_rows
     status = "cannot tell" if plan.skip else "ok"
-    capability.record_coverage(con, name, status, plan, n, time.perf_counter() - t0)
+    cannottell.record_coverage(con, name, status, plan, n, time.perf_counter() - t0)

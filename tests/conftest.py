@@ -161,15 +161,15 @@ def sample_db(tmp_path_factory):
 @pytest.fixture(scope="session")
 def spark():
     """One SparkSession in local mode for every Spark test of the run (starting one costs
-    about a minute here), with the small-data settings of spark/session.py; skipped, with
+    about a minute here), with the small-data settings of spark/runtime.py; skipped, with
     the reason, where pyspark or Java is missing."""
     pytest.importorskip("pyspark", reason="the spark extra (pyspark)")
-    from replaygate.spark import session
+    from replaygate.spark import runtime
 
-    why = session.java_missing()
+    why = runtime.java_missing()
     if why:
         pytest.skip(f"Spark tests need Java: {why}")
-    s = session.get("local[2]", session.SMALL_LOCAL)
+    s = runtime.get("local[2]", runtime.SMALL_LOCAL)
     s.sparkContext.setLogLevel("ERROR")
     yield s
     s.stop()

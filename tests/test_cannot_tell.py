@@ -11,7 +11,7 @@ from replaygate.ingest import db as dbm
 from replaygate.ingest.capabilities import all_facts
 from replaygate.ingest.config import Config
 from replaygate.ingest.load import ingest
-from replaygate.queries import capability, catalog, runner
+from replaygate.queries import cannottell, catalog, runner
 
 from .test_detectors_focused import (
     ROLLOUT,
@@ -232,7 +232,7 @@ CASES = {
 
 
 def test_every_declared_fact_has_a_removal_case():
-    declared = {n for n, q in catalog.detectors().items() if capability.facts(q)}
+    declared = {n for n, q in catalog.detectors().items() if cannottell.facts(q)}
     assert declared == set(CASES)
 
 
@@ -257,9 +257,9 @@ def test_facts_headers_name_known_facts():
     known = set(all_facts())
     for name, q in catalog.detectors().items():
         assert "facts" in q.header, f"{name} declares no facts (write `-- facts: none`)"
-        for group in capability.facts(q):
+        for group in cannottell.facts(q):
             assert set(group) <= known
-            if capability.units(q) is None:
+            if cannottell.units(q) is None:
                 pytest.fail(f"{name} declares facts but no units")
 
 
@@ -298,7 +298,7 @@ def test_a_gate_whose_detector_cannot_see_is_never_a_pass(tmp_path):
 def test_cannot_tell_is_attributed_to_the_stages_of_its_units(tmp_path):
     from replaygate.dashboard import report as render
     from replaygate.queries import gates as gm
-    from replaygate.queries import report
+    from replaygate.queries import reportdoc
 
     # Two sessionless writes without payload digests: one in each stage's window.
     tables, drop = CASES["duplicate_dispatch"]
@@ -339,7 +339,7 @@ def test_cannot_tell_is_attributed_to_the_stages_of_its_units(tmp_path):
         assert gate["cannot_tell"] == 1
         # No dispatch file shows digests: nothing judged, so never a pass.
         assert gate["status"] == "insufficient"
-    doc = report.build(con, CONF, "b")
+    doc = reportdoc.build(con, CONF, "b")
     con.close()
     assert doc["cannot_tell"] == by_stage["b"]["cannot_tell"]
     md = render.to_markdown(doc)
@@ -370,7 +370,7 @@ def test_the_capability_table_in_the_docs_is_true():
     from pathlib import Path
 
     doc = (Path(__file__).parent.parent / "docs" / "detectors.md").read_text()
-    rows = {line.split("|")[1].strip(" `"): line for line in capability.markdown_table()[2:]}
+    rows = {line.split("|")[1].strip(" `"): line for line in cannottell.markdown_table()[2:]}
     written = {
         line.split("|")[1].strip(" `"): line
         for line in doc.splitlines()
@@ -387,8 +387,8 @@ def test_the_dashboards_measures_equal_the_gates_on_a_blind_file(tmp_path):
     """The dashboard's measures under a stage filter are the gates' own (one query per
     gate over the gate facts): on a fleet whose proxy log cannot show an initialize, the
     dead-session answers it holds are left out of reinit_after_404 by both."""
+    from replaygate.queries import dashmodel, named
     from replaygate.queries import gates as gm
-    from replaygate.queries import named, views
     from replaygate.queries.filters import Filters
 
     tables, drop = CASES["reinit_missing"]
@@ -397,7 +397,7 @@ def test_the_dashboards_measures_equal_the_gates_on_a_blind_file(tmp_path):
     con = dbm.connect(str(tmp_path / "t.duckdb"), read_only=True)
     named.prepare(con)
     stage = gm.evaluate(con, CONF)["stages"][0]
-    shown = views.gate_measures(con, CONF, Filters(stage="s"), stage["scope"])
+    shown = dashmodel.gate_measures(con, CONF, Filters(stage="s"), stage["scope"])
     fields = ("id", "status", "value", "sample", "failures", "min_sample", "no_evidence")
     assert [{k: g[k] for k in fields} for g in shown] == [
         {k: g[k] for k in fields} for g in stage["gates"]

@@ -393,7 +393,7 @@ def test_gate_measures_from_the_records_equal_the_decision(sample_db, stage):
     # Under a stage alone the dashboard takes the decision's gates as its measures; the
     # measures recomputed from the records (every other filter) must agree with them.
     from replaygate.ingest import db as dbm
-    from replaygate.queries import api, named, views
+    from replaygate.queries import api, dashmodel, named
     from replaygate.queries.filters import Filters
 
     from .conftest import SAMPLE_CONF
@@ -404,8 +404,8 @@ def test_gate_measures_from_the_records_equal_the_decision(sample_db, stage):
     decided = api.gates_doc(con, config, stage=stage)["stages"][0]
     f = Filters(stage=stage)
     fields = ("id", "status", "value", "sample", "failures", "min_sample", "no_evidence")
-    recomputed = views.gate_measures(con, config, f, decided["scope"])
-    taken = views.gate_measures(con, config, f, decided["scope"], decided)
+    recomputed = dashmodel.gate_measures(con, config, f, decided["scope"])
+    taken = dashmodel.gate_measures(con, config, f, decided["scope"], decided)
     # a gate's failures by cause (`-- causes: true`) too: its reason counts them
     assert [{k: g.get(k) for k in (*fields, "causes")} for g in recomputed] == [
         {k: g.get(k) for k in (*fields, "causes")} for g in decided["gates"]
@@ -422,7 +422,7 @@ def test_unfiltered_measures_count_every_gate_fact(sample_db):
     # too: a gate counting findings (`fails(...)`) counts every gated finding of its
     # detectors.
     from replaygate.ingest import db as dbm
-    from replaygate.queries import api, gates, named, views
+    from replaygate.queries import api, dashmodel, gates, named
     from replaygate.queries.filters import Filters
 
     from .conftest import SAMPLE_CONF
@@ -430,7 +430,7 @@ def test_unfiltered_measures_count_every_gate_fact(sample_db):
     config = api.load_config(SAMPLE_CONF)
     con = dbm.connect(str(sample_db), read_only=True)
     named.prepare(con)
-    m = views.measures(con, config, Filters())
+    m = dashmodel.measures(con, config, Filters())
     found = dict(
         con.execute(
             "SELECT detector, count(*) FROM findings WHERE gated(detail) GROUP BY ALL"

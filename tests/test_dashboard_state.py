@@ -6,8 +6,8 @@ from datetime import UTC, datetime, timedelta
 
 from replaygate.dashboard import fmt, state
 from replaygate.queries import named
+from replaygate.queries.dashmodel import detectors_for
 from replaygate.queries.filters import Filters
-from replaygate.queries.views import detectors_for
 
 T0 = datetime(2026, 11, 28, tzinfo=UTC)
 STAGES = {"a": (T0, T0 + timedelta(hours=2)), "b": (T0 + timedelta(hours=2), None)}

@@ -20,7 +20,7 @@ def test_proceeded_while_rollback_with_releases(tmp_path):
     from replaygate.ingest import db as dbm
     from replaygate.ingest.config import Config
     from replaygate.ingest.load import ingest
-    from replaygate.queries import history, runner
+    from replaygate.queries import decisionlog, runner
 
     from .conftest import findings_of, run_cli
     from .test_history import _at, _doc
@@ -40,7 +40,7 @@ def test_proceeded_while_rollback_with_releases(tmp_path):
     runner.analyse(con, conf)
     doc = _doc("canary@2.5.0", "ROLLBACK")
     doc["stages"][0]["release"] = "2.5.0"
-    history.record_evaluation(con, doc, conf, "gates", now=_at(30))
+    decisionlog.record_evaluation(con, doc, conf, "gates", now=_at(30))
     # A stage without release whose name is the other's key: refused at validation, so
     # no evaluation of it can stand for canary of 2.5.0.
     runner.analyse(con, conf)
@@ -51,7 +51,7 @@ def test_proceeded_while_rollback_with_releases(tmp_path):
     con.close()
     r = run_cli("ack", "--db", db, "--stage", "canary", "--release", "2.5.0", "--by", "alice")
     assert r.returncode == 0, r.stderr
-    assert history.read(history.file_for_db(db))[-1]["stage"] == "canary@2.5.0"
+    assert decisionlog.read(decisionlog.file_for_db(db))[-1]["stage"] == "canary@2.5.0"
 
 
 def test_stage_names_cannot_forge_a_stage_at_release_key():

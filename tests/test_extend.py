@@ -68,7 +68,7 @@ DRIVER = textwrap.dedent(
     from replaygate.ingest import db as dbm
     from replaygate.ingest.config import Config
     from replaygate.ingest.load import ingest
-    from replaygate.queries import api, docs, named, views
+    from replaygate.queries import api, catalogdoc, named, dashmodel
     from replaygate.queries.filters import Filters
     from replaygate.sim.fleet import ALLOWLIST
 
@@ -81,16 +81,16 @@ DRIVER = textwrap.dedent(
     doc = api.gates_doc(con, config, all_stages=True)
     stage = found[0]["stage"]
     named.prepare(con)  # the dashboard's connection macros
-    dash = views.gate_measures(con, config, Filters(stage=stage))
+    dash = dashmodel.gate_measures(con, config, Filters(stage=stage))
     print(json.dumps({
         "found": found,
         "stages": {s["stage"]: {"decision": s["decision"],
                                 "gates": {g["id"]: g["status"] for g in s["gates"]}}
                    for s in doc["stages"]},
         "dashboard": {g["id"]: [g["status"], g["value"]] for g in dash},
-        "page": list(views.detectors_for("sessions")),
-        "page_gates": list(views.gates_for("sessions")),
-        "catalogue": "toy_slowest_request" in docs.render(),
+        "page": list(dashmodel.detectors_for("sessions")),
+        "page_gates": list(dashmodel.gates_for("sessions")),
+        "catalogue": "toy_slowest_request" in catalogdoc.render(),
     }, default=str))
     """
 )

@@ -153,14 +153,14 @@ def test_opening_the_overview_makes_no_report(sample_db, monkeypatch):
     from streamlit.testing.v1 import AppTest
 
     from replaygate.dashboard import data
-    from replaygate.queries import report
+    from replaygate.queries import reportdoc
 
     monkeypatch.setenv("REPLAYGATE_DB", str(sample_db))
     monkeypatch.setenv("REPLAYGATE_CONFIG", str(SAMPLE / "replaygate.toml"))
     data.store.clear()
     st.cache_data.clear()
     made = []
-    monkeypatch.setattr(report, "build", lambda *a, **k: made.append(a))
+    monkeypatch.setattr(reportdoc, "build", lambda *a, **k: made.append(a))
     monkeypatch.setattr(data.escape, "csv_bytes", lambda *a, **k: made.append(a))
     app = str(Path(data.__file__).parent / "app.py")
     at = AppTest.from_file(app, default_timeout=120).run()

@@ -139,6 +139,46 @@ def test_cycles_are_found():
     assert cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
 
 
+def _word(name: str) -> str:
+    """A name in the singular, so `capability` and `capabilities` are one name."""
+    if name.endswith("ies"):
+        return name[:-3] + "y"
+    return name[:-1] if name.endswith("s") and not name.endswith("ss") else name
+
+
+def name_twins(names: list[str]) -> dict[str, list[str]]:
+    """The names (a module's own, or a folder of modules) that more than one place of the
+    package holds, with those places: `queries.report` beside `dashboard.report`, or
+    `queries.views` beside the folder `dashboard.views`, say two things with one word."""
+    places: dict[str, set[str]] = {}
+    for name in names:
+        parts = name.split(".")
+        for i in range(2, len(parts) + 1):
+            places.setdefault(_word(parts[i - 1]), set()).add(".".join(parts[:i]))
+    return {w: sorted(p) for w, p in sorted(places.items()) if len(p) > 1}
+
+
+def test_no_two_modules_share_a_name():
+    assert name_twins(list(modules())) == {}
+
+
+def test_name_twins_are_found():
+    found = name_twins(
+        [
+            "replaygate.a.views",
+            "replaygate.b.views.page",
+            "replaygate.a.capability",
+            "replaygate.b.capabilities",
+            "replaygate.a.status",
+            "replaygate.b.x",
+        ]
+    )
+    assert found == {
+        "capability": ["replaygate.a.capability", "replaygate.b.capabilities"],
+        "view": ["replaygate.a.views", "replaygate.b.views"],
+    }
+
+
 def test_no_floor_imports_one_above_it_or_beside_it():
     wrong = []
     for module, targets in import_graph().items():

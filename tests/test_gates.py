@@ -414,20 +414,20 @@ def test_a_hundred_thousand_stages_are_gated_in_bounded_time(tmp_path, monkeypat
 
 
 def test_dashboard_pages_show_the_gates_their_headers_place_there():
-    from replaygate.queries import views
+    from replaygate.queries import dashmodel
 
     pages = ("streams", "sessions", "dispatch")
-    placed = [g for p in pages for g in views.gates_for(p)]
+    placed = [g for p in pages for g in dashmodel.gates_for(p)]
     assert len(placed) == len(set(placed)) and set(placed) <= set(gm.BY_ID)
     assert {g.page for g in gm.GATES} <= {*pages, None}
     # in display order (NN of the file name)
     order = [g.id for g in gm.GATES]
     for p in pages:
-        shown = views.gates_for(p)
+        shown = dashmodel.gates_for(p)
         assert shown and list(shown) == sorted(shown, key=order.index)
     for name in ("streams", "sessions", "dispatch"):
         src = (
-            Path(views.__file__).parent.parent / "dashboard" / "views" / f"{name}.py"
+            Path(dashmodel.__file__).parent.parent / "dashboard" / "views" / f"{name}.py"
         ).read_text()
         assert f'gates_for("{name}")' in src
 

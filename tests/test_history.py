@@ -18,7 +18,7 @@ from replaygate.ingest import db as dbm
 from replaygate.ingest.config import Config
 from replaygate.ingest.errors import ReplaygateError
 from replaygate.ingest.load import ingest
-from replaygate.queries import api, history, report, runner
+from replaygate.queries import api, decisionlog, reportdoc, runner
 from replaygate.queries.gatedefs import effective_settings
 
 from .conftest import SAMPLE, findings_of, run_cli
@@ -82,30 +82,32 @@ def test_decision_in_force_at_a_past_time_after_the_data_changed(tmp_path, monke
     api.record_decisions(con, second, conf, "gates", now=_at(60 * 24 * 2 + 60))
 
     # Reconstructed from the history, not recomputed from today's data.
-    then = history.in_force(history.file_for(con), stage, at=_at(60 * 24 * 2 + 30))
+    then = decisionlog.in_force(decisionlog.file_for(con), stage, at=_at(60 * 24 * 2 + 30))
     assert then["decision"] == "PROCEED"
     assert then["data_version"] == v1
     assert then["config_sha256"] == effective_settings(conf)["sha256"]
     assert then["gates"]["invalid_origin_rejection"]["status"] == "pass"
     assert then["reasons"] == []
-    now = history.in_force(history.file_for(con), stage, at=_at(60 * 24 * 3))
+    now = decisionlog.in_force(decisionlog.file_for(con), stage, at=_at(60 * 24 * 3))
     assert now["decision"] == "ROLLBACK"
     assert now["gates"]["invalid_origin_rejection"]["status"] == "fail"
-    assert history.in_force(history.file_for(con), stage, at=_at(60 * 24 * 2 - 1)) is None
+    assert decisionlog.in_force(decisionlog.file_for(con), stage, at=_at(60 * 24 * 2 - 1)) is None
 
     changes = [
-        e for e in history.timeline(history.file_for(con), stage) if e["kind"] == "evaluation"
+        e
+        for e in decisionlog.timeline(decisionlog.file_for(con), stage)
+        if e["kind"] == "evaluation"
     ]
     assert [(e["previous"], e["decision"]) for e in changes] == [
         (None, "PROCEED"),
         ("PROCEED", "ROLLBACK"),
     ]
     assert changes[0]["until"] == changes[1]["recorded_at"]
-    assert history.verify_chain(history.read(history.file_for(con))) is None
+    assert decisionlog.verify_chain(decisionlog.read(decisionlog.file_for(con))) is None
 
     # The report shows the change and who acted, the operator's words as text only.
-    history.record_action(
-        history.file_for(con),
+    decisionlog.record_action(
+        decisionlog.file_for(con),
         "override",
         stage,
         by="mallory`<b>",
@@ -113,7 +115,7 @@ def test_decision_in_force_at_a_past_time_after_the_data_changed(tmp_path, monke
         reason="<img src=x onerror=alert(1)>",
         now=_at(60 * 24 * 2 + 90),
     )
-    doc = report.build(con, conf, stage)
+    doc = reportdoc.build(con, conf, stage)
     assert [e["kind"] for e in doc["decision_history"]["timeline"]] == [
         "evaluation",
         "evaluation",
@@ -138,21 +140,21 @@ def test_decision_in_force_at_a_past_time_after_the_data_changed(tmp_path, monke
 def test_only_changes_skips_identical_re_evaluations(tmp_path):
     con = dbm.connect(str(tmp_path / "h.duckdb"))
     conf = Config()
-    assert history.record_evaluation(con, _doc("s", "HOLD"), conf, "watch", now=_at(1))
-    assert not history.record_evaluation(
+    assert decisionlog.record_evaluation(con, _doc("s", "HOLD"), conf, "watch", now=_at(1))
+    assert not decisionlog.record_evaluation(
         con, _doc("s", "HOLD"), conf, "watch", now=_at(2), only_changes=True
     )
-    assert history.record_evaluation(
+    assert decisionlog.record_evaluation(
         con, _doc("s", "ROLLBACK"), conf, "watch", now=_at(3), only_changes=True
     )
     # Without only_changes every evaluation is kept.
-    assert history.record_evaluation(con, _doc("s", "ROLLBACK"), conf, "gates", now=_at(4))
-    assert [r["decision"] for r in history.read(history.file_for(con))] == [
+    assert decisionlog.record_evaluation(con, _doc("s", "ROLLBACK"), conf, "gates", now=_at(4))
+    assert [r["decision"] for r in decisionlog.read(decisionlog.file_for(con))] == [
         "HOLD",
         "ROLLBACK",
         "ROLLBACK",
     ]
-    [hold, rollback] = history.timeline(history.file_for(con))
+    [hold, rollback] = decisionlog.timeline(decisionlog.file_for(con))
     assert rollback["evaluations"] == 2 and hold["until"] == rollback["recorded_at"]
 
 
@@ -160,22 +162,22 @@ def test_operator_actions(tmp_path):
     con = dbm.connect(str(tmp_path / "h.duckdb"))
     conf = Config()
     with pytest.raises(ReplaygateError, match="no recorded decision"):
-        history.record_action(history.file_for(con), "ack", "s", by="alice", now=_at(0))
-    history.record_evaluation(con, _doc("s", "ROLLBACK"), conf, "gates", now=_at(1))
+        decisionlog.record_action(decisionlog.file_for(con), "ack", "s", by="alice", now=_at(0))
+    decisionlog.record_evaluation(con, _doc("s", "ROLLBACK"), conf, "gates", now=_at(1))
     with pytest.raises(ReplaygateError, match="in force .* is ROLLBACK"):
-        history.record_action(
-            history.file_for(con), "ack", "s", by="alice", decision="PROCEED", now=_at(2)
+        decisionlog.record_action(
+            decisionlog.file_for(con), "ack", "s", by="alice", decision="PROCEED", now=_at(2)
         )
     with pytest.raises(ReplaygateError, match="--reason"):
-        history.record_action(
-            history.file_for(con), "override", "s", by="alice", decision="PROCEED", now=_at(2)
+        decisionlog.record_action(
+            decisionlog.file_for(con), "override", "s", by="alice", decision="PROCEED", now=_at(2)
         )
     with pytest.raises(ReplaygateError, match="--by"):
-        history.record_action(history.file_for(con), "ack", "s", by=" ", now=_at(2))
-    ack = history.record_action(history.file_for(con), "ack", "s", by="alice", now=_at(2))
+        decisionlog.record_action(decisionlog.file_for(con), "ack", "s", by=" ", now=_at(2))
+    ack = decisionlog.record_action(decisionlog.file_for(con), "ack", "s", by="alice", now=_at(2))
     assert (ack["decision"], ack["in_force"]) == ("ROLLBACK", "ROLLBACK")
-    ov = history.record_action(
-        history.file_for(con),
+    ov = decisionlog.record_action(
+        decisionlog.file_for(con),
         "override",
         "s",
         by="bob",
@@ -185,8 +187,8 @@ def test_operator_actions(tmp_path):
     )
     assert (ov["actor"], ov["note"], ov["in_force"]) == ("bob", "test tenant", "ROLLBACK")
     # An override is recorded next to the evaluation; it does not rewrite it.
-    assert history.in_force(history.file_for(con), "s", at=_at(4))["decision"] == "ROLLBACK"
-    assert [r["kind"] for r in history.read(history.file_for(con))] == [
+    assert decisionlog.in_force(decisionlog.file_for(con), "s", at=_at(4))["decision"] == "ROLLBACK"
+    assert [r["kind"] for r in decisionlog.read(decisionlog.file_for(con))] == [
         "evaluation",
         "ack",
         "override",
@@ -195,21 +197,24 @@ def test_operator_actions(tmp_path):
 
 def test_chain_names_the_edited_row(tmp_path):
     con = dbm.connect(str(tmp_path / "h.duckdb"))
-    path = history.file_for(con)
+    path = decisionlog.file_for(con)
     assert path == tmp_path / "h.duckdb.history.jsonl"
     conf = Config()
     for i, d in enumerate(["HOLD", "ROLLBACK", "PROCEED"]):
-        history.record_evaluation(con, _doc("s", d), conf, "gates", now=_at(i))
-    assert history.verify_chain(history.read(path)) is None
+        decisionlog.record_evaluation(con, _doc("s", d), conf, "gates", now=_at(i))
+    assert decisionlog.verify_chain(decisionlog.read(path)) is None
     lines = path.read_text().splitlines(keepends=True)
     path.write_text(lines[0] + lines[1].replace("ROLLBACK", "PROCEED") + lines[2])
-    assert history.verify_chain(history.read(path)) == "decision history row 2: content changed"
+    assert (
+        decisionlog.verify_chain(decisionlog.read(path))
+        == "decision history row 2: content changed"
+    )
     path.write_text(lines[0] + lines[2])
-    assert history.verify_chain(history.read(path)) == (
+    assert decisionlog.verify_chain(decisionlog.read(path)) == (
         "decision history row 3: previous-row link broken"
     )
     path.write_text(lines[0] + "not json\n" + lines[2])
-    assert "line 2: not a JSON object" in history.verify_chain(history.read(path))
+    assert "line 2: not a JSON object" in decisionlog.verify_chain(decisionlog.read(path))
 
 
 def test_appends_from_several_processes_keep_one_chain(tmp_path):
@@ -220,23 +225,23 @@ def test_appends_from_several_processes_keep_one_chain(tmp_path):
     dbm.connect(str(db)).close()
     code = (
         "import sys; from replaygate.ingest import db as dbm; "
-        "from replaygate.ingest.config import Config; from replaygate.queries import history; "
+        "from replaygate.ingest.config import Config; from replaygate.queries import decisionlog; "
         "con = dbm.connect(sys.argv[1], read_only=True); "
         "doc = {'stages': [{'stage': sys.argv[2], 'decision': 'HOLD', 'reasons': [], "
         "'gates': []}]}; "
-        "[history.record_evaluation(con, doc, Config(), 'gates') for _ in range(20)]"
+        "[decisionlog.record_evaluation(con, doc, Config(), 'gates') for _ in range(20)]"
     )
     procs = [subprocess.Popen([sys.executable, "-c", code, str(db), f"s{i}"]) for i in range(3)]
     assert all(p.wait(timeout=120) == 0 for p in procs)
-    rows = history.read(history.file_for_db(db))
+    rows = decisionlog.read(decisionlog.file_for_db(db))
     assert [r["seq"] for r in rows] == list(range(1, 61))
-    assert history.verify_chain(rows) is None
+    assert decisionlog.verify_chain(rows) is None
 
 
 def test_cli_ack_override_history(tmp_path):
     db = str(tmp_path / "h.duckdb")
     con = dbm.connect(db)
-    history.record_evaluation(con, _doc("s", "ROLLBACK"), Config(), "gates", now=_at(1))
+    decisionlog.record_evaluation(con, _doc("s", "ROLLBACK"), Config(), "gates", now=_at(1))
     con.close()
     r = run_cli("ack", "--db", db, "--stage", "s", "--decision", "HOLD", "--by", "alice")
     assert r.returncode == 1 and "is ROLLBACK" in r.stderr and "not HOLD" in r.stderr
@@ -280,12 +285,12 @@ def check_proceeded_while_rollback(tmp_path):
     assert runner.coverage(con)["proceeded_while_rollback"] == "no decision recorded"
 
     def rec(stage, decision, minute):
-        history.record_evaluation(con, _doc(stage, decision), conf, "gates", now=_at(minute))
+        decisionlog.record_evaluation(con, _doc(stage, decision), conf, "gates", now=_at(minute))
 
     rec("a", "ROLLBACK", 30)  # a: ROLLBACK in force at the proceed -> critical
     rec("b", "ROLLBACK", 130)  # b: overridden to PROCEED before the proceed -> high
-    history.record_action(
-        history.file_for(con),
+    decisionlog.record_action(
+        decisionlog.file_for(con),
         "override",
         "b",
         by="bob",
@@ -293,7 +298,7 @@ def check_proceeded_while_rollback(tmp_path):
         reason="INC-231",
         now=_at(140),
     )
-    history.record_action(history.file_for(con), "ack", "b", by="alice", now=_at(141))
+    decisionlog.record_action(decisionlog.file_for(con), "ack", "b", by="alice", now=_at(141))
     # Near misses: superseded by PROCEED (c), HOLD (d), ROLLBACK recorded only after the
     # proceed (e), ROLLBACK and a hold action (f), another stage's ROLLBACK in force (d).
     rec("c", "ROLLBACK", 250)
@@ -332,20 +337,20 @@ def test_watch_records_changes_and_keeps_actions_taken_while_it_runs(tmp_path, m
     w = Watcher([str(logs)], str(db), conf, say=lambda *_: None)
     try:
         assert w.cycle(1).error is None
-        path = history.file_for_db(db)
-        first = history.read(path)
+        path = decisionlog.file_for_db(db)
+        first = decisionlog.read(path)
         assert {r["source"] for r in first} == {"watch"} and len(first) == 4
         assert w.cycle(2).error is None
-        assert history.read(path) == first  # nothing changed, nothing recorded
+        assert decisionlog.read(path) == first  # nothing changed, nothing recorded
         # An operator acts on the published database while watch holds its copy.
-        history.record_action(path, "ack", "write-10pct", by="alice")
+        decisionlog.record_action(path, "ack", "write-10pct", by="alice")
         _late_invalid_origin(logs)
         assert w.cycle(3).error is None
         assert w.cycle(4).error is None
     finally:
         w.close()
-    rows = history.read(path)
-    assert history.verify_chain(rows) is None
+    rows = decisionlog.read(path)
+    assert decisionlog.verify_chain(rows) is None
     assert [r["kind"] for r in rows].count("ack") == 1
     v2 = [r["decision"] for r in rows if r["stage"] == "write-10pct-v2"]
     assert v2 == ["PROCEED", "ROLLBACK"]
@@ -366,8 +371,8 @@ def test_rollout_page_shows_the_history_and_the_decision_in_force(sample_db, tmp
     doc = api.gates_doc(con, conf, all_stages=True)
     api.record_decisions(con, doc, conf, "gates", now=_at(60 * 24))
     con.close()
-    history.record_action(
-        history.file_for_db(db),
+    decisionlog.record_action(
+        decisionlog.file_for_db(db),
         "override",
         "write-10pct",
         by="<b>mallory</b>",
@@ -401,8 +406,8 @@ def test_analysis_reads_the_history_without_importing_pandas(tmp_path, sample_db
     db = tmp_path / "h.duckdb"
     shutil.copy(sample_db, db)
     con = dbm.connect(str(db))
-    history.record_evaluation(con, _doc("s", "ROLLBACK"), Config(), "gates", now=_at(1))
-    history.record_evaluation(con, _doc("s", "HOLD"), Config(), "gates", now=_at(2))
+    decisionlog.record_evaluation(con, _doc("s", "ROLLBACK"), Config(), "gates", now=_at(1))
+    decisionlog.record_evaluation(con, _doc("s", "HOLD"), Config(), "gates", now=_at(2))
     con.close()
     code = (
         "import sys; from replaygate.ingest import db as dbm; "

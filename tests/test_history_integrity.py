@@ -12,7 +12,7 @@ import pytest
 
 from replaygate.ingest import db as dbm
 from replaygate.ingest.config import Config
-from replaygate.queries import history, runner
+from replaygate.queries import decisionlog, runner
 
 from .conftest import SAMPLE, run_cli
 from .test_history import _at, _doc
@@ -27,18 +27,18 @@ def _recorded(tmp_path: Path, sample_db: Path, n: int = 3) -> tuple[str, Path]:
         r = run_cli("gates", "--db", str(db), "--config", SAMPLE_CONF, "--all-stages", "--record")
         assert r.returncode in (0, 2, 3), r.stderr
         assert i >= 0
-    return str(db), history.file_for_db(db)
+    return str(db), decisionlog.file_for_db(db)
 
 
 def test_deleting_the_newest_rows_is_an_error_everywhere(tmp_path, sample_db):
     db, path = _recorded(tmp_path, sample_db)
     lines = path.read_text().splitlines(keepends=True)
     con = dbm.connect(db, read_only=True)
-    assert history.anchor(con) == (len(lines), json.loads(lines[-1])["sha256"])
+    assert decisionlog.anchor(con) == (len(lines), json.loads(lines[-1])["sha256"])
     con.close()
-    assert history.verify_chain(history.read(path)) is None
+    assert decisionlog.verify_chain(decisionlog.read(path)) is None
     path.write_text("".join(lines[:-2]))  # a valid chain, two rows short
-    assert history.verify_chain(history.read(path)) is None
+    assert decisionlog.verify_chain(decisionlog.read(path)) is None
     for args in (
         ("history", "--db", db),
         ("findings", "--db", db, "--config", SAMPLE_CONF),
@@ -48,8 +48,8 @@ def test_deleting_the_newest_rows_is_an_error_everywhere(tmp_path, sample_db):
         r = run_cli(*args, cwd=tmp_path)
         assert r.returncode == 1, (args, r.stdout)
         assert "newest rows were deleted" in r.stderr, (args, r.stderr)
-    with pytest.raises(history.HistoryBroken):
-        history.checked_for_db(db)
+    with pytest.raises(decisionlog.HistoryBroken):
+        decisionlog.checked_for_db(db)
 
 
 def test_a_middle_edit_stops_findings_and_gates(tmp_path, sample_db):
@@ -67,15 +67,15 @@ def test_a_middle_edit_stops_findings_and_gates(tmp_path, sample_db):
 def test_a_torn_last_line_never_swallows_the_next_row(tmp_path):
     con = dbm.connect(str(tmp_path / "h.duckdb"))
     conf = Config()
-    history.record_evaluation(con, _doc("s", "HOLD"), conf, "gates", now=_at(1))
-    path = history.file_for(con)
+    decisionlog.record_evaluation(con, _doc("s", "HOLD"), conf, "gates", now=_at(1))
+    path = decisionlog.file_for(con)
     assert path is not None
     with open(path, "a") as fh:  # a crash in the middle of an append
         fh.write('{"seq": 2, "recorded_at": "2026-11-28T00:0')
-    history.record_evaluation(con, _doc("s", "ROLLBACK"), conf, "gates", now=_at(3))
-    rows = history.read(path)
+    decisionlog.record_evaluation(con, _doc("s", "ROLLBACK"), conf, "gates", now=_at(3))
+    rows = decisionlog.read(path)
     assert [r.get("decision") for r in rows if not r.get("unreadable")] == ["HOLD", "ROLLBACK"]
-    assert history.verify_chain(rows) is None
+    assert decisionlog.verify_chain(rows) is None
     assert runner.analyse(con, conf) is not None
     assert con.execute("SELECT list(decision ORDER BY seq) FROM decision_history").fetchone()[
         0
@@ -92,7 +92,7 @@ def test_gates_record_fails_when_it_cannot_append(tmp_path, sample_db, monkeypat
     def disk_full(fd):
         raise OSError(28, "No space left on device")
 
-    monkeypatch.setattr(history.os, "fsync", disk_full)
+    monkeypatch.setattr(decisionlog.os, "fsync", disk_full)
     r = run_cli("gates", "--db", str(db), "--config", SAMPLE_CONF, "--record")
     assert r.returncode == 1
     assert "cannot append to the decision history" in r.stderr
@@ -103,17 +103,17 @@ def test_an_append_reads_only_the_tail(tmp_path, monkeypatch):
     con = dbm.connect(str(tmp_path / "h.duckdb"))
     conf = Config()
     for i in range(50):
-        history.record_evaluation(con, _doc(f"s{i}", "HOLD"), conf, "gates", now=_at(i))
+        decisionlog.record_evaluation(con, _doc(f"s{i}", "HOLD"), conf, "gates", now=_at(i))
 
     def whole_read(*_a, **_k):
         raise AssertionError("the whole history was read for an append")
 
-    monkeypatch.setattr(history, "_parse", whole_read)
-    monkeypatch.setattr(history, "read", whole_read)
-    rows = history.record_evaluation(con, _doc("s", "ROLLBACK"), conf, "gates", now=_at(99))
+    monkeypatch.setattr(decisionlog, "_parse", whole_read)
+    monkeypatch.setattr(decisionlog, "read", whole_read)
+    rows = decisionlog.record_evaluation(con, _doc("s", "ROLLBACK"), conf, "gates", now=_at(99))
     assert rows[0]["seq"] == 51
     monkeypatch.undo()
-    assert history.verify_chain(history.read(history.file_for(con))) is None
+    assert decisionlog.verify_chain(decisionlog.read(decisionlog.file_for(con))) is None
 
 
 def test_history_at_is_data_time_and_the_readme_example_works(tmp_path, sample_db):
@@ -126,7 +126,7 @@ def test_history_at_is_data_time_and_the_readme_example_works(tmp_path, sample_d
         "history", "--db", db, "--stage", "write-10pct", "--recorded-at", "2026-11-28T04:30:00Z"
     )
     assert r.returncode == 1 and "no decision recorded at or before" in r.stderr
-    rows = history.read(path)
+    rows = decisionlog.read(path)
     assert all(r["data_end"] for r in rows)
 
 
@@ -139,7 +139,7 @@ def test_bundles_carry_the_head_and_a_cut_copy_does_not_verify(tmp_path, sample_
     assert r.returncode == 0, r.stderr
     st = json.loads((out / "statement.json").read_text())
     con = dbm.connect(db, read_only=True)
-    rows, head = history.anchor(con)
+    rows, head = decisionlog.anchor(con)
     con.close()
     assert st["predicate"]["decisionHistory"] == {"rows": rows, "head": head}
     # Cut the bundled copy and make its listed digest agree: the head still tells.
@@ -200,24 +200,24 @@ def test_a_document_of_many_stages_is_one_append_read_once(tmp_path, monkeypatch
     n = 5_000
     stages = [_doc(f"stage-{i}", "HOLD")["stages"][0] for i in range(n)]
     syncs, read = [], []
-    real_sync, newest_first = os.fsync, history._newest_first
-    monkeypatch.setattr(history.os, "fsync", lambda fd: syncs.append(fd) or real_sync(fd))
+    real_sync, newest_first = os.fsync, decisionlog._newest_first
+    monkeypatch.setattr(decisionlog.os, "fsync", lambda fd: syncs.append(fd) or real_sync(fd))
 
     def counted(fh):
         for row in newest_first(fh):
             read.append(1)
             yield row
 
-    monkeypatch.setattr(history, "_newest_first", counted)
+    monkeypatch.setattr(decisionlog, "_newest_first", counted)
     cpu = time.process_time()
-    first = history.record_evaluation(
+    first = decisionlog.record_evaluation(
         con, {"stages": stages}, conf, "watch", now=_at(1), only_changes=True
     )
-    again = history.record_evaluation(
+    again = decisionlog.record_evaluation(
         con, {"stages": stages}, conf, "watch", now=_at(2), only_changes=True
     )
     stages[7] = _doc("stage-7", "ROLLBACK")["stages"][0]
-    changed = history.record_evaluation(
+    changed = decisionlog.record_evaluation(
         con, {"stages": stages}, conf, "watch", now=_at(3), only_changes=True
     )
     cpu = time.process_time() - cpu
@@ -225,6 +225,6 @@ def test_a_document_of_many_stages_is_one_append_read_once(tmp_path, monkeypatch
     assert len(syncs) == 2  # the document that changed nothing wrote nothing
     # Each row read back at most once per call (a tail read or two aside).
     assert len(read) <= 2 * n + 10
-    rows = history.checked(con)
+    rows = decisionlog.checked(con)
     assert len(rows) == n + 1 and [r["seq"] for r in rows] == list(range(1, n + 2))
     assert cpu < 30, f"{cpu:.0f} s of CPU"

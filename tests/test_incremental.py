@@ -62,7 +62,7 @@ def _snapshot(con) -> dict:
         """SELECT path, rows_loaded, rows_quarantined, rows_by_type::VARCHAR FROM files
            WHERE status = 'loaded' ORDER BY path"""
     ).fetchall()
-    # What each file can show (capability.py leaves files out by it): a grown file keeps
+    # What each file can show (cannottell.py leaves files out by it): a grown file keeps
     # what its earlier rows showed and adds what only its new rows show.
     out["file_facts"] = con.execute(
         """SELECT f.path, x.fact, x.how FROM file_facts x JOIN files f USING (file_id)
@@ -473,7 +473,7 @@ def test_report_hashes_what_was_read_of_a_grown_file(tmp_path):
     # more than the append); the report hashes what was read, or says it cannot.
     import hashlib
 
-    from replaygate.queries import report
+    from replaygate.queries import reportdoc
 
     events = _content("events.jsonl.gz")
     live = tmp_path / "live"
@@ -484,10 +484,10 @@ def test_report_hashes_what_was_read_of_a_grown_file(tmp_path):
     grown = _cut(events, 0.8) + b'{"partial": '  # a writer mid-line: not read yet
     _write(live / "events.jsonl", grown)
     ingest(con, [live], CONF)
-    (row,) = report._inputs(con)
+    (row,) = reportdoc._inputs(con)
     read = grown[: grown.rfind(b"\n") + 1]  # complete lines only
     assert (row["sha256"], row["bytes"]) == (hashlib.sha256(read).hexdigest(), len(read))
     _write(live / "events.jsonl", b"x" + grown[1:])  # what was read is not there any more
-    (row,) = report._inputs(con)
+    (row,) = reportdoc._inputs(con)
     assert row["sha256"] is None
     con.close()

@@ -214,7 +214,7 @@ def test_probe_writes_no_file_through_a_link_nor_over_the_configuration(tmp_path
     pytest.importorskip("httpx2")
     from replaygate import probe
     from replaygate.probe.discover import Discovery
-    from replaygate.probe.scenarios import Probe, Settings
+    from replaygate.probe.trials import Probe, Settings
 
     victim = tmp_path / "victim.txt"
     victim.write_text("untouched")

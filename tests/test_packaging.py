@@ -30,7 +30,7 @@ def test_wheel_holds_exactly_one_top_level_package(tmp_path):
         "replaygate/dashboard/views/overview.py",
         "replaygate/sim/fleet.py",
         "replaygate/recorder/store.py",
-        "replaygate/probe/scenarios.py",
+        "replaygate/probe/trials.py",
         "replaygate/spark/transpile.py",
     ):
         assert must in names

@@ -24,7 +24,7 @@ from replaygate.queries import outputs
 pytest.importorskip("httpx2")
 
 from replaygate.probe.discover import Discovery  # noqa: E402
-from replaygate.probe.scenarios import Probe, Settings, _stale  # noqa: E402
+from replaygate.probe.trials import Probe, Settings, _stale  # noqa: E402
 from replaygate.probe.wire import Answer, BudgetExhausted, Event, Pacer, sse_events  # noqa: E402
 
 

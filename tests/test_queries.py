@@ -109,19 +109,19 @@ def test_every_gate_has_a_measure_file():
 def test_contract_doc_is_current():
     from pathlib import Path
 
-    from replaygate.ingest.docs import render
+    from replaygate.ingest.contractdoc import render
 
     doc = Path(__file__).resolve().parent.parent / "docs" / "contract.md"
-    assert doc.read_text() == render(), "run: python -m replaygate.ingest.docs"
+    assert doc.read_text() == render(), "run: python -m replaygate.ingest.contractdoc"
 
 
 def test_catalogue_doc_is_current():
     from pathlib import Path
 
-    from replaygate.queries.docs import render
+    from replaygate.queries.catalogdoc import render
 
     doc = Path(__file__).resolve().parent.parent / "docs" / "catalogue.md"
-    assert doc.read_text() == render(), "run: python -m replaygate.queries.docs"
+    assert doc.read_text() == render(), "run: python -m replaygate.queries.catalogdoc"
 
 
 def test_every_gate_header_is_complete():

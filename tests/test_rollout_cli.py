@@ -342,11 +342,11 @@ def test_serve_answers_the_three_decisions(sample_db, tmp_path):
         assert _get(f"{base}/gates/-/write-10pct", "DELETE")[0] == 405
         assert _get(f"{base}/healthz")[0] == 200
         # The answers are in the decision history (appended by the refresher).
-        from replaygate.queries import history
+        from replaygate.queries import decisionlog
 
         deadline = time.monotonic() + 60
         while True:
-            rows = history.read(history.file_for_db(db))
+            rows = decisionlog.read(decisionlog.file_for_db(db))
             asked = {x["stage"] for x in rows if x.get("source") == "serve"}
             if asked >= {"write-10pct", "canary@r9"}:
                 break
@@ -496,7 +496,7 @@ def test_no_release_is_spelled_the_same_everywhere_and_unstarted_stages_are_refu
 
 def test_serve_does_not_analyse_its_own_history_appends(sample_db, tmp_path, monkeypatch):
     from replaygate.ingest.config import load as load_config
-    from replaygate.queries import api, history
+    from replaygate.queries import api, decisionlog
     from replaygate.serve import make_server
 
     db = tmp_path / "served.duckdb"
@@ -518,7 +518,7 @@ def test_serve_does_not_analyse_its_own_history_appends(sample_db, tmp_path, mon
             deadline = time.monotonic() + 30
             while not any(
                 x.get("source") == "serve" and x["stage"] == stage
-                for x in history.read(history.file_for_db(db))
+                for x in decisionlog.read(decisionlog.file_for_db(db))
             ):
                 assert time.monotonic() < deadline
                 time.sleep(0.05)

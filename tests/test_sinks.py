@@ -120,7 +120,7 @@ def test_dashboard_url_values_are_quoted_inert_in_notes():
 def test_html_report_shows_invisible_characters_in_headings_and_title(sample_db, tmp_path):
     from replaygate.dashboard import report as render
     from replaygate.queries import api
-    from replaygate.queries import report as rep
+    from replaygate.queries import reportdoc as rep
 
     conf = api.load_config("sample_data/replaygate.toml")
     con = api.open_analysed(str(sample_db), conf)
@@ -207,7 +207,7 @@ def test_history_and_ack_lines_carry_no_escape_sequence(tmp_path):
     return or a bidi override that could rewrite what the operator reads."""
     from replaygate.ingest import db as dbm
     from replaygate.ingest.config import Config
-    from replaygate.queries import history
+    from replaygate.queries import decisionlog
 
     from .conftest import run_cli as run
     from .test_history import _at, _doc
@@ -215,7 +215,7 @@ def test_history_and_ack_lines_carry_no_escape_sequence(tmp_path):
     db = str(tmp_path / "h.duckdb")
     stage = "s\x1b[2J\x1b]0;pwned\x07\rPROCEED\u202e"
     con = dbm.connect(db)
-    history.record_evaluation(con, _doc(stage, "ROLLBACK"), Config(), "gates", now=_at(1))
+    decisionlog.record_evaluation(con, _doc(stage, "ROLLBACK"), Config(), "gates", now=_at(1))
     con.close()
     actor = "alice\x1b[1A\x1b[2K\rbob approved PROCEED\u202e\u200b"
     outs = [run("ack", "--db", db, "--stage", stage, "--by", actor)]

@@ -24,7 +24,7 @@ transpile = pytest.importorskip("replaygate.spark.transpile", reason="the spark 
 
 from replaygate.ingest.contract import RECORD_TYPES  # noqa: E402
 from replaygate.spark import analyse, lake  # noqa: E402
-from replaygate.spark import ingest as spark_ingest  # noqa: E402
+from replaygate.spark import lakeload as spark_ingest  # noqa: E402
 
 from . import hostile  # noqa: E402
 

@@ -1,5 +1,5 @@
 """Render docs/contract.md from the declarative contract and the reader and adapter
-registries (`python -m replaygate.ingest.docs`)."""
+registries (`python -m replaygate.ingest.contractdoc`)."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ from .readers import formats_doc
 HEADER = """# Input contract (v1)
 
 Generated from `ingest/contract.py` and the format and proxy registries
-(`ingest/readers.py`, `ingest/adapters.py`) by `python -m replaygate.ingest.docs`; a
+(`ingest/readers.py`, `ingest/adapters.py`) by `python -m replaygate.ingest.contractdoc`; a
 test fails if this file and the code disagree. What each record means is in the seeds
 (shared spec); this page is what replaygate accepts and how it stores it.
 

@@ -18,7 +18,7 @@ from replaygate.ingest.errors import ReplaygateError
 from replaygate.ingest.readers import GZIP
 from replaygate.ingest.timefmt import iso_ms as _iso
 
-from . import catalog, escape, fieldguide, freshness, gatedefs, gates, history, runner
+from . import catalog, decisionlog, escape, fieldguide, freshness, gatedefs, gates, runner
 
 REPORT_VERSION = "1"
 
@@ -121,9 +121,9 @@ _HISTORY_KEYS = (
 
 def _decision_history(con: duckdb.DuckDBPyConnection, stage: str) -> dict[str, Any]:
     """When the stage's recorded decision changed, and what operators did about it."""
-    path = history.file_for(con)
-    history.checked(con, path)  # a broken history stops the report (HistoryBroken)
-    timeline = history.timeline(path, stage)
+    path = decisionlog.file_for(con)
+    decisionlog.checked(con, path)  # a broken history stops the report (HistoryBroken)
+    timeline = decisionlog.timeline(path, stage)
     return {
         "timeline": [{k: e.get(k) for k in _HISTORY_KEYS} for e in timeline],
         "chain": "intact",

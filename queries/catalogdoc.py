@@ -1,5 +1,5 @@
 """Render docs/catalogue.md from the SQL headers of the detectors and gates
-(`python -m replaygate.queries.docs`); a test fails when the two disagree."""
+(`python -m replaygate.queries.catalogdoc`); a test fails when the two disagree."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ from .gatedefs import GATES
 HEADER = """# Detector and gate catalogue
 
 Generated from the headers of `queries/sql/detectors/*.sql` and `queries/sql/gates/*.sql`
-by `python -m replaygate.queries.docs`; a test fails if this page and the SQL disagree.
+by `python -m replaygate.queries.catalogdoc`; a test fails if this page and the SQL disagree.
 How each rule is read is in [detectors.md](detectors.md).
 """
 
