@@ -50,6 +50,7 @@ SESSION_PREP = {
     "a_recoveries",
     "a_resumes",
     "a_server_missing",
+    "a_empty_answers",
 }
 # Prepared tables with one output row per input row (of `proxy`): recomputed for the
 # affected sessions' rows and for the new rows without a session.

@@ -384,6 +384,25 @@ def test_retry_not_honored(tmp_path):
     assert "retry_not_honored" not in ok
 
 
+@pytest.mark.parametrize("body_bytes", [0, 412])
+def test_retry_not_honored_needs_the_retry_delivered(tmp_path, body_bytes):
+    """A proxy served the stream with no body bytes (Caddy under the conformance suite):
+    its client never got the `retry:` and a cursor-less GET soon after blames nobody. The
+    same stream with its bytes delivered still does."""
+    streams = [
+        stm(0, "1", "STREAM_OPEN", method="POST", request_id="1", retry_ms=1000),
+        stm(100, "1", "DISCONNECTED", close_reason="network"),
+        stm(150, "1", "RESUME_PENDING"),
+        stm(151, "1", "STREAM_OPEN", method="GET"),
+    ]
+    proxy = [
+        px(-5, session_hmac=S, duration_ms=100, body_bytes_sent=body_bytes,
+           resp_content_type="text/event-stream"),
+    ]  # fmt: skip
+    got = findings(tmp_path, sessions=[active()], streams=streams, proxy=proxy)
+    assert ("retry_not_honored" in got) == (body_bytes > 0), got.keys()
+
+
 # -- dispatches ---------------------------------------------------------------------------
 def test_duplicate_dispatch_key_basis(tmp_path):
     twice = [

@@ -23,5 +23,11 @@ WHERE reconnect_ts IS NOT NULL AND retry_ms IS NOT NULL
   -- 'client_lost': the server learned of the break only from the reconnect itself, so
   -- the gap says nothing about how long the client waited.
   AND coalesce(close_reason, '') <> 'client_lost'
+  -- a stream a proxy served with no body bytes never brought its client the `retry:` (nor
+  -- anything else): what the client did next is not an answer to a directive it never got
+  AND NOT EXISTS (SELECT 1 FROM a_empty_answers e
+                   WHERE e.session_hmac = a_recoveries.session_hmac
+                     AND e.generation = a_recoveries.generation
+                     AND e.stream_id = a_recoveries.stream_id AND e.n = 1)
 
 GROUP BY session_hmac, generation, stream_id

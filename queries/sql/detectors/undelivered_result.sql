@@ -96,31 +96,8 @@ empty AS (
     FROM proxy
     WHERE empty_event_stream(method, status, body_bytes_sent, resp_content_type)
 ),
--- each empty answer's candidate streams: by request id where both sides have one, else the
--- POST streams of its session opened within a second of its run, each at its distance in
--- ms from the run (0 inside it)
-candidates AS (
-    SELECT e.file_id, e.pos, p.session_hmac, p.generation, p.stream_id,
-           CASE WHEN e.request_id IS NOT NULL AND p.request_id IS NOT NULL THEN 0
-                ELSE greatest(epoch_ms(e.ts) - epoch_ms(p.opened_ts),
-                              epoch_ms(p.opened_ts) - epoch_ms(e.ts)
-                                  - coalesce(e.duration_ms, 0),
-                              0) END AS dist
-    FROM empty e
-    JOIN posts p
-      ON p.session_hmac = e.session_hmac
-     AND CASE WHEN e.request_id IS NOT NULL AND p.request_id IS NOT NULL
-              THEN p.request_id = e.request_id
-              ELSE epoch_ms(p.opened_ts) BETWEEN epoch_ms(e.ts) - 1000
-                   AND epoch_ms(e.ts) + coalesce(e.duration_ms, 0) + 1000 END
-),
--- the nearest of them, and how many are that near (more than one: it cannot be placed)
-nearest AS (
-    SELECT file_id, pos, session_hmac, generation, stream_id,
-           count(*) OVER (PARTITION BY file_id, pos) AS n
-    FROM (SELECT *, min(dist) OVER (PARTITION BY file_id, pos) AS best FROM candidates)
-    WHERE dist = best
-),
+-- each empty answer's nearest POST stream(s) of its session (a_empty_answers)
+nearest AS (SELECT * FROM a_empty_answers),
 -- each empty answer placed on one stream, and what the server's log says of it: the
 -- answer produced, or (a session it covers) none produced
 covered AS (SELECT DISTINCT session_hmac, generation FROM events),
