@@ -60,7 +60,6 @@ SESSION_DETECTORS = {
     "cross_stream_acceptance",
     "cursor_misrouted",
     "cursor_rejected",
-    "delete_fabricated",
     "dropped_terminal",
     "duplicate_delivery_accepted",
     "missing_protocol_version",

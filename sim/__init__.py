@@ -20,7 +20,7 @@ from . import bulk
 from .faults import CATALOGUE
 from .fleet import SEC, T0, Fleet, Stage
 from .scenarios import normal_session, refused_origin, sessionless
-from .truth import expected_decisions
+from .truth import blind_proxy_logs, expected_decisions, undecided_by_blind_logs
 
 DEMO_KEY = "replaygate-demo-key"
 EVENTS_PER_SESSION = 21  # measured average; --events is turned into a session count
@@ -262,6 +262,12 @@ def _simulate_into(
                 item["cannot_tell"] = undecided
             injected.append(item)
     f.close()
+    blind = blind_proxy_logs(f.proxy_files)
+    life = {h: (f.ledger_first[h], t) for h, t in f.terminated_at.items()}
+    for item in injected:
+        item["expect"], undecided = undecided_by_blind_logs(item["expect"], blind, life)
+        if undecided:
+            item["cannot_tell"] = item.get("cannot_tell", []) + undecided
     all_expect = [e for item in injected for e in item["expect"]]
     truth = {
         "seed": seed,

@@ -964,7 +964,7 @@ def _past_proxy(f: Fleet, t: int, proxy: str) -> list[dict]:
                                proto=None if init else proto, new=init)  # fmt: skip
             closed = True if status == 0 else None
         judged = status == 200 and (size > 0 or closed is False)
-        f.native(file_name, line, when, judged=judged)
+        f.native(file_name, line, when, judged=judged, names_session=proxy != "caddy")
         if status != 200 or size:
             continue
         if closed is False:
@@ -1128,3 +1128,26 @@ def _rb_post(f, t, cohort, resumable):
     r = call(f, s, "read", n=8, brk=Brk(after=3, mode="repost", at=f.rollback_at + 2 * SEC))
     f.delete(s)
     return [X(f, "rollback_post_storm", "high", r.t_end, s.hmac, **stream_unit(s, r.stream_id))]
+
+
+BLIND_PROXY = "proxy-blind.jsonl"
+
+
+@fault(
+    "delete_past_blind_proxy",
+    "any",
+    "004",
+    "a second proxy, whose log keeps session ids out, carries a session's DELETE (200): "
+    "the ledger's TERMINATED may be true, and a DELETE not seen in the other log is no "
+    "evidence of a fabricated one",
+)
+def _delete_past_blind_proxy(f, t, cohort, resumable):
+    s = session(f, t, cohort, resumable)
+    call(f, s, "read")
+    s.t += f.jitter(100, 2000)
+    f.proxy(s.t, "DELETE", 200, s, session=False, file_name=BLIND_PROXY)
+    f.led_session(s, s.t + 2, "DELETE_REQUESTED")
+    f.led_session(s, s.t + 4, "TERMINATED")
+    t_end = s.t + 4
+    s.t += 10
+    return [U(f, "delete_fabricated", t_end, s.hmac, "proxy.session_hmac", BLIND_PROXY)]

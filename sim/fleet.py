@@ -159,6 +159,12 @@ class Fleet:
         self.counter = 0
         self.capture: list | None = None  # proxy rows seen while a fault is traced
         self.gets: dict[str, int] = defaultdict(int)  # GETs seen per session
+        # Per proxy file written: [first time, last time, whether a row names a session]
+        # (truth.py: a log that names none cannot show where a session's DELETE went).
+        self.proxy_files: dict[str, list] = {}
+        # Each session's first ledger row and its TERMINATED row (ms).
+        self.ledger_first: dict[str, int] = {}
+        self.terminated_at: dict[str, int] = {}
 
     # -- ids and time ---------------------------------------------------------------------
     def uid(self) -> str:
@@ -211,18 +217,29 @@ class Fleet:
         for log in self.natives.values():
             log.close()
 
-    def native(self, file_name: str, line: dict, t: int, *, judged: bool) -> None:
+    def native(
+        self, file_name: str, line: dict, t: int, *, judged: bool, names_session: bool
+    ) -> None:
         """One line of a proxy's own access log, as that proxy prints it (the faults that
         write them cite where each shape comes from). `judged`: a POST answered with an
         event stream that the row alone judges (bytes sent, or none and the client did not
         end the request), a sample of `lost_responses` in the stage whose window holds t
-        (the line's session has no ledger: it is staged by window)."""
+        (the line's session has no ledger: it is staged by window). `names_session`: the
+        log shows session ids (a Caddy log that redacts them does not)."""
         log = self.natives.get(file_name)
         if log is None:
             log = self.natives[file_name] = NativeLog(self.out / file_name)
         log.add(line)
         if judged:
             self.stats[self.window_stage(t)].sized_answers += 1
+        self._proxy_file(file_name, t, names_session)
+
+    def _proxy_file(self, name: str, t: int, names_session: bool) -> None:
+        span = self.proxy_files.get(name)
+        if span is None:
+            self.proxy_files[name] = [t, t, names_session]
+        else:
+            span[0], span[1], span[2] = min(span[0], t), max(span[1], t), span[2] or names_session
 
     # -- record emitters ------------------------------------------------------------------
     def led_session(self, s: Sess, t: int, state: str, **extra) -> None:
@@ -244,6 +261,9 @@ class Fleet:
             )
         row.update(extra)
         self.w("sessions", row)
+        self.ledger_first.setdefault(s.hmac, t)
+        if state == "TERMINATED":
+            self.terminated_at.setdefault(s.hmac, t)
 
     def led_stream(self, s: Sess, t: int, stream_id: str, state: str, **extra) -> None:
         row = {
@@ -398,7 +418,9 @@ class Fleet:
             "body_bytes_sent": body_bytes,
             "resp_content_type": content_type,
         }
-        self.w("proxy", row, file_name if file_name else ("proxy-edge.jsonl" if raw else None))
+        wr = self.writer("proxy", file_name if file_name else ("proxy-edge.jsonl" if raw else None))
+        wr.add(row)
+        self._proxy_file(wr.path.name, t, named is not None)
         hm = named.hmac if named is not None else None
         if self.capture is not None:
             self.capture.append(

@@ -26,6 +26,44 @@ COUNT_GATES = {
 SCOPES = {"recovery_p99": ("read", "write"), "write_idempotency": ("write",)}
 
 
+# Partial blindness, as the simulator states it: a proxy log that names no session while
+# another proxy log does could hold a session's DELETE when its rows fall within the
+# session's life (first ledger row to TERMINATED), give or take this clock skew.
+BLIND_SKEW_MS = 5_000
+
+
+def blind_proxy_logs(proxy_files: dict[str, list]) -> list[tuple[str, int, int]]:
+    """(file name, first ms, last ms) of the proxy logs that name no session, when another
+    one does (where none does, nothing is judged at all)."""
+    if not any(named for _, _, named in proxy_files.values()):
+        return []
+    return sorted((n, a, b) for n, (a, b, named) in proxy_files.items() if not named)
+
+
+def undecided_by_blind_logs(
+    expect: list[dict], blind: list[tuple[str, int, int]], life: dict[str, tuple[int, int]]
+) -> tuple[list[dict], list[dict]]:
+    """An expected `delete_fabricated` whose session's DELETE a blind proxy log could hold
+    is `cannot_tell` instead (naming the first such log by name). `life`: session ->
+    (first ledger row, TERMINATED) in ms. Returns (still expected, cannot_tell)."""
+    kept, undecided = [], []
+    for e in expect:
+        span = life.get(e["unit"].get("session_hmac") or "")
+        if e["detector"] == "delete_fabricated" and span is not None:
+            files = [
+                n for n, a, b in blind
+                if a <= span[1] + BLIND_SKEW_MS and b >= span[0] - BLIND_SKEW_MS
+            ]  # fmt: skip
+            if files:
+                undecided.append(
+                    {"detector": e["detector"], "stage": e["stage"],
+                     "missing": "proxy.session_hmac", "file": files[0]}
+                )  # fmt: skip
+                continue
+        kept.append(e)
+    return kept, undecided
+
+
 def quantile_cont(values: list[float], q: float) -> float:
     xs = sorted(values)
     pos = (len(xs) - 1) * q

@@ -1,0 +1,27 @@
+-- name: a_blind_spans
+-- purpose: partial blindness: each file of a record type that cannot show a fact another
+--          file of that type shows (file_facts), with the time span of its rows. A unit
+--          whose deciding evidence such a file could hold (blind_could_hold in
+--          00_macros.sql) is `cannot_tell`, never a finding nor a pass: the file's rows
+--          stay in the input, but cannot show the evidence. (A fact no file of the type
+--          shows is the whole-source case: queries/capability.py.) Only the record types
+--          whose facts a detector reads across files are spanned: one line each.
+-- needs:
+CREATE OR REPLACE TABLE a_blind_spans AS
+WITH spans AS (
+    SELECT 'proxy' AS tbl, file_id, min(ts) AS first_ts, max(ts) AS last_ts
+    FROM proxy GROUP BY file_id
+    UNION ALL
+    SELECT 'sessions' AS tbl, file_id, min(ts) AS first_ts, max(ts) AS last_ts
+    FROM sessions GROUP BY file_id
+),
+facts AS (
+    SELECT s.tbl, s.file_id, ff.fact
+    FROM spans s JOIN file_facts ff ON ff.file_id = s.file_id AND ff.fact LIKE s.tbl || '.%'
+),
+shown AS (SELECT DISTINCT tbl, fact FROM facts)
+SELECT s.tbl, h.fact, s.file_id, f.path, s.first_ts, s.last_ts
+FROM spans s
+JOIN shown h ON h.tbl = s.tbl
+JOIN files f ON f.file_id = s.file_id
+ANTI JOIN facts x ON x.file_id = s.file_id AND x.fact = h.fact;
