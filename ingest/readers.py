@@ -102,6 +102,35 @@ def _raw_lines() -> str:
                   rejects_table = 'rg_rejects', rejects_scan = 'rg_scans')"""
 
 
+def clear_rejects(con: duckdb.DuckDBPyConnection) -> None:
+    """Empty the line reader's rejects tables (`rg_rejects`, `rg_scans`): each read that
+    stores rejects adds to them, and a file's rejects are only its own read's."""
+    con.execute("DROP TABLE IF EXISTS rg_rejects")
+    con.execute("DROP TABLE IF EXISTS rg_scans")
+
+
+# A rejected record's text without its line end, and the physical lines it covers (an
+# open quote joins the lines after it into one record).
+_REJECT_TEXT = "rtrim(csv_line, chr(13) || chr(10))"
+_REJECT_LINES = f"1 + length({_REJECT_TEXT}) - length(replace({_REJECT_TEXT}, chr(10), ''))"
+
+
+def rejects_by_line_sql() -> str:
+    """The line reader's rejects, one row per line: `line`, `error_type` (one reason per
+    line: a line can break two rules, bad UTF-8 and a stray delimiter, and must still be
+    counted once), `spans` (the lines the record covers) and `has_cr` (it holds a CR)."""
+    return (
+        "SELECT line, min(error_type) AS error_type, "
+        f"coalesce(max({_REJECT_LINES}), 1) AS spans, "
+        "coalesce(bool_or(contains(csv_line, chr(13))), false) AS has_cr "
+        "FROM rg_rejects GROUP BY line"
+    )
+
+
+# The rejects of a read that rejected no line (a fast read proven line for line).
+NO_REJECTS = "CREATE TEMP TABLE rg_rejects (line BIGINT, error_type VARCHAR, csv_line VARCHAR)"
+
+
 def _schema_case() -> str:
     whens = " ".join(f"WHEN '{rt.schema}' THEN '{rt.table}'" for rt in RECORD_TYPES)
     return f"CASE schema {whens} END"
@@ -371,8 +400,7 @@ def proxylog_sql(r: Reading, forced: str | None = None) -> str:
     shapes = {forced} if forced else {adapters.sniff(r.con, first_lines(r.path, r.gz))}
     r.facts = capabilities.from_keys(present, shapes, r.field_maps)
     # The key scan filled the rejects tables; the reading below fills them again.
-    r.con.execute("DROP TABLE IF EXISTS rg_rejects")
-    r.con.execute("DROP TABLE IF EXISTS rg_scans")
+    clear_rejects(r.con)
     by_name = adapters.build(present, r.field_maps)
     chosen = [by_name[forced]] if forced else list(by_name.values())
     shape = adapters.shape_case(chosen, contract=not forced)

@@ -29,7 +29,7 @@ from urllib.parse import unquote, urlparse
 
 import duckdb
 
-from replaygate.ingest import adapters, capabilities, load, readers, validate
+from replaygate.ingest import adapters, capabilities, discovery, readers, validate
 from replaygate.ingest import db as dbm
 from replaygate.ingest.config import Config
 from replaygate.ingest.contract import RECORD_TYPES, all_field_names
@@ -80,13 +80,13 @@ def _plan(
 ) -> tuple[list[_File], list[str], list[tuple[str, str]], list[tuple[str, str]]]:
     """The files to read (with their ids, in the DuckDB ingest's order), the names
     skipped, the unreadable files with why, and the files Spark has no reader for."""
-    sources, skipped = load.discover(list(paths))
+    sources, skipped = discovery.discover(list(paths))
     files: list[_File] = []
     unreadable: list[tuple[str, str]] = []
     not_read: list[tuple[str, str]] = []
     for src in sources:
-        shown = load._display(src.path)
-        why = load._readable(src)
+        shown = discovery.display(src.path)
+        why = discovery.readable(src)
         if why:
             unreadable.append((shown, why))
             continue

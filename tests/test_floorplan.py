@@ -251,3 +251,64 @@ def test_the_cli_ingest_and_analysis_are_type_checked_strictly():
     assert loose == []
     assert _strict("replaygate.queries.api", ["replaygate.queries.*"])
     assert not _strict("replaygate.watch", ["replaygate.cli", "replaygate.queries.*"])
+
+
+# The load: ingest/load.py runs the batches, and each part of the loader lives in a module
+# of its own (file discovery, the staging area, what to stage, the readers, quarantine,
+# the transaction's writes, the report), each read in one sitting. Before, load.py was
+# 1,095 lines, most of them one class. LOAD_SHARES: what the parts use of the rest of
+# `ingest`, which other floors use too.
+LOAD_PARTS = {
+    "load",
+    "discovery",
+    "results",
+    "stagearea",
+    "stageplan",
+    "stagereads",
+    "quarantine",
+    "commit",
+}
+LOAD_SHARES = {
+    "adapters",
+    "capabilities",
+    "config",
+    "contract",
+    "db",
+    "errors",
+    "identity",
+    "readers",
+    "redact",
+    "staging",
+    "validate",
+}
+PART_LINES = 400
+
+
+def _ingest_module(name: str) -> str:
+    return f"replaygate.ingest.{name}"
+
+
+def test_the_load_is_made_of_parts_each_read_in_one_sitting():
+    from replaygate.ingest import load
+
+    mods = modules()
+    long = {
+        p: n
+        for p in sorted(LOAD_PARTS)
+        if (n := len(mods[_ingest_module(p)].read_text().splitlines())) > PART_LINES
+    }
+    assert long == {}, f"over {PART_LINES} lines: split by responsibility"
+    # every class the loader is made of is in a part
+    made_of = {c.__module__ for c in load._Loader.__mro__ if c.__module__ != "builtins"}
+    assert made_of <= {_ingest_module(p) for p in LOAD_PARTS}
+    assert len(made_of) >= 5
+    # a module split out of a part is a part (or one of the modules it shares)
+    graph = import_graph()
+    known = {_ingest_module(p) for p in LOAD_PARTS | LOAD_SHARES} | {"replaygate.ingest"}
+    stray = {
+        f"{_ingest_module(p)} imports {t}"
+        for p in LOAD_PARTS
+        for t in graph[_ingest_module(p)]
+        if t.startswith("replaygate.ingest") and t not in known
+    }
+    assert stray == set()

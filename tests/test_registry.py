@@ -4,7 +4,9 @@ folder discovery and docs/contract.md agree with the registries."""
 
 from __future__ import annotations
 
+import ast
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -255,3 +257,27 @@ def test_a_toy_format_uses_every_hook(registered, tmp_path):
     ).fetchall() == [("lines", "gzip")]
     again = ingest(con, [data], Config())
     assert {f.status for f in again.files} == {"unchanged"}
+
+
+def test_the_load_and_identity_name_no_format():
+    """The load (load.py and its parts) and identity.py ask a format what it does; none
+    names one (a word of its name in code, comments or docs, or one of its file-name
+    endings as a string), so a registered format behaves the same as the built-in ones."""
+    from .test_floorplan import LOAD_PARTS
+
+    folder = ROOT / "ingest"
+    names = {f.name for f in readers.FORMATS.values()}
+    endings = {s for f in readers.FORMATS.values() for s in f.suffixes}
+    found = []
+    for stem in sorted(LOAD_PARTS | {"identity"}):
+        text = (folder / f"{stem}.py").read_text()
+        found += [f"{stem}: {n}" for n in sorted(names) if re.search(rf"\b{n}\b", text, re.I)]
+        found += [
+            f"{stem}: {node.value!r}"
+            for node in ast.walk(ast.parse(text))
+            if isinstance(node, ast.Constant)
+            and isinstance(node.value, str)
+            and node.value.lower() in names | endings
+        ]
+    assert found == []
+    assert names >= {"jsonl", "csv", "parquet"} and ".jsonl" in endings
