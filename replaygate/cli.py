@@ -19,6 +19,7 @@ from . import __version__
 from .duration import Duration
 from .options import (
     CONTEXT,
+    LateChoice,
     config_option,
     db_option,
     emit_json,
@@ -364,6 +365,13 @@ def status(db: str, config_path: str | None, as_json: bool) -> None:
     say_config()
 
 
+def _sim_formats() -> tuple[str, ...]:
+    """The simulator's output formats (sim/writers.py), for `simulate --format`."""
+    from replaygate.sim.writers import LAYOUTS
+
+    return tuple(LAYOUTS)
+
+
 @cli.command(context_settings=CONTEXT)
 @click.option("--out", required=True, type=click.Path(file_okay=False), help="Output folder.")
 @click.option("--seed", default=7, show_default=True, type=int)
@@ -380,7 +388,7 @@ def status(db: str, config_path: str | None, as_json: bool) -> None:
     "fmt",
     default="mixed",
     show_default=True,
-    type=click.Choice(["jsonl", "csv", "parquet", "mixed"]),
+    type=LateChoice(_sim_formats),
 )
 @click.option("--list-faults", is_flag=True, help="List the fault catalogue and exit.")
 @click.option(

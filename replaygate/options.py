@@ -4,7 +4,7 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any, TypeVar
 
 import click
@@ -51,6 +51,24 @@ def source_option(help: str) -> Callable[[F], F]:
         show_default=True,
         help=help,
     )
+
+
+class LateChoice(click.Choice[str]):
+    """A choice whose values are looked up when first needed (the command runs, or shows
+    its help): they are declared in a module that the other commands need not import
+    (the simulator's formats import numpy and pyarrow)."""
+
+    def __init__(self, values: Callable[[], Sequence[str]]) -> None:
+        self._values = values
+        super().__init__(())
+
+    @property
+    def choices(self) -> tuple[str, ...]:
+        return tuple(self._values())
+
+    @choices.setter
+    def choices(self, _: Sequence[str]) -> None:
+        """click.Choice sets its values when made; these are looked up instead."""
 
 
 def engine_options(f: F) -> F:

@@ -16,7 +16,7 @@ from replaygate.ingest.config import Config
 from replaygate.ingest.errors import ReplaygateError
 from replaygate.queries import outputs
 
-from . import bulk
+from . import bulk, writers
 from .faults import CATALOGUE
 from .fleet import SEC, T0, Fleet, Stage
 from .scenarios import normal_session, refused_origin, sessionless
@@ -169,8 +169,8 @@ def simulate(
     traffic column-wise (bulk.py) and plays only the faults event by event; `auto` picks
     `vector` from VECTOR_FROM_SESSIONS sessions."""
     config = config or Config()
-    if fmt not in ("jsonl", "csv", "parquet", "mixed"):
-        raise ReplaygateError(f"unknown format {fmt!r} (jsonl, csv, parquet, mixed)")
+    if fmt not in writers.LAYOUTS:
+        raise ReplaygateError(f"unknown format {fmt!r} ({', '.join(writers.LAYOUTS)})")
     if faults == "all":
         chosen = list(CATALOGUE)
     elif faults in ("", "none"):

@@ -233,15 +233,28 @@ class NativeLog:
         self.buf.clear()
 
 
-# Per-table file layout for --format mixed: every reader path is exercised.
-MIXED = {
-    "sessions": ("sessions.jsonl", "iso"),
-    "streams": ("streams.csv.gz", "iso"),
-    "events": ("events.jsonl.gz", "epoch"),
-    "inbox": ("inbox.parquet", "native"),
-    "dispatches": ("dispatches.csv", "epoch"),
-    "proxy": ("proxy-access.jsonl.gz", "iso"),
-    "rollout": ("rollout.csv", "iso"),
+# The simulator's output formats, declared once: per format, each table's file name and
+# its timestamps' style (iso text, epoch milliseconds, or the writer's native type). The
+# writer is chosen by the file name's ending; `simulate` checks a format against it,
+# truth.json names it, and the CLI's --format offers its names.
+def _one_format(ending: str, style: str) -> dict[str, tuple[str, str]]:
+    return {table: (f"{table}{ending}", style) for table in BY_TABLE}
+
+
+LAYOUTS: dict[str, dict[str, tuple[str, str]]] = {
+    "jsonl": _one_format(".jsonl", "iso"),
+    "csv": _one_format(".csv", "iso"),
+    "parquet": _one_format(".parquet", "native"),
+    # every reader path exercised: each table in another format, gzipped or not
+    "mixed": {
+        "sessions": ("sessions.jsonl", "iso"),
+        "streams": ("streams.csv.gz", "iso"),
+        "events": ("events.jsonl.gz", "epoch"),
+        "inbox": ("inbox.parquet", "native"),
+        "dispatches": ("dispatches.csv", "epoch"),
+        "proxy": ("proxy-access.jsonl.gz", "iso"),
+        "rollout": ("rollout.csv", "iso"),
+    },
 }
 
 
@@ -249,11 +262,7 @@ def make_writer(
     out: Path, table: str, fmt: str, name: str | None = None, gz_level: int = 9
 ) -> _Base:
     rt = BY_TABLE[table]
-    if fmt == "mixed":
-        fname, style = MIXED[table]
-    else:
-        ext = {"jsonl": ".jsonl", "csv": ".csv", "parquet": ".parquet"}[fmt]
-        fname, style = f"{table}{ext}", ("native" if fmt == "parquet" else "iso")
+    fname, style = LAYOUTS[fmt][table]
     if name:
         fname = name
     path = out / fname

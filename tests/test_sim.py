@@ -87,3 +87,35 @@ def test_events_option_scales_the_fleet(tmp_path):
     big = simulate(tmp_path / "b", seed=1, events=20_000, faults="none")
     assert 0.5 < small["events"] / 5_000 < 2
     assert 0.5 < big["events"] / 20_000 < 2
+
+
+def test_a_format_is_declared_once_offered_written_and_named(tmp_path, monkeypatch):
+    """The simulator's output formats are one declaration (sim/writers.py LAYOUTS): a
+    format added there is a choice of `simulate --format`, what is written and what
+    truth.json names; its help lists the formats without any other command importing
+    the simulator."""
+    import subprocess
+    import sys
+
+    from click.testing import CliRunner
+
+    from replaygate.cli import cli
+    from replaygate.sim import writers
+
+    layout = {table: (f"{table}-late.jsonl.gz", "epoch") for table in writers.LAYOUTS["jsonl"]}
+    monkeypatch.setitem(writers.LAYOUTS, "late", layout)
+    out = tmp_path / "f"
+    args = ["simulate", "--out", str(out), "--sessions", "4", "--faults", "none"]
+    r = CliRunner().invoke(cli, [*args, "--format", "late"])
+    assert r.exit_code == 0, r.output
+    assert json.loads((out / "truth.json").read_text())["format"] == "late"
+    written = sorted(p.name for p in out.iterdir() if p.name != "truth.json")
+    assert written == sorted(name for name, _ in layout.values())
+    r = CliRunner().invoke(cli, [*args, "--format", "nope"])
+    assert r.exit_code == 2 and "'late'" in r.output and "'mixed'" in r.output
+    help_text = CliRunner().invoke(cli, ["simulate", "--help"]).output
+    assert "[jsonl|csv|parquet|mixed|late]" in help_text
+    code = "import sys, replaygate.cli; print('replaygate.sim' in sys.modules)"
+    assert subprocess.run([sys.executable, "-c", code], capture_output=True, text=True).stdout == (
+        "False\n"
+    )
