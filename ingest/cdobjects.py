@@ -421,6 +421,19 @@ class _Argo:
             return None, t
         return t, None
 
+    def after_start(
+        self, rel: str, stage: str, aborted: str | None, done: str | None, promoted: str
+    ) -> None:
+        """A started stage's holds (each pause) and its end: an abort is a rollback with
+        the rollout's message; a promotion completes it, `promoted` saying how."""
+        for t, reason in self.pauses():
+            self.add(t, rel, stage, "hold", why=f"paused ({reason})")
+        if aborted:
+            msg = self.st.get("message") or _cond(self.st, "Progressing", "message")
+            self.add(aborted, rel, stage, "rollback", why="aborted" + (f": {msg}" if msg else ""))
+        elif done:
+            self.add(done, rel, stage, "complete", why=promoted)
+
     def rollout_state(self) -> None:
         rel = self.rel()
         assert rel is not None  # read() requires a current hash
@@ -453,13 +466,7 @@ class _Argo:
             )
             if t:
                 self.add(t, rel, stage, "start", weight)
-        for t, reason in self.pauses():
-            self.add(t, rel, stage, "hold", why=f"paused ({reason})")
-        if aborted:
-            msg = self.st.get("message") or _cond(self.st, "Progressing", "message")
-            self.add(aborted, rel, stage, "rollback", why="aborted" + (f": {msg}" if msg else ""))
-        elif done:
-            self.add(done, rel, stage, "complete", why="fully promoted")
+        self.after_start(rel, stage, aborted, done, "fully promoted")
 
     # -- blue-green
 
@@ -489,13 +496,7 @@ class _Argo:
             self.skipped.append(f"{self.note}: blue-green preview without a time")
             return
         self.add(t, rel, PREVIEW, "start", 0.0)
-        for pt, reason in self.pauses():
-            self.add(pt, rel, PREVIEW, "hold", why=f"paused ({reason})")
-        if aborted:
-            msg = self.st.get("message") or _cond(self.st, "Progressing", "message")
-            self.add(aborted, rel, PREVIEW, "rollback", why="aborted" + (f": {msg}" if msg else ""))
-        elif done:
-            self.add(done, rel, PREVIEW, "complete", why="promoted (the preview is active)")
+        self.after_start(rel, PREVIEW, aborted, done, "promoted (the preview is active)")
 
 
 # -- Flagger -----------------------------------------------------------------------------

@@ -81,17 +81,6 @@ class _Loader(Planner, Commit):
     """Stages files outside the transaction (a failed read aborts a DuckDB
     transaction), then loads all staged files inside one."""
 
-    def __init__(
-        self,
-        con: duckdb.DuckDBPyConnection,
-        config: Config,
-        report: IngestReport,
-        source: str = "auto",
-    ):
-        super().__init__(
-            con, config, report, source, scratch_bytes=SCRATCH_BYTES, fast_reads=FAST_READS
-        )
-
 
 _Todo = tuple[int, tuple[readers.Source, int, identity.Decision]]
 
@@ -145,7 +134,9 @@ def ingest(
         con.execute(f"SET VARIABLE {name} = CAST($v AS TIMESTAMPTZ)", {"v": config.ts_bounds[key]})
     sizes = [s.path.stat().st_size for s in sources]
     progress.start(sum(sizes), len(sources))
-    loader = _Loader(con, config, report, source)
+    loader = _Loader(
+        con, config, report, source, scratch_bytes=SCRATCH_BYTES, fast_reads=FAST_READS
+    )
     try:
         # Which loaded file each one continues, by content (identity.py).
         decisions = identity.plan(
