@@ -377,30 +377,31 @@ def _expiry_race(f, t, cohort, resumable):
     return [X(f, "session_after_terminal", "critical", r.t_end, s.hmac, client=True)]
 
 
-@fault(
+def _delete_answered(status: int):
+    """A session's DELETE answered `status` (no session ended), its ledger's TERMINATED
+    all the same: a fabricated end."""
+
+    def play(f, t, cohort, resumable):
+        s = session(f, t, cohort, resumable)
+        call(f, s, "read")
+        f.delete(s, status=status)
+        return [X(f, "delete_fabricated", "medium", s.t, s.hmac)]
+
+    return play
+
+
+fault(
     "delete_response_lost",
     "any",
     "004",
     "the DELETE response is lost (504) but the ledger records TERMINATED",
-)
-def _delete_lost(f, t, cohort, resumable):
-    s = session(f, t, cohort, resumable)
-    call(f, s, "read")
-    f.delete(s, status=504)
-    return [X(f, "delete_fabricated", "medium", s.t, s.hmac)]
-
-
-@fault(
+)(_delete_answered(504))
+fault(
     "delete_405_fabricated",
     "any",
     "004",
     "DELETE answered 405 is turned into a fabricated TERMINATED",
-)
-def _delete_405(f, t, cohort, resumable):
-    s = session(f, t, cohort, resumable)
-    call(f, s, "read")
-    f.delete(s, status=405)
-    return [X(f, "delete_fabricated", "medium", s.t, s.hmac)]
+)(_delete_answered(405))
 
 
 @fault(
