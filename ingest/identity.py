@@ -64,7 +64,7 @@ class Scan:
     overlong: bool = False  # a line is longer than readers.MAX_LINE (see drop_long_lines)
     unit_sep: bool = False  # the content holds the line reader's delimiter (US, 0x1F)
     # Scanned and found without a tab or a CR: whitespace the typed JSON reader skips
-    # before a record where the line-exact reader does not (load.py, its fast read).
+    # before a record where the line-exact reader does not (stagereads.py, its fast read).
     plain: bool = False
 
 

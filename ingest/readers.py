@@ -93,8 +93,8 @@ def _raw_lines() -> str:
     """A JSON Lines file as raw lines, one row per line (blank lines included).
 
     Lines the CSV reader cannot hand over (invalid UTF-8, over MAX_LINE) are skipped
-    into the rejects table with their line numbers; load.py quarantines them and
-    corrects the positions of the rows after them."""
+    into the rejects table with their line numbers; the load quarantines them and
+    corrects the positions of the rows after them (quarantine.py)."""
     return f"""read_csv($path, columns = {{'raw': 'VARCHAR'}}, header = false,
                   delim = '{_LINE_DELIM}', quote = '', escape = '', auto_detect = false,
                   compression = $compression, max_line_size = {MAX_LINE},
@@ -257,9 +257,9 @@ def jsonl_fast_sql(r: Reading) -> str | None:
     It proves nothing about lines by itself: the reader skips blank lines, takes a
     `null` line for a record of NULLs and a tab before a record for whitespace, where
     the line-exact reader counts, refuses or quarantines them, and it fails on anything
-    it cannot read. load.py keeps its rows only for a file without a tab or a CR whose
+    it cannot read. The load keeps its rows only for a file without a tab or a CR whose
     every line gave one row and no row of nothing but NULLs (`rg_empty`); every other
-    file is read again by jsonl_sql."""
+    file is read again by jsonl_sql (stagereads.py)."""
     if _proxy_shape(r) is not None:
         return None
     names = r.names
@@ -460,7 +460,7 @@ class Format:
     suffixes: dict[str, str | None]
     build: Callable[[Reading], str]  # the staging SQL (see the module docstring)
     # A faster staging SQL of the same rows for a file of one record type that it reads
-    # whole, line for line (load.py proves that before it keeps them), or None.
+    # whole, line for line (the load proves that before it keeps them), or None.
     fast: Callable[[Reading], str | None] | None = None
     gzip: bool = True  # may be gzip-compressed
     lines: bool = True  # text read line by line: grows by appends, its last line may wait
@@ -546,7 +546,7 @@ register(
         csv_sql,
         header=True,
         row_positions=True,
-        # A record an open quote joined over several lines names them (spans: load.py).
+        # A record an open quote joined over several lines names them (rejects_by_line_sql).
         rejected="'malformed CSV row: ' || lower(CAST(error_type AS VARCHAR)) || CASE "
         "WHEN spans > 1 THEN ' (a quote left open makes lines ' || (line + $lines) "
         "|| '-' || (line + $lines + spans - 1) || ' one row)' ELSE '' END",

@@ -281,3 +281,20 @@ def test_the_load_and_identity_name_no_format():
         ]
     assert found == []
     assert names >= {"jsonl", "csv", "parquet"} and ".jsonl" in endings
+
+
+def test_the_load_makes_a_readers_reading_in_one_place():
+    """What a format's reader is given (the file, its compression, the fields, the
+    connection, the proxy settings) is made in one place of the load, for its fast and
+    its line-exact read alike: the two reads cannot be given different things."""
+    from .test_floorplan import LOAD_PARTS
+
+    made = []
+    for stem in sorted(LOAD_PARTS):
+        for node in ast.walk(ast.parse((ROOT / "ingest" / f"{stem}.py").read_text())):
+            if isinstance(node, ast.Call):
+                func = node.func
+                name = func.attr if isinstance(func, ast.Attribute) else getattr(func, "id", "")
+                if name == "Reading":
+                    made.append(f"{stem}.py:{node.lineno}")
+    assert len(made) == 1, made
