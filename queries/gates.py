@@ -42,7 +42,8 @@ def status_of(
 
 
 def stage_sources(con: duckdb.DuckDBPyConnection) -> dict[str, dict[str, int]]:
-    """Per stage, how many records of each source fall in its window."""
+    """Per stage, how many records of each source fall in its window (a source with none
+    there is left out)."""
     out: dict[str, dict[str, int]] = {}
     for stage, source, n in con.execute("SELECT stage, source, n FROM a_stage_sources").fetchall():
         out.setdefault(stage, {})[source] = n
@@ -848,7 +849,7 @@ def rollback_verification(con: duckdb.DuckDBPyConnection) -> list[dict[str, Any]
         # a pass"), so the rollback is not verifiable rather than verified.
         activity = one_row(
             con.execute(
-                """SELECT count(*) FROM streams WHERE ts >= $t0 AND ($t1 IS NULL OR ts < $t1)""",
+                "SELECT count(*) FROM streams WHERE in_window(ts, $t0, $t1)",
                 {"t0": t0, "t1": t1},
             )
         )[0]

@@ -30,7 +30,7 @@ WITH missing AS (
     FROM a_server_missing
 )
 SELECT session_hmac, generation, stream_id,
-       CASE WHEN bool_or(cumulative OR kind IN ('message', 'result', 'error') OR kind IS NULL)
+       CASE WHEN bool_or(changes_answer(cumulative, kind))
             THEN 'high' ELSE 'low' END AS severity,
        coalesce(min(first_ts), (SELECT min(s.ts) FROM streams s
                                  WHERE s.session_hmac = m.session_hmac

@@ -16,7 +16,7 @@ FROM a_streams s
 JOIN streams r
   ON r.session_hmac = s.session_hmac AND r.generation = s.generation
  AND r.stream_id = s.stream_id AND r.state = 'CURSOR_REJECTED'
-JOIN a_hygiene h ON r.ts >= h.t0 AND r.ts < h.t1 AND s.opened_ts < h.t0
+JOIN a_hygiene h ON in_window(r.ts, h.t0, h.t1) AND s.opened_ts < h.t0
 LEFT JOIN a_sessions x ON x.session_hmac = s.session_hmac
 WHERE x.expired_ts IS NULL OR x.expired_ts > r.ts
 GROUP BY s.session_hmac, s.generation, s.stream_id

@@ -21,7 +21,7 @@ WITH broken AS (
     JOIN streams d
       ON d.session_hmac = s.session_hmac AND d.generation = s.generation
      AND d.stream_id = s.stream_id AND d.state = 'DISCONNECTED'
-    JOIN a_hygiene h ON d.ts >= h.t0 AND d.ts < h.t1 AND s.opened_ts < h.t0
+    JOIN a_hygiene h ON in_window(d.ts, h.t0, h.t1) AND s.opened_ts < h.t0
     WHERE s.payload_digest IS NOT NULL
 )
 SELECT b.session_hmac, b.generation, b.stream_id, 'high' AS severity, min(b.disc_ts) AS ts,

@@ -16,7 +16,7 @@ SELECT s.session_hmac, s.generation, s.stream_id, 'critical' AS severity,
        json_object('rolled_back_stage', min(h.stage), 'opened', min(s.opened_ts))
            AS detail
 FROM a_streams s
-JOIN a_hygiene h ON s.opened_ts >= h.t0 AND s.opened_ts < h.t1
+JOIN a_hygiene h ON in_window(s.opened_ts, h.t0, h.t1)
 JOIN streams r
   ON r.session_hmac = s.session_hmac AND r.generation = s.generation
  AND r.stream_id = s.stream_id AND r.state = 'RESUME_PENDING'

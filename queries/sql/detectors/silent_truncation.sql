@@ -21,12 +21,12 @@ WITH high_gaps AS (
            list(seq ORDER BY seq) AS missing_seqs
     FROM a_missing
     GROUP BY ALL
-    HAVING bool_or(cumulative OR kind IN ('message', 'result', 'error') OR kind IS NULL)
+    HAVING bool_or(changes_answer(cumulative, kind))
     UNION ALL
     SELECT 'server', session_hmac, generation, stream_id, list(DISTINCT seq ORDER BY seq)
     FROM a_server_missing
     GROUP BY ALL
-    HAVING bool_or(cumulative OR kind IN ('message', 'result', 'error') OR kind IS NULL)
+    HAVING bool_or(changes_answer(cumulative, kind))
 ),
 client_results AS (
     SELECT g.session_hmac, g.generation, g.stream_id, min(i.ts) AS ts,

@@ -101,6 +101,11 @@ CREATE OR REPLACE MACRO judged_event_stream(method, status, body_bytes_sent, res
     AND lower(resp_content_type) LIKE 'text/event-stream%'
     AND (body_bytes_sent > 0 OR client_closed = false);
 
+-- A time inside a window (a stage's, a rollback's hygiene window): from its start, up to
+-- and without its end; a window without an end (NULL: still open) has none.
+CREATE OR REPLACE MACRO in_window(t, w_start, w_end) AS
+    t >= w_start AND t < coalesce(w_end, 'infinity'::TIMESTAMPTZ);
+
 -- Stage attribution, joined against a_stage_windows: a cohort session's record belongs to
 -- its stage inside that stage's window, a baseline session's (no cohort) to none, and a
 -- record without a known session to the stage whose window it falls in (the stage started
@@ -111,8 +116,7 @@ CREATE OR REPLACE MACRO release_cohort(release) AS '@' || release;
 CREATE OR REPLACE MACRO stage_key(session_known, cohort) AS
     CASE WHEN session_known THEN 'cohort:' || cohort ELSE 'window' END;
 CREATE OR REPLACE MACRO attributed(w_key, w_start, w_end, session_known, cohort, t) AS
-    w_key = stage_key(session_known, cohort)
-    AND t >= w_start AND (w_end IS NULL OR t < w_end);
+    w_key = stage_key(session_known, cohort) AND in_window(t, w_start, w_end);
 
 -- Partial blindness: a file that cannot show a fact another file of its record type shows
 -- (a_blind_spans, 13_blind_spans.sql) could hold the evidence that decides a unit when
@@ -150,6 +154,15 @@ CREATE OR REPLACE MACRO reconnect_window(ts) AS epoch_ms(ts) // (1000 * reconnec
 -- The time a reconnect window starts.
 CREATE OR REPLACE MACRO reconnect_window_start(w) AS
     make_timestamptz(w * reconnect_window_s() * 1000000);
+
+-- An event whose loss counts: every kind but the priming event and heartbeats, which carry
+-- nothing for the client (a kind not known counts).
+CREATE OR REPLACE MACRO loss_counted(kind) AS coalesce(kind, '?') NOT IN ('priming', 'heartbeat');
+
+-- An event whose loss changes the answer the client ends with: a cumulative one, a message,
+-- the result or an error, or one of a kind not known.
+CREATE OR REPLACE MACRO changes_answer(cumulative, kind) AS
+    cumulative OR kind IN ('message', 'result', 'error') OR kind IS NULL;
 
 -- A client receipt that recorded where its event came from (origin stream, seq and kind);
 -- the others are placed through the event log (a_inbox).

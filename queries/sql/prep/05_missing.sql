@@ -82,4 +82,4 @@ LEFT JOIN (SELECT DISTINCT ON (session_hmac, generation, stream_id, seq) *
            FROM a_event_index
            SEMI JOIN candidates c USING (session_hmac, generation, stream_id)) e
     USING (session_hmac, generation, stream_id, seq)
-WHERE coalesce(e.kind, '?') NOT IN ('priming', 'heartbeat');
+WHERE loss_counted(e.kind);

@@ -1,32 +1,18 @@
 -- name: a_stage_sources
 -- purpose: per stage and record type, how many records fall in the stage's window: a gate
 --          whose detectors' sources are all absent from the window judged nothing there
---          ("no data is never a pass")
+--          ("no data is never a pass"); a source with no record in a window has no row
 -- needs: rollout
 CREATE OR REPLACE TABLE a_stage_sources AS
-WITH w AS (
-    SELECT stage, start_ts, coalesce(end_ts, 'infinity'::TIMESTAMPTZ) AS end_ts FROM a_stages
-),
-counted AS (
-    SELECT 'sessions' AS source, w.stage, count(t.ts) AS n
-    FROM w LEFT JOIN sessions t ON t.ts >= w.start_ts AND t.ts < w.end_ts GROUP BY ALL
-    UNION ALL
-    SELECT 'streams', w.stage, count(t.ts)
-    FROM w LEFT JOIN streams t ON t.ts >= w.start_ts AND t.ts < w.end_ts GROUP BY ALL
-    UNION ALL
-    SELECT 'events', w.stage, count(t.ts)
-    FROM w LEFT JOIN events t ON t.ts >= w.start_ts AND t.ts < w.end_ts GROUP BY ALL
-    UNION ALL
-    SELECT 'inbox', w.stage, count(t.ts)
-    FROM w LEFT JOIN inbox t ON t.ts >= w.start_ts AND t.ts < w.end_ts GROUP BY ALL
-    UNION ALL
-    SELECT 'dispatches', w.stage, count(t.ts)
-    FROM w LEFT JOIN dispatches t ON t.ts >= w.start_ts AND t.ts < w.end_ts GROUP BY ALL
-    UNION ALL
-    SELECT 'proxy', w.stage, count(t.ts)
-    FROM w LEFT JOIN proxy t ON t.ts >= w.start_ts AND t.ts < w.end_ts GROUP BY ALL
-    UNION ALL
-    SELECT 'rollout', w.stage, count(t.ts)
-    FROM w LEFT JOIN rollout t ON t.ts >= w.start_ts AND t.ts < w.end_ts GROUP BY ALL
+WITH records AS (
+    SELECT 'sessions' AS source, ts FROM sessions
+    UNION ALL SELECT 'streams', ts FROM streams
+    UNION ALL SELECT 'events', ts FROM events
+    UNION ALL SELECT 'inbox', ts FROM inbox
+    UNION ALL SELECT 'dispatches', ts FROM dispatches
+    UNION ALL SELECT 'proxy', ts FROM proxy
+    UNION ALL SELECT 'rollout', ts FROM rollout
 )
-SELECT stage, source, n FROM counted;
+SELECT w.stage, r.source, count(*) AS n
+FROM a_stages w JOIN records r ON in_window(r.ts, w.start_ts, w.end_ts)
+GROUP BY ALL;

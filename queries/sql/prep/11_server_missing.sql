@@ -49,4 +49,4 @@ skipped AS (
                          AND p.ts >= r.ts)
 )
 SELECT * FROM (SELECT * FROM dropped UNION ALL SELECT * FROM skipped)
-WHERE coalesce(kind, '?') NOT IN ('priming', 'heartbeat');
+WHERE loss_counted(kind);
