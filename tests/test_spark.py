@@ -162,22 +162,24 @@ def fleet40(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def spark_lake(spark, fleet40):
-    """The same fleet's files ingested on Spark (`replaygate ingest --engine spark`), and
-    by DuckDB into a lake: the files of a proxy's own format (Caddy, nginx, Envoy logs)
+    """One Spark ingest for every ingest test (`replaygate ingest --engine spark`): the
+    fleet's files and a folder of bad input, read together; and DuckDB's ingest of the
+    same files into a lake. The files of a proxy's own format (Caddy, nginx, Envoy logs)
     have no Spark reader yet and are left out of both."""
     from replaygate.ingest import db as dbm
     from replaygate.ingest.load import discover, ingest
 
     _, _, out, exported = fleet40
+    bad = _bad_inputs(exported.parent / "bad")
     sources, _ = discover([out])
     read = [str(s.path) for s in sources if spark_ingest.proxy_format(s) is None]
     assert 0 < len(read) < len(sources)
     con = dbm.connect(str(exported.parent / "contract.duckdb"))
-    ingest(con, read, FLEET_CONFIG)
+    ingest(con, [*read, str(bad)], FLEET_CONFIG)
     lake.export(con, exported.parent / "contract-lake")
     where = exported.parent / "spark-lake"
-    summary = spark_ingest.ingest(spark, [str(out)], str(where), FLEET_CONFIG)
-    return where, summary, con, exported.parent / "contract-lake"
+    summary = spark_ingest.ingest(spark, [str(out), str(bad)], str(where), FLEET_CONFIG)
+    return where, summary, con, exported.parent / "contract-lake", bad
 
 
 def _lists_sorted(v):
@@ -288,15 +290,16 @@ def _assert_lakes_equal(spark_dir: Path, duck_dir: Path) -> None:
 @pytest.mark.spark
 def test_spark_ingest_equals_duckdb_ingest(spark_lake):
     """The fleet's files (JSON Lines, gzip, CSV, Parquet, contract proxy logs, the
-    rollout log) ingested by Spark: the same columns, rows (HMAC'd ids, redacted paths),
-    quarantine and file facts as the lake exported from DuckDB's ingest of them; the
-    logs in a proxy's own format are named as not read."""
-    where, summary, con, exported = spark_lake
+    rollout log) and the bad input ingested by Spark: the same columns, rows (HMAC'd ids,
+    redacted paths), quarantine and file facts as the lake exported from DuckDB's ingest
+    of them; the logs in a proxy's own format are named as not read."""
+    where, summary, con, exported, _ = spark_lake
     assert summary["rows"] == {
         rt.table: n
         for rt in RECORD_TYPES
         if (n := con.execute(f"SELECT count(*) FROM {rt.table}").fetchone()[0])
     }
+    assert summary["quarantined"] == con.execute("SELECT count(*) FROM quarantine").fetchone()[0]
     notes = sorted(f["note"] for f in summary["not_read"])
     assert notes and all(n.endswith(" access log") for n in notes)
     assert len(summary["warnings"]) == len(notes)
@@ -352,21 +355,25 @@ def _bad_inputs(dest: Path) -> Path:
 
 @pytest.mark.slow
 @pytest.mark.spark
-def test_spark_ingest_quarantines_bad_input_as_duckdb_does(spark, tmp_path):
-    """Bad input of every class the Spark reader covers (hostile.py's and more): the
-    same rows, quarantine (file, line or row, reason) and redaction as DuckDB's ingest."""
-    from replaygate.ingest import db as dbm
-    from replaygate.ingest.load import ingest
+def test_spark_ingest_quarantines_bad_input_as_duckdb_does(spark_lake):
+    """Bad input of every class the Spark reader covers (hostile.py's and more), read in
+    the shared ingest: the same quarantine (file, line or row, reason) as DuckDB's, for
+    many reasons, and no raw session id anywhere in the lake."""
+    where, _, con, exported, bad = spark_lake
+    reasons = con.execute(
+        "SELECT count(DISTINCT q.reason) FROM quarantine q JOIN files f USING (file_id) "
+        "WHERE starts_with(f.abspath, $bad)",
+        {"bad": str(bad.resolve())},
+    ).fetchone()[0]
+    assert reasons >= 8
 
-    src = _bad_inputs(tmp_path / "bad")
-    con = dbm.connect(str(tmp_path / "duck.duckdb"))
-    ingest(con, [src], FLEET_CONFIG)
-    assert con.execute("SELECT count(DISTINCT reason) FROM quarantine").fetchone()[0] >= 8
-    lake.export(con, tmp_path / "duck-lake")
-    summary = spark_ingest.ingest(spark, [str(src)], str(tmp_path / "spark-lake"), FLEET_CONFIG)
-    assert summary["quarantined"] == con.execute("SELECT count(*) FROM quarantine").fetchone()[0]
-    _assert_lakes_equal(tmp_path / "spark-lake", tmp_path / "duck-lake")
-    for f in (tmp_path / "spark-lake").rglob("*.parquet"):
+    def of_bad(rows):  # the quarantine rows of the bad folder's files (absolute paths)
+        return [r for r in rows if r[0].startswith(f"{bad.resolve()}/")]
+
+    spark_q = of_bad(_lake_table(where, "quarantine")[1])
+    assert len(spark_q) >= reasons
+    assert spark_q == of_bad(_lake_table(exported, "quarantine")[1])
+    for f in where.rglob("*.parquet"):
         assert hostile.RAW_ID.encode() not in f.read_bytes()
         assert b"RAWID-" not in f.read_bytes() and b"RAW-9" not in f.read_bytes()
 
