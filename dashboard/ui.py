@@ -21,11 +21,13 @@ from replaygate.queries.api import (
     NOT_EXERCISED,
     Decision,
     Status,
+    detectors_for,
     display_bound,
     display_status,
     display_threshold,
     display_value,
     escape,
+    gates_for,
     named,
 )
 
@@ -113,6 +115,53 @@ def bootstrap() -> Ctx:
     sidebar_freshness(stamp)
     auto_refresh(stamp)
     return Ctx(stamp, current, filters, options, preset, windows)
+
+
+@dataclass
+class GatePage:
+    """A page of gate tiles (Streams, Sessions, Dispatch) as it starts: the page's gates
+    (`-- page:` of their SQL) measured under the filters, and its detectors' findings."""
+
+    page: str
+    ctx: Ctx
+    detectors: tuple[str, ...]
+    shown: tuple[str, ...]  # the page's gates, in display order
+    gates: dict[str, dict]  # every gate's measure under the filters, by id
+    found: pd.DataFrame
+
+    @property
+    def counts(self) -> dict[str, int]:
+        """Findings per detector under the filters."""
+        return self.found.groupby("detector").size().to_dict() if not self.found.empty else {}
+
+    def tiles(self, more: int = 0) -> list:
+        """One tile per gate of the page, in a row with `more` columns after them, which
+        are returned for the page's own tiles."""
+        cols = st.columns(len(self.shown) + more)
+        for col, gate_id in zip(cols, self.shown, strict=False):
+            gate_metric(col, self.gates[gate_id], self.ctx)
+        return cols[len(self.shown) :]
+
+    def findings_section(self) -> None:
+        findings_section(self.ctx, self.ctx.filters, self.detectors, self.found, self.page)
+
+
+def gate_page(page: str, title: str, caption: str = "") -> GatePage:
+    """Start a page of gate tiles: bootstrap, its title (and caption), and what it shows."""
+    ctx = bootstrap()
+    st.title(title)
+    if caption:
+        st.caption(caption)
+    scope = stage_scope(ctx)
+    detectors = detectors_for(page)
+    return GatePage(
+        page,
+        ctx,
+        detectors,
+        gates_for(page),
+        {g["id"]: g for g in data.gate_measures(ctx.stamp, ctx.filters, scope)},
+        data.findings(ctx.stamp, ctx.filters, detectors),
+    )
 
 
 def auto_refresh(stamp: str) -> None:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import datetime as dt
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -429,7 +430,10 @@ def test_dashboard_pages_show_the_gates_their_headers_place_there():
         src = (
             Path(dashmodel.__file__).parent.parent / "dashboard" / "views" / f"{name}.py"
         ).read_text()
-        assert f'gates_for("{name}")' in src
+        # each page starts as every page of tiles does (ui.gate_page), never restating it
+        assert re.search(rf'ui\.gate_page\(\s*"{name}"', src), name
+        for restated in ("gates_for(", "detectors_for(", "gate_measures(", "ui.bootstrap("):
+            assert restated not in src, (name, restated)
 
 
 def test_the_gate_facts_store_only_units_a_gate_reads(fleet):

@@ -6,17 +6,9 @@ from collections import Counter
 import streamlit as st
 
 from replaygate.dashboard import data, figures, fmt, ui
-from replaygate.queries.api import detectors_for, gates_for
 
-DETECTORS = detectors_for("dispatch")
-
-ctx = ui.bootstrap()
-st.title("Dispatch & idempotency")
-f = ctx.filters
-scope = ui.stage_scope(ctx)
-gates = {g["id"]: g for g in data.gate_measures(ctx.stamp, f, scope)}
-found = data.findings(ctx.stamp, f, DETECTORS)
-counts = found.groupby("detector").size().to_dict() if not found.empty else {}
+page = ui.gate_page("dispatch", "Dispatch & idempotency")
+ctx, f, found, counts = page.ctx, page.ctx.filters, page.found, page.counts
 bucket, bucket_name = ui.bucket(ctx)
 mix = data.dispatch_mix(ctx.stamp, f, bucket)
 dups = found[found["detector"] == "duplicate_dispatch"] if not found.empty else found
@@ -25,21 +17,17 @@ bases = (
     if not dups.empty
     else Counter()
 )
-shown = gates_for("dispatch")
-cols = st.columns(len(shown) + 3)
-for col, gate_id in zip(cols, shown, strict=False):
-    ui.gate_metric(col, gates[gate_id], ctx)
-n = len(shown)
-ui.count_metric(cols[n], "Key conflicts (409)", counts, ("idempotency_conflict",), ctx)
-ui.count_metric(cols[n + 1], "Conflicts executed", counts, ("conflict_executed",), ctx)
+cols = page.tiles(3)
+ui.count_metric(cols[0], "Key conflicts (409)", counts, ("idempotency_conflict",), ctx)
+ui.count_metric(cols[1], "Conflicts executed", counts, ("conflict_executed",), ctx)
 hits = int(mix.loc[mix["outcome"] == "idempotency_hit", "n"].sum()) if not mix.empty else 0
 keyed = int(mix.loc[mix["keyed"], "n"].sum()) if not mix.empty else 0
-cols[n + 2].metric(
+cols[2].metric(
     "Idempotency hit rate",
     f"{hits / keyed * 100:.1f} %" if keyed else "—",
     help="share of keyed attempts answered with the original receipt",
 )
-cols[n + 2].caption(f"{fmt.count(hits)} of {fmt.count(keyed)} keyed dispatches")
+cols[2].caption(f"{fmt.count(hits)} of {fmt.count(keyed)} keyed dispatches")
 left, right = st.columns(2)
 with left:
     st.plotly_chart(
@@ -76,4 +64,4 @@ st.caption(
     "2026-07-28 readiness: that revision has no sessions and no resumption, so a "
     "re-send is only safe with the same idempotency key."
 )
-ui.findings_section(ctx, f, DETECTORS, found, "dispatch")
+page.findings_section()

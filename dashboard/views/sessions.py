@@ -3,19 +3,10 @@
 import streamlit as st
 
 from replaygate.dashboard import data, figures, ui
-from replaygate.queries.api import detectors_for, gates_for
 
-DETECTORS = detectors_for("sessions")
-
-ctx = ui.bootstrap()
-st.title("Sessions & proxy")
-f = ctx.filters
-scope = ui.stage_scope(ctx)
-gates = {g["id"]: g for g in data.gate_measures(ctx.stamp, f, scope)}
-found = data.findings(ctx.stamp, f, DETECTORS)
-shown = gates_for("sessions")
-for col, gate_id in zip(st.columns(len(shown)), shown, strict=True):
-    ui.gate_metric(col, gates[gate_id], ctx)
+page = ui.gate_page("sessions", "Sessions & proxy")
+ctx, f = page.ctx, page.ctx.filters
+page.tiles()
 actions = data.rollout_actions(ctx.stamp)
 bucket, bucket_name = ui.bucket(ctx)
 st.plotly_chart(
@@ -36,4 +27,4 @@ st.plotly_chart(
     ),
     key="sessions_status",
 )
-ui.findings_section(ctx, f, DETECTORS, found, "sessions")
+page.findings_section()

@@ -3,29 +3,19 @@
 import streamlit as st
 
 from replaygate.dashboard import data, figures, ui
-from replaygate.queries.api import detectors_for, gates_for
 
-DETECTORS = detectors_for("streams")
-
-ctx = ui.bootstrap()
-st.title("Streams & replay")
-st.caption(
+page = ui.gate_page(
+    "streams",
+    "Streams & replay",
     "Replay measures apply to resumable sessions; 2026-07-28 traffic has no "
-    "resumption and is judged on the Dispatch page."
+    "resumption and is judged on the Dispatch page.",
 )
-f = ctx.filters
+ctx, f, counts = page.ctx, page.ctx.filters, page.counts
 actions = data.rollout_actions(ctx.stamp)
-scope = ui.stage_scope(ctx)
-gates = {g["id"]: g for g in data.gate_measures(ctx.stamp, f, scope)}
-found = data.findings(ctx.stamp, f, DETECTORS)
-counts = found.groupby("detector").size().to_dict() if not found.empty else {}
-shown = gates_for("streams")
-cols = st.columns(len(shown) + 2)
-for col, gate_id in zip(cols, shown, strict=False):
-    ui.gate_metric(col, gates[gate_id], ctx)
-ui.count_metric(cols[len(shown)], "Replay gaps", counts, ("replay_gap",), ctx)
+cols = page.tiles(2)
+ui.count_metric(cols[0], "Replay gaps", counts, ("replay_gap",), ctx)
 ui.count_metric(
-    cols[len(shown) + 1],
+    cols[1],
     "Cursor problems",
     counts,
     ("cursor_misrouted", "cursor_rejected", "replay_after_ack"),
@@ -34,7 +24,7 @@ ui.count_metric(
 bucket, bucket_name = ui.bucket(ctx)
 st.plotly_chart(
     figures.findings_over_time(
-        data.findings_over_time(ctx.stamp, f, DETECTORS, bucket),
+        data.findings_over_time(ctx.stamp, f, page.detectors, bucket),
         actions,
         "Stream findings over time",
         bucket_name,
@@ -60,4 +50,4 @@ st.plotly_chart(
     ),
     key="streams_resumes",
 )
-ui.findings_section(ctx, f, DETECTORS, found, "streams")
+page.findings_section()
