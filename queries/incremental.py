@@ -29,6 +29,7 @@ from __future__ import annotations
 import contextlib
 import re
 import time
+from collections.abc import Callable
 from typing import Any
 
 import duckdb
@@ -149,9 +150,11 @@ def analyse(
     config: Config,
     counts: dict[str, int],
     blind: dict[str, cannottell.Plan] | None = None,
+    finish: Callable[[], None] | None = None,
 ) -> None:
     """Recompute for the pending sessions (inside the caller's transaction). `blind`: the
-    plans of `plans()`, as `possible()` accepted them."""
+    plans of `plans()`, as `possible()` accepted them; `finish`: what to run after the
+    detectors while the scope of the pending sessions is still there (gate_facts)."""
     blind = plans(con, counts, params.from_config(config)) if blind is None else blind
     values = params.from_config(config)
     con.execute(
@@ -250,6 +253,8 @@ def analyse(
                 "UPDATE coverage SET rows = $n, seconds = $s WHERE detector = $d",
                 {"d": name, "n": n, "s": time.perf_counter() - t0},
             )
+        if finish is not None:
+            finish()
     finally:
         # After a failed statement the transaction is aborted and the caller rolls back.
         with contextlib.suppress(duckdb.Error):
@@ -257,6 +262,7 @@ def analyse(
             _drop_scope(con)
             con.execute("DROP TABLE IF EXISTS rg_new")
             con.execute("DROP TABLE IF EXISTS rg_new_rows")
+            con.execute("DROP TABLE IF EXISTS rg_fact_stages")
 
 
 def _drop_scope(con: duckdb.DuckDBPyConnection) -> None:
@@ -327,3 +333,94 @@ def _scoped_prep(con: duckdb.DuckDBPyConnection, q: catalog.Query) -> None:
         con.execute(f"INSERT INTO main.{t} BY NAME SELECT * FROM {SCOPE}.{t}")
         # What later scoped queries read: the affected sessions' rows, as in main now.
         con.execute(f"DELETE FROM {SCOPE}.{t} WHERE NOT coalesce({_IN_SCOPE}, false)")
+
+
+# The record tables the gate facts take their units from (queries/sql/facts).
+FACT_UNITS = ("inbox", "events", "streams", "dispatches", "proxy")
+
+
+def gate_facts(
+    con: duckdb.DuckDBPyConnection, statements: list[tuple[str, dict[str, Any]]]
+) -> None:
+    """The gate facts and stage samples (runner._facts_statements: the statements that
+    build them whole), brought up to date after the detectors and the stages of their
+    findings, within analyse() while its scope is there.
+
+    A gate fact of a unit depends on the unit's row, its session's rows (a_sessions,
+    a_inbox_sessions, a_recoveries, its earlier GETs) and the stage windows, which an
+    incremental run leaves as they were; a fact of a row without a session, on that row
+    and the windows. So the facts of the pending sessions are built again from their
+    rows, with the new rows without a session, by the same statement run on the scope;
+    the facts of findings (a few per thousand units, from detectors of every kind) are
+    built again whole. The stage samples are summarised again for the stages whose
+    facts changed."""
+    build: dict[str, tuple[str, dict[str, Any]]] = {}
+    for stmt, bound in statements:
+        made = _CREATES.findall(stmt)
+        if len(made) != 1 or made[0] not in ("a_gate_facts", "a_stage_samples"):
+            raise Fallback(f"gate facts: a statement that builds {made or 'nothing'}")
+        build[made[0]] = (stmt, bound)
+    if set(build) != {"a_gate_facts", "a_stage_samples"}:
+        raise Fallback("gate facts: not the statements expected")
+    for table in FACT_UNITS:
+        if not _has(con, SCOPE, table):
+            _scoped_view(con, table)
+        con.execute(
+            f"""INSERT INTO {SCOPE}.{table} SELECT t.* FROM {_base(con, table)} t
+                JOIN (SELECT file_id, min(from_pos) AS from_pos FROM analysis_pending_rows
+                      WHERE tbl = $t GROUP BY file_id) r
+                  ON t.file_id = r.file_id AND t.pos > r.from_pos
+                WHERE t.session_hmac IS NULL""",
+            {"t": table},
+        )
+    # The whole of what the facts join their units to (up to date for the pending
+    # sessions now), and every finding.
+    for table in ("a_sessions", "a_inbox_sessions", "findings"):
+        if _has(con, SCOPE, table):
+            con.execute(f"DROP TABLE {SCOPE}.{table}")
+    con.execute(f"CREATE TABLE {SCOPE}.findings AS SELECT * FROM main.findings")
+    stmt, bound = build["a_gate_facts"]
+    _search(con, scoped=True)
+    try:
+        con.execute(stmt, bound)
+    finally:
+        _search(con, scoped=False)
+    old = """fact = 'findings' OR session_hmac IN (SELECT session_hmac FROM rg_affected)"""
+    # The stages whose samples may change: those of the unit facts replaced, before and
+    # after (the samples summarise no finding).
+    con.execute(
+        f"""CREATE OR REPLACE TEMP TABLE rg_fact_stages AS
+            SELECT DISTINCT stage FROM (
+                SELECT stage, fact FROM main.a_gate_facts WHERE {old}
+                UNION ALL
+                SELECT stage, fact FROM {SCOPE}.a_gate_facts)
+            WHERE fact <> 'findings' AND stage IS NOT NULL"""
+    )
+    con.execute(f"DELETE FROM main.a_gate_facts WHERE {old}")
+    con.execute(f"INSERT INTO main.a_gate_facts BY NAME SELECT * FROM {SCOPE}.a_gate_facts")
+    con.execute(
+        f"""CREATE OR REPLACE TABLE {SCOPE}.a_gate_facts AS SELECT * FROM main.a_gate_facts
+            WHERE stage IN (SELECT stage FROM rg_fact_stages)"""
+    )
+    stmt, bound = build["a_stage_samples"]
+    _search(con, scoped=True)
+    try:
+        con.execute(stmt, bound)
+    finally:
+        _search(con, scoped=False)
+    con.execute(
+        "DELETE FROM main.a_stage_samples WHERE stage IN (SELECT stage FROM rg_fact_stages)"
+    )
+    con.execute(f"INSERT INTO main.a_stage_samples BY NAME SELECT * FROM {SCOPE}.a_stage_samples")
+
+
+def _has(con: duckdb.DuckDBPyConnection, schema: str, table: str) -> bool:
+    return bool(
+        one_row(
+            con.execute(
+                "SELECT count(*) FROM duckdb_tables() WHERE schema_name = $s "
+                "AND table_name = $t AND database_name = current_database()",
+                {"s": schema, "t": table},
+            )
+        )[0]
+    )

@@ -245,9 +245,13 @@ def _incrementally(con: duckdb.DuckDBPyConnection, config: Config, counts: dict[
         return False
     try:
         with transaction(con):
-            incremental.analyse(con, config, counts, blind)
-            _assign_stages(con)
-            _gate_facts(con, params.from_config(config))
+            values = params.from_config(config)
+
+            def finish() -> None:  # before the scope of the changed sessions goes
+                _assign_stages(con)
+                incremental.gate_facts(con, _facts_statements(values))
+
+            incremental.analyse(con, config, counts, blind, finish)
             set_meta(con, "analysis_stamp", stamp(con, config))
             store_config(con, config)
             set_meta(con, "analysis_mode", "incremental")
@@ -280,8 +284,16 @@ def _gate_facts(con: duckdb.DuckDBPyConnection, values: dict[str, Any]) -> None:
     detectors and the stages of their findings: every gate measure, for the decision and
     under the dashboard's filters, aggregates them. `values`: params.from_config (which of
     the probe's units count)."""
-    for stmt in named.get("build", "facts").statements():
-        con.execute(stmt, {k: values[k] for k in PROBE_PARAMS if f"${k}" in stmt})
+    for stmt, bound in _facts_statements(values):
+        con.execute(stmt, bound)
+
+
+def _facts_statements(values: dict[str, Any]) -> list[tuple[str, dict[str, Any]]]:
+    """The statements that build the gate facts and the stage samples, with their values."""
+    return [
+        (stmt, {k: values[k] for k in PROBE_PARAMS if f"${k}" in stmt})
+        for stmt in named.get("build", "facts").statements()
+    ]
 
 
 PROBE_PARAMS = ("probe_facts", "probe_detectors")

@@ -272,7 +272,53 @@ def _line_one(data: dict) -> bytes:
     return s[: s.index(b"\n") + 1]
 
 
-def test_analysis_after_appends_follows_what_changed_and_equals_a_full_one(tmp_path):
+def _proxy_row(ts: datetime, method: str, session: str | None, **extra) -> bytes:
+    row = {"ts": ts.isoformat(), "method": method, "status": 200, "path": "/mcp"}
+    if session:
+        row["session_hmac"] = session
+    return json.dumps(row | extra).encode() + b"\n"
+
+
+def _gate_fact_units(con, data: dict[str, bytes]) -> tuple[dict[str, bytes], datetime]:
+    """Rows to append (by file) whose gate facts an incremental analysis gets wrong if it
+    builds them from the new rows alone (test above), and the time of the new requests."""
+    getter, last_ms = con.execute(
+        """SELECT arg_max(session_hmac, (ts, file_id, pos)), epoch_ms(max(ts)) FROM proxy
+           WHERE method = 'GET' AND session_hmac IS NOT NULL"""
+    ).fetchone()
+    t = datetime.fromtimestamp((last_ms + 1000) / 1000, UTC)
+    # A session of a stage's cohort in a stage where none of the other new rows' facts
+    # fall (the getter's stages, the stage whose window holds t).
+    moved, stage = con.execute(
+        """SELECT min(session_hmac), min(g.stage) FROM a_gate_facts g
+           JOIN a_sessions a USING (session_hmac)
+           WHERE g.fact = 'delivered_events' AND a.cohort = g.stage
+             AND g.stage NOT IN (SELECT stage FROM a_gate_facts
+                                 WHERE session_hmac = $getter AND stage IS NOT NULL)
+             AND g.stage NOT IN (SELECT stage FROM a_stage_windows
+                                 WHERE $t >= start_ts AND (end_ts IS NULL OR $t < end_ts))
+           GROUP BY g.stage ORDER BY g.stage LIMIT 1""",
+        {"getter": getter, "t": t},
+    ).fetchone()
+    first = next(
+        json.loads(line) for line in data["sessions.jsonl"].splitlines() if moved in str(line)
+    )
+    other = "shadow-10pct" if stage != "shadow-10pct" else "write-10pct-v2"
+    earlier = datetime.fromtimestamp(datetime.fromisoformat(first["ts"]).timestamp() - 0.001, UTC)
+    late = dict(first, rollout_stage=other, ts=earlier.isoformat())
+    post = dict(jsonrpc_method="tools/call", request_id="r-new", body_bytes_sent=512)
+    rows = {
+        "proxy-access.jsonl": _proxy_row(t, "GET", getter)
+        + _proxy_row(t, "POST", None, resp_content_type="text/event-stream", **post),
+        "dispatches.csv": _dispatch(
+            last_ms + 2000, "d-new", "pay", None, "svc-new", "r-new", None, "p-new"
+        ),
+        "sessions.jsonl": json.dumps(late).encode() + b"\n",
+    }
+    return rows, t
+
+
+def test_analysis_after_appends_follows_what_changed_and_equals_a_full_one(tmp_path, monkeypatch):
     data = {
         "sessions.jsonl": _content("sessions.jsonl"),
         "events.jsonl": _content("events.jsonl.gz"),
@@ -291,17 +337,48 @@ def test_analysis_after_appends_follows_what_changed_and_equals_a_full_one(tmp_p
     shutil.copy(SAMPLE / "inbox.parquet", live / "inbox.parquet")
     shutil.copy(SAMPLE / "rollout.csv", live / "rollout.csv")
     con = dbm.connect(str(tmp_path / "t.duckdb"))
-    for step, frac in enumerate((0.96, 0.975, 0.99, 1.0)):
-        for name, content in data.items():
-            _write(live / name, _cut(content, frac) if frac < 1 else content)
+
+    def whole(*args):
+        raise AssertionError("the gate facts were built whole after an append")
+
+    for step, frac in enumerate((0.96, 0.975, 0.99, 1.0, None)):
+        if frac is None:
+            # Units whose gate facts depend on more than their own row: a GET of a
+            # session that had GETs (a reconnect by its earlier GETs), a sessionless
+            # answered POST and write (attributed by their time alone), and a line logged
+            # late that puts a session of one stage's cohort into another's (its facts
+            # leave a stage where no new fact lands: its samples must be summarised again).
+            moving, t = _gate_fact_units(con, data)
+            for name, rows in moving.items():
+                with open(live / name, "ab") as fh:
+                    fh.write(rows)
+        else:
+            for name, content in data.items():
+                _write(live / name, _cut(content, frac) if frac < 1 else content)
         ingest(con, [live], CONF)
-        runner.analyse(con, CONF)
+        with monkeypatch.context() as mp:
+            if step:
+                mp.setattr(runner, "_gate_facts", whole)
+            runner.analyse(con, CONF)
         if step == 0:
             assert get_meta(con, "analysis_mode") == "full"
             continue
         assert get_meta(con, "analysis_mode") == "incremental"
         assert con.execute("SELECT count(*) FROM analysis_pending").fetchone()[0] == 0
         after_append = _analysis_state(con)
+        if frac is None:
+            assert con.execute(
+                """SELECT fact, session_hmac IS NULL, reconnect FROM a_gate_facts
+                   WHERE ts = $t AND fact IN ('proxy_records', 'sized_answers')
+                      OR ts = $t + INTERVAL 1 SECOND AND fact = 'write_dispatches'
+                   ORDER BY ALL""",
+                {"t": t},
+            ).fetchall() == [
+                ("proxy_records", False, True),
+                ("proxy_records", True, False),
+                ("sized_answers", True, None),
+                ("write_dispatches", True, None),
+            ]
         runner.analyse(con, CONF, force=True)
         assert get_meta(con, "analysis_mode") == "full"
         scratch = _analysis_state(con)
