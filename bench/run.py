@@ -380,10 +380,17 @@ def table(results: list[dict]) -> str:
                 cells.append("–")
         lines.append(f"| {label} | " + " | ".join(cells) + " |")
 
+    def step(label, key):
+        """A measured step's row: wall seconds, CPU seconds and peak memory."""
+        row(f"{label}: s / CPU s / peak MB", lambda r: _step(r[key]))
+
+    def megabytes(label, key):
+        row(f"{label}, MB", lambda r: f"{r[key]:,}")
+
     row("input: format, MB", lambda r: f"{r['format']}, {r['input_mb']:,}")
-    row("simulate: s / CPU s / peak MB", lambda r: _step(r["simulate"]))
-    row("bare DuckDB read: s / CPU s / peak MB", lambda r: _step(r["bare_read"]))
-    row("`replaygate ingest`: s / CPU s / peak MB", lambda r: _step(r["ingest"]))
+    step("simulate", "simulate")
+    step("bare DuckDB read", "bare_read")
+    step("`replaygate ingest`", "ingest")
     row(
         "— ingested as: batches, s each (fastest–slowest)",
         lambda r: "{} runs, {}–{}".format(
@@ -396,11 +403,8 @@ def table(results: list[dict]) -> str:
         "**ingest ÷ bare** (wall; CPU)",
         lambda r: f"{r['ingest_ratio']}x; {r['ingest_cpu_ratio']}x",
     )
-    row("database, MB", lambda r: f"{r['db_mb']:,}")
-    row(
-        "ingest, every file line by line: s / CPU s / peak MB",
-        lambda r: _step(r["ingest_line_exact"]),
-    )
+    megabytes("database", "db_mb")
+    step("ingest, every file line by line", "ingest_line_exact")
     row("— ÷ bare, CPU", lambda r: f"{r['line_exact_cpu_ratio']}x")
     row(
         "**analysis**: s / CPU s / peak MB",
@@ -431,16 +435,10 @@ def table(results: list[dict]) -> str:
                 else f"{r['pages'][p]['cold']:.2f} / {r['pages'][p]['cached']:.2f}"
             ),
         )
-    row(
-        "Spark ingest into a lake (`--engine spark`): s / CPU s / peak MB",
-        lambda r: _step(r["spark_ingest"]),
-    )
-    row("— lake, MB", lambda r: f"{r['lake_mb']:,}")
-    row(
-        "Spark analysis into a DuckDB file: s / CPU s / peak MB",
-        lambda r: _step(r["spark_analyse"]),
-    )
-    row("— DuckDB file, MB", lambda r: f"{r['spark_db_mb']:,}")
+    step("Spark ingest into a lake (`--engine spark`)", "spark_ingest")
+    megabytes("— lake", "lake_mb")
+    step("Spark analysis into a DuckDB file", "spark_analyse")
+    megabytes("— DuckDB file", "spark_db_mb")
     row(
         "**Spark ÷ DuckDB** (wall: ingest; analysis)",
         lambda r: "{:.1f}x; {:.1f}x".format(

@@ -11,6 +11,7 @@ from hypothesis import strategies as st
 from replaygate.ingest import db as dbm
 from replaygate.ingest.config import Config, from_mapping
 from replaygate.ingest.load import ingest
+from replaygate.queries import gates as gm
 from replaygate.queries import runner
 
 T = 1_795_824_000_000  # 2026-11-28T00:00:00Z
@@ -94,6 +95,24 @@ def findings(tmp_path, config: Config | None = None, **tables) -> dict[str, list
         out.setdefault(f["detector"], []).append(f)
     con.close()
     return out
+
+
+def stage_start(scope: str = "read", stage: str = "s", at: int = T - 60_000) -> dict:
+    """A rollout row starting a stage a minute before the cases' time."""
+    return {"ts": at, "stage": stage, "action": "start", "scope": scope}
+
+
+def evaluated_stage(tmp_path, config: Config | None = None, scope: str = "read", **tables) -> dict:
+    """The evaluation of the one stage (`scope`) of a rollout started before these tables'
+    rows, after ingesting them; its gates also by id under `by_id`."""
+    config = config or Config()
+    findings(tmp_path, config, rollout=[stage_start(scope)], **tables)
+    con = dbm.connect(str(tmp_path / "t.duckdb"), read_only=True)
+    try:
+        stage = gm.evaluate(con, config)["stages"][0]
+    finally:
+        con.close()
+    return {**stage, "by_id": {g["id"]: g for g in stage["gates"]}}
 
 
 def completed_stream(sid="1", t0=0, close_reason="completed"):

@@ -8,22 +8,11 @@ from replaygate.ingest import db as dbm
 from replaygate.ingest.config import Config, from_mapping
 from replaygate.queries import gates as gm
 
-from .test_detectors_focused import T, findings, px
+from .test_detectors_focused import T, evaluated_stage, findings, px, stage_start
 
 CONFIGURED = from_mapping({"origin_allowlist": ["https://app.example.com", "http://localhost:*"]})
 EVIL = "https://evil.example"
-START = {"ts": T - 60_000, "stage": "s", "action": "start", "scope": "read"}
-
-
-def _stage(tmp_path, config: Config, **tables) -> dict:
-    """The one stage's evaluation after ingesting these tables (a rollout is added)."""
-    findings(tmp_path, config, rollout=[START], **tables)
-    con = dbm.connect(str(tmp_path / "t.duckdb"), read_only=True)
-    try:
-        stage = gm.evaluate(con, config)["stages"][0]
-    finally:
-        con.close()
-    return {**stage, "by_id": {g["id"]: g for g in stage["gates"]}}
+START = stage_start()
 
 
 # -- Origin ---------------------------------------------------------------------------------
@@ -40,14 +29,16 @@ def test_refused_is_any_4xx_and_a_preflight_is_not_an_mcp_request(tmp_path):
     assert "invalid_origin_accepted" not in got
     assert sorted(f["detail"]["status"] for f in got["origin_refused_not_403"]) == [400, 404, 421]
     assert all(f["severity"] == "low" for f in got["origin_refused_not_403"])
-    stage = _stage(tmp_path / "b", CONFIGURED, proxy=rows)
+    stage = evaluated_stage(tmp_path / "b", CONFIGURED, proxy=rows)
     gate = stage["by_id"]["invalid_origin_rejection"]
     assert (gate["status"], gate["sample"], gate["failures"]) == ("pass", 4, 0)
     assert stage["decision"] != "ROLLBACK"
     # A served bad Origin still fails, 3xx included.
     served = findings(tmp_path / "c", CONFIGURED, proxy=[px(0, status=302, origin=EVIL)])
     assert len(served["invalid_origin_accepted"]) == 1
-    failed = _stage(tmp_path / "d", CONFIGURED, proxy=[*rows, px(60, status=200, origin=EVIL)])
+    failed = evaluated_stage(
+        tmp_path / "d", CONFIGURED, proxy=[*rows, px(60, status=200, origin=EVIL)]
+    )
     assert failed["by_id"]["invalid_origin_rejection"]["status"] == "fail"
     assert failed["by_id"]["invalid_origin_rejection"]["failures"] == 1
 
@@ -65,11 +56,11 @@ def test_allowed_origin_refused(tmp_path):
     got = findings(tmp_path / "a", CONFIGURED, proxy=rows)
     assert sorted(f["detail"]["status"] for f in got["allowed_origin_refused"]) == [403, 421]
     assert all(f["severity"] == "high" for f in got["allowed_origin_refused"])
-    stage = _stage(tmp_path / "b", CONFIGURED, proxy=rows)
+    stage = evaluated_stage(tmp_path / "b", CONFIGURED, proxy=rows)
     gate = stage["by_id"]["allowed_origin_refusals"]
     assert (gate["status"], gate["value"]) == ("fail", 2)
     assert stage["decision"] == "ROLLBACK"
-    fine = _stage(tmp_path / "c", CONFIGURED, proxy=rows[2:])
+    fine = evaluated_stage(tmp_path / "c", CONFIGURED, proxy=rows[2:])
     assert fine["by_id"]["allowed_origin_refusals"]["status"] == "pass"
 
 
@@ -85,7 +76,7 @@ def test_no_allow_list_configured_allows_loopback_only_and_judges_nothing_foreig
     got = findings(tmp_path / "a", proxy=loopback + foreign)
     # Foreign origins with no allow-list: nothing critical, nothing at all about Origin.
     assert not {"invalid_origin_accepted", "origin_refused_not_403"} & set(got)
-    stage = _stage(tmp_path / "b", Config(), proxy=loopback + foreign)
+    stage = evaluated_stage(tmp_path / "b", Config(), proxy=loopback + foreign)
     gate = stage["by_id"]["invalid_origin_rejection"]
     assert gate["status"] == "insufficient"
     assert (
@@ -93,7 +84,7 @@ def test_no_allow_list_configured_allows_loopback_only_and_judges_nothing_foreig
     )
     assert stage["decision"] == "HOLD"
     # Loopback alone: judged (nothing invalid), not insufficient.
-    only_loopback = _stage(tmp_path / "c", Config(), proxy=loopback)
+    only_loopback = evaluated_stage(tmp_path / "c", Config(), proxy=loopback)
     assert only_loopback["by_id"]["invalid_origin_rejection"]["status"] == "pass"
     # A loopback origin refused with 403 locks out a real (local) client.
     refused = findings(tmp_path / "d", proxy=[px(0, status=403, origin="http://127.0.0.1:3000")])
@@ -146,11 +137,11 @@ def test_dead_session_statuses_configure_what_a_dead_session_answers(tmp_path):
     ts_shop = from_mapping({"dead_session_statuses": [400, 404]})
     got = findings(tmp_path / "b", ts_shop, proxy=[gone])
     assert len(got["reinit_missing"]) == 1
-    stage = _stage(tmp_path / "c", ts_shop, proxy=[gone])
+    stage = evaluated_stage(tmp_path / "c", ts_shop, proxy=[gone])
     gate = stage["by_id"]["reinit_after_404"]
     assert (gate["status"], gate["sample"], gate["failures"]) == ("fail", 1, 1)
     init = px(3000, principal="p1", jsonrpc_method="initialize")
-    ok = _stage(tmp_path / "d", ts_shop, proxy=[gone, init])["by_id"]["reinit_after_404"]
+    ok = evaluated_stage(tmp_path / "d", ts_shop, proxy=[gone, init])["by_id"]["reinit_after_404"]
     assert (ok["status"], ok["sample"], ok["failures"]) == ("pass", 1, 0)
 
 
@@ -165,7 +156,7 @@ def test_cursorless_get_reopens_on_a_session_are_reconnects(tmp_path):
     got = findings(tmp_path / "a", proxy=[resumed, opened, *storm])
     assert len(got["reconnect_storm"]) == 1
     assert got["reconnect_storm"][0]["detail"]["reconnects"] == 80  # the first GET opens
-    stage = _stage(tmp_path / "b", Config(), proxy=[resumed, opened, *storm])
+    stage = evaluated_stage(tmp_path / "b", Config(), proxy=[resumed, opened, *storm])
     assert stage["by_id"]["reconnect_qps"]["status"] == "fail"
     # First GETs of 80 sessions are opens, not reconnects.
     opens = [px(i * 2, "GET", session_hmac=f"{i:064x}") for i in range(80)]
@@ -206,7 +197,7 @@ def test_a_404_is_tied_to_a_client_by_address_and_agent_only_when_it_had_one_liv
     # after it may be that client's, so the 404 is neither a finding nor a pass.
     shared = [*_node_session(a, 0, 1000), *_node_session(b, 500, 8000), gone, init]
     assert "reinit_missing" not in findings(tmp_path / "shared", proxy=shared)
-    stage = _stage(tmp_path / "shared-stage", Config(), proxy=shared)
+    stage = evaluated_stage(tmp_path / "shared-stage", Config(), proxy=shared)
     g = stage["by_id"]["reinit_after_404"]
     assert (g["status"], g["sample"], g["cannot_tell"]) == ("insufficient", 0, 1), g
     assert _reinit_cannot_tell(stage) == [("client identity", 1)]
@@ -219,14 +210,14 @@ def test_a_404_is_tied_to_a_client_by_address_and_agent_only_when_it_had_one_liv
         px(300, session_hmac=b, **NODE),
         px(400, "GET", session_hmac=b, duration_ms=9000, **NODE),
     ]
-    stage = _stage(
+    stage = evaluated_stage(
         tmp_path / "stream", Config(), proxy=[*_node_session(a, 0, 1000), *stream, gone, init]
     )
     assert _reinit_cannot_tell(stage) == [("client identity", 1)]
     # Sessions of the pair that ended before the 404, or began after it, are not live.
     before_after = [*_node_session(b, 0, 200), *_node_session(a, 300, 1000), gone, init]
     before_after += _node_session("c" * 64, 7000, 7500)
-    stage = _stage(tmp_path / "one-live", Config(), proxy=before_after)
+    stage = evaluated_stage(tmp_path / "one-live", Config(), proxy=before_after)
     g = stage["by_id"]["reinit_after_404"]
     assert (g["status"], g["sample"], g["cannot_tell"]) == ("pass", 1, 0), g
 
@@ -240,12 +231,12 @@ def test_a_session_that_ended_in_the_millisecond_the_404_began_is_not_live(tmp_p
     init_b = px(1000, session_hmac=b, jsonrpc_method="initialize", duration_ms=4000, **NODE)
     gone = px(5000, status=404, session_hmac=a, jsonrpc_method="tools/call", **NODE)
     init = px(6000, jsonrpc_method="initialize", **NODE)
-    stage = _stage(tmp_path / "tie", Config(), proxy=[init_b, gone, init])
+    stage = evaluated_stage(tmp_path / "tie", Config(), proxy=[init_b, gone, init])
     g = stage["by_id"]["reinit_after_404"]
     assert (g["status"], g["sample"], g["cannot_tell"]) == ("pass", 1, 0), g
     # One millisecond more and b is live across the 404: cannot tell.
     longer = dict(init_b, duration_ms=4001)
-    stage = _stage(tmp_path / "live", Config(), proxy=[longer, gone, init])
+    stage = evaluated_stage(tmp_path / "live", Config(), proxy=[longer, gone, init])
     assert _reinit_cannot_tell(stage) == [("client identity", 1)]
 
 
@@ -281,7 +272,7 @@ def test_the_reinit_gate_counts_not_reinitialized_and_used_after_the_404_apart(t
     got = findings(tmp_path / "f", proxy=rows)
     reasons = sorted(f["detail"]["reason"] for f in got["reinit_missing"])
     assert reasons == ["not re-initialized", "used after the 404"]
-    g = _stage(tmp_path / "s", Config(), proxy=rows)["by_id"]["reinit_after_404"]
+    g = evaluated_stage(tmp_path / "s", Config(), proxy=rows)["by_id"]["reinit_after_404"]
     assert (g["status"], g["sample"], g["failures"]) == ("fail", 3, 2)
     causes = "(1 not re-initialized; 1 used after the 404)"
     assert g["causes"] == [
@@ -303,7 +294,7 @@ def test_the_reinit_gate_counts_not_reinitialized_and_used_after_the_404_apart(t
         px(later - T + 1000, status=404, session_hmac=f, principal="frank", **CALL),
         px(later - T + 1500, principal="frank", jsonrpc_method="initialize"),
     ]
-    two = [START, {"ts": later - 60_000, "stage": "t", "action": "start", "scope": "read"}]
+    two = [START, stage_start(stage="t", at=later - 60_000)]
     findings(tmp_path / "a", Config(), rollout=two, proxy=[*rows, *more])
     con = dbm.connect(str(tmp_path / "a" / "t.duckdb"), read_only=True)
     try:

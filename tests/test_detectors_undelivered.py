@@ -11,10 +11,20 @@ from replaygate.ingest import db as dbm
 from replaygate.ingest.config import Config
 from replaygate.queries import gates as gm
 
-from .test_detectors_focused import T, active, ev, findings, px, rc, stm
+from .test_detectors_focused import (
+    T,
+    active,
+    ev,
+    evaluated_stage,
+    findings,
+    px,
+    rc,
+    stage_start,
+    stm,
+)
 
 SSE = "text/event-stream"
-START = {"ts": T - 60_000, "stage": "s", "action": "start", "scope": "write"}
+START = stage_start("write")
 COHORT = active(rollout_stage="s")
 
 
@@ -31,17 +41,6 @@ def _call(sid="1", t0=0, end="DISCONNECTED", result_at=500, reason="client_disco
         ev(t0 + result_at, sid, 2, "result", jsonrpc_id=sid),
     ]
     return streams, events
-
-
-def _stage(tmp_path, config: Config | None = None, **tables) -> dict:
-    config = config or Config()
-    findings(tmp_path, config, rollout=[START], **tables)
-    con = dbm.connect(str(tmp_path / "t.duckdb"), read_only=True)
-    try:
-        stage = gm.evaluate(con, config)["stages"][0]
-    finally:
-        con.close()
-    return {**stage, "by_id": {g["id"]: g for g in stage["gates"]}}
 
 
 @pytest.mark.parametrize("result_at", [100, 300, 301, 5000])
@@ -231,7 +230,9 @@ def test_a_proxy_log_without_sizes_cannot_tell(tmp_path):
 def test_gate_fails_on_a_lost_answer(tmp_path):
     s1, e1 = _call("1", end="CLOSED")
     s2, e2 = _call("2", t0=2000)
-    stage = _stage(tmp_path, sessions=[COHORT], streams=s1 + s2, events=e1 + e2)
+    stage = evaluated_stage(
+        tmp_path, sessions=[COHORT], streams=s1 + s2, events=e1 + e2, scope="write"
+    )
     g = stage["by_id"]["lost_responses"]
     assert (g["status"], g["value"], g["sample"]) == ("fail", 1, 1)
     assert stage["decision"] == "ROLLBACK"
@@ -239,11 +240,11 @@ def test_gate_fails_on_a_lost_answer(tmp_path):
 
 def test_gate_passes_on_delivered_answers(tmp_path):
     s1, e1 = _call("1", end="CLOSED")
-    stage = _stage(tmp_path / "a", sessions=[COHORT], streams=s1, events=e1)
+    stage = evaluated_stage(tmp_path / "a", sessions=[COHORT], streams=s1, events=e1, scope="write")
     assert stage["by_id"]["lost_responses"]["status"] == "pass"
     # A proxy log that shows sizes is evidence on its own.
     rows = [px(0, body_bytes_sent=300, resp_content_type=SSE)]
-    alone = _stage(tmp_path / "b", proxy=rows)
+    alone = evaluated_stage(tmp_path / "b", proxy=rows, scope="write")
     g = alone["by_id"]["lost_responses"]
     assert (g["status"], g["sample"]) == ("pass", 1)
 
@@ -251,7 +252,7 @@ def test_gate_passes_on_delivered_answers(tmp_path):
 def test_gate_is_insufficient_where_no_source_can_tell(tmp_path):
     """Proxy logs without sizes and no event log: nothing could show a lost answer."""
     rows = [px(0), px(10), px(20, "GET")]
-    stage = _stage(tmp_path, proxy=rows)
+    stage = evaluated_stage(tmp_path, proxy=rows, scope="write")
     g = stage["by_id"]["lost_responses"]
     assert g["status"] == "insufficient" and g["sample"] == 0, g
     assert stage["decision"] != "ROLLBACK"
