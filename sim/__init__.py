@@ -20,7 +20,7 @@ from . import bulk, writers
 from .faults import CATALOGUE
 from .fleet import SEC, T0, Fleet, Stage
 from .scenarios import normal_session, refused_origin, sessionless
-from .truth import blind_proxy_logs, expected_decisions, undecided_by_blind_logs
+from .truth import expected_decisions, undecided_by_blind_logs
 
 DEMO_KEY = "replaygate-demo-key"
 EVENTS_PER_SESSION = 21  # measured average; --events is turned into a session count
@@ -262,10 +262,15 @@ def _simulate_into(
                 item["cannot_tell"] = undecided
             injected.append(item)
     f.close()
-    blind = blind_proxy_logs(f.proxy_files)
     life = {h: (f.ledger_first[h], t) for h, t in f.terminated_at.items()}
+    window = config.reinit_window_s * 1000
     for item in injected:
-        item["expect"], undecided = undecided_by_blind_logs(item["expect"], blind, life)
+        item["expect"], undecided = undecided_by_blind_logs(
+            item["expect"], f.proxy_files, life, window
+        )
+        for u in undecided:
+            if u["detector"] == "reinit_missing":  # a 404 judged neither way
+                f.stats[u["stage"]].undecided_404 += 1
         if undecided:
             item["cannot_tell"] = item.get("cannot_tell", []) + undecided
     all_expect = [e for item in injected for e in item["expect"]]

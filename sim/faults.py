@@ -515,6 +515,9 @@ def _reinit_missing(f, t, cohort, resumable):
         s.t += f.jitter(2 * SEC, 5 * SEC)
         f.proxy(s.t, "POST", 404, s, jsonrpc_method="tools/call", request_id=str(s.next_req))
         out.append(X(f, "reinit_missing", "high", s.t, s.hmac, ts=s.t))
+    # the first 404 was followed by a request on the dead session, the second was not
+    out[0]["unit"]["detail.reason"] = "not re-initialized, and used after the 404"
+    out[1]["unit"]["detail.reason"] = "not re-initialized"
     return out
 
 
@@ -566,7 +569,7 @@ def _reinit_shared_client(f, t, cohort, resumable):
     f.expire(c)
     c.t += f.jitter(2 * SEC, 5 * SEC)
     f.proxy(c.t, "POST", 404, c, jsonrpc_method="tools/call", request_id=str(c.next_req))
-    return [X(f, "reinit_missing", "high", c.t, c.hmac, ts=c.t)]
+    return [X(f, "reinit_missing", "high", c.t, c.hmac, ts=c.t, detail_reason="not re-initialized")]
 
 
 @fault(
@@ -1152,3 +1155,26 @@ def _delete_past_blind_proxy(f, t, cohort, resumable):
     t_end = s.t + 4
     s.t += 10
     return [U(f, "delete_fabricated", t_end, s.hmac, "proxy.session_hmac", BLIND_PROXY)]
+
+
+BLIND_INIT_PROXY = "proxy-noinit.jsonl"
+
+
+@fault(
+    "reinit_past_blind_proxy",
+    "any",
+    "004",
+    "after a 404 the client initializes again through a second proxy whose log names no "
+    "JSON-RPC method (it cannot show an initialize): whether it re-initialized cannot be "
+    "told, so the 404 is neither a finding nor a pass",
+)
+def _reinit_past_blind_proxy(f, t, cohort, resumable):
+    s = session(f, t, cohort, resumable, principal=f"user-f{f.seq_no()}")
+    call(f, s, "read")
+    f.expire(s)
+    s.t += f.jitter(2 * SEC, 5 * SEC)
+    f.proxy(s.t, "POST", 404, s, jsonrpc_method="tools/call", request_id=str(s.next_req))
+    f.stats[f.stage_of(s.hmac, s.t)].undecided_404 += 1
+    s2 = f.reinit(s, s.t + f.jitter(SEC, 5 * SEC), init_log=BLIND_INIT_PROXY)
+    f.delete(s2)
+    return [U(f, "reinit_missing", s.t, s.hmac, "re-initialize", BLIND_INIT_PROXY)]

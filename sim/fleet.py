@@ -159,8 +159,9 @@ class Fleet:
         self.counter = 0
         self.capture: list | None = None  # proxy rows seen while a fault is traced
         self.gets: dict[str, int] = defaultdict(int)  # GETs seen per session
-        # Per proxy file written: [first time, last time, whether a row names a session]
-        # (truth.py: a log that names none cannot show where a session's DELETE went).
+        # Per proxy file written: [first time, last time, whether a row names a session,
+        # whether it shows an initialize] (truth.py: a log that names no session cannot
+        # show where a session's DELETE went, one that shows no initialize a re-init).
         self.proxy_files: dict[str, list] = {}
         # Each session's first ledger row and its TERMINATED row (ms).
         self.ledger_first: dict[str, int] = {}
@@ -232,14 +233,16 @@ class Fleet:
         log.add(line)
         if judged:
             self.stats[self.window_stage(t)].sized_answers += 1
-        self._proxy_file(file_name, t, names_session)
+        # (nginx's and Envoy's documented formats show an initialize by their keys)
+        self._proxy_file(file_name, t, names_session, names_session)
 
-    def _proxy_file(self, name: str, t: int, names_session: bool) -> None:
+    def _proxy_file(self, name: str, t: int, names_session: bool, shows_init: bool) -> None:
         span = self.proxy_files.get(name)
         if span is None:
-            self.proxy_files[name] = [t, t, names_session]
+            self.proxy_files[name] = [t, t, names_session, shows_init]
         else:
-            span[0], span[1], span[2] = min(span[0], t), max(span[1], t), span[2] or names_session
+            span[0], span[1] = min(span[0], t), max(span[1], t)
+            span[2], span[3] = span[2] or names_session, span[3] or shows_init
 
     # -- record emitters ------------------------------------------------------------------
     def led_session(self, s: Sess, t: int, state: str, **extra) -> None:
@@ -420,7 +423,8 @@ class Fleet:
         }
         wr = self.writer("proxy", file_name if file_name else ("proxy-edge.jsonl" if raw else None))
         wr.add(row)
-        self._proxy_file(wr.path.name, t, named is not None)
+        # (a contract log that names JSON-RPC methods shows an initialize)
+        self._proxy_file(wr.path.name, t, named is not None, jsonrpc_method is not None)
         hm = named.hmac if named is not None else None
         if self.capture is not None:
             self.capture.append(
@@ -533,8 +537,11 @@ class Fleet:
         protocol=None,
         origin=None,
         client_at=None,
+        init_log=None,
     ) -> Sess:
-        """`client_at`: (address, User-Agent) of a client the proxy logs without a principal."""
+        """`client_at`: (address, User-Agent) of a client the proxy logs without a principal.
+        `init_log`: the initialize went through a second proxy whose log (this file) names
+        no JSON-RPC method, so it cannot show an initialize."""
         rng = self.rng
         raw = self.uid()
         principal = principal or f"user-{rng.randint(1, 400):04d}"
@@ -571,9 +578,12 @@ class Fleet:
             200,
             s,
             session=False,
-            jsonrpc_method="initialize",
+            jsonrpc_method=None if init_log else "initialize",
             request_id="0",
             protocol=None,
+            file_name=init_log,
+            body_bytes=rng.randint(300, 900) if init_log else None,
+            content_type="application/json" if init_log else None,
         )
         s.t = t + self.jitter(20, 80)
         self.led_session(s, s.t, "SESSION_ACTIVE", prev_session_hmac=prev)
@@ -582,7 +592,7 @@ class Fleet:
         s.t += self.jitter(50, 400)
         return s
 
-    def reinit(self, old: Sess, t: int, *, new_token=True) -> Sess:
+    def reinit(self, old: Sess, t: int, *, new_token=True, init_log=None) -> Sess:
         """A new session of the next generation for the same client."""
         s = self.new_session(
             t,
@@ -594,6 +604,7 @@ class Fleet:
             protocol=old.protocol,
             origin=old.origin,
             client_at=(old.addr, old.ua) if old.anonymous else None,
+            init_log=init_log,
         )
         s.addr, s.ua, s.client = old.addr, old.ua, old.client
         if not new_token:

@@ -26,41 +26,59 @@ COUNT_GATES = {
 SCOPES = {"recovery_p99": ("read", "write"), "write_idempotency": ("write",)}
 
 
-# Partial blindness, as the simulator states it: a proxy log that names no session while
-# another proxy log does could hold a session's DELETE when its rows fall within the
-# session's life (first ledger row to TERMINATED), give or take this clock skew.
+# Partial blindness, as the simulator states it: a proxy log that cannot show something
+# another proxy log shows (a session id; an initialize) could hold a unit's deciding
+# evidence when its rows fall within the unit's evidence window, give or take this clock
+# skew: a session's DELETE within its life (first ledger row to TERMINATED), a client's
+# re-initialize within the re-init window after its 404.
 BLIND_SKEW_MS = 5_000
+NAMES_SESSION, SHOWS_INIT = 2, 3  # places in Fleet.proxy_files' entries
 
 
-def blind_proxy_logs(proxy_files: dict[str, list]) -> list[tuple[str, int, int]]:
-    """(file name, first ms, last ms) of the proxy logs that name no session, when another
-    one does (where none does, nothing is judged at all)."""
-    if not any(named for _, _, named in proxy_files.values()):
+def blind_proxy_logs(proxy_files: dict[str, list], shows: int) -> list[tuple[str, int, int]]:
+    """(file name, first ms, last ms) of the proxy logs that cannot show what entry place
+    `shows` says, when another one can (where none can, nothing is judged at all)."""
+    if not any(v[shows] for v in proxy_files.values()):
         return []
-    return sorted((n, a, b) for n, (a, b, named) in proxy_files.items() if not named)
+    return sorted((n, v[0], v[1]) for n, v in proxy_files.items() if not v[shows])
+
+
+def _meets(blind: list[tuple[str, int, int]], lo: float, hi: float) -> str | None:
+    """The first (by name) of these logs whose rows meet [lo, hi], give or take the skew."""
+    hits = [n for n, a, b in blind if a <= hi + BLIND_SKEW_MS and b >= lo - BLIND_SKEW_MS]
+    return hits[0] if hits else None
 
 
 def undecided_by_blind_logs(
-    expect: list[dict], blind: list[tuple[str, int, int]], life: dict[str, tuple[int, int]]
+    expect: list[dict],
+    proxy_files: dict[str, list],
+    life: dict[str, tuple[int, int]],
+    reinit_window_ms: float,
 ) -> tuple[list[dict], list[dict]]:
-    """An expected `delete_fabricated` whose session's DELETE a blind proxy log could hold
-    is `cannot_tell` instead (naming the first such log by name). `life`: session ->
-    (first ledger row, TERMINATED) in ms. Returns (still expected, cannot_tell)."""
+    """Expected findings whose deciding evidence a blind proxy log could hold: a
+    `delete_fabricated` is `cannot_tell` (its DELETE may be there); a `reinit_missing`
+    "not re-initialized" is `cannot_tell` (its initialize may be there), and one also used
+    after the 404 is still found, for that reason alone. `life`: session -> (first ledger
+    row, TERMINATED) in ms. Returns (still expected, cannot_tell)."""
+    no_session = blind_proxy_logs(proxy_files, NAMES_SESSION)
+    no_init = blind_proxy_logs(proxy_files, SHOWS_INIT)
     kept, undecided = [], []
     for e in expect:
-        span = life.get(e["unit"].get("session_hmac") or "")
+        unit, file, missing = e["unit"], None, ""
+        span = life.get(unit.get("session_hmac") or "")
         if e["detector"] == "delete_fabricated" and span is not None:
-            files = [
-                n for n, a, b in blind
-                if a <= span[1] + BLIND_SKEW_MS and b >= span[0] - BLIND_SKEW_MS
-            ]  # fmt: skip
-            if files:
-                undecided.append(
-                    {"detector": e["detector"], "stage": e["stage"],
-                     "missing": "proxy.session_hmac", "file": files[0]}
-                )  # fmt: skip
-                continue
-        kept.append(e)
+            file, missing = _meets(no_session, *span), "proxy.session_hmac"
+        elif e["detector"] == "reinit_missing" and "ts" in unit:
+            file = _meets(no_init, unit["ts"], unit["ts"] + reinit_window_ms)
+            missing = "re-initialize"
+            if file and unit.get("detail.reason") != "not re-initialized":
+                e, file = {**e, "unit": {**unit, "detail.reason": "used after the 404"}}, None
+        if file:
+            undecided.append(
+                {"detector": e["detector"], "stage": e["stage"], "missing": missing, "file": file}
+            )
+        else:
+            kept.append(e)
     return kept, undecided
 
 

@@ -188,26 +188,28 @@ def _stage(truth: dict, fault: str) -> str | None:
     return stage
 
 
-def _expected_cannot_tell(truth: dict, detectors: set[str]) -> Counter:
+def _expected_cannot_tell(truth: dict, which: set[tuple[str, str]]) -> Counter:
     return Counter(
         (u["detector"], u["file"], u["missing"], u["stage"])
         for f in truth["faults"]
         for u in f.get("cannot_tell", [])
-        if u["detector"] in detectors
+        if (u["detector"], u["missing"]) in which
     )
 
 
-def _cannot_tell_units(con, detectors: set[str]) -> Counter:
-    """The cannot_tell units of these detectors by (detector, file name, fact, stage)."""
+def _cannot_tell_units(con, which: set[tuple[str, str]]) -> Counter:
+    """The cannot_tell units of these (detector, missing) by (detector, file name, what is
+    missing, stage)."""
     rows = con.execute(
         "SELECT detector, file, missing, stage, units FROM cannot_tell_stages"
     ).fetchall()
-    return Counter({(d, Path(f).name, m, s): n for d, f, m, s, n in rows if d in detectors})
+    return Counter({(d, Path(f).name, m, s): n for d, f, m, s, n in rows if (d, m) in which})
 
 
-# Detectors whose evidence may lie in another file than their unit's: a file of that
-# source that cannot show the fact (partial blindness) makes the unit `cannot_tell`.
-PARTIAL = {"delete_fabricated"}
+# Detectors whose evidence may lie in another file than their unit's, and what such a
+# unit misses: a file of that source that cannot show it (partial blindness) makes the
+# unit `cannot_tell`.
+PARTIAL = {("delete_fabricated", "proxy.session_hmac"), ("reinit_missing", "re-initialize")}
 
 
 @pytest.mark.parametrize(("seed", "fmt"), [(31, "jsonl"), (32, "parquet")])
@@ -216,18 +218,28 @@ def test_partially_blind_proxy_logs_are_cannot_tell_not_findings(tmp_path, seed,
     precision and recall for every detector (no fabricated delete found where the DELETE
     may be in the blind log), and the cannot_tell units are those truth.json lists, in
     their file and stage."""
-    faults = "delete_past_blind_proxy,delete_response_lost,delete_405_fabricated"
+    faults = (
+        "delete_past_blind_proxy,delete_response_lost,delete_405_fabricated,"
+        "reinit_past_blind_proxy,reinit_missing,reinit_shared_client"
+    )
     con, truth, out = build(tmp_path, seed=seed, sessions=120, fmt=fmt, faults=faults)
     assert (out / "proxy-blind.jsonl").exists()
     _assert_exact(con, truth)
-    assert _per_detector(*match_truth(findings_of(con), truth))["delete_fabricated"] == (1, 1)
+    scores = _per_detector(*match_truth(findings_of(con), truth))
+    assert scores["delete_fabricated"] == scores["reinit_missing"] == (1, 1)
     expected = _expected_cannot_tell(truth, PARTIAL)
-    assert sum(expected.values()) >= 1
+    assert {k[:3] for k in expected} >= {
+        ("delete_fabricated", "proxy-blind.jsonl", "proxy.session_hmac"),
+        ("reinit_missing", "proxy-noinit.jsonl", "re-initialize"),
+    }
     assert _cannot_tell_units(con, PARTIAL) == expected
 
 
 def test_the_default_fleets_partial_blindness_is_as_truth_lists(fleet):
     con, truth, _ = fleet
     expected = _expected_cannot_tell(truth, PARTIAL)
-    assert ("delete_fabricated", "proxy-blind.jsonl") in {k[:2] for k in expected}
+    assert {k[:2] for k in expected} >= {
+        ("delete_fabricated", "proxy-blind.jsonl"),
+        ("reinit_missing", "proxy-noinit.jsonl"),
+    }
     assert _cannot_tell_units(con, PARTIAL) == expected

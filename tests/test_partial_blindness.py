@@ -9,8 +9,8 @@ from pathlib import Path
 
 from replaygate.ingest import db as dbm
 
-from .test_cannot_tell import run
-from .test_detectors_focused import S2, S, active, px, ses
+from .test_cannot_tell import CONF, run
+from .test_detectors_focused import S2, S, T, active, px, ses
 
 V = "2025-11-25"
 HOUR = 3_600_000
@@ -77,3 +77,82 @@ def test_delete_fabricated_a_delete_seen_decides_whatever_a_blind_log_holds(tmp_
     assert _cannot_tell(tmp_path)["delete_fabricated"] == [
         ("proxy-b.jsonl", "proxy.session_hmac", 1)
     ]
+
+
+ROLLOUT = [{"ts": T - 60_000, "stage": "s", "action": "start", "scope": "read"}]
+
+
+def _dead(t, **kw):
+    return px(t, status=404, session_hmac=S, principal="p1", jsonrpc_method="tools/call", **kw)
+
+
+def _init(t):
+    return px(t, principal="p1", jsonrpc_method="initialize")
+
+
+def _reinit_gate(tmp_path) -> dict:
+    from replaygate.queries import gates as gm
+
+    con = dbm.connect(str(tmp_path / "t.duckdb"), read_only=True)
+    stage = gm.evaluate(con, CONF)["stages"][0]
+    con.close()
+    return next(g for g in stage["gates"] if g["id"] == "reinit_after_404")
+
+
+def test_reinit_missing_a_reinit_a_blind_proxy_log_may_hold_is_cannot_tell(tmp_path):
+    # proxy-a logs the 404 and names methods (it shows initializes); proxy-b, a second
+    # proxy, logs no JSON-RPC method: the client's request through it 10 s after the 404
+    # may be its initialize. Neither a finding nor a pass, and the gate cannot pass on it.
+    found, _ = run(
+        tmp_path,
+        rollout=ROLLOUT,
+        **{
+            "proxy-a": [_init(0), _dead(1000)],
+            "proxy-b": [px(11_000, principal="p1")],
+        },
+    )
+    assert "reinit_missing" not in found
+    assert _cannot_tell(tmp_path)["reinit_missing"] == [("proxy-b.jsonl", "re-initialize", 1)]
+    gate = _reinit_gate(tmp_path)
+    assert gate["status"] == "insufficient" and gate["sample"] == 0, gate
+    assert gate["cannot_tell"] == 1
+
+
+def test_reinit_missing_outside_every_blind_logs_time_is_still_found(tmp_path):
+    found, _ = run(
+        tmp_path,
+        rollout=ROLLOUT,
+        **{
+            "proxy-a": [_init(0), _dead(1000)],
+            "proxy-b": [px(HOUR, principal="p1")],
+        },
+    )
+    assert found.get("reinit_missing") == 1
+    assert "reinit_missing" not in _cannot_tell(tmp_path)
+    gate = _reinit_gate(tmp_path)
+    assert gate["status"] == "fail" and gate["sample"] == 1, gate
+
+
+def test_reinit_missing_use_after_the_404_is_found_whatever_a_blind_log_holds(tmp_path):
+    # The dead session is used again 2 s after its 404: a finding, whether or not the
+    # client re-initialized through proxy-b (which the reason no longer claims).
+    found, _ = run(
+        tmp_path,
+        rollout=ROLLOUT,
+        **{
+            "proxy-a": [_init(0), _dead(1000), _dead(3000)],
+            "proxy-b": [px(11_000, principal="p1")],
+        },
+    )
+    # The first 404 is a finding (used after it), its reason no longer "not re-initialized";
+    # the second, not used after, may have been followed by an initialize through proxy-b.
+    assert found.get("reinit_missing") == 1
+    con = dbm.connect(str(tmp_path / "t.duckdb"), read_only=True)
+    rows = con.execute(
+        "SELECT epoch_ms(ts), json_extract_string(detail, '$.reason'),"
+        " json_extract_string(detail, '$.reinitialized') FROM findings"
+        " WHERE detector = 'reinit_missing'"
+    ).fetchall()
+    con.close()
+    assert rows == [(T + 1000, "used after the 404", None)]
+    assert _cannot_tell(tmp_path)["reinit_missing"] == [("proxy-b.jsonl", "re-initialize", 1)]

@@ -30,7 +30,7 @@ blind AS (
     FROM t JOIN a_sessions a USING (session_hmac)
     JOIN a_blind_spans b
       ON b.fact = 'proxy.session_hmac'
-     AND blind_could_hold(b.first_ts, b.last_ts, a.first_ts, t.ts)
+     AND blind_could_hold(b.first_ts, b.last_ts, epoch_ms(a.first_ts), epoch_ms(t.ts))
     GROUP BY t.session_hmac
 )
 SELECT t.session_hmac, 'medium' AS severity, t.ts,

@@ -10,7 +10,7 @@
 -- needs: proxy
 -- facts: proxy.session_hmac, proxy.initialize, proxy.principal|proxy.client_addr
 -- units: proxy WHERE dead_session_unit(status, session_hmac, method, $dead_statuses, file_id NOT IN (SELECT file_id FROM file_facts WHERE fact = 'proxy.session_hmac'))
--- undecided: client identity
+-- undecided: client identity, re-initialize
 -- params: reinit_window_s, dead_statuses
 -- unit: (session_hmac, ts of the 404)
 -- page: sessions
@@ -76,20 +76,42 @@ later AS (
     FROM (SELECT DISTINCT session_hmac, ts FROM gone) g
     JOIN p l ON l.session_hmac = g.session_hmac AND l.ts > g.ts AND l.method <> 'DELETE'
     GROUP BY ALL
+),
+-- A re-initialize not seen may be in a proxy log that cannot show one while others do
+-- (partial blindness, a_blind_spans): where such a log has rows in the re-init window,
+-- "not re-initialized" is no evidence.
+unseen AS (
+    SELECT j.session_hmac, j.ts, arg_min(b.file_id, b.path) AS file_id
+    FROM judged j
+    JOIN a_blind_spans b
+      ON b.fact = 'proxy.initialize'
+     AND blind_could_hold(b.first_ts, b.last_ts, epoch_ms(j.ts),
+                          epoch_ms(j.ts) + $reinit_window_s * 1000)
+    WHERE NOT j.reinitialized
+    GROUP BY ALL
 )
 SELECT j.session_hmac, 'high' AS severity, j.ts,
-       json_object('reason', CASE WHEN j.reinitialized THEN 'used after the 404'
+       json_object('reason', CASE WHEN j.reinitialized OR u.file_id IS NOT NULL
+                                  THEN 'used after the 404'
                                   WHEN coalesce(l.n, 0) > 0
                                   THEN 'not re-initialized, and used after the 404'
                                   ELSE 'not re-initialized' END,
-                   'reinitialized', j.reinitialized,
+                   'reinitialized', CASE WHEN u.file_id IS NULL THEN j.reinitialized END,
                    'later_requests', coalesce(l.n, 0)) AS detail
 FROM judged j
 LEFT JOIN later l USING (session_hmac, ts)
-WHERE NOT j.reinitialized OR coalesce(l.n, 0) > 0
+LEFT JOIN unseen u USING (session_hmac, ts)
+WHERE (NOT j.reinitialized AND u.file_id IS NULL) OR coalesce(l.n, 0) > 0
 UNION ALL
 -- A 404 whose client cannot be told apart: neither a finding nor a pass (undecided).
 SELECT session_hmac, 'cannot_tell' AS severity, ts,
        json_object('missing', 'client identity', 'file_id', file_id) AS detail
 FROM gone
 WHERE client IS NULL OR NOT one_client
+UNION ALL
+-- A 404 whose re-initialize a blind log may hold, and not used after it: undecided.
+SELECT u.session_hmac, 'cannot_tell' AS severity, u.ts,
+       json_object('missing', 're-initialize', 'file_id', u.file_id) AS detail
+FROM unseen u
+LEFT JOIN later l USING (session_hmac, ts)
+WHERE coalesce(l.n, 0) = 0

@@ -120,13 +120,14 @@ CREATE OR REPLACE MACRO attributed(w_key, w_start, w_end, session_known, cohort,
 
 -- Partial blindness: a file that cannot show a fact another file of its record type shows
 -- (a_blind_spans, 13_blind_spans.sql) could hold the evidence that decides a unit when
--- its rows span a time within the unit's evidence window [from_ts, to_ts], widened by
--- the skew between the clocks of a proxy and a server. Such a unit is `cannot_tell`
--- (detail.missing: the fact; detail.file_id: the blind file), never a finding nor a pass.
+-- its rows span a time within the unit's evidence window [from_ms, to_ms] (epoch ms),
+-- widened by the skew between the clocks of a proxy and a server. Such a unit is
+-- `cannot_tell` (detail.missing: what could not be seen; detail.file_id: the blind file),
+-- never a finding nor a pass.
 CREATE OR REPLACE MACRO blind_skew_ms() AS 5000;
-CREATE OR REPLACE MACRO blind_could_hold(first_ts, last_ts, from_ts, to_ts) AS
-    epoch_ms(first_ts) <= epoch_ms(to_ts) + blind_skew_ms()
-    AND epoch_ms(last_ts) >= epoch_ms(from_ts) - blind_skew_ms();
+CREATE OR REPLACE MACRO blind_could_hold(first_ts, last_ts, from_ms, to_ms) AS
+    epoch_ms(first_ts) <= to_ms + blind_skew_ms()
+    AND epoch_ms(last_ts) >= from_ms - blind_skew_ms();
 
 -- A finding that counts in its gate: a suspected duplicate dispatch (no evidence that the
 -- first attempt broke) is reported, never gated.
