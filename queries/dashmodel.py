@@ -86,14 +86,14 @@ def gate_measures(
     out = []
     for g in gatedefs.GATES:
         cannot_tell = sum(e["units"] for e in unjudged if e["detector"] in g.detectors)
-        judged = gates.judge(
+        res = gates.gate_result(
             g, m.get(g.id, {}), minimums[g.id], scope, config, sources, blind, cannot_tell
         )
-        gate = {
-            **judged.as_dict(),
-            "detectors": list(g.detectors),
-            "findings": sum(found.get(d, 0) for d in g.detectors),
-        }
-        gate["reason"] = gates.reason(gate, config)
-        out.append(gate)
+        out.append(
+            {
+                **res.as_dict(),
+                "detectors": list(g.detectors),
+                "findings": sum(found.get(d, 0) for d in g.detectors),
+            }
+        )
     return out

@@ -10,8 +10,8 @@ from __future__ import annotations
 import contextlib
 import gc
 from collections.abc import Iterator
-from dataclasses import dataclass
-from functools import cache, lru_cache
+from dataclasses import dataclass, replace
+from functools import cache, cached_property, lru_cache
 from typing import Any
 
 import duckdb
@@ -114,7 +114,13 @@ class Judgement:
     causes: tuple[tuple[str, int], ...] = ()  # failures by cause, for a gate declaring causes
 
     def as_dict(self) -> dict[str, Any]:
-        """The gate as the gates document carries it (JSON, reports, the dashboard)."""
+        """The judgement as the gates document carries it (JSON, reports, the dashboard)."""
+        return dict(self._fields)
+
+    @cached_property
+    def _fields(self) -> dict[str, Any]:
+        # Worked out once: a judgement is shared by the stages that read the same (100,000
+        # stages of a quiet rollout are a few dozen judgements), each gets a copy.
         bounded = self.gate.kind.counts_units and self.failures == 0 and self.sample > 0
         causes = {"causes": [{"cause": c, "n": n} for c, n in self.causes]}
         return {
@@ -130,6 +136,80 @@ class Judgement:
             "no_evidence": self.no_evidence,
             "cannot_tell": self.cannot_tell,
         } | (causes if self.gate.causes else {})
+
+
+@dataclass(frozen=True)
+class Meter:
+    """The evidence meter of a gate that needs a minimum sample: observed, in the last
+    hour, needed, and the hours to go at that rate (None: not at that rate)."""
+
+    observed: int
+    last_hour: int
+    needed: int
+    eta_hours: float | None
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "observed": self.observed,
+            "last_hour": self.last_hour,
+            "needed": self.needed,
+            "eta_hours": self.eta_hours,
+        }
+
+
+@dataclass(frozen=True)
+class GateResult:
+    """A gate as every surface shows it (`gates --json`, reports, the history, the
+    dashboard): its judgement, the reason in words and, for a stage's evaluation, the
+    evidence meter and the findings behind it. Made by `gate_result` alone; `as_dict` is
+    the one shape of a gate in a document."""
+
+    judgement: Judgement
+    reason: str
+    meter: Meter | None = None
+    evidence: dict[str, Any] | None = None
+
+    @property
+    def status(self) -> Status:
+        return self.judgement.status
+
+    def as_dict(self) -> dict[str, Any]:
+        out = self.judgement.as_dict()
+        if self.meter is not None:
+            out["meter"] = self.meter.as_dict()
+        if self.evidence is not None:
+            out["evidence"] = self.evidence
+        out["reason"] = self.reason
+        return out
+
+
+def meter_of(g: GateDef, minimum: int, sample: int, seen: dict[str, Any] | None) -> Meter | None:
+    """The evidence meter of a gate that needs a minimum sample (None for another):
+    `seen`, the meter's sample observed and in the last hour (a_stage_samples)."""
+    if not (g.meter and minimum):
+        return None
+    observed, rate = (int(seen["observed"]), int(seen["last_hour"])) if seen else (0, 0)
+    eta = (minimum - sample) / rate if rate and sample < minimum else None
+    return Meter(observed, rate, minimum, eta)
+
+
+def gate_result(
+    g: GateDef,
+    measure: dict[str, Any],
+    minimum: int,
+    scope: str | None,
+    config: Config,
+    sources: dict[str, int],
+    blind: dict[str, str],
+    cannot_tell: int,
+    meter: Meter | None = None,
+) -> GateResult:
+    """A gate judged (`judge`) with its reason: the one place a gate's result is made, for
+    the decision and the dashboard alike. `meter`: a stage's evidence meter (`meter_of`),
+    whose rate the reason of an insufficient gate quotes."""
+    judged = judge(g, measure, minimum, scope, config, sources, blind, cannot_tell)
+    shown = judged.as_dict() | ({"meter": meter.as_dict()} if meter else {})
+    return GateResult(judged, reason(shown, config), meter)
 
 
 def causes_of(measure: dict[str, Any]) -> tuple[tuple[str, int], ...]:
@@ -455,7 +535,8 @@ def evaluate(
     for name, scope, start, end, rollback_ts, release, stage_name in stages:
         if name not in chosen:
             continue
-        gates = []
+        behind, warnings = inputs.staleness(end)
+        results = []
         for g in GATES:
             minimum = inputs.minimums[g.id]
             # units of its detectors in this stage that no file could show
@@ -463,7 +544,8 @@ def evaluate(
                 e["units"] for e in inputs.unjudged.get(name, []) if e["detector"] in g.detectors
             )
             m = inputs.measured.get(name, {}).get(g.id, {})
-            judged = judge(
+            seen = inputs.meters.get((g.meter, name)) if g.meter else None
+            res = gate_result(
                 g,
                 m,
                 minimum,
@@ -472,30 +554,27 @@ def evaluate(
                 inputs.sources.get(name, {}),
                 inputs.blind,
                 unjudged_units,
+                meter_of(g, minimum, int(m.get("sample") or 0), seen),
             )
-            gate = judged.as_dict()
-            meter = inputs.meters.get((g.meter, name)) if g.meter else None
-            _add_meter(gate, g, minimum, judged.sample, meter)
-            gate["evidence"] = _findings_refs(con, name, g.detectors, config)
-            gates.append(gate)
-        behind, warnings = inputs.staleness(end)
-        for gate in gates:
-            gate["reason"] = reason(gate, config)
-            if gate["status"] == Status.INSUFFICIENT:
-                lagging = _stale_inputs(BY_ID[gate["id"]], behind)
-                if lagging:
-                    gate["reason"] += "; " + ", ".join(lagging)
-        failing = [g for g in gates if g["status"] == Status.FAIL]
-        short = [g for g in gates if g["status"] == Status.INSUFFICIENT]
+            lagging = _stale_inputs(g, behind) if res.status == Status.INSUFFICIENT else []
+            results.append(
+                replace(
+                    res,
+                    evidence=_findings_refs(con, name, g.detectors, config),
+                    reason=res.reason + ("; " + ", ".join(lagging) if lagging else ""),
+                )
+            )
+        failing = [r for r in results if r.status == Status.FAIL]
+        short = [r for r in results if r.status == Status.INSUFFICIENT]
         out.append(
             _stage_doc(
                 (name, scope, start, end, rollback_ts, release, stage_name),
                 inputs,
-                Decision.of([g["status"] for g in gates]),
+                Decision.of([r.status for r in results]),
                 # everything that stands between this stage and PROCEED
-                [g["reason"] for g in failing + short],
+                [r.reason for r in failing + short],
                 list(warnings),
-                gates,
+                [r.as_dict() for r in results],
                 by_revision(con, name, scope, config),
             )
         )
@@ -540,20 +619,6 @@ class _Inputs:
                 late = freshness.stale(self.fresh, until=end)
                 self._staleness[end] = (late, [freshness.describe(e) for e in late])
         return self._staleness[end]
-
-
-def _add_meter(
-    gate: dict[str, Any], g: GateDef, minimum: int, sample: int, seen: dict[str, Any] | None
-) -> None:
-    """The evidence meter of a gate that needs a minimum sample: observed, in the last
-    hour, needed, and the hours to go at that rate."""
-    if not (g.meter and minimum):
-        return
-    meter = dict(seen or {"observed": 0, "last_hour": 0})
-    meter["needed"] = minimum
-    rate = meter["last_hour"]
-    meter["eta_hours"] = (minimum - sample) / rate if rate and sample < minimum else None
-    gate["meter"] = meter
 
 
 def _stage_doc(
@@ -609,7 +674,7 @@ def _evaluate_set(
         name: frozenset(t for t, n in counts.items() if n)
         for name, counts in inputs.sources.items()
     }
-    readings: dict[tuple[Any, ...], tuple[dict[str, Any], str, Status]] = {}
+    readings: dict[tuple[Any, ...], GateResult] = {}
     lagging: dict[tuple[Any, str], str] = {}
     decided: dict[tuple[int, ...], tuple[Decision, list[str]]] = {}
     slots: dict[tuple[Any, ...], int] = {}
@@ -639,33 +704,32 @@ def _evaluate_set(
             got = readings.get(key)
             if got is None:
                 minimum = inputs.minimums[g.id]
-                judged = judge(
-                    g, m, minimum, scope, config, dict.fromkeys(have, 1), inputs.blind, key[8]
+                got = readings[key] = gate_result(
+                    g,
+                    m,
+                    minimum,
+                    scope,
+                    config,
+                    dict.fromkeys(have, 1),
+                    inputs.blind,
+                    key[8],
+                    meter_of(g, minimum, int(m.get("sample") or 0), seen),
                 )
-                base = judged.as_dict()
-                _add_meter(base, g, minimum, judged.sample, seen)
-                got = readings[key] = (base, reason(base, config), judged.status)
-            base, text, status = got
-            gate = dict(base)
-            if "meter" in base:
-                gate["meter"] = dict(base["meter"])
-            gate["evidence"] = pre.refs(name, g.detectors)
-            if status == Status.INSUFFICIENT and behind:
+            text = got.reason
+            if got.status == Status.INSUFFICIENT and behind:
                 late = (end, g.id)
                 if late not in lagging:
                     stale = _stale_inputs(g, behind)
                     lagging[late] = "; " + ", ".join(stale) if stale else ""
                 text += lagging[late]
-            gate["reason"] = text
-            gates.append(gate)
+            gates.append(replace(got, evidence=pre.refs(name, g.detectors), reason=text))
             keys.append(slots.setdefault((key, text), len(slots)))
         sig = tuple(keys)
         if sig not in decided:
-            statuses = [g["status"] for g in gates]
-            drivers = [g["reason"] for g in gates if g["status"] == Status.FAIL] + [
-                g["reason"] for g in gates if g["status"] == Status.INSUFFICIENT
+            drivers = [r.reason for r in gates if r.status == Status.FAIL] + [
+                r.reason for r in gates if r.status == Status.INSUFFICIENT
             ]
-            decided[sig] = (Decision.of(statuses), drivers)
+            decided[sig] = (Decision.of([r.status for r in gates]), drivers)
         decision, drivers = decided[sig]
         revisions = (
             by_revision(con, name, scope, config, pre)
@@ -673,7 +737,15 @@ def _evaluate_set(
             else []
         )
         out.append(
-            _stage_doc(row, inputs, decision, list(drivers), list(warnings), gates, revisions)
+            _stage_doc(
+                row,
+                inputs,
+                decision,
+                list(drivers),
+                list(warnings),
+                [r.as_dict() for r in gates],
+                revisions,
+            )
         )
     return out
 

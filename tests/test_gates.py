@@ -452,3 +452,46 @@ def test_the_gate_facts_store_only_units_a_gate_reads(fleet):
     read.discard("none")  # gate_rows's placeholder row of a stage without facts
     stored = {r[0] for r in con.execute("SELECT DISTINCT fact FROM a_gate_facts").fetchall()}
     assert stored == set(params.FACTS) == read
+
+
+def test_a_gate_result_is_made_in_one_place():
+    """The judge and the reason are called by `gates.gate_result` alone: the evaluation of
+    one stage, of every stage and the dashboard's filtered measures all take their gates
+    from it (they once judged and worded a gate in three places, each its own dict)."""
+    import ast
+
+    from .test_floorplan import modules
+
+    callers = set()
+    for name, path in modules().items():
+        tree = ast.parse(path.read_text(), str(path))
+        for fn in ast.walk(tree):
+            if not isinstance(fn, ast.FunctionDef | ast.AsyncFunctionDef):
+                continue
+            for node in ast.walk(fn):
+                if isinstance(node, ast.Call):
+                    f = node.func
+                    called = f.attr if isinstance(f, ast.Attribute) else getattr(f, "id", None)
+                    if called in ("judge", "reason") and not name.startswith("replaygate.sim"):
+                        callers.add((called, f"{name}.{fn.name}"))
+    assert callers == {
+        ("judge", "replaygate.queries.gates.gate_result"),
+        ("reason", "replaygate.queries.gates.gate_result"),
+    }
+
+
+def test_a_gate_result_is_typed_and_frozen(fleet):
+    import dataclasses
+
+    con, _, _ = fleet
+    (stage,) = gm.evaluate(con, FLEET_CONFIG)["stages"]
+    g = gm.GATES[0]
+    res = gm.gate_result(g, {"value": 0, "sample": 5}, 1, None, FLEET_CONFIG, {}, {}, 0)
+    assert isinstance(res.judgement, gm.Judgement) and res.status == res.judgement.status
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        res.reason = "changed"  # type: ignore[misc]
+    # the document's gates are GateResult.as_dict's shape, key for key and in order
+    shape = list(res.as_dict())
+    for gate in stage["gates"]:
+        keys = [k for k in gate if k not in ("meter", "evidence", "causes")]
+        assert keys == [k for k in shape if k != "causes"], gate["id"]
