@@ -26,6 +26,11 @@ from . import MemoryEventStore, instrument
 
 mcp = MCPServer("replaygate-example")
 READ_ONLY = ToolAnnotations(read_only_hint=True)
+# A proxy keeps idle connections to its upstream pooled (Caddy for 2 minutes, nginx's
+# `keepalive_timeout` 60 s) and reuses them; a server that closes one first (uvicorn's
+# default: after 5 s) races that reuse, and the proxy then answers 502 or a 200 with no
+# body. Idle connections therefore stay open longer than the proxies' own timeouts.
+KEEP_ALIVE_S = 300
 _tickets = itertools.count(1)
 _filed: dict[str, str] = {}
 
@@ -102,6 +107,13 @@ def main() -> None:
     )
     ap.add_argument("--stage", default=None, help="rollout stage, for logs without releases")
     ap.add_argument("--retry-ms", type=int, default=500)
+    ap.add_argument(
+        "--keep-alive-s",
+        type=int,
+        default=KEEP_ALIVE_S,
+        help="seconds an idle connection stays open (keep it above your proxy's upstream "
+        "idle timeout)",
+    )
     ap.add_argument("--event-store", default=None, help="module:Class of your EventStore")
     ap.add_argument(
         "--max-events",
@@ -130,7 +142,13 @@ def main() -> None:
             allowed_origins=["http://localhost:*", "http://127.0.0.1:*"],
         ),
     )
-    uvicorn.run(app, host="127.0.0.1", port=args.port, log_level="warning")
+    uvicorn.run(
+        app,
+        host="127.0.0.1",
+        port=args.port,
+        log_level="warning",
+        timeout_keep_alive=args.keep_alive_s,
+    )
 
 
 if __name__ == "__main__":

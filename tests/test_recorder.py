@@ -342,3 +342,21 @@ def test_a_stream_the_server_ended_is_a_server_close(tmp_path):
     left = _stream_rows(tmp_path / "b", [PRIMING], client_leaves=True)
     assert left[-1]["close_reason"] == "client_disconnect" and left[-1]["retry_ms"] == 1000
     assert "server_close" in STREAMS.field("close_reason").doc
+
+
+def test_the_example_server_outlasts_a_proxys_idle_upstream_connections(monkeypatch, tmp_path):
+    """Caddy pools idle upstream connections for 2 minutes and nginx for 60 s; a server
+    that closes one after uvicorn's default 5 s races the proxy's reuse, and the proxy
+    answers 502 or a 200 with no body (seen under load behind Caddy)."""
+    import sys
+
+    import uvicorn
+
+    from replaygate.recorder import example_server
+
+    seen: dict = {}
+    monkeypatch.setattr(uvicorn, "run", lambda app, **kw: seen.update(kw))
+    monkeypatch.setenv("REPLAYGATE_HMAC_KEY", "k")
+    monkeypatch.setattr(sys, "argv", ["example_server", "--ledger", str(tmp_path)])
+    example_server.main()
+    assert seen["timeout_keep_alive"] > 120
