@@ -372,10 +372,15 @@ KEY_SCAN_LINES = 10_000
 
 def proxy_keys_sql(keys: tuple[adapters.Key, ...]) -> str:
     """One row: for each key, whether any of the first lines of a proxy log has it."""
-    cols = ", ".join(f"bool_or({k.exists()})" for k in keys)
-    return f"""SELECT {cols} FROM (
+    return f"""SELECT {proxy_keys_columns(keys)} FROM (
         SELECT try(json(raw)) AS j FROM {_raw_lines()} WHERE raw IS NOT NULL
         LIMIT {KEY_SCAN_LINES}) WHERE j IS NOT NULL"""
+
+
+def proxy_keys_columns(keys: tuple[adapters.Key, ...]) -> str:
+    """Aggregates over `j` (lines as JSON): for each key, whether a line has it. (The
+    Spark ingest runs them over each file's first KEY_SCAN_LINES lines.)"""
+    return ", ".join(f"bool_or({k.exists()})" for k in keys)
 
 
 def _proxy_shape(r: Reading) -> str | None:
@@ -401,18 +406,35 @@ def proxylog_sql(r: Reading, forced: str | None = None) -> str:
     r.facts = capabilities.from_keys(present, shapes, r.field_maps)
     # The key scan filled the rejects tables; the reading below fills them again.
     clear_rejects(r.con)
-    by_name = adapters.build(present, r.field_maps)
+    inner = proxy_lines_sql(_raw_lines(), present, r.names, r.key_available, r.field_maps, forced)
+    return wrap(inner, r.src)
+
+
+def proxy_lines_sql(
+    lines: str,
+    present: set[str],
+    names: list[str],
+    key_available: bool,
+    field_maps: dict[str, dict[str, str]],
+    forced: str | None = None,
+    keep: str = "",
+) -> str:
+    """The rules of a proxy access log's lines, over `lines` (one row per line, `raw`):
+    each line mapped by its shape (or all by `forced`), with the adapters of the keys
+    `present` in the file. (The Spark ingest reads the lines itself; `keep`: as
+    json_lines_sql's.)"""
+    by_name = adapters.build(present, field_maps)
     chosen = [by_name[forced]] if forced else list(by_name.values())
     shape = adapters.shape_case(chosen, contract=not forced)
     values: dict[str, str] = {}
-    for n in r.names:
+    for n in names:
         whens = " ".join(f"WHEN '{a.name}' THEN {a.fields[n]}" for a in chosen if n in a.fields)
         whens += "" if forced else f" WHEN 'contract' THEN j->>'$.{n}'"
         values[n] = f"(CASE shape {whens} END)" if whens.strip() else "NULL"
     responses = [f"WHEN '{a.name}' THEN {a.response_session}" for a in chosen if a.response_session]
     response = f"(CASE shape {' '.join(responses)} END)" if responses else "NULL"
     cols = []
-    for expr in field_columns(values, r.names, r.key_available):
+    for expr in field_columns(values, names, key_available):
         if expr.endswith(" AS seen_session_id"):
             # A raw id in the response header (a new session) was logged too.
             expr = expr.replace(
@@ -422,8 +444,8 @@ def proxylog_sql(r: Reading, forced: str | None = None) -> str:
         cols.append(expr)
     label = forced or f"{adapters.titles()} or contract"
     columns = ",\n        ".join(cols)
-    inner = f"""
-    SELECT blank,
+    return f"""
+    SELECT {keep}blank,
         CASE WHEN blank THEN NULL
              WHEN j IS NULL THEN 'unparseable JSON'
              WHEN shape IS NULL THEN 'fits no proxy log format ({label})' END AS parse_bad,
@@ -431,11 +453,10 @@ def proxylog_sql(r: Reading, forced: str | None = None) -> str:
         {columns}
     FROM (
         SELECT *, {shape} AS shape FROM (
-            SELECT {_BLANK} AS blank, try(json({_NO_BOM})) AS j
-            FROM {_raw_lines()}
+            SELECT {keep}{_BLANK} AS blank, try(json({_NO_BOM})) AS j
+            FROM {lines}
         )
     )"""
-    return wrap(inner, r.src)
 
 
 # -- the input formats: each declared once ------------------------------------------------

@@ -53,6 +53,8 @@ class _File:
     # Its last line has no line end yet: DuckDB waits for it (read once complete).
     waits: bool
     header: tuple[str, ...] = ()
+    # The proxy whose own log format it is in (read by ingest/adapters.py), or None.
+    proxy: str | None = None
 
 
 def _waits(src: readers.Source) -> bool:
@@ -75,15 +77,12 @@ def _rejected_reason(fmt: readers.Format, error_type: str) -> str:
         con.close()
 
 
-def _plan(
-    paths: list[str],
-) -> tuple[list[_File], list[str], list[tuple[str, str]], list[tuple[str, str]]]:
+def _plan(paths: list[str]) -> tuple[list[_File], list[str], list[tuple[str, str]]]:
     """The files to read (with their ids, in the DuckDB ingest's order), the names
-    skipped, the unreadable files with why, and the files Spark has no reader for."""
+    skipped, and the unreadable files with why."""
     sources, skipped = discovery.discover(list(paths))
     files: list[_File] = []
     unreadable: list[tuple[str, str]] = []
-    not_read: list[tuple[str, str]] = []
     for src in sources:
         shown = discovery.display(src.path)
         why = discovery.readable(src)
@@ -92,18 +91,16 @@ def _plan(
             continue
         if src.path.stat().st_size == 0:
             continue  # nothing to read (DuckDB's ingest: "empty")
-        shape = proxy_format(src)
-        if shape is not None:
-            not_read.append((shown, f"a {shape} access log"))
-            continue
         header = tuple(readers.csv_header(src.path, src.gzip)) if src.format == "csv" else ()
-        files.append(_File(len(files) + 1, src, shown, _spark_path(src.path), _waits(src), header))
-    return files, skipped, unreadable, not_read
+        fid = len(files) + 1
+        path = _spark_path(src.path)
+        files.append(_File(fid, src, shown, path, _waits(src), header, proxy_format(src)))
+    return files, skipped, unreadable
 
 
 def proxy_format(src: readers.Source) -> str | None:
-    """The proxy whose own log format a file is in (read by ingest/adapters.py, which
-    has no Spark form yet), or None for contract records."""
+    """The proxy whose own log format a file is in (read by ingest/adapters.py, by the
+    shape of its first lines), or None for contract records."""
     if src.default_type is None or src.default_type.table != "proxy":
         return None
     probe = duckdb.connect()
@@ -152,8 +149,9 @@ def _uris(files: list[_File]) -> list[str]:
     return [f.path for f in files]
 
 
-def _json_lines(spark: Any, files: list[_File], names: list[str]) -> tuple[Any, Any]:
-    """(rows for readers.json_lines_sql, the lines Spark could not decode)."""
+def _lines(spark: Any, files: list[_File]) -> tuple[Any, Any]:
+    """(the lines of JSON Lines files: file_id, pos, raw; the lines Spark could not
+    decode, as quarantine rows)."""
     from pyspark.sql import functions as F
 
     fmt = readers.FORMATS["jsonl"]
@@ -171,7 +169,14 @@ def _json_lines(spark: Any, files: list[_File], names: list[str]) -> tuple[Any, 
         F.lit(None).cast("string").alias("record_type"),
         F.lit(_rejected_reason(fmt, "INVALID ENCODING")).alias("reason"),
     )
-    df = df.filter(~F.col("raw").contains(REPLACEMENT))
+    return df.filter(~F.col("raw").contains(REPLACEMENT)), bad_utf8
+
+
+def _json_lines(spark: Any, files: list[_File], names: list[str]) -> tuple[Any, Any]:
+    """(rows for readers.json_lines_sql, the lines Spark could not decode)."""
+    from pyspark.sql import functions as F
+
+    df, bad_utf8 = _lines(spark, files)
     no_bom = transpile.expression_to_spark(readers._NO_BOM)
     # One parse per line: a JSON object's keys and their text; a line that is JSON but
     # no object still parses (DuckDB reads it, and says it is not an object).
@@ -183,6 +188,23 @@ def _json_lines(spark: Any, files: list[_File], names: list[str]) -> tuple[Any, 
     values = F.array(*[obj.getItem(p[2:]) for p in readers.json_paths(names)])
     df = df.select("file_id", "pos", "raw", F.when(is_json, values).alias("v"))
     return df, bad_utf8
+
+
+def _proxy_keys(
+    spark: Any, lines: str, files: list[_File], field_maps: dict[str, dict[str, str]]
+) -> dict[int, set[str]]:
+    """The adapters' keys each proxy log's first lines carry (readers.proxy_keys_sql:
+    its first KEY_SCAN_LINES lines that are not empty), by file id."""
+    keys = adapters.candidate_keys(field_maps)
+    sql = f"""SELECT file_id, {readers.proxy_keys_columns(keys)} FROM (
+        SELECT file_id, try(json(raw)) AS j FROM (
+            SELECT file_id, raw, row_number() OVER (PARTITION BY file_id ORDER BY pos) AS n
+            FROM {lines} WHERE raw <> '')
+        WHERE n <= {readers.KEY_SCAN_LINES}) WHERE j IS NOT NULL GROUP BY file_id"""
+    out: dict[int, set[str]] = {f.file_id: set() for f in files}
+    for r in _sql(spark, sql, {}).collect():
+        out[int(r[0])] = {k.path for k, yes in zip(keys, r[1:], strict=True) if yes}
+    return out
 
 
 def _csv(spark: Any, files: list[_File]) -> Any:
@@ -209,7 +231,8 @@ def _parquet(spark: Any, files: list[_File]) -> tuple[Any, set[str]]:
 
 
 def _groups(files: list[_File]) -> dict[tuple[Any, ...], list[_File]]:
-    """Files read together: one format, default record type and columns."""
+    """Files read together: one format, default record type and columns, and whether
+    they are a proxy's own log."""
     out: dict[tuple[Any, ...], list[_File]] = defaultdict(list)
     for f in files:
         rt = f.src.default_type.table if f.src.default_type else None
@@ -218,7 +241,7 @@ def _groups(files: list[_File]) -> dict[tuple[Any, ...], list[_File]]:
             import pyarrow.parquet as pq
 
             cols = tuple((c.name, str(c.type)) for c in pq.read_schema(f.src.path))
-        out[(f.src.format, rt, cols)].append(f)
+        out[(f.src.format, rt, cols, f.proxy is not None)].append(f)
     return out
 
 
@@ -240,75 +263,97 @@ def _sql(spark: Any, sql: str, args: dict[str, Any]) -> Any:
 def ingest(spark: Any, paths: list[str], lake: str, config: Config) -> dict[str, Any]:
     """Read `paths` (files and folders) into the lake at `lake` (replacing its records),
     on Spark; returns what was read, as counts."""
-    files, skipped, unreadable, not_read = _plan(paths)
+    files, skipped, unreadable = _plan(paths)
     args = _args(config)
     key = config.hmac_key() is not None
     names = all_field_names()
+    field_maps = config.field_maps()
     quarantine: list[Any] = []
     records: dict[str, list[Any]] = defaultdict(list)
-    for n, ((fmt_name, _, cols), group) in enumerate(_groups(files).items()):
+    key_facts: dict[int, set[str]] = {}
+    keep = "file_id, pos, "
+    # (a view's name, its format, the reading rules over it, the files it holds)
+    reads: list[tuple[str, readers.Format, str, list[_File]]] = []
+    for n, ((fmt_name, _, cols, proxy), group) in enumerate(_groups(files).items()):
         fmt = readers.FORMATS[fmt_name]
-        keep = "file_id, pos, "
+        view = f"rg_rows_{n}"
+        if fmt_name == "jsonl" and proxy:
+            rows, bad = _lines(spark, group)
+            quarantine.append(bad)
+            rows.createOrReplaceTempView(view)
+            # The adapters read the keys a file's lines carry: one reading per key set.
+            present = _proxy_keys(spark, view, group, field_maps)
+            by_keys: dict[frozenset[str], list[_File]] = defaultdict(list)
+            for f in group:
+                by_keys[frozenset(present[f.file_id])].append(f)
+                shapes = {str(f.proxy)}
+                key_facts[f.file_id] = capabilities.from_keys(
+                    present[f.file_id], shapes, field_maps
+                )
+            for k, (keys, some) in enumerate(by_keys.items()):
+                ids = ", ".join(str(f.file_id) for f in some)
+                part = f"(SELECT * FROM {view} WHERE file_id IN ({ids}))"
+                rules = readers.proxy_lines_sql(part, set(keys), names, key, field_maps, None, keep)
+                reads.append((f"{view}_{k}", fmt, rules, some))
+            continue
         if fmt_name == "jsonl":
             rows, bad = _json_lines(spark, group, names)
             quarantine.append(bad)
-            rules = readers.json_lines_sql(f"rg_rows_{n}", names, key, keep)
+            rules = readers.json_lines_sql(view, names, key, keep)
         elif fmt_name == "csv":
             rows = _csv(spark, group)
-            rules = readers.csv_rows_sql(f"rg_rows_{n}", list(cols), names, key, keep)
+            rules = readers.csv_rows_sql(view, list(cols), names, key, keep)
         elif fmt_name == "parquet":
-            rows, present = _parquet(spark, group)
-            rules = readers.parquet_rows_sql(f"rg_rows_{n}", present, frozenset(), names, key, keep)
+            rows, present_cols = _parquet(spark, group)
+            rules = readers.parquet_rows_sql(view, present_cols, frozenset(), names, key, keep)
         else:  # pragma: no cover - a format registered without a Spark reader
             raise ReplaygateError(f"--engine spark cannot read {fmt.title} files yet")
-        rows.createOrReplaceTempView(f"rg_rows_{n}")
+        rows.createOrReplaceTempView(view)
+        reads.append((view, fmt, rules, group))
+    for name, fmt, rules, group in reads:
         staged = _sql(spark, readers.wrap(rules, group[0].src), args).persist()
-        staged.createOrReplaceTempView(f"rg_staged_{n}")
+        staged.createOrReplaceTempView(f"{name}_staged")
         line, row = ("pos", "NULL") if not fmt.row_positions else ("NULL", "pos")
         quarantine.append(
             spark.sql(
                 f"SELECT file_id, {line} AS line, {row} AS row, "
                 f"CAST(NULL AS STRING) AS record_type, bad AS reason "
-                f"FROM rg_staged_{n} WHERE bad IS NOT NULL"
+                f"FROM {name}_staged WHERE bad IS NOT NULL"
             )
         )
         present_types = {
             r[0]
             for r in spark.sql(
-                f"SELECT DISTINCT rtype FROM rg_staged_{n} WHERE bad IS NULL AND rtype IS NOT NULL"
+                f"SELECT DISTINCT rtype FROM {name}_staged WHERE bad IS NULL AND rtype IS NOT NULL"
             ).collect()
         }
         for rt in (rt for rt in RECORD_TYPES if rt.table in present_types):
-            source = f"(SELECT * FROM rg_staged_{n} WHERE rtype = '{rt.table}' AND bad IS NULL)"
+            source = f"(SELECT * FROM {name}_staged WHERE rtype = '{rt.table}' AND bad IS NULL)"
             checked = _sql(spark, validate.checked_sql(rt, source), args)
-            checked.createOrReplaceTempView(f"rg_checked_{n}_{rt.table}")
+            checked.createOrReplaceTempView(f"{name}_checked_{rt.table}")
             quarantine.append(
                 spark.sql(
                     f"SELECT file_id, {line} AS line, {row} AS row, "
                     f"'{rt.schema}' AS record_type, reason "
-                    f"FROM rg_checked_{n}_{rt.table} WHERE reason IS NOT NULL"
+                    f"FROM {name}_checked_{rt.table} WHERE reason IS NOT NULL"
                 )
             )
             tcols, exprs = validate.target_columns(rt)
             exprs[0] = "file_id"  # the bound $file_id of one file's load: here a column
             select = ", ".join(f"{e} AS {c}" for c, e in zip(tcols, exprs, strict=True))
-            good = f"SELECT {select} FROM rg_checked_{n}_{rt.table} WHERE reason IS NULL"
+            good = f"SELECT {select} FROM {name}_checked_{rt.table} WHERE reason IS NULL"
             records[rt.table].append(_sql(spark, good, args))
-    counts, facts = _write_records(spark, lake, records)
+    counts, facts = _write_records(spark, lake, records, key_facts)
     q_counts = _write_quarantine(spark, lake, quarantine, files)
     _write_files(spark, lake, files, counts, q_counts)
     _write_facts(spark, lake, facts)
-    for n in range(len(_groups(files))):
-        spark.catalog.dropTempView(f"rg_staged_{n}")
+    for name, *_ in reads:
+        spark.catalog.dropTempView(f"{name}_staged")
     spark.catalog.clearCache()
     rows_by_type = Counter[str]()
     for (table, _), k in counts.items():
         rows_by_type[table] += k
-    warnings = [
-        f"{path}: {what}; --engine spark reads contract records only (JSON Lines, CSV, "
-        "Parquet): not read, ingest it with --engine duckdb (docs/spark.md)"
-        for path, what in not_read
-    ]
+    warnings = []
     if not key:
         warnings.append(
             f"no HMAC key is set in ${config.hmac_key_env}: raw session ids were discarded, "
@@ -321,21 +366,21 @@ def ingest(spark: Any, paths: list[str], lake: str, config: Config) -> dict[str,
         "quarantined": sum(q_counts.values()),
         "skipped": skipped,
         "unreadable": [{"path": p, "note": why} for p, why in unreadable],
-        "not_read": [{"path": p, "note": why} for p, why in not_read],
         "warnings": warnings,
     }
 
 
 def _write_records(
-    spark: Any, lake: str, records: dict[str, list[Any]]
+    spark: Any, lake: str, records: dict[str, list[Any]], key_facts: dict[int, set[str]]
 ) -> tuple[dict[tuple[str, int], int], list[tuple[int, str, str]]]:
     """Each record type's rows into its folder, partitioned by day. Returns (table,
-    file_id) -> rows written, and the facts each file shows by its rows' values
-    (capabilities.py's rules), counted in the same pass over the written rows."""
+    file_id) -> rows written, and the facts each file shows: a proxy log by its keys
+    (`key_facts`), and by its rows' values (capabilities.py's rules, as
+    capabilities.record stores them), counted in the same pass over the written rows."""
     from pyspark.sql import functions as F
 
     counts: dict[tuple[str, int], int] = {}
-    facts: list[tuple[int, str, str]] = []
+    facts = [(fid, fact, "keys") for fid, shown in key_facts.items() for fact in sorted(shown)]
     for table in (rt.table for rt in RECORD_TYPES):
         cols = lakes.record_columns(table)
         where = lakes.path(lake, table)
@@ -363,11 +408,12 @@ def _write_records(
             fid = int(r["file_id"])
             counts[(table, fid)] = int(r["f0"])
             found = {fact for i, (fact, _) in enumerate(checks) if r[f"f{i + 1}"]}
+            by_keys = key_facts.get(fid, set())
             if table == "proxy":
                 seen = partial(bool, r[f"f{len(checks) + 1}"])
-                if capabilities.shows_initialize(found, set(), set(), seen):
+                if capabilities.shows_initialize(found, by_keys, set(), seen):
                     found.add(capabilities.INITIALIZE)
-            facts += [(fid, fact, "values") for fact in sorted(found)]
+            facts += [(fid, fact, "values") for fact in sorted(found - by_keys)]
         spark.catalog.dropTempView("rg_written")
         df.unpersist()
         if not any(t == table for t, _ in counts):

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from functools import cache
 
 import sqlglot
-from sqlglot import exp
+from sqlglot import exp, jsonpath
 
 from replaygate.queries import catalog
 
@@ -267,6 +267,8 @@ def list_functions(node: exp.Expression) -> exp.Expression:
         return _anon(str(_LIST_FUNCTIONS[name]), *[a.copy() for a in node.expressions])
     if isinstance(node, exp.Length) and node.meta.get("rg_list"):
         return _anon("size", node.this.copy())
+    if isinstance(node, exp.ArrayOverlaps):  # list_has_any, parsed as a node of its own
+        return _anon("arrays_overlap", node.this.copy(), node.expression.copy())
     return node
 
 
@@ -529,6 +531,90 @@ def grouped_subqueries(node: exp.Expression) -> exp.Expression:
     return node
 
 
+def mark_json_values(tree: exp.Expression) -> None:
+    """The columns a statement makes with `try(json(x))` (a proxy log's line, parsed
+    once) are VARIANTs on Spark: the JSON operators applied to them are marked for
+    json_values (an operator on JSON text elsewhere keeps sqlglot's get_json_object)."""
+    names = {
+        a.alias
+        for a in tree.find_all(exp.Alias)
+        if isinstance(a.this, exp.Try) and isinstance(a.this.this, exp.ParseJSON)
+    }
+    if not names:
+        return
+    for n in tree.find_all(exp.JSONExtractScalar, exp.JSONType, exp.Anonymous):
+        if isinstance(n, exp.Anonymous) and n.name.lower() != "json_exists":
+            continue
+        subject = n.expressions[0] if isinstance(n, exp.Anonymous) else n.this
+        if isinstance(subject, exp.Column) and not subject.table and subject.name in names:
+            n.meta["rg_variant"] = True
+
+
+def _variant_path(path: exp.Expression) -> exp.Literal:
+    """A DuckDB JSON path (`$.a."b-c"[0]`) as a Spark variant path (`$['b-c']`...)."""
+    if not isinstance(path, exp.JSONPath):
+        if not (isinstance(path, exp.Literal) and path.is_string):
+            raise Untranslatable("a JSON path that is not a literal")
+        path = jsonpath.parse(path.this)
+    out = ""
+    for part in path.expressions:
+        if isinstance(part, exp.JSONPathRoot):
+            out += "$"
+        elif isinstance(part, exp.JSONPathKey) and "'" not in str(part.this):
+            out += f"['{part.this}']"
+        elif isinstance(part, exp.JSONPathSubscript) and isinstance(part.this, int):
+            out += f"[{part.this}]"
+        else:
+            raise Untranslatable(f"JSON path part {part.sql()!r}")
+    return exp.Literal.string(out)
+
+
+# DuckDB's json_type of a value, from Spark's schema_of_variant (`s`) and the value (`v`).
+_JSON_TYPE = """CASE WHEN s IS NULL THEN NULL WHEN s = 'STRING' THEN 'VARCHAR'
+    WHEN s = 'BOOLEAN' THEN 'BOOLEAN' WHEN s = 'VOID' THEN 'NULL'
+    WHEN startswith(s, 'OBJECT') THEN 'OBJECT' WHEN startswith(s, 'ARRAY') THEN 'ARRAY'
+    WHEN s = 'BIGINT' THEN CASE WHEN try_variant_get(v, '$', 'bigint') < 0 THEN 'BIGINT'
+    ELSE 'UBIGINT' END ELSE 'DOUBLE' END"""
+
+
+def json_values(node: exp.Expression) -> exp.Expression:
+    """`try(json(x))` is `try_parse_json(x)`, a VARIANT parsed once; on such a column
+    `j->>'path'` is `try_variant_get(j, path, 'string')` (the text of a string, a number
+    or a boolean; objects and arrays as JSON), `json_exists(j, path)` is
+    `try_variant_get(j, path, 'variant') IS NOT NULL` (a JSON null exists; NULL where j
+    is) and
+    `json_type(j, path)` is DuckDB's type name of `schema_of_variant`. A JSON path
+    `$.a."b-c"[0]` is written `$['a']['b-c'][0]`."""
+    if isinstance(node, exp.Try) and isinstance(node.this, exp.ParseJSON):
+        return _anon("try_parse_json", node.this.this.copy())
+    if not node.meta.get("rg_variant"):
+        return node
+    if isinstance(node, exp.JSONExtractScalar):
+        path = _variant_path(node.expression)
+        return _anon("try_variant_get", node.this.copy(), path, exp.Literal.string("string"))
+    subject, path_arg = (
+        (node.expressions[0], node.expressions[1])
+        if isinstance(node, exp.Anonymous)
+        else (node.this, node.expression)
+    )
+    if path_arg is None:
+        raise Untranslatable("json_type() of a whole value")
+    value = _anon(
+        "try_variant_get", subject.copy(), _variant_path(path_arg), exp.Literal.string("variant")
+    )
+    if isinstance(node, exp.Anonymous):  # json_exists (of no value: NULL)
+        found = exp.Not(this=exp.Is(this=value, expression=exp.Null()))
+        return _anon("if", exp.Is(this=subject.copy(), expression=exp.Null()), exp.Null(), found)
+    kind = _anon("schema_of_variant", value.copy())
+
+    def place(n: exp.Expression) -> exp.Expression:
+        if isinstance(n, exp.Column) and n.name in ("s", "v") and not n.table:
+            return (kind if n.name == "s" else value).copy()
+        return n
+
+    return exp.Paren(this=_sql(_JSON_TYPE).transform(place))
+
+
 def semi_anti(node: exp.Expression) -> exp.Expression:
     """DuckDB's `SEMI JOIN`/`ANTI JOIN` are Spark's `LEFT SEMI`/`LEFT ANTI` joins."""
     if isinstance(node, exp.Join) and node.args.get("kind", "").upper() in ("SEMI", "ANTI"):
@@ -577,6 +663,7 @@ REWRITES: tuple[Rewrite, ...] = (
     Rewrite("like_escape", like_escape),
     Rewrite("histogram", histogram),
     Rewrite("regexp_replace", regexp_replace),
+    Rewrite("JSON values", json_values),
     Rewrite("small functions", small_functions),
     Rewrite("fractional literals", decimals),
 )
@@ -617,6 +704,10 @@ SPARK_FUNCTIONS = frozenset(
         "startswith",
         "endswith",
         "percentile",
+        "try_parse_json",
+        "try_variant_get",
+        "schema_of_variant",
+        "if",
     }
 )
 
@@ -633,6 +724,7 @@ def _check(tree: exp.Expression) -> None:
 def to_spark_tree(sql: str) -> exp.Expression:
     tree = parse(sql)
     mark_list_lengths(tree, sql)
+    mark_json_values(tree)
     for rw in REWRITES:
         tree = tree.transform(rw.fn)
     from sqlglot.transforms import eliminate_distinct_on

@@ -18,7 +18,7 @@ import pytest
 
 from replaygate.queries import api, catalog
 
-from .conftest import FLEET_CONFIG, ROOT, build, findings_of, run_cli
+from .conftest import FLEET_CONFIG, ROOT, findings_of, run_cli
 
 transpile = pytest.importorskip("replaygate.spark.transpile", reason="the spark extra (sqlglot)")
 
@@ -97,6 +97,54 @@ def test_each_rewrite(duck, spark_has):
     assert spark_has in transpile.to_spark(duck)
 
 
+def test_json_operators_on_a_parsed_line_read_a_variant():
+    """A proxy log's line is parsed once (`try(json(raw)) AS j`): the JSON operators on
+    that column read the VARIANT; on JSON text elsewhere they stay get_json_object."""
+    out = transpile.to_spark(
+        "SELECT j->>'$.request.headers.\"Mcp-Session-Id\"[0]', json_exists(j, '$.msec'), "
+        "json_type(j, '$.a') = 'VARCHAR', json_extract_string(detail, '$.basis'), "
+        "list_has_any(string_split(f, ','), ['DC']) FROM (SELECT try(json(raw)) AS j, * FROM t)"
+    )
+    assert "TRY_PARSE_JSON(raw) AS j" in out
+    path = "'$[\\'request\\'][\\'headers\\'][\\'Mcp-Session-Id\\'][0]'"
+    assert f"TRY_VARIANT_GET(j, {path}, 'string')" in out
+    assert "IF(j IS NULL, NULL, NOT TRY_VARIANT_GET(j, '$[\\'msec\\']', 'variant') IS NULL)" in out
+    assert "SCHEMA_OF_VARIANT(TRY_VARIANT_GET(j, '$[\\'a\\']', 'variant'))" in out
+    assert "GET_JSON_OBJECT(detail, '$.basis')" in out
+    assert "ARRAYS_OVERLAP(" in out
+
+
+@pytest.mark.spark
+def test_json_values_read_on_spark_as_duckdb_reads_them(spark):
+    """The JSON operators the proxy adapters use, on values of every JSON type (a JSON
+    null, a key with '-', a line that is no JSON): the same answers on both engines."""
+    lines = [
+        '{"a": null, "b": "x", "c": 200, "d": [1, 2], "e": {"f": true}, "g-h": ["v"], '
+        '"n": -3, "t": true, "r": 1795824008.169, "s": "DC,UF"}',
+        "[1]",
+        "nope",
+    ]
+    cols = [
+        "json_exists(j, '$.a')", "j->>'$.a'", "j->>'$.b'", "j->>'$.c'", "j->>'$.d[1]'",
+        "j->>'$.e.f'", "j->>'$.\"g-h\"[0]'", "j->>'$.zz'", "json_exists(j, '$.zz')",
+        "json_exists(j, '$.e.f')", "json_type(j, '$.b')", "json_type(j, '$.e')",
+        "json_type(j, '$.d')", "json_type(j, '$.n')", "json_type(j, '$.c')",
+        "json_type(j, '$.a')", "json_type(j, '$.t')", "json_type(j, '$.zz')",
+        "TRY_CAST(j->>'$.r' AS DOUBLE)", "j IS NULL",
+        "list_has_any(string_split(coalesce(j->>'$.s', ''), ','), ['DC', 'X'])",
+    ]  # fmt: skip
+    sql = f"SELECT {', '.join(cols)} FROM (SELECT i, try(json(raw)) AS j FROM lines) ORDER BY i"
+    duck = duckdb.connect()
+    duck.execute("CREATE TABLE lines AS SELECT * FROM (VALUES (1, $a), (2, $b), (3, $c)) v(i, raw)",
+                 {"a": lines[0], "b": lines[1], "c": lines[2]})  # fmt: skip
+    expected = [tuple(r) for r in duck.execute(sql).fetchall()]
+    spark.createDataFrame(list(enumerate(lines, 1)), "i INT, raw STRING").createOrReplaceTempView(
+        "lines"
+    )
+    got = [tuple(r) for r in spark.sql(transpile.to_spark(sql)).collect()]
+    assert got == expected
+
+
 def test_asof_join_becomes_a_span_join():
     out = transpile.to_spark(
         "SELECT p.x, r.y FROM p ASOF JOIN r ON p.k = r.k AND p.ts >= r.ts WHERE r.y > 1"
@@ -152,34 +200,34 @@ FLEET_SESSIONS = 40
 
 @pytest.fixture(scope="module")
 def fleet40(tmp_path_factory):
-    """The shared fleet ingested by DuckDB and analysed there, and its lake as exported
-    from that database (spark/lake.py `export`: the columns a lake has)."""
+    """The shared fleet (its Caddy, nginx and Envoy logs among its files) and a folder of
+    bad input beside it, ingested together by DuckDB and analysed there; and the lake
+    exported from that database (spark/lake.py `export`: the columns a lake has)."""
+    from replaygate.ingest import db as dbm
+    from replaygate.ingest.load import ingest
+    from replaygate.queries import runner
+    from replaygate.sim import simulate
+
     tmp = tmp_path_factory.mktemp("spark-fleet")
-    con, truth, out = build(tmp, seed=7, sessions=FLEET_SESSIONS, fmt="mixed")
+    out = tmp / "fleet"
+    simulate(out, seed=7, sessions=FLEET_SESSIONS, fmt="mixed", config=FLEET_CONFIG)
+    bad = _bad_inputs(tmp / "bad")
+    con = dbm.connect(str(tmp / "duck.duckdb"))
+    ingest(con, [out, bad], FLEET_CONFIG)
+    runner.analyse(con, FLEET_CONFIG)
     lake.export(con, tmp / "lake")
-    return con, truth, out, tmp / "lake"
+    truth = json.loads((out / "truth.json").read_text())
+    return con, truth, out, bad, tmp / "lake"
 
 
 @pytest.fixture(scope="module")
 def spark_lake(spark, fleet40):
-    """One Spark ingest for every ingest test (`replaygate ingest --engine spark`): the
-    fleet's files and a folder of bad input, read together; and DuckDB's ingest of the
-    same files into a lake. The files of a proxy's own format (Caddy, nginx, Envoy logs)
-    have no Spark reader yet and are left out of both."""
-    from replaygate.ingest import db as dbm
-    from replaygate.ingest.load import discover, ingest
-
-    _, _, out, exported = fleet40
-    bad = _bad_inputs(exported.parent / "bad")
-    sources, _ = discover([out])
-    read = [str(s.path) for s in sources if spark_ingest.proxy_format(s) is None]
-    assert 0 < len(read) < len(sources)
-    con = dbm.connect(str(exported.parent / "contract.duckdb"))
-    ingest(con, [*read, str(bad)], FLEET_CONFIG)
-    lake.export(con, exported.parent / "contract-lake")
+    """One Spark ingest for every Spark test (`replaygate ingest --engine spark`): the
+    fleet's files and the bad input, read together."""
+    _, _, out, bad, exported = fleet40
     where = exported.parent / "spark-lake"
     summary = spark_ingest.ingest(spark, [str(out), str(bad)], str(where), FLEET_CONFIG)
-    return where, summary, con, exported.parent / "contract-lake", bad
+    return where, summary
 
 
 def _lists_sorted(v):
@@ -217,13 +265,15 @@ def _decisions(con) -> dict:
 
 @pytest.mark.slow
 @pytest.mark.spark
-def test_spark_findings_coverage_and_decisions_equal_duckdb(spark, fleet40, tmp_path):
-    """The simulated fleet with every fault (seed 7), analysed by DuckDB and, from a lake
-    exported from the same ingest, by Spark: the same findings, coverage, cannot-tell
-    and decisions."""
+def test_spark_findings_coverage_and_decisions_equal_duckdb(spark, fleet40, spark_lake, tmp_path):
+    """The simulated fleet with every fault (seed 7) and the bad input, ingested and
+    analysed by DuckDB and by Spark (the lake of the Spark ingest, its Caddy, nginx and
+    Envoy logs read by the Spark form of the proxy adapters): the same findings,
+    coverage, cannot-tell and decisions."""
     from replaygate.ingest import db as dbm
 
-    con, truth, _, lake_dir = fleet40
+    con, truth, _, _, _ = fleet40
+    lake_dir, _ = spark_lake
     # The fleet is small, but every fault is in it and finds what it causes.
     expected = {e["detector"] for f in truth["faults"] for e in f["expect"]}
     found = {r[0] for r in con.execute("SELECT DISTINCT detector FROM findings").fetchall()}
@@ -288,22 +338,29 @@ def _assert_lakes_equal(spark_dir: Path, duck_dir: Path) -> None:
 
 @pytest.mark.slow
 @pytest.mark.spark
-def test_spark_ingest_equals_duckdb_ingest(spark_lake):
+def test_spark_ingest_equals_duckdb_ingest(fleet40, spark_lake):
     """The fleet's files (JSON Lines, gzip, CSV, Parquet, contract proxy logs, the
-    rollout log) and the bad input ingested by Spark: the same columns, rows (HMAC'd ids,
-    redacted paths), quarantine and file facts as the lake exported from DuckDB's ingest
-    of them; the logs in a proxy's own format are named as not read."""
-    where, summary, con, exported, _ = spark_lake
+    rollout log, Caddy, nginx and Envoy access logs) and the bad input ingested by Spark:
+    the same columns, rows (HMAC'd ids, redacted paths), quarantine and file facts (by
+    the values, and by a proxy log's keys) as the lake exported from DuckDB's ingest."""
+    con, _, out, _, exported = fleet40
+    where, summary = spark_lake
     assert summary["rows"] == {
         rt.table: n
         for rt in RECORD_TYPES
         if (n := con.execute(f"SELECT count(*) FROM {rt.table}").fetchone()[0])
     }
     assert summary["quarantined"] == con.execute("SELECT count(*) FROM quarantine").fetchone()[0]
-    notes = sorted(f["note"] for f in summary["not_read"])
-    assert notes and all(n.endswith(" access log") for n in notes)
-    assert len(summary["warnings"]) == len(notes)
-    assert all("ingest it with --engine duckdb" in w for w in summary["warnings"])
+    assert not summary["warnings"]
+    # The simulator's logs in each proxy's own format are read, and show facts by keys.
+    native = {f"proxy-{p}.jsonl" for p in ("caddy", "nginx", "envoy")}
+    assert native <= {p.name for p in out.iterdir()}
+    shown = con.execute(
+        "SELECT f.name, count(DISTINCT p.pos), count(DISTINCT k.fact) FROM files f "
+        "JOIN proxy p USING (file_id) JOIN file_facts k USING (file_id) "
+        "WHERE k.how = 'keys' GROUP BY f.name"
+    ).fetchall()
+    assert native <= {name for name, rows, facts in shown if rows > 0 and facts > 2}
     _assert_lakes_equal(where, exported)
 
 
@@ -315,6 +372,7 @@ def _bad_inputs(dest: Path) -> Path:
     hostile.csv_with_bom(dest)
     hostile.raw_ids_elsewhere(dest)
     hostile.proxy_with_raw_ids(dest, gzipped=True)
+    hostile.caddy_with_bom_and_cut_line(dest)  # a proxy's own log: a BOM, a cut line
     good = json.dumps(hostile.session_record())
     bad = [
         '{"ts": "2026-11-29T07:45:01Z", "generation": 1',  # cut short
@@ -355,11 +413,12 @@ def _bad_inputs(dest: Path) -> Path:
 
 @pytest.mark.slow
 @pytest.mark.spark
-def test_spark_ingest_quarantines_bad_input_as_duckdb_does(spark_lake):
+def test_spark_ingest_quarantines_bad_input_as_duckdb_does(fleet40, spark_lake):
     """Bad input of every class the Spark reader covers (hostile.py's and more), read in
     the shared ingest: the same quarantine (file, line or row, reason) as DuckDB's, for
     many reasons, and no raw session id anywhere in the lake."""
-    where, _, con, exported, bad = spark_lake
+    con, _, _, bad, exported = fleet40
+    where, _ = spark_lake
     reasons = con.execute(
         "SELECT count(DISTINCT q.reason) FROM quarantine q JOIN files f USING (file_id) "
         "WHERE starts_with(f.abspath, $bad)",
@@ -378,14 +437,16 @@ def test_spark_ingest_quarantines_bad_input_as_duckdb_does(spark_lake):
         assert b"RAWID-" not in f.read_bytes() and b"RAW-9" not in f.read_bytes()
 
 
-def test_spark_ingest_names_a_proxy_format_it_cannot_read(tmp_path):
-    """A Caddy access log needs the proxy adapters, which have no Spark form yet: found
-    before Spark reads anything, and named."""
+def test_spark_ingest_knows_a_proxy_log_by_its_shape(tmp_path):
+    """A proxy's own log is found by the shape of its first lines (a byte-order mark or
+    a cut first line does not hide it), before Spark reads anything: the adapters and
+    the facts its keys show are chosen by it."""
     from replaygate.ingest.load import discover
 
     hostile.caddy_with_bom_and_cut_line(tmp_path)
-    (src,) = discover([tmp_path / "bom.log"])[0]
-    assert spark_ingest.proxy_format(src) == "caddy"
+    for name in ("bom.log", "cut.log"):
+        (src,) = discover([tmp_path / name])[0]
+        assert spark_ingest.proxy_format(src) == "caddy"
     (plain,) = discover([hostile.proxy_with_raw_ids(tmp_path)])[0]
     assert spark_ingest.proxy_format(plain) is None
 
