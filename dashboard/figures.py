@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from datetime import timedelta
+from typing import Any
 
 import pandas as pd
 import plotly.graph_objects as go
@@ -143,7 +144,7 @@ def detector_color(detector: str) -> str:
     return DETECTOR_PALETTE[i]
 
 
-def bucket_for(start, end) -> tuple[timedelta, str]:
+def bucket_for(start: Any, end: Any) -> tuple[timedelta, str]:
     """A bucket size that gives a readable number of bars over [start, end], and its name."""
     span = (end - start).total_seconds() if start is not None and end is not None else 86400
     for minutes, name in ((1, "1 min"), (5, "5 min"), (15, "15 min"), (30, "30 min"), (60, "1 h")):
@@ -272,7 +273,7 @@ def annotate_rollout(fig: go.Figure, actions: pd.DataFrame, chart_px: int = CHAR
     return fig
 
 
-def stage_timeline(stages: pd.DataFrame, actions: pd.DataFrame, data_end) -> go.Figure:
+def stage_timeline(stages: pd.DataFrame, actions: pd.DataFrame, data_end: Any) -> go.Figure:
     if stages.empty:
         return _empty("Rollout", "no rollout log")
     fig = go.Figure()
@@ -306,7 +307,7 @@ def stage_timeline(stages: pd.DataFrame, actions: pd.DataFrame, data_end) -> go.
     return annotate_rollout(fig, actions)
 
 
-def gate_matrix(stages: list[dict], titles: dict | None = None) -> go.Figure:
+def gate_matrix(stages: list[dict[str, Any]], titles: dict[str, str] | None = None) -> go.Figure:
     if not stages:
         return _empty("Gates per stage", "no stages")
     titles = titles or {}
@@ -417,7 +418,7 @@ def series_by(
     actions: pd.DataFrame | None = None,
     bar: bool = True,
     y: str = "count",
-    colors: dict | None = None,
+    colors: dict[str, str] | None = None,
     bucket: str | None = None,
     chart_px: int = CHART_PX,
 ) -> go.Figure:
@@ -436,7 +437,7 @@ def series_by(
 
 
 def share_pie(
-    labels: list[str], values: list[int], title: str, colors: dict | None = None
+    labels: list[str], values: list[int], title: str, colors: dict[str, str] | None = None
 ) -> go.Figure:
     """A donut of shares. Each slice's text is its share, drawn inside the slice (hidden
     where it would not fit, never moved outside the ring where the figure's margin would
@@ -566,7 +567,7 @@ MEANING_LABELS = {
 }
 
 
-def _point_text(r) -> str:
+def _point_text(r: Any) -> str:
     if pd.notna(r.seq):
         return f"#{int(r.seq)}"
     if isinstance(r.cursor, str) and r.cursor:
@@ -574,7 +575,7 @@ def _point_text(r) -> str:
     return ""
 
 
-def meaning_of(kind) -> str:
+def meaning_of(kind: object) -> str:
     return KIND_MEANING.get(str(kind), "other")
 
 
@@ -588,7 +589,7 @@ def _lane_offsets(df: pd.DataFrame) -> pd.Series:
     return ((rank - (size - 1) / 2) * (0.6 / size.clip(lower=1))).astype(float)
 
 
-def evidence_marks(tl: pd.DataFrame, finding: dict | None) -> pd.Series:
+def evidence_marks(tl: pd.DataFrame, finding: dict[str, Any] | None) -> pd.Series:
     """Per timeline row, the text marking it as the finding's evidence ('' if it is not):
     the missing seqs, the crossed event, the misused cursor, the dispatch."""
     marks = pd.Series("", index=tl.index, dtype=object)
