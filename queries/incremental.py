@@ -263,6 +263,7 @@ def analyse(
             con.execute("DROP TABLE IF EXISTS rg_new")
             con.execute("DROP TABLE IF EXISTS rg_new_rows")
             con.execute("DROP TABLE IF EXISTS rg_fact_stages")
+            con.execute("DROP VIEW IF EXISTS temp.a_gate_facts")
 
 
 def _drop_scope(con: duckdb.DuckDBPyConnection) -> None:
@@ -398,8 +399,11 @@ def gate_facts(
     )
     con.execute(f"DELETE FROM main.a_gate_facts WHERE {old}")
     con.execute(f"INSERT INTO main.a_gate_facts BY NAME SELECT * FROM {SCOPE}.a_gate_facts")
+    # The samples read the facts of those stages through a temporary view (temporary
+    # views come first whatever the search path), not a copy of them.
+    con.execute(f"DROP TABLE {SCOPE}.a_gate_facts")
     con.execute(
-        f"""CREATE OR REPLACE TABLE {SCOPE}.a_gate_facts AS SELECT * FROM main.a_gate_facts
+        f"""CREATE OR REPLACE TEMP VIEW a_gate_facts AS SELECT * FROM {_base(con, "a_gate_facts")}
             WHERE stage IN (SELECT stage FROM rg_fact_stages)"""
     )
     stmt, bound = build["a_stage_samples"]
@@ -408,6 +412,7 @@ def gate_facts(
         con.execute(stmt, bound)
     finally:
         _search(con, scoped=False)
+        con.execute("DROP VIEW IF EXISTS temp.a_gate_facts")
     con.execute(
         "DELETE FROM main.a_stage_samples WHERE stage IN (SELECT stage FROM rg_fact_stages)"
     )
