@@ -538,23 +538,17 @@ def evaluate(
         behind, warnings = inputs.staleness(end)
         results = []
         for g in GATES:
-            minimum = inputs.minimums[g.id]
             # units of its detectors in this stage that no file could show
             unjudged_units = sum(
                 e["units"] for e in inputs.unjudged.get(name, []) if e["detector"] in g.detectors
             )
-            m = inputs.measured.get(name, {}).get(g.id, {})
-            seen = inputs.meters.get((g.meter, name)) if g.meter else None
-            res = gate_result(
+            res = inputs.result(
                 g,
-                m,
-                minimum,
+                inputs.measured.get(name, {}).get(g.id, {}),
                 scope,
-                config,
                 inputs.sources.get(name, {}),
-                inputs.blind,
                 unjudged_units,
-                meter_of(g, minimum, int(m.get("sample") or 0), seen),
+                inputs.meters.get((g.meter, name)) if g.meter else None,
             )
             lagging = _stale_inputs(g, behind) if res.status == Status.INSUFFICIENT else []
             results.append(
@@ -596,6 +590,7 @@ class _Inputs:
     """What the gates of every stage are judged from, read once per evaluation."""
 
     def __init__(self, con: duckdb.DuckDBPyConnection, config: Config) -> None:
+        self.config = config
         self.measured = measures(con, config)
         self.meters = _meters(con)
         self.minimums = min_samples(config)
@@ -608,6 +603,23 @@ class _Inputs:
         self.unjudged = runner.cannot_tell_by_stage(con)
         # Stages that end at the same time have the same stale sources.
         self._staleness: dict[Any, tuple[list[dict[str, Any]], list[str]]] = {}
+
+    def result(
+        self,
+        g: GateDef,
+        measure: dict[str, Any],
+        scope: str | None,
+        sources: dict[str, int],
+        cannot_tell: int,
+        seen: dict[str, Any] | None,
+    ) -> GateResult:
+        """A gate of a stage (`gate_result`) with its evidence meter; `seen`: the meter's
+        sample observed in the stage (a_stage_samples)."""
+        minimum = self.minimums[g.id]
+        meter = meter_of(g, minimum, int(measure.get("sample") or 0), seen)
+        return gate_result(
+            g, measure, minimum, scope, self.config, sources, self.blind, cannot_tell, meter
+        )
 
     def staleness(self, end: Any) -> tuple[list[dict[str, Any]], list[str]]:
         """Sources that stopped before the window's end (the data's newest time for an
@@ -703,17 +715,8 @@ def _evaluate_set(
             )
             got = readings.get(key)
             if got is None:
-                minimum = inputs.minimums[g.id]
-                got = readings[key] = gate_result(
-                    g,
-                    m,
-                    minimum,
-                    scope,
-                    config,
-                    dict.fromkeys(have, 1),
-                    inputs.blind,
-                    key[8],
-                    meter_of(g, minimum, int(m.get("sample") or 0), seen),
+                got = readings[key] = inputs.result(
+                    g, m, scope, dict.fromkeys(have, 1), key[8], seen
                 )
             text = got.reason
             if got.status == Status.INSUFFICIENT and behind:
