@@ -56,19 +56,20 @@ SESSION_PREP = {
 # Prepared tables with one output row per input row (of `proxy`): recomputed for the
 # affected sessions' rows and for the new rows without a session.
 ROW_PREP = {"a_proxy_staged": "proxy"}
+# (`delete_fabricated`, `reinit_missing`, `auth_subject_mismatch`, `priming_lost` and
+# `resume_without_cursor` are not: a file that cannot show a fact others show, of rows of
+# no session or of other sessions, can make a session's unit `cannot_tell` (a_blind_spans,
+# a_blind_sessions), and what was undecided is counted per file, not per session.)
 SESSION_DETECTORS = {
-    "auth_subject_mismatch",
     "cross_stream_acceptance",
     "cursor_misrouted",
     "cursor_rejected",
     "dropped_terminal",
     "duplicate_delivery_accepted",
     "missing_protocol_version",
-    "priming_lost",
     "replay_after_ack",
     "replay_buffer_exhausted",
     "replay_gap",
-    "resume_without_cursor",
     "retry_not_honored",
     "rollback_cursor_dropped",
     "rollback_post_storm",

@@ -1178,3 +1178,29 @@ def _reinit_past_blind_proxy(f, t, cohort, resumable):
     s2 = f.reinit(s, s.t + f.jitter(SEC, 5 * SEC), init_log=BLIND_INIT_PROXY)
     f.delete(s2)
     return [U(f, "reinit_missing", s.t, s.hmac, "re-initialize", BLIND_INIT_PROXY)]
+
+
+BLIND_LEDGER = "sessions-blind.jsonl"
+
+
+@fault(
+    "ledger_past_blind_server",
+    "resumable",
+    "004",
+    "a session owned by a server whose ledger (another file) records neither resumable, "
+    "the revision nor the token subject, while the other servers' ledger does: its stream "
+    "loses the priming event and breaks, and its requests carry a token subject; whether "
+    "a cursor was owed, and whether the subject stayed the session's, cannot be told",
+)
+def _ledger_past_blind_server(f, t, cohort, resumable):
+    f.capture = []
+    s = session(f, t, cohort, True, ledger_file=BLIND_LEDGER)
+    r = call(f, s, "read", n=5, priming_lost=True, brk=Brk(after=0, mode="repost"))
+    f.delete(s)
+    rows, f.capture = f.capture, None
+    served = min(x["t"] for x in rows if x["session"] == s.hmac and 200 <= x["status"] < 300)
+    missing = "sessions.resumable|sessions.protocol_version"
+    return [
+        U(f, "priming_lost", r.t_end - 1, s.hmac, missing, BLIND_LEDGER),
+        U(f, "auth_subject_mismatch", served, s.hmac, "sessions.auth_subject", BLIND_LEDGER),
+    ]

@@ -35,6 +35,8 @@ CLIENTS = (
     ("mcp-inspector", "0.17.0"),
 )
 SERVERS = ("mcp-a-0", "mcp-a-1", "mcp-b-0", "mcp-b-1")
+# What a session ledger of a server that records less leaves out (Sess.ledger_file).
+LEDGER_BLIND = ("resumable", "protocol_version", "auth_subject")
 
 
 def sha(text: str) -> str:
@@ -89,6 +91,9 @@ class Sess:
     raw_logged: bool = False
     # The proxy logs no principal for it (a client known only by address and User-Agent).
     anonymous: bool = False
+    # Its ledger rows go to this sessions file, whose server records neither resumable,
+    # the revision nor the token subject (None: the fleet's one session ledger).
+    ledger_file: str | None = None
 
 
 @dataclass
@@ -263,7 +268,10 @@ class Fleet:
                 resumable=s.resumable_field,
             )
         row.update(extra)
-        self.w("sessions", row)
+        if s.ledger_file:
+            for name in LEDGER_BLIND:
+                row.pop(name, None)
+        self.w("sessions", row, s.ledger_file)
         self.ledger_first.setdefault(s.hmac, t)
         if state == "TERMINATED":
             self.terminated_at.setdefault(s.hmac, t)
@@ -538,10 +546,11 @@ class Fleet:
         origin=None,
         client_at=None,
         init_log=None,
+        ledger_file=None,
     ) -> Sess:
         """`client_at`: (address, User-Agent) of a client the proxy logs without a principal.
         `init_log`: the initialize went through a second proxy whose log (this file) names
-        no JSON-RPC method, so it cannot show an initialize."""
+        no JSON-RPC method, so it cannot show an initialize. `ledger_file`: see Sess."""
         rng = self.rng
         raw = self.uid()
         principal = principal or f"user-{rng.randint(1, 400):04d}"
@@ -571,6 +580,7 @@ class Fleet:
         if client_at is not None:
             s.addr, s.ua = client_at
             s.anonymous = True
+        s.ledger_file = ledger_file
         self.cohort[s.hmac] = cohort
         self.proxy(
             t,

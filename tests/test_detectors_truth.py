@@ -209,28 +209,38 @@ def _cannot_tell_units(con, which: set[tuple[str, str]]) -> Counter:
 # Detectors whose evidence may lie in another file than their unit's, and what such a
 # unit misses: a file of that source that cannot show it (partial blindness) makes the
 # unit `cannot_tell`.
-PARTIAL = {("delete_fabricated", "proxy.session_hmac"), ("reinit_missing", "re-initialize")}
+PARTIAL = {
+    ("delete_fabricated", "proxy.session_hmac"),
+    ("reinit_missing", "re-initialize"),
+    ("priming_lost", "sessions.resumable|sessions.protocol_version"),
+    ("auth_subject_mismatch", "sessions.auth_subject"),
+}
 
 
 @pytest.mark.parametrize(("seed", "fmt"), [(31, "jsonl"), (32, "parquet")])
 def test_partially_blind_proxy_logs_are_cannot_tell_not_findings(tmp_path, seed, fmt):
-    """One of two proxy logs keeps session ids out and carries a session's DELETE: exact
-    precision and recall for every detector (no fabricated delete found where the DELETE
-    may be in the blind log), and the cannot_tell units are those truth.json lists, in
-    their file and stage."""
+    """Partially blind files: one of two proxy logs keeps session ids out and carries a
+    session's DELETE, another names no JSON-RPC method and carries a re-initialize, one of
+    two session ledgers records no resumability, revision nor token subject. Exact
+    precision and recall for every detector (no finding where the deciding evidence may
+    be in a blind file), and the cannot_tell units are those truth.json lists, in their
+    file and stage."""
     faults = (
         "delete_past_blind_proxy,delete_response_lost,delete_405_fabricated,"
-        "reinit_past_blind_proxy,reinit_missing,reinit_shared_client"
+        "reinit_past_blind_proxy,reinit_missing,reinit_shared_client,"
+        "ledger_past_blind_server,priming_lost,old_token_new_session"
     )
     con, truth, out = build(tmp_path, seed=seed, sessions=120, fmt=fmt, faults=faults)
     assert (out / "proxy-blind.jsonl").exists()
     _assert_exact(con, truth)
     scores = _per_detector(*match_truth(findings_of(con), truth))
-    assert scores["delete_fabricated"] == scores["reinit_missing"] == (1, 1)
+    assert all(scores[d] == (1, 1) for d, _ in PARTIAL), scores
     expected = _expected_cannot_tell(truth, PARTIAL)
     assert {k[:3] for k in expected} >= {
         ("delete_fabricated", "proxy-blind.jsonl", "proxy.session_hmac"),
         ("reinit_missing", "proxy-noinit.jsonl", "re-initialize"),
+        ("priming_lost", "sessions-blind.jsonl", "sessions.resumable|sessions.protocol_version"),
+        ("auth_subject_mismatch", "sessions-blind.jsonl", "sessions.auth_subject"),
     }
     assert _cannot_tell_units(con, PARTIAL) == expected
 
@@ -241,5 +251,7 @@ def test_the_default_fleets_partial_blindness_is_as_truth_lists(fleet):
     assert {k[:2] for k in expected} >= {
         ("delete_fabricated", "proxy-blind.jsonl"),
         ("reinit_missing", "proxy-noinit.jsonl"),
+        ("priming_lost", "sessions-blind.jsonl"),
+        ("auth_subject_mismatch", "sessions-blind.jsonl"),
     }
     assert _cannot_tell_units(con, PARTIAL) == expected

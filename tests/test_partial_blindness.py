@@ -7,9 +7,11 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
 from replaygate.ingest import db as dbm
 
-from .test_cannot_tell import CONF, run
+from .test_cannot_tell import CASES, CONF, run
 from .test_detectors_focused import S2, S, T, active, px, ses
 
 V = "2025-11-25"
@@ -156,3 +158,71 @@ def test_reinit_missing_use_after_the_404_is_found_whatever_a_blind_log_holds(tm
     con.close()
     assert rows == [(T + 1000, "used after the 404", None)]
     assert _cannot_tell(tmp_path)["reinit_missing"] == [("proxy-b.jsonl", "re-initialize", 1)]
+
+
+# -- facts of a session's own record: a ledger file that cannot show them ---------------
+
+_BARE = {"resumable": None, "protocol_version": None, "auth_subject": None}
+
+
+def _split_ledger(case: dict, blind: bool) -> dict:
+    """The case's records with the session's ledger in sessions-b.jsonl, which records
+    neither resumability, revision nor token subject (blind: for this session too), while
+    sessions-a.jsonl, another server's, records them for its own session."""
+    tables = {k: v for k, v in case.items() if k != "sessions"}
+    own = active(S, **_BARE) if blind else active(S)
+    own = {k: v for k, v in own.items() if v is not None}
+    return {**tables, "sessions-a": [active(S2)], "sessions-b": [own]}
+
+
+@pytest.mark.parametrize("name", ["priming_lost", "resume_without_cursor"])
+def test_resumability_a_blind_ledger_file_may_hide_is_cannot_tell(tmp_path, name):
+    case, _ = CASES[name]
+    found, _ = run(tmp_path / "blind", **_split_ledger(case, blind=True))
+    assert name not in found
+    assert _cannot_tell(tmp_path / "blind")[name] == [
+        ("sessions-b.jsonl", "sessions.resumable|sessions.protocol_version", 1)
+    ]
+    # the same ledger file recording them: found
+    found, _ = run(tmp_path / "shown", **_split_ledger(case, blind=False))
+    assert found.get(name) == 1
+    assert name not in _cannot_tell(tmp_path / "shown")
+
+
+def test_auth_subject_a_blind_ledger_file_may_hide_is_cannot_tell(tmp_path):
+    # S was served under a token subject its ledger row does not record: in a ledger file
+    # that records subjects for other sessions (sessions-a) it would be a mismatch or not;
+    # in one that records none (sessions-b) it cannot be told, never a pass.
+    proxy = [px(10, session_hmac=S, auth_subject="sub-other", protocol_version=V)]
+    found, _ = run(tmp_path / "blind", proxy=proxy, **_split_ledger({}, blind=True))
+    assert "auth_subject_mismatch" not in found
+    assert _cannot_tell(tmp_path / "blind")["auth_subject_mismatch"] == [
+        ("sessions-b.jsonl", "sessions.auth_subject", 1)
+    ]
+    found, _ = run(tmp_path / "shown", proxy=proxy, **_split_ledger({}, blind=False))
+    assert found.get("auth_subject_mismatch") == 1
+    assert "auth_subject_mismatch" not in _cannot_tell(tmp_path / "shown")
+
+
+def test_every_fact_of_another_source_is_scoped_for_partial_blindness():
+    """A detector whose verdict needs a fact of another record type than its units reads
+    that fact from other files than the unit's: where only some of them can show it, the
+    unit must become `cannot_tell` (a_blind_spans or a_blind_sessions, an `-- undecided:`
+    label), not be judged as if the blind files had shown its absence."""
+    from replaygate.queries import cannottell, catalog
+
+    crossing = {}
+    for name, q in catalog.detectors().items():
+        u = cannottell.units(q)
+        other = [g for g in cannottell.facts(q) if u and g[0].split(".", 1)[0] != u.table]
+        if other:
+            crossing[name] = q
+    assert set(crossing) == {
+        "auth_subject_mismatch",
+        "delete_fabricated",
+        "priming_lost",
+        "resume_without_cursor",
+    }
+    for name, q in crossing.items():
+        assert "a_blind_spans" in q.sql or "a_blind_sessions" in q.sql, name
+        assert q.header.list("undecided"), name

@@ -9,6 +9,7 @@
 -- needs: streams, sessions, inbox|events
 -- facts: sessions.resumable|sessions.protocol_version
 -- units: streams WHERE state = 'DISCONNECTED' BY session_hmac, generation, stream_id
+-- undecided: sessions.resumable|sessions.protocol_version
 -- unit: stream
 -- page: streams
 -- Basis `client`: the client accepted no event of the stream before it broke. Basis
@@ -54,7 +55,24 @@ server AS (
                        WHERE r.session_hmac = d.session_hmac AND r.generation = d.generation
                          AND r.stream_id = d.stream_id AND r.state = 'RESUME_PENDING'
                          AND r.resume_from_event_id IS NOT NULL AND r.ts > d.ts)
+),
+-- A session that records neither resumable nor its revision counts as resumable; where
+-- its ledger rows are in a file that cannot show them while others do (a_blind_sessions),
+-- whether a cursor was owed cannot be told: the stream is undecided.
+unknown AS (
+    SELECT a.session_hmac, arg_min(b.file_id, b.path) AS file_id
+    FROM a_sessions a
+    JOIN a_blind_sessions b
+      ON b.session_hmac = a.session_hmac
+     AND b.fact IN ('sessions.resumable', 'sessions.protocol_version')
+    WHERE a.resumable_field IS NULL AND a.protocol_version IS NULL
+    GROUP BY ALL
 )
-SELECT x.session_hmac, x.generation, x.stream_id, 'medium' AS severity, x.ts, x.detail
+SELECT x.session_hmac, x.generation, x.stream_id,
+       CASE WHEN u.file_id IS NULL THEN 'medium' ELSE 'cannot_tell' END AS severity, x.ts,
+       CASE WHEN u.file_id IS NULL THEN x.detail
+            ELSE json_object('missing', 'sessions.resumable|sessions.protocol_version',
+                             'file_id', u.file_id) END AS detail
 FROM (SELECT * FROM client UNION ALL SELECT * FROM server) x
 JOIN a_sessions s ON s.session_hmac = x.session_hmac AND s.resumable
+LEFT JOIN unknown u ON u.session_hmac = x.session_hmac

@@ -14,6 +14,7 @@
 -- page: streams
 -- facts: streams.resume_from_event_id, sessions.resumable|sessions.protocol_version
 -- units: streams WHERE state = 'DISCONNECTED' BY session_hmac, generation, stream_id
+-- undecided: sessions.resumable|sessions.protocol_version
 -- A re-open is the first RESUME_PENDING, or STREAM_OPEN by GET, after a DISCONNECTED; it
 -- is cursorless when it names no resume_from_event_id. The client held a cursor when it
 -- had accepted an event of the stream before the break (basis client, when the session
@@ -110,11 +111,32 @@ lost AS (
     WHERE loss_counted(x.kind)
       AND CASE WHEN h.client_basis THEN a.seq IS NULL ELSE NOT x.replayed END
 )
+,
+-- A session that records neither resumable nor its revision counts as resumable; where
+-- its ledger rows are in a file that cannot show them while others do (a_blind_sessions),
+-- whether a cursor was owed cannot be told: the stream is undecided.
+unknown AS (
+    SELECT a.session_hmac, arg_min(b.file_id, b.path) AS file_id
+    FROM a_sessions a
+    JOIN a_blind_sessions b
+      ON b.session_hmac = a.session_hmac
+     AND b.fact IN ('sessions.resumable', 'sessions.protocol_version')
+    WHERE a.resumable_field IS NULL AND a.protocol_version IS NULL
+    GROUP BY ALL
+)
 -- client_basis is one value per session, so bool_or is any of them
-SELECT session_hmac, generation, stream_id, 'medium' AS severity, min(reopen_ts) AS ts,
-       json_object('basis', CASE WHEN bool_or(client_basis) THEN 'client' ELSE 'server' END,
-                   'disconnected_at', min(disc_ts), 'reopened_at', min(reopen_ts),
-                   'cursor_held_seq', min(pos),
-                   'lost_seqs', list(DISTINCT seq ORDER BY seq)) AS detail
-FROM lost
-GROUP BY session_hmac, generation, stream_id
+SELECT l.session_hmac, l.generation, l.stream_id,
+       CASE WHEN u.file_id IS NULL THEN 'medium' ELSE 'cannot_tell' END AS severity,
+       min(l.reopen_ts) AS ts,
+       CASE WHEN u.file_id IS NULL
+            THEN json_object('basis', CASE WHEN bool_or(l.client_basis) THEN 'client'
+                                           ELSE 'server' END,
+                             'disconnected_at', min(l.disc_ts),
+                             'reopened_at', min(l.reopen_ts),
+                             'cursor_held_seq', min(l.pos),
+                             'lost_seqs', list(DISTINCT l.seq ORDER BY l.seq))
+            ELSE json_object('missing', 'sessions.resumable|sessions.protocol_version',
+                             'file_id', u.file_id) END AS detail
+FROM lost l
+LEFT JOIN unknown u ON u.session_hmac = l.session_hmac
+GROUP BY l.session_hmac, l.generation, l.stream_id, u.file_id

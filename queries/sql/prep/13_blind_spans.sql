@@ -25,3 +25,10 @@ FROM spans s
 JOIN shown h ON h.tbl = s.tbl
 JOIN files f ON f.file_id = s.file_id
 ANTI JOIN facts x ON x.file_id = s.file_id AND x.fact = h.fact;
+
+-- The same for a fact of a session's own record (its ledger rows): the sessions with a
+-- row in a sessions file that cannot show a fact another one shows. Where the session's
+-- value is unknown, that file may have been where it went unrecorded.
+CREATE OR REPLACE TABLE a_blind_sessions AS
+SELECT DISTINCT s.session_hmac, b.fact, b.file_id, b.path
+FROM sessions s JOIN a_blind_spans b ON b.file_id = s.file_id AND b.tbl = 'sessions';
