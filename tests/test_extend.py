@@ -19,7 +19,7 @@ import textwrap
 
 import pytest
 
-from replaygate.queries import catalog
+from replaygate.queries import catalog, headers
 from replaygate.sim import simulate
 from replaygate.sim.fleet import ALLOWLIST
 
@@ -148,3 +148,26 @@ def test_only_the_catalog_finds_query_files():
                 continue
             text = py.read_text()
             assert not re.search(r"/\s*[\"']sql[\"']", text), py
+
+
+def _recipe(title: str) -> str:
+    """A section of CONTRIBUTING.md (`## <title>`), to the next section."""
+    text = (catalog.SQL_DIR.parent.parent / "CONTRIBUTING.md").read_text()
+    return text.split(f"\n## {title}\n", 1)[1].split("\n## ", 1)[0]
+
+
+@pytest.mark.parametrize(
+    ("title", "folder", "toy"),
+    [("Add a detector", "detectors", TOY_DETECTOR), ("Add a gate", "gates", TOY_GATE)],
+)
+def test_the_recipe_names_every_header_key_and_the_toy_no_other(title, folder, toy):
+    # The recipe is the documented place: it names every key the header reader takes for
+    # the folder (queries/headers.py KEYS) and none it refuses, and the toy file above
+    # writes only keys the recipe names, the required ones among them.
+    named = set(re.findall(r"`-- (\w+):", _recipe(title)))
+    taken = {k for k, key in headers.KEYS.items() if folder in key.folders}
+    required = {k for k, key in headers.KEYS.items() if folder in key.required}
+    used = set(re.findall(r"^-- (\w+):", toy, re.M))
+    assert taken - named == set(), f"CONTRIBUTING.md's {title!r} does not name them"
+    assert named - taken == set(), f"CONTRIBUTING.md's {title!r} names keys the loader refuses"
+    assert required <= used <= named
