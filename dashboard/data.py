@@ -184,12 +184,12 @@ def findings_of_severity(
 
 @st.cache_data(show_spinner=False)
 def findings_file(
-    stamp: str, f: Filters, detectors: tuple[str, ...], severities: tuple[str, ...], kind: str
+    stamp: str, f: Filters, detectors: tuple[str, ...], severities: tuple[str, ...], file_type: str
 ) -> bytes:
     """A download of the Findings page: CSV (formula cells neutralised) or Parquet, made
     when its button is clicked and kept per data version and filter."""
     df = findings_of_severity(stamp, f, detectors, severities)
-    if kind == "csv":
+    if file_type == "csv":
         return escape.csv_bytes(df)
     buf = io.BytesIO()
     df.to_parquet(buf, index=False)
@@ -239,7 +239,7 @@ def inspector_subjects(stamp: str, f: Filters, limit: int = 500) -> pd.DataFrame
 @st.cache_data(show_spinner=False)
 def timeline(stamp: str, session_hmac: str, stream_id: str | None) -> pd.DataFrame:
     """One session (or stream) as rows of (ts, lane, label, kind, ...) for the inspector."""
-    return _df("session_timeline", s=session_hmac, st=stream_id)
+    return _df("session_timeline", s=session_hmac, stream=stream_id)
 
 
 @st.cache_data(show_spinner=False)

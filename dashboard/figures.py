@@ -575,8 +575,8 @@ def _point_text(r: Any) -> str:
     return ""
 
 
-def meaning_of(kind: object) -> str:
-    return KIND_MEANING.get(str(kind), "other")
+def meaning_of(event_kind: object) -> str:
+    return KIND_MEANING.get(str(event_kind), "other")
 
 
 def _lane_offsets(df: pd.DataFrame) -> pd.Series:

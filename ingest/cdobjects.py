@@ -191,9 +191,9 @@ def _weights(rollout: dict[str, Any]) -> list[float]:
 
 
 def _run_end(run: dict[str, Any]) -> str | None:
-    st = _status(run)
-    ends: list[Any] = [st.get("completedAt")]
-    for m in _list(st.get("metricResults")):
+    status = _status(run)
+    ends: list[Any] = [status.get("completedAt")]
+    for m in _list(status.get("metricResults")):
         for x in _list(_dict(m).get("measurements")):
             ends.append(_dict(x).get("finishedAt"))
     done = [str(e) for e in ends if e]
@@ -201,8 +201,8 @@ def _run_end(run: dict[str, Any]) -> str | None:
 
 
 def _run_start(run: dict[str, Any]) -> str | None:
-    st = _status(run)
-    return _text(st.get("startedAt")) or _text(_meta(run).get("creationTimestamp"))
+    status = _status(run)
+    return _text(status.get("startedAt")) or _text(_meta(run).get("creationTimestamp"))
 
 
 def terminated(run: dict[str, Any]) -> bool:
@@ -242,10 +242,10 @@ class _Argo:
         self.experiments = experiments
         self.release = release
         self.scope = scope
-        self.st = _status(rollout)
+        self.status = _status(rollout)
         ns, name = _ident(rollout)
         self.note = f"argo rollout {ns}/{name}"
-        self.current_hash = _text(self.st.get("currentPodHash"))
+        self.current_hash = _text(self.status.get("currentPodHash"))
         self.revision = _text(_annotations(rollout).get(REVISION_ANNOTATION))
         self.recs: list[dict[str, Any]] = []
         self.skipped: list[str] = []
@@ -279,7 +279,7 @@ class _Argo:
 
     def read(self) -> None:
         strategy = _dict(_spec(self.ro).get("strategy"))
-        if not self.st or self.current_hash is None:
+        if not self.status or self.current_hash is None:
             self.skipped.append(f"{self.note}: no status yet (the controller has not seen it)")
             return
         if "blueGreen" in strategy:
@@ -351,7 +351,7 @@ class _Argo:
         ]
         if starts:
             return str(max(starts, key=lambda r: r["ts"])["stage"])
-        at = self.stage_at(self.st.get("currentStepIndex") or 0)
+        at = self.stage_at(self.status.get("currentStepIndex") or 0)
         return at[0] if at and rel == self.rel() else None
 
     def experiment(self, exp: dict[str, Any]) -> None:
@@ -376,48 +376,48 @@ class _Argo:
     def pauses(self) -> list[tuple[str, str]]:
         out = [
             (str(p["startTime"]), str(p.get("reason") or "paused"))
-            for p in _list(self.st.get("pauseConditions"))
+            for p in _list(self.status.get("pauseConditions"))
             if isinstance(p, dict) and p.get("startTime")
         ]
-        if self.st.get("pauseStartTime"):  # before v0.6, one pause time and no reason
-            out.append((str(self.st["pauseStartTime"]), "paused"))
+        if self.status.get("pauseStartTime"):  # before v0.6, one pause time and no reason
+            out.append((str(self.status["pauseStartTime"]), "paused"))
         return out
 
     def aborted_at(self) -> str | None:
-        if not self.st.get("abort"):
+        if not self.status.get("abort"):
             return None
-        return _text(self.st.get("abortedAt")) or _text(
-            _cond(self.st, "Progressing", "lastTransitionTime")
+        return _text(self.status.get("abortedAt")) or _text(
+            _cond(self.status, "Progressing", "lastTransitionTime")
         )
 
     def promoted_at(self) -> str | None:
         """When the current pod template became stable (the rollout completed)."""
-        if self.st.get("abort"):
+        if self.status.get("abort"):
             return None
         stable = (
-            self.st.get("stableRS")
-            or _dict(self.st.get("canary")).get("stableRS")
-            or _dict(self.st.get("blueGreen")).get("activeSelector")
+            self.status.get("stableRS")
+            or _dict(self.status.get("canary")).get("stableRS")
+            or _dict(self.status.get("blueGreen")).get("activeSelector")
         )
         if stable != self.current_hash:
             return None
         return (
-            _text(_cond(self.st, "Completed", "lastTransitionTime"))
+            _text(_cond(self.status, "Completed", "lastTransitionTime"))
             or _text(
-                _cond(self.st, "Progressing", "lastUpdateTime")
-                if _cond(self.st, "Progressing", "reason") == "NewReplicaSetAvailable"
+                _cond(self.status, "Progressing", "lastUpdateTime")
+                if _cond(self.status, "Progressing", "reason") == "NewReplicaSetAvailable"
                 else None
             )
-            or _text(_cond(self.st, "Available", "lastTransitionTime"))
+            or _text(_cond(self.status, "Available", "lastTransitionTime"))
         )
 
     def progressing(self) -> tuple[str | None, str | None]:
         """When the Progressing condition last changed, as the time a step began, or (the
         second) only as a last resort: a deadline exceeded, an abort or an availability
         reset it long after."""
-        t = _text(_cond(self.st, "Progressing", "lastTransitionTime"))
+        t = _text(_cond(self.status, "Progressing", "lastTransitionTime"))
         late = ("RolloutAborted", "ProgressDeadlineExceeded", "NewReplicaSetAvailable")
-        if _cond(self.st, "Progressing", "reason") in late:
+        if _cond(self.status, "Progressing", "reason") in late:
             return None, t
         return t, None
 
@@ -429,7 +429,7 @@ class _Argo:
         for t, reason in self.pauses():
             self.add(t, rel, stage, "hold", why=f"paused ({reason})")
         if aborted:
-            msg = self.st.get("message") or _cond(self.st, "Progressing", "message")
+            msg = self.status.get("message") or _cond(self.status, "Progressing", "message")
             self.add(aborted, rel, stage, "rollback", why="aborted" + (f": {msg}" if msg else ""))
         elif done:
             self.add(done, rel, stage, "complete", why=promoted)
@@ -439,7 +439,7 @@ class _Argo:
         assert rel is not None  # read() requires a current hash
         done = self.promoted_at()
         steps = _weights(self.ro)
-        index = len(steps) - 1 if done and steps else self.st.get("currentStepIndex")
+        index = len(steps) - 1 if done and steps else self.status.get("currentStepIndex")
         at = self.stage_at(index if index is not None else 0)
         if at is None:
             return
@@ -602,13 +602,13 @@ def _flagger(
     known: list[dict[str, Any]] | None = None,
 ) -> Reading:
     ns, name = _ident(canary)
-    st = _status(canary)
+    status = _status(canary)
     note = f"flagger canary {ns}/{name}"
     out = Reading()
     r = (
         release
         or _text(_annotations(canary).get(RELEASE_ANNOTATION))
-        or _text(st.get("lastAppliedSpec"))
+        or _text(status.get("lastAppliedSpec"))
     )
     if not r:
         out.skipped.append(
@@ -649,9 +649,9 @@ def _flagger(
             add(t, stage, "complete", why=msg)
 
     # The Canary's phase: what the events (expired, or not imported) no longer show.
-    phase = str(st.get("phase") or "")
-    t = _text(st.get("lastTransitionTime"))
-    began = _text(_cond(st, "Promoted", "lastTransitionTime")) or t
+    phase = str(status.get("phase") or "")
+    t = _text(status.get("lastTransitionTime"))
+    began = _text(_cond(status, "Promoted", "lastTransitionTime")) or t
     final, final_w = _final_stage(canary)
     current, current_w = final, final_w
     if stage is not None:
@@ -659,7 +659,7 @@ def _flagger(
             stage,
             next((x.get("percent") for x in reversed(out.records) if x["stage"] == stage), None),
         )
-    weight = st.get("canaryWeight")
+    weight = status.get("canaryWeight")
     # What the rollout log already holds of this release: an earlier import saw the
     # weights that the Canary's status has since reset.
     reached = _reached(known or [], r, t) if stage is None else None

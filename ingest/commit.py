@@ -60,61 +60,73 @@ class Commit(Quarantine):
         self._identity(mv.file_id, mv.src, mv.shown, mv.decision, known.rows)
         return FileResult(mv.shown, "unchanged", note=mv.decision.note)
 
-    def load(self, st: Staged) -> FileResult:
-        self._retire(st.replaces)
+    def load(self, staged: Staged) -> FileResult:
+        self._retire(staged.replaces)
         file_id = one_row(self._exec("SELECT nextval('file_ids')"))[0]
-        d = st.decision if st.decision is not None and st.decision.action == "append" else None
+        d = (
+            staged.decision
+            if staged.decision is not None and staged.decision.action == "append"
+            else None
+        )
         appending = d is not None and d.known is not None
         # Appended rows join the file's earlier rows; its new quarantine rows are counted
         # under a fresh id first, then join them too.
         rows_id = d.known.file_id if d is not None and d.known is not None else file_id
-        result = FileResult(st.shown, "replaced" if st.replaces else "loaded")
-        if st.replaces:
-            result.note = (st.decision.note if st.decision else "") or (
+        result = FileResult(staged.shown, "replaced" if staged.replaces else "loaded")
+        if staged.replaces:
+            result.note = (staged.decision.note if staged.decision else "") or (
                 "content changed since it was last ingested; old rows replaced"
             )
         if d is not None and d.known is not None:
             result.status = "appended"
             result.note = d.note or f"read from line {d.known.lines + 1}"
-        if st.info:
-            result.note = f"{result.note}; {st.info}" if result.note else st.info
-        self._quarantine_notes(st, file_id)
-        if st.table is None:
+        if staged.info:
+            result.note = f"{result.note}; {staged.info}" if result.note else staged.info
+        self._quarantine_notes(staged, file_id)
+        if staged.table is None:
             result.status = "unreadable"
         else:
-            self._insert(st, file_id, result, rows_id)
-            result.lines = st.lines
-            if st.fmt.blank_lines:
-                result.blank = one_row(self._exec(f"SELECT count(*) FROM {st.table} WHERE blank"))[
-                    0
-                ]
+            self._insert(staged, file_id, result, rows_id)
+            result.lines = staged.lines
+            if staged.fmt.blank_lines:
+                result.blank = one_row(
+                    self._exec(f"SELECT count(*) FROM {staged.table} WHERE blank")
+                )[0]
         self._count_quarantined(file_id, result)
         if appending:
             self._join_quarantine(file_id, rows_id)
-            self._extend(rows_id, st, result)
+            self._extend(rows_id, staged, result)
         else:
-            self._manifest(file_id, st.src, st.shown, st.sha, result, st.ids_dropped)
-        if st.decision is not None and st.table is not None:
-            self._identity(rows_id, st.src, st.shown, st.decision, st.row_shift + st.rows_staged)
-        if st.table is not None:
+            self._manifest(
+                file_id, staged.src, staged.shown, staged.sha, result, staged.ids_dropped
+            )
+        if staged.decision is not None and staged.table is not None:
+            self._identity(
+                rows_id,
+                staged.src,
+                staged.shown,
+                staged.decision,
+                staged.row_shift + staged.rows_staged,
+            )
+        if staged.table is not None:
             tables = list(_rows_by_type(self.con, rows_id)) or list(result.rows)
-            capabilities.record(self.con, rows_id, tables, st.key_facts, grown=appending)
+            capabilities.record(self.con, rows_id, tables, staged.key_facts, grown=appending)
             if "proxy" in tables:
                 result.facts = capabilities.proxy_summary(capabilities.shown(self.con, rows_id))
         return result
 
     def _insert(
-        self, st: Staged, file_id: int, result: FileResult, rows_id: int | None = None
+        self, staged: Staged, file_id: int, result: FileResult, rows_id: int | None = None
     ) -> None:
         """Insert the staged rows that meet the contract into their record types' tables
         and quarantine the rest."""
-        table = st.table
+        table = staged.table
         # $shift: the lines (or data rows) before the staged part of the file.
-        pos = f"({self._position(st)}) + $shift"
-        shift = {"shift": st.shift}
-        self._quarantine_unread(st, file_id, pos)
-        if st.typed is not None:
-            present = [st.typed]
+        pos = f"({self._position(staged)}) + $shift"
+        shift = {"shift": staged.shift}
+        self._quarantine_unread(staged, file_id, pos)
+        if staged.typed is not None:
+            present = [staged.typed]
         else:
             names = {
                 r[0]
@@ -127,8 +139,8 @@ class Commit(Quarantine):
             # A staging table is created before the transaction, so its rowids are the
             # reader's order: they give the record's line (or data row).
             rows = f"(SELECT {pos} AS pos, * FROM {table} WHERE rtype = $t AND bad IS NULL)"
-            checked = rows if st.typed is not None else f"({validate.checked_sql(rt, rows)})"
-            self._quarantine_checked(st, file_id, checked, {"schema": rt.schema, "t": rt.table})
+            checked = rows if staged.typed is not None else f"({validate.checked_sql(rt, rows)})"
+            self._quarantine_checked(staged, file_id, checked, {"schema": rt.schema, "t": rt.table})
             cols, exprs = validate.target_columns(rt)
             n = one_row(
                 self._exec(
@@ -139,15 +151,15 @@ class Commit(Quarantine):
             )[0]
             if n:
                 result.rows[rt.table] = n
-                self._note_changes(rt, file_id if rows_id is None else rows_id, st.shift)
+                self._note_changes(rt, file_id if rows_id is None else rows_id, staged.shift)
             if rt.table == "proxy" and not self.key_available:
-                st.ids_dropped += one_row(
+                staged.ids_dropped += one_row(
                     self._exec(
                         f"SELECT count(*) FROM {checked} WHERE t_raw_session_id",
                         {"t": rt.table, **shift},
                     )
                 )[0]
-        self.raw_without_key += st.ids_dropped
+        self.raw_without_key += staged.ids_dropped
 
     def _note_changes(self, rt: RecordType, file_id: int, shift: int) -> None:
         """What the next analysis must look at again (queries/incremental.py): the
@@ -205,7 +217,7 @@ class Commit(Quarantine):
             },
         )
 
-    def _extend(self, file_id: int, st: Staged, result: FileResult) -> None:
+    def _extend(self, file_id: int, staged: Staged, result: FileResult) -> None:
         """Add an append's counts to the file's manifest row."""
         self._exec(
             """UPDATE files SET rows_loaded = rows_loaded + $loaded,
@@ -218,9 +230,9 @@ class Commit(Quarantine):
                 "id": file_id,
                 "loaded": sum(result.rows.values()),
                 "q": result.quarantined,
-                "dropped": st.ids_dropped,
-                "fmt": st.src.format,
-                "compression": st.src.compression,
+                "dropped": staged.ids_dropped,
+                "fmt": staged.src.format,
+                "compression": staged.src.compression,
                 "rows": _json(
                     dict(Counter(_rows_by_type(self.con, file_id)) + Counter(result.rows))
                 ),

@@ -21,64 +21,64 @@ from .stagearea import Staged, StagingArea
 class Quarantine(StagingArea):
     """Phase 2, inside the transaction: the quarantine rows of a staged file."""
 
-    def _position(self, st: Staged) -> str:
+    def _position(self, staged: Staged) -> str:
         """SQL for a staged row's position: rowid + 1, plus the lines the reader skipped
         (rejected) before it (a format whose rows are its lines)."""
         if (
-            st.fmt.row_positions
-            or not st.rejects
-            or not one_row(self._exec(f"SELECT count(*) FROM {st.rejects}"))[0]
+            staged.fmt.row_positions
+            or not staged.rejects
+            or not one_row(self._exec(f"SELECT count(*) FROM {staged.rejects}"))[0]
         ):
             return "rowid + 1"
         # The j-th rejected line (0-based, by line) comes after line - 1 - j kept rows.
         return (
             f"rowid + 1 + (SELECT count(*) FROM (SELECT line - row_number() OVER "
-            f"(ORDER BY line) AS kept FROM (SELECT DISTINCT line FROM {st.rejects})) r "
+            f"(ORDER BY line) AS kept FROM (SELECT DISTINCT line FROM {staged.rejects})) r "
             f"WHERE r.kept <= rowid)"
         )
 
     @staticmethod
-    def _position_columns(st: Staged) -> tuple[str, str]:
+    def _position_columns(staged: Staged) -> tuple[str, str]:
         """The quarantine columns a position goes to: (line, row)."""
-        return ("NULL", "pos") if st.fmt.row_positions else ("pos", "NULL")
+        return ("NULL", "pos") if staged.fmt.row_positions else ("pos", "NULL")
 
-    def _quarantine_notes(self, st: Staged, file_id: int) -> None:
+    def _quarantine_notes(self, staged: Staged, file_id: int) -> None:
         """What staging noted: a note's line, or None (the file could not be read)."""
-        for line, reason in st.notes:
+        for line, reason in staged.notes:
             self._exec(
                 "INSERT INTO quarantine VALUES ($f, $p, $line, NULL, NULL, $r)",
-                {"f": file_id, "p": st.shown, "line": line, "r": reason},
+                {"f": file_id, "p": staged.shown, "line": line, "r": reason},
             )
 
-    def _quarantine_unread(self, st: Staged, file_id: int, pos: str) -> None:
+    def _quarantine_unread(self, staged: Staged, file_id: int, pos: str) -> None:
         """Rows the reader could not read (`bad`) and the lines it rejected. `pos`: a
         staged row's position in the file (SQL, binding `$shift`)."""
-        line_col, row_col = self._position_columns(st)
-        base = {"f": file_id, "p": st.shown}
+        line_col, row_col = self._position_columns(staged)
+        base = {"f": file_id, "p": staged.shown}
         self._exec(
             f"""INSERT INTO quarantine SELECT $f, $p, {line_col}, {row_col}, NULL, bad
-                FROM (SELECT {pos} AS pos, bad FROM {st.table}) WHERE bad IS NOT NULL""",
-            {**base, "shift": st.shift},
+                FROM (SELECT {pos} AS pos, bad FROM {staged.table}) WHERE bad IS NOT NULL""",
+            {**base, "shift": staged.shift},
         )
-        if st.rejects:
+        if staged.rejects:
             self._exec(
                 f"""INSERT INTO quarantine
-                   SELECT $f, $p, line + $lines, NULL, NULL, {st.fmt.rejected}
-                   FROM {st.rejects}""",
-                {**base, "lines": st.line_shift},
+                   SELECT $f, $p, line + $lines, NULL, NULL, {staged.fmt.rejected}
+                   FROM {staged.rejects}""",
+                {**base, "lines": staged.line_shift},
             )
 
     def _quarantine_checked(
-        self, st: Staged, file_id: int, checked: str, params: dict[str, Any]
+        self, staged: Staged, file_id: int, checked: str, params: dict[str, Any]
     ) -> None:
         """Records that fail the contract's checks: `checked` gives each staged row of one
         record type with its `reason` (validate.checked_sql), binding `params`."""
-        line_col, row_col = self._position_columns(st)
+        line_col, row_col = self._position_columns(staged)
         self._exec(
             f"""INSERT INTO quarantine
                 SELECT $f, $p, {line_col}, {row_col}, $schema, reason
                 FROM {checked} WHERE reason IS NOT NULL""",
-            {"f": file_id, "p": st.shown, "shift": st.shift, **params},
+            {"f": file_id, "p": staged.shown, "shift": staged.shift, **params},
         )
 
     def _count_quarantined(self, file_id: int, result: FileResult) -> None:

@@ -120,50 +120,52 @@ class Planner(Reads):
         lines = sc.lines - (d.known.lines if append and d and d.known else 0)
         return lines + (1 if sc.tail_open else 0)
 
-    def _split_at_cr(self, st: Staged, sc: identity.Scan, d: identity.Decision) -> bool:
+    def _split_at_cr(self, staged: Staged, sc: identity.Scan, d: identity.Decision) -> bool:
         """Did the reader split a line at a CR (a format whose rows are its lines: more
         lines than there are), or a record's end at a CR go unnoticed (a format of data
         rows: a rejected record holds a CR)?"""
-        if st.fmt.bare_cr is None:
+        if staged.fmt.bare_cr is None:
             return False
-        if st.fmt.row_positions:
+        if staged.fmt.row_positions:
             return bool(
-                st.rejects and one_row(self._exec(f"SELECT bool_or(has_cr) FROM {st.rejects}"))[0]
+                staged.rejects
+                and one_row(self._exec(f"SELECT bool_or(has_cr) FROM {staged.rejects}"))[0]
             )
         got = one_row(
             self._exec(
-                f"SELECT (SELECT count(*) FROM {st.table}) + (SELECT count(*) FROM {st.rejects})"
+                f"SELECT (SELECT count(*) FROM {staged.table})"
+                f" + (SELECT count(*) FROM {staged.rejects})"
             )
         )[0]
         return bool(got > self._expected_lines(sc, d))
 
-    def _find_lost_lines(self, st: Staged, sc: identity.Scan, read_path: Path | None) -> int:
+    def _find_lost_lines(self, staged: Staged, sc: identity.Scan, read_path: Path | None) -> int:
         """Every line read is a staged row or a rejected line. DuckDB's reader loses a
         line over 2 GiB without rejecting it (and the rows after it shift up): if lines
         are missing, find the overlong ones and reject them, so they are quarantined and
         the positions after them are right."""
-        expected = self._expected_lines(sc, st.decision)
-        rejected = one_row(self._exec(f"SELECT count(*) FROM {st.rejects}"))[0]
-        if st.rows_staged + rejected >= expected:
+        expected = self._expected_lines(sc, staged.decision)
+        rejected = one_row(self._exec(f"SELECT count(*) FROM {staged.rejects}"))[0]
+        if staged.rows_staged + rejected >= expected:
             return expected
-        if st.dropped_lines is not None:
-            long = st.dropped_lines
+        if staged.dropped_lines is not None:
+            long = staged.dropped_lines
             # The reader numbered the copy without them: its rejects, back to the file's
             # lines (the j-th dropped line, 0-based, follows line - 1 - j copied ones).
             self._exec(
-                f"""UPDATE {st.rejects} SET line = line + (
+                f"""UPDATE {staged.rejects} SET line = line + (
                         SELECT count(*) FROM (SELECT x - row_number() OVER (ORDER BY x) + 1
                                               AS from_line FROM unnest($d) AS t(x))
                         WHERE from_line <= line)""",
                 {"d": long},
             )
         else:
-            path, gz = (read_path, False) if read_path else (st.src.path, st.src.gzip)
+            path, gz = (read_path, False) if read_path else (staged.src.path, staged.src.gzip)
             long = identity.long_lines(path, gz, readers.MAX_LINE)
         self._exec(
-            f"""INSERT INTO {st.rejects} SELECT line, 'LINE SIZE OVER MAXIMUM', 1, false
+            f"""INSERT INTO {staged.rejects} SELECT line, 'LINE SIZE OVER MAXIMUM', 1, false
                 FROM unnest($lines) AS t(line)
-                WHERE line NOT IN (SELECT line FROM {st.rejects})""",
+                WHERE line NOT IN (SELECT line FROM {staged.rejects})""",
             {"lines": long},
         )
         return expected

@@ -55,15 +55,15 @@ def _aged(p: Path) -> bool:
 
 def _stale_folder(p: Path) -> bool:
     try:
-        st = os.lstat(p)
+        attrs = os.lstat(p)
     except OSError:
         return False
-    if not stat.S_ISDIR(st.st_mode):
+    if not stat.S_ISDIR(attrs.st_mode):
         return False  # never a link to a folder elsewhere, never someone's file
     lock = p / LOCK
     if os.path.lexists(lock):
         return _free(lock)
-    return time.time() - st.st_mtime > LEGACY_AGE
+    return time.time() - attrs.st_mtime > LEGACY_AGE
 
 
 def sweep(parent: str | os.PathLike[str], prefix: str) -> list[Path]:

@@ -223,8 +223,8 @@ def statement(
     }
 
 
-def encode(st: dict[str, Any]) -> bytes:
-    return (json.dumps(st, indent=2, sort_keys=True, ensure_ascii=False) + "\n").encode()
+def encode(statement: dict[str, Any]) -> bytes:
+    return (json.dumps(statement, indent=2, sort_keys=True, ensure_ascii=False) + "\n").encode()
 
 
 def sign(data: bytes, key: Ed25519PrivateKey) -> bytes:
@@ -303,17 +303,17 @@ def _digest_of_inputs(paths: list[str]) -> dict[str, str]:
 _DECISIONS = tuple(d.value for d in Decision)
 
 
-def _statement_problems(st: Any) -> list[str]:
+def _statement_problems(statement: Any) -> list[str]:
     """What makes a statement not one replaygate wrote (an empty predicate, another
     statement type, a subject that is not a name and a digest)."""
-    if not isinstance(st, dict):
+    if not isinstance(statement, dict):
         return [f"{STATEMENT}: not a statement"]
     out = []
-    if st.get("_type") != STATEMENT_TYPE:
+    if statement.get("_type") != STATEMENT_TYPE:
         out.append(f"{STATEMENT}: _type is not {STATEMENT_TYPE}")
-    if st.get("predicateType") != PREDICATE_TYPE:
+    if statement.get("predicateType") != PREDICATE_TYPE:
         out.append(f"{STATEMENT}: predicateType is not {PREDICATE_TYPE}")
-    subjects = st.get("subject")
+    subjects = statement.get("subject")
     if not isinstance(subjects, list) or not subjects:
         out.append(f"{STATEMENT}: lists no subject")
     elif not all(
@@ -324,7 +324,7 @@ def _statement_problems(st: Any) -> list[str]:
         for s in subjects
     ):
         out.append(f"{STATEMENT}: a subject is not a name with a sha256 digest")
-    p = st.get("predicate")
+    p = statement.get("predicate")
     if not isinstance(p, dict) or not p:
         return [*out, f"{STATEMENT}: the predicate is empty"]
     wants: dict[str, Callable[[Any], bool]] = {
@@ -370,19 +370,19 @@ def verify(
         return v
     try:
         raw = read_inside(bundle, STATEMENT)
-        st = json.loads(raw)
+        statement = json.loads(raw)
     except FileNotFoundError:
         v.problems.append(f"{STATEMENT}: missing")
         return v
     except ValueError as exc:
         v.problems.append(f"{STATEMENT}: {exc}")
         return v
-    malformed = _statement_problems(st)
+    malformed = _statement_problems(statement)
     if malformed:
         v.problems += malformed
         return v
-    subjects = st["subject"]
-    predicate = st["predicate"]
+    subjects = statement["subject"]
+    predicate = statement["predicate"]
 
     given = [public_key] if isinstance(public_key, str) else list(public_key or ())
     _check_signature(bundle, raw, given, v)

@@ -295,8 +295,8 @@ def record_coverage(
                 "INSERT INTO blind_files VALUES ($d, $t, $f)", {"d": name, "t": table, "f": fid}
             ).fetchall()
     con.execute(
-        "INSERT INTO coverage VALUES ($d, $st, $n, $s)",
-        {"d": name, "st": status, "n": findings, "s": seconds},
+        "INSERT INTO coverage VALUES ($d, $status, $n, $s)",
+        {"d": name, "status": status, "n": findings, "s": seconds},
     ).fetchall()
 
 

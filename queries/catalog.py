@@ -29,7 +29,7 @@ _PARAM = re.compile(r"\$([a-z_][a-z0-9_]*)")
 @dataclass(frozen=True)
 class Query:
     name: str
-    kind: str  # prep | detectors | gates
+    folder: str  # prep | detectors | gates
     path: Path
     sql: str
     header: Header
@@ -65,20 +65,20 @@ def _only_comments(stmt: str) -> bool:
     return all(not line.strip() or line.strip().startswith("--") for line in stmt.splitlines())
 
 
-def parse(path: Path, kind: str) -> Query:
-    """One query file of the folder `kind` (detectors, gates, prep): its header checked
+def parse(path: Path, folder: str) -> Query:
+    """One query file of a folder of queries/sql (detectors, gates, prep): its header checked
     (queries/headers.py); a detector's name is its file's stem."""
     text = path.read_text(encoding="utf-8")
-    header, _ = headers.read(path, text.splitlines(), 0, kind)
+    header, _ = headers.read(path, text.splitlines(), 0, folder)
     name = header["name"]
-    if kind == "detectors" and name != path.stem:
+    if folder == "detectors" and name != path.stem:
         header.fail("name", f"{name!r} is not the file's name ({path.stem})")
-    return Query(name, kind, path, text, header)
+    return Query(name, folder, path, text, header)
 
 
 @cache
-def load(kind: str) -> tuple[Query, ...]:
-    return tuple(parse(p, kind) for p in sorted((SQL_DIR / kind).glob("*.sql")))
+def load(folder: str) -> tuple[Query, ...]:
+    return tuple(parse(p, folder) for p in sorted((SQL_DIR / folder).glob("*.sql")))
 
 
 def detectors() -> dict[str, Query]:
@@ -90,11 +90,11 @@ def _detectors() -> dict[str, Query]:
     return {q.name: q for q in load("detectors")}
 
 
-def get(kind: str, name: str) -> Query:
-    for q in load(kind):
+def get(folder: str, name: str) -> Query:
+    for q in load(folder):
         if q.name == name:
             return q
-    raise KeyError(f"no {kind} query named {name!r}")
+    raise KeyError(f"no {folder} query named {name!r}")
 
 
 @cache
@@ -102,9 +102,9 @@ def digest() -> str:
     """What an analysis was made by: the prepare, detector and gate-fact SQL. A database
     analysed by other SQL holds other derived tables (and maybe findings): not current."""
     h = hashlib.sha256()
-    for kind in ("prep", "detectors", "facts"):
-        for p in sorted((SQL_DIR / kind).glob("*.sql")):
-            h.update(f"{kind}/{p.name}\0".encode())
+    for folder in ("prep", "detectors", "facts"):
+        for p in sorted((SQL_DIR / folder).glob("*.sql")):
+            h.update(f"{folder}/{p.name}\0".encode())
             h.update(p.read_bytes())
     return h.hexdigest()[:16]
 

@@ -48,7 +48,6 @@ from .outcome import Decision
 DECISIONS = tuple(d.value for d in Decision)
 # The head of the chain as the database knows it (meta keys).
 ANCHOR_ROWS, ANCHOR_HEAD = "history_rows", "history_head"
-KINDS = ("evaluation", "ack", "override")
 SUFFIX = ".history.jsonl"
 # A connection may be told where its history is (a working copy of the database).
 _VARIABLE = "replaygate_history_file"
@@ -125,11 +124,11 @@ def version(con: duckdb.DuckDBPyConnection) -> str:
     """Changes with every append (findings that read the history are current for it)."""
     path = file_for(con)
     try:
-        st = path.stat() if path else None
+        attrs = path.stat() if path else None
     except FileNotFoundError:
         return "0"
     # Size alone misses an edit of the same length (PROCEED -> HOLD, a changed digit).
-    return f"{st.st_size}:{st.st_mtime_ns}:{st.st_ino}" if st else "0"
+    return f"{attrs.st_size}:{attrs.st_mtime_ns}:{attrs.st_ino}" if attrs else "0"
 
 
 # -- the row format ----------------------------------------------------------------------
@@ -602,16 +601,16 @@ def record_evaluation(
     data_version = get_meta(con, "data_version", "0")
     config_sha256, tool_version = _config_digest(config), _tool_version()
     rows = []
-    for st in doc.get("stages", []):
+    for stage in doc.get("stages", []):
         row = {
             "recorded_at": ts,
             "kind": "evaluation",
             "source": source,
-            "stage": st["stage"],
-            "release": st.get("release"),
-            "decision": st["decision"],
-            "reasons": list(st["reasons"]),
-            "gates": _gate_values(st),
+            "stage": stage["stage"],
+            "release": stage.get("release"),
+            "decision": stage["decision"],
+            "reasons": list(stage["reasons"]),
+            "gates": _gate_values(stage),
             "data_version": data_version,
             "config_sha256": config_sha256,
             "tool_version": tool_version,
@@ -619,7 +618,7 @@ def record_evaluation(
             "note": None,
             "in_force": None,
         }
-        data_end = (st.get("window") or {}).get("data_end")
+        data_end = (stage.get("window") or {}).get("data_end")
         if data_end:
             # What time of the data the evaluation had seen (`history --at` asks by it).
             row["data_end"] = data_end
@@ -655,7 +654,7 @@ def record_evaluation(
 
 def record_action(
     path: Path,
-    kind: str,
+    action: str,
     stage: str,
     *,
     by: str,
@@ -666,15 +665,15 @@ def record_action(
 ) -> dict[str, Any]:
     """Append an operator action: `ack` (the decision in force was seen) or `override`
     (the operator decides otherwise, with a reason)."""
-    if kind not in ("ack", "override"):
-        raise ReplaygateError(f"unknown operator action {kind!r}")
+    if action not in ("ack", "override"):
+        raise ReplaygateError(f"unknown operator action {action!r}")
     if not by or not by.strip():
         raise ReplaygateError("say who acts: --by NAME")
     if decision is not None and decision not in DECISIONS:
         raise ReplaygateError(f"unknown decision {decision!r} ({', '.join(DECISIONS)})")
-    if kind == "override" and decision is None:
+    if action == "override" and decision is None:
         raise ReplaygateError("an override needs --decision")
-    if kind == "override" and (not reason or not reason.strip()):
+    if action == "override" and (not reason or not reason.strip()):
         raise ReplaygateError("an override needs --reason")
     ts = _now(now)
 
@@ -694,18 +693,18 @@ def record_action(
                 f"no recorded decision for stage {stage!r}: record one first "
                 "(replaygate gates --stage STAGE --record)"
             )
-        if kind == "ack" and decision is not None and decision != current["decision"]:
+        if action == "ack" and decision is not None and decision != current["decision"]:
             raise ReplaygateError(
                 f"the decision in force for {stage!r} is {current['decision']} "
                 f"(recorded {current['recorded_at']}), not {decision}"
             )
         return {
             "recorded_at": iso(ts),
-            "kind": kind,
-            "source": kind,
+            "kind": action,
+            "source": action,
             "stage": stage,
             "release": release if release is not None else current.get("release"),
-            "decision": decision if kind == "override" else current["decision"],
+            "decision": decision if action == "override" else current["decision"],
             "reasons": None,
             "gates": None,
             "data_version": current.get("data_version"),

@@ -236,19 +236,19 @@ def judge(
     no file could show."""
     value, sample = measure.get("value"), int(measure.get("sample") or 0)
     failures = g.kind.failures(measure)
-    st = status_of(g, value, sample, failures, minimum, scope, config)
+    status = status_of(g, value, sample, failures, minimum, scope, config)
     why = no_evidence(g, sources, blind) or judged_nothing(g, measure, sample, cannot_tell)
-    if why and st == Status.PASS:
-        st = Status.INSUFFICIENT
+    if why and status == Status.PASS:
+        status = Status.INSUFFICIENT
     return Judgement(
         gate=g,
-        status=st,
+        status=status,
         value=value,
         threshold=g.kind.threshold(config),
         sample=sample,
         minimum=minimum,
         failures=failures,
-        no_evidence=why if st == Status.INSUFFICIENT else None,
+        no_evidence=why if status == Status.INSUFFICIENT else None,
         cannot_tell=cannot_tell,
         causes=causes_of(measure) if g.causes else (),
     )
@@ -388,7 +388,7 @@ def _meters(con: duckdb.DuckDBPyConnection) -> dict[tuple[str, str], dict[str, A
     rows = con.execute(
         "SELECT sample, stage, n, n_last_hour FROM a_stage_samples WHERE revision IS NULL"
     ).fetchall()
-    return {(s, st): {"observed": n, "last_hour": lh} for s, st, n, lh in rows}
+    return {(s, stage): {"observed": n, "last_hour": lh} for s, stage, n, lh in rows}
 
 
 # A finding a gate counts: not one of `replaygate probe`'s sessions, or one `probe_gates`
@@ -874,10 +874,10 @@ def _by_revision(
             n, p99 = sample_of.get((rev, g.meter), (0, None)) if g.meter else (None, None)
             measure = {"value": g.kind.revision_value(n_found, p99), "failures": n_found}
             value = measure["value"]
-            st = status_of(
+            status = status_of(
                 g, value, n or 0, g.kind.failures(measure), minimums[g.id], scope, config
             )
-            gates[g.id] = {"status": st, "value": value, "sample": n}
+            gates[g.id] = {"status": status, "value": value, "sample": n}
         out.append({"revision": rev, "gates": gates})
     return out
 
@@ -960,8 +960,8 @@ def document(
     rollback cannot be verified says so among its reasons."""
     doc = evaluate(con, config, stage=stage, all_stages=all_stages)
     doc["rollback_verification"] = rollback_verification(con)
-    for st in doc["stages"]:
+    for judged in doc["stages"]:
         for rb in doc["rollback_verification"]:
-            if rb["stage"] == st["stage"] and rb["status"] == "not verifiable":
-                st["reasons"].append(ROLLBACK_NOT_VERIFIABLE.format(stage=rb["stage"]))
+            if rb["stage"] == judged["stage"] and rb["status"] == "not verifiable":
+                judged["reasons"].append(ROLLBACK_NOT_VERIFIABLE.format(stage=rb["stage"]))
     return doc

@@ -64,31 +64,31 @@ class Guard:
         """The real path `out` writes to, or a one-line refusal."""
         real = _real(out)
         try:
-            st = os.lstat(real)
+            attrs = os.lstat(real)
         except FileNotFoundError:
-            st = None
+            attrs = None
         except OSError as exc:
             raise OutputRefused(f"{out}: cannot write there ({exc.strerror})") from None
-        if st is not None and stat.S_ISLNK(st.st_mode):
+        if attrs is not None and stat.S_ISLNK(attrs.st_mode):
             raise OutputRefused(
                 f"{out}: is a symbolic link; refusing to write through it "
                 "(remove it, or give the path it points to)"
             )
-        if st is not None and not stat.S_ISREG(st.st_mode):
+        if attrs is not None and not stat.S_ISREG(attrs.st_mode):
             raise OutputRefused(f"{out}: is not a regular file; refusing to replace it")
         what = self.protected.get(real)
-        if what is None and st is not None:
-            what = self._same_file(st)
+        if what is None and attrs is not None:
+            what = self._same_file(attrs)
         if what is not None:
             raise OutputRefused(f"{out}: is {what}; refusing to overwrite it")
         return real
 
-    def _same_file(self, st: os.stat_result) -> str | None:
+    def _same_file(self, attrs: os.stat_result) -> str | None:
         # A second name for a protected file (a hard link, a bind mount) is that file.
         for p, what in self.protected.items():
             with contextlib.suppress(OSError):
                 o = os.stat(p)
-                if (o.st_dev, o.st_ino) == (st.st_dev, st.st_ino):
+                if (o.st_dev, o.st_ino) == (attrs.st_dev, attrs.st_ino):
                     return what
         return None
 
@@ -136,10 +136,10 @@ class Guard:
         except OSError as exc:
             raise OutputRefused(f"{out}: cannot write there ({exc.strerror})") from None
         try:
-            st = os.fstat(fd)
-            if not stat.S_ISREG(st.st_mode):
+            attrs = os.fstat(fd)
+            if not stat.S_ISREG(attrs.st_mode):
                 raise OutputRefused(f"{out}: is not a regular file; refusing to append to it")
-            what = self._same_file(st)
+            what = self._same_file(attrs)
             if what is not None:
                 raise OutputRefused(f"{out}: is {what}; refusing to append to it")
             view = memoryview(data)

@@ -145,14 +145,14 @@ def build(
     doc = gates.document(con, config, stage=stage)
     if not doc["stages"]:
         raise ReplaygateError("no rollout stages in the data: nothing to report on")
-    st = doc["stages"][0]
+    judged = doc["stages"][0]
     # Records dated after the last ingest are left out (freshness.py): a clock years
     # ahead does not date the report.
     fresh = freshness.sources(con)
     as_of = freshness.as_of(
         {t: fresh[t] for t in ("proxy", "sessions", "events", "rollout") if t in fresh}
     )
-    reproduce = ["replaygate", "report", "--db", db_path, "--stage", st["stage"]]
+    reproduce = ["replaygate", "report", "--db", db_path, "--stage", judged["stage"]]
     if config_path:
         reproduce += ["--config", config_path]
     methodology = [
@@ -187,28 +187,28 @@ def build(
             "evidence_count": g["evidence"]["count"],
             "evidence_detectors": g["evidence"]["detectors"],
         }
-        for g in st["gates"]
+        for g in judged["gates"]
     ]
     quarantined = one_row(con.execute("SELECT count(*) FROM quarantine"))[0]
-    found = _findings(con, st["stage"], top)
+    found = _findings(con, judged["stage"], top)
     return {
         "report_version": REPORT_VERSION,
         "tool": {"name": "replaygate", "version": __version__},
         "as_of": _iso(as_of),
-        "scope": _scope(con, st),
-        "decision": st["decision"],
-        "reasons": st["reasons"],
+        "scope": _scope(con, judged),
+        "decision": judged["decision"],
+        "reasons": judged["reasons"],
         "gates": gate_rows,
-        "by_revision": st["by_revision"],
+        "by_revision": judged["by_revision"],
         "rollback_verification": doc["rollback_verification"],
-        "decision_history": _decision_history(con, st["stage"]),
+        "decision_history": _decision_history(con, judged["stage"]),
         "findings": found,
         # The guide entries of the detectors behind this stage's findings (the whole
         # guide: docs/field-guide.md).
         "field_guide": [fieldguide.entry(d) for d in found["by_detector"]],
         "coverage": runner.coverage_doc(con),
         # This stage's units that no file could show a needed fact for (by the stage rule).
-        "cannot_tell": st["cannot_tell"],
+        "cannot_tell": judged["cannot_tell"],
         "inputs": {"files": _inputs(con), "quarantined_rows": quarantined},
         "configuration": {**gatedefs.effective_settings(config), "source": config.source},
         "methodology": methodology,

@@ -25,7 +25,7 @@ DECISION = click.Choice([d.value for d in Decision], case_sensitive=False)
 
 
 def _action(
-    kind: str,
+    action: str,
     db: str,
     config_path: str | None,
     as_json: bool,
@@ -46,7 +46,7 @@ def _action(
         stage = f"{stage}@{release}"
     row = decisionlog.record_action(
         decisionlog.file_for_db(db),
-        kind,
+        action,
         stage,
         by=by,
         decision=decision.upper() if decision else None,
@@ -60,10 +60,10 @@ def _action(
     else:
         from replaygate.queries.api import terminal as show
 
-        verb = "acknowledged" if kind == "ack" else "overrode"
+        verb = "acknowledged" if action == "ack" else "overrode"
         click.echo(
             f"{row['recorded_at']} {show(row['actor'])} {verb} {show(row['stage'])}: "
-            f"{row['in_force']}" + (f" -> {row['decision']}" if kind == "override" else "")
+            f"{row['in_force']}" + (f" -> {row['decision']}" if action == "override" else "")
         )
 
 

@@ -326,16 +326,16 @@ def gates_report(doc: dict[str, Any]) -> None:
     if not doc["stages"]:
         _print(_t(doc.get("note", "no stages")))
         return
-    for st in doc["stages"]:
-        decision = st["decision"]
+    for stage in doc["stages"]:
+        decision = stage["decision"]
         _print(
-            f"\n[bold]{_t(st['stage'])}[/] ({_t(st['scope'] or 'no scope')}) "
-            f"{_t(st['window']['start'])} .. {_t(st['window']['end'] or 'open')}: "
+            f"\n[bold]{_t(stage['stage'])}[/] ({_t(stage['scope'] or 'no scope')}) "
+            f"{_t(stage['window']['start'])} .. {_t(stage['window']['end'] or 'open')}: "
             f"[{DECISION_STYLE[decision]}]{decision}[/]"
         )
-        for r in st["reasons"]:
+        for r in stage["reasons"]:
             _print(f"  - {_t(r)}")
-        for w in st.get("warnings", []):
+        for w in stage.get("warnings", []):
             _print(f"  [yellow]warning:[/] {_t(w)}")
         t = _table(rules=False)
         # The gate's title, as the dashboard and reports name it (`--json` keeps the id);
@@ -347,7 +347,7 @@ def gates_report(doc: dict[str, Any]) -> None:
         t.add_column("threshold")
         t.add_column("sample\n(min)", justify="right", no_wrap=True)
         t.add_column("95%\nbound", no_wrap=True)
-        for g in st["gates"]:
+        for g in stage["gates"]:
             shown = display_status(g)
             style = "dim" if shown == NOT_EXERCISED else STATUS_STYLE[g["status"]]
             t.add_row(
@@ -359,7 +359,7 @@ def gates_report(doc: dict[str, Any]) -> None:
                 display_bound(g),
             )
         _print(t)
-        for e in st.get("cannot_tell", []):
+        for e in stage.get("cannot_tell", []):
             _print(
                 escape(
                     f"  cannot tell in this stage: {e['detector']}, {_units(e['units'])}: "

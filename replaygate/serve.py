@@ -96,8 +96,8 @@ def build_snapshot(con: duckdb.DuckDBPyConnection, config: Config) -> Snapshot:
         data_version=get_meta(con, "data_version", "0"),
         analysed_at=datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%S.%f")[:-3] + "Z",
     )
-    for st in doc.get("stages", []):
-        snap.stages[st["stage"]] = st
+    for stage in doc.get("stages", []):
+        snap.stages[stage["stage"]] = stage
     rows = con.execute(
         "SELECT stage, release, stage_name FROM a_stages ORDER BY start_ts, stage"
     ).fetchall()
@@ -341,8 +341,8 @@ class Handler(BaseHTTPRequestHandler):
             self._send(503, {"error": f"no analysis yet ({self.server.problem})"})
             return
         rel = None if release == NO_RELEASE else release
-        st = snap.find(rel, None if stage == NEWEST else stage)
-        if st is None:
+        found = snap.find(rel, None if stage == NEWEST else stage)
+        if found is None:
             what = "no stage" if stage == NEWEST else f"no stage named {stage!r}"
             of = "without a release" if rel is None else f"of release {release!r}"
             if ok == "any":
@@ -352,9 +352,11 @@ class Handler(BaseHTTPRequestHandler):
             else:
                 self._send(404, {"error": f"{what} {of} in the rollout log"})
             return
-        self.server.asked(st["stage"])
-        doc = self._doc(snap, st["decision"], st["stage"], st.get("release"), st["reasons"], [st])
-        self._send(status_for(st["decision"], ok), doc)
+        self.server.asked(found["stage"])
+        doc = self._doc(
+            snap, found["decision"], found["stage"], found.get("release"), found["reasons"], [found]
+        )
+        self._send(status_for(found["decision"], ok), doc)
 
     @staticmethod
     def _doc(

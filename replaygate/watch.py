@@ -524,9 +524,10 @@ class Watcher:
                 gate_changes = []
             else:
                 gate_changes = [
-                    {"id": g, "status": st, "previous": was["gates"].get(g)}
-                    for g, st in now["gates"].items()
-                    if st != was["gates"].get(g) and Status.FAIL in (st, was["gates"].get(g))
+                    {"id": g, "status": status, "previous": was["gates"].get(g)}
+                    for g, status in now["gates"].items()
+                    if status != was["gates"].get(g)
+                    and Status.FAIL in (status, was["gates"].get(g))
                 ]
                 if now["decision"] == was["decision"] and not gate_changes:
                     continue

@@ -55,10 +55,10 @@ def _timeline(f: Fleet, n_sessions: int) -> int:
 
 
 def _cohort(f: Fleet, t: int, margin: int) -> str | None:
-    for st in f.stages:
-        end = st.end if st.end is not None else t + margin + 1
-        if st.start <= t < end - margin and f.rng.random() < st.percent / 100:
-            return st.name
+    for stage in f.stages:
+        end = stage.end if stage.end is not None else t + margin + 1
+        if stage.start <= t < end - margin and f.rng.random() < stage.percent / 100:
+            return stage.name
     return None
 
 
@@ -70,17 +70,17 @@ def _placements(f: Fleet, needs: str, end: int) -> tuple[int, str | None, bool]:
         assert f.rollback_at is not None, "the timeline is laid out first"
         return f.rollback_at - 3 * 60 * SEC, "write-10pct", True
     if needs in ("sessionless", "unrecorded"):
-        cands = [st for st in f.stages[:3]]
-        st = rng.choice(cands)
-        stop = st.end if st.end is not None else end
-        return rng.randint(st.start + margin, stop - margin), None, False
+        cands = [stage for stage in f.stages[:3]]
+        stage = rng.choice(cands)
+        stop = stage.end if stage.end is not None else end
+        return rng.randint(stage.start + margin, stop - margin), None, False
     options: list[str | None] = [None]
-    for st in f.stages[:3]:  # the current stage is kept clean for the demo story
-        if needs == "resumable" and st.scope == "shadow":
+    for stage in f.stages[:3]:  # the current stage is kept clean for the demo story
+        if needs == "resumable" and stage.scope == "shadow":
             continue
-        if needs == "write" and st.scope != "write":
+        if needs == "write" and stage.scope != "write":
             continue
-        options.append(st.name)
+        options.append(stage.name)
     if needs == "resumable":
         options = [o for o in options if o is not None]
     cohort = rng.choice(options)
@@ -91,9 +91,9 @@ def _placements(f: Fleet, needs: str, end: int) -> tuple[int, str | None, bool]:
         # there is a new stream resumed after the rollback.
         assert f.rollback_at is not None, "the timeline is laid out first"
         return rng.randint(T0 + margin, f.rollback_at - margin), None, False
-    st = f.stage_named(cohort)
-    stop = st.end if st.end is not None else end
-    return rng.randint(st.start + margin, stop - margin), cohort, st.scope != "shadow"
+    stage = f.stage_named(cohort)
+    stop = stage.end if stage.end is not None else end
+    return rng.randint(stage.start + margin, stop - margin), cohort, stage.scope != "shadow"
 
 
 MARGIN = 15 * 60 * SEC  # sessions start this long before their stage's window ends

@@ -472,8 +472,8 @@ def write_bulk(
             inst, row = _rows(rec_off, ctpl)
             rec = t.recoveries.take(pa.array(row))
             at = rec["t_off"].to_numpy() + cstart[inst]
-            st = stage_of(at, np.ones(len(at), bool), ccohort[inst])
-            counts.recoveries(st, rec["dur_ms"].to_numpy() / 1000)
+            stage_ix = stage_of(at, np.ones(len(at), bool), ccohort[inst])
+            counts.recoveries(stage_ix, rec["dur_ms"].to_numpy() / 1000)
             for fut in pending:
                 fut.result()
             pending = [pool.submit(writers[k].write_batch, b) for k, b in batches.items()]
@@ -542,15 +542,15 @@ class _Counts:
     def merge_into(self, f: Fleet) -> None:
         keys: list[str | None] = [None] + [s.name for s in f.stages]
         for i, k in enumerate(keys):
-            st = f.stats[k]
-            st.accepted += int(self.sums["accepted"][i])
-            st.completed += int(self.sums["completed"][i])
-            st.n404 += int(self.sums["n404"][i])
-            st.invalid_origin += int(self.sums["invalid_origin"][i])
-            st.unjudged_origin += int(self.sums["unjudged_origin"][i])
-            st.write_dispatches += int(self.sums["write_dispatches"][i])
+            stats = f.stats[k]
+            stats.accepted += int(self.sums["accepted"][i])
+            stats.completed += int(self.sums["completed"][i])
+            stats.n404 += int(self.sums["n404"][i])
+            stats.invalid_origin += int(self.sums["invalid_origin"][i])
+            stats.unjudged_origin += int(self.sums["unjudged_origin"][i])
+            stats.write_dispatches += int(self.sums["write_dispatches"][i])
             for a in self.rec[i]:
-                st.recoveries.extend(a.tolist())
+                stats.recoveries.extend(a.tolist())
             for a in self.reconnect[i]:
-                st.reconnect_ts.extend(a.tolist())
+                stats.reconnect_ts.extend(a.tolist())
             f.bulk_delivered[k] += int(self.sums["delivered"][i])

@@ -136,20 +136,20 @@ def call(
     events: dict = {}
     received: dict[int, str] = {}
     dropped = set(drop)
-    st = {"t": t + 8}
+    clock = {"t": t + 8}
 
     def produce(q: int, disp: str) -> None:
-        st["t"] += f.jitter(30, 300)
-        eid = f.eid(s, sid, q, st["t"])
+        clock["t"] += f.jitter(30, 300)
+        eid = f.eid(s, sid, q, clock["t"])
         kind = _kind(q, n, heartbeat)
         digest = sha(f"{eid}|{payload}")
         events[q] = (eid, kind, digest)
         if kind == "result" and expire_before_result:
-            f.led_session(s, st["t"], "SESSION_EXPIRED")
-            st["t"] += 10
+            f.led_session(s, clock["t"], "SESSION_EXPIRED")
+            clock["t"] += 10
         f.event(
             s,
-            st["t"],
+            clock["t"],
             sid,
             eid,
             q,
@@ -165,12 +165,12 @@ def call(
         if client_cut is not None and q > client_cut:
             return
         eid, kind, digest = events[q]
-        st["t"] += f.jitter(3, 30)
+        clock["t"] += f.jitter(3, 30)
         verdict = "duplicate" if (q in received and not dup_ok) else "accepted"
         out = f"out-{f.seq_no():08d}" if kind == "result" and verdict == "accepted" else None
         f.receipt(
             s,
-            st["t"],
+            clock["t"],
             sid,
             eid,
             verdict,
@@ -193,21 +193,26 @@ def call(
         if i < cut and not (priming_lost and q == 0):
             deliver(q)
     rest = seqs[cut + (brk.inflight if brk else 0) :]
-    result = CallResult(sid, rid, payload, key, did, receipt, events, st["t"], retry, tool=tool)
+    result = CallResult(sid, rid, payload, key, did, receipt, events, clock["t"], retry, tool=tool)
 
     def last_sent() -> str:
         sent = [q for q in events if q not in dropped]
         return events[max(sent)][0]
 
     if brk is not None:
-        st["t"] = max(st["t"] + f.jitter(5, 50), brk.at or 0)
+        clock["t"] = max(clock["t"] + f.jitter(5, 50), brk.at or 0)
         f.led_stream(
-            s, st["t"], sid, "DISCONNECTED", close_reason="network", last_sent_event_id=last_sent()
+            s,
+            clock["t"],
+            sid,
+            "DISCONNECTED",
+            close_reason="network",
+            last_sent_event_id=last_sent(),
         )
         if brk.mode in ("repost", "abandon"):
-            st["t"] += 1
-            f.led_stream(s, st["t"], sid, "CLOSED", close_reason="client_disconnect")
-            s.t = result.t_end = st["t"]
+            clock["t"] += 1
+            f.led_stream(s, clock["t"], sid, "CLOSED", close_reason="client_disconnect")
+            s.t = result.t_end = clock["t"]
             if brk.mode == "repost":
                 s.t += brk.repost_delay or f.jitter(200, 1500)
                 new_key = {"same": key, "new": f"idem-{f.uid()[:20]}", "none": None}
@@ -225,16 +230,16 @@ def call(
                 )
             return result
         if brk.mode == "cursorless":
-            _cursorless_reopen(f, s, brk, sid, st, retry, rest, dropped, produce)
-            s.t = result.t_end = st["t"]
+            _cursorless_reopen(f, s, brk, sid, clock, retry, rest, dropped, produce)
+            s.t = result.t_end = clock["t"]
             return result
         acked = sorted(received)
         cursor_seq = acked[-2] if brk.ack_lag and len(acked) > 1 else acked[-1]
         cursor = brk.cursor or received[cursor_seq]
-        st["t"] += brk.delay if brk.delay is not None else retry + f.jitter(30, 700)
+        clock["t"] += brk.delay if brk.delay is not None else retry + f.jitter(30, 700)
         if brk.evict_to is not None:
             # A bounded replay store full of other streams' events drops this one's oldest.
-            evicted_at = st["t"] - 400
+            evicted_at = clock["t"] - 400
             for q in sorted(events):
                 if q <= brk.evict_to and q not in dropped:
                     eid, kind, digest = events[q]
@@ -242,33 +247,33 @@ def call(
                     f.event(s, evicted_at, sid, eid, q, kind, "evicted", digest=digest, depth=256)
         f.led_stream(
             s,
-            st["t"],
+            clock["t"],
             sid,
             "RESUME_PENDING",
             resume_from_event_id=cursor,
             last_acked_event_id=received[cursor_seq],
         )
         rejected = brk.mode == "reject"
-        f.proxy(st["t"] + 1, "GET", 400 if rejected else 200, s, last_event_id=cursor)
+        f.proxy(clock["t"] + 1, "GET", 400 if rejected else 200, s, last_event_id=cursor)
         if brk.mode == "pending":
-            s.t = result.t_end = st["t"]
+            s.t = result.t_end = clock["t"]
             return result
-        st["t"] += f.jitter(10, 150)
+        clock["t"] += f.jitter(10, 150)
         if rejected:
-            f.led_stream(s, st["t"], sid, "CURSOR_REJECTED")
-            st["t"] += 2
-            f.led_stream(s, st["t"], sid, "CLOSED", close_reason="cursor_rejected")
-            s.t = result.t_end = st["t"]
+            f.led_stream(s, clock["t"], sid, "CURSOR_REJECTED")
+            clock["t"] += 2
+            f.led_stream(s, clock["t"], sid, "CLOSED", close_reason="cursor_rejected")
+            s.t = result.t_end = clock["t"]
             return result
-        f.led_stream(s, st["t"], sid, "STREAM_OPEN", method="GET")
+        f.led_stream(s, clock["t"], sid, "STREAM_OPEN", method="GET")
         start = brk.replay_from if brk.replay_from is not None else cursor_seq + 1
         for q in sorted(events):
             if q >= start and q not in dropped:
                 eid, kind, digest = events[q]
-                st["t"] += f.jitter(2, 20)
+                clock["t"] += f.jitter(2, 20)
                 f.event(
                     s,
-                    st["t"],
+                    clock["t"],
                     sid,
                     eid,
                     q,
@@ -281,15 +286,15 @@ def call(
                 deliver(q, "replay", dup_ok=brk.dedup_broken)
         if brk.cross:
             other_sid, other_eid, other_seq, other_digest = brk.cross
-            st["t"] += f.jitter(2, 20)
+            clock["t"] += f.jitter(2, 20)
             # The server replays it on this stream (its log says so), the client accepts it.
             f.event(
-                s, st["t"], sid, other_eid, other_seq, "message", "replayed", digest=other_digest
+                s, clock["t"], sid, other_eid, other_seq, "message", "replayed", digest=other_digest
             )
-            st["t"] += f.jitter(1, 5)
+            clock["t"] += f.jitter(1, 5)
             f.receipt(
                 s,
-                st["t"],
+                clock["t"],
                 sid,
                 other_eid,
                 "accepted",
@@ -305,37 +310,37 @@ def call(
         else:
             produce(q, "sent")
             deliver(q)
-    st["t"] += f.jitter(5, 40)
+    clock["t"] += f.jitter(5, 40)
     f.led_stream(
         s,
-        st["t"],
+        clock["t"],
         sid,
         "CLOSED",
         close_reason="completed",
         last_sent_event_id=last_sent(),
         last_acked_event_id=received[max(received)] if received else None,
     )
-    s.t = st["t"] + f.jitter(5, 20)
+    s.t = clock["t"] + f.jitter(5, 20)
     result.t_end = s.t
     return result
 
 
-def _cursorless_reopen(f: Fleet, s: Sess, brk: Brk, sid, st, retry, rest, dropped, produce):
+def _cursorless_reopen(f: Fleet, s: Sess, brk: Brk, sid, clock, retry, rest, dropped, produce):
     """The tool keeps running after the break; the client re-opens the stream by a GET
     without Last-Event-ID, so the server has no position to replay from and the stream's
     events go nowhere until the client gives up on it."""
-    disc = st["t"]
+    disc = clock["t"]
     for q in rest[: brk.gap_events]:
         produce(q, "dropped" if q in dropped else "sent")
-    st["t"] = max(st["t"], disc + retry) + f.jitter(30, 700)
-    f.led_stream(s, st["t"], sid, "RESUME_PENDING")
-    f.proxy(st["t"] + 1, "GET", 200, s)
-    st["t"] += f.jitter(10, 150)
-    f.led_stream(s, st["t"], sid, "STREAM_OPEN", method="GET")
+    clock["t"] = max(clock["t"], disc + retry) + f.jitter(30, 700)
+    f.led_stream(s, clock["t"], sid, "RESUME_PENDING")
+    f.proxy(clock["t"] + 1, "GET", 200, s)
+    clock["t"] += f.jitter(10, 150)
+    f.led_stream(s, clock["t"], sid, "STREAM_OPEN", method="GET")
     for q in rest[brk.gap_events :]:
         produce(q, "dropped" if q in dropped else "sent")
-    st["t"] += f.jitter(500, 3000)
-    f.led_stream(s, st["t"], sid, "CLOSED", close_reason="client_disconnect")
+    clock["t"] += f.jitter(500, 3000)
+    f.led_stream(s, clock["t"], sid, "CLOSED", close_reason="client_disconnect")
 
 
 def sessionless_call(

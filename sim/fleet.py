@@ -188,9 +188,9 @@ class Fleet:
         return next(s for s in self.stages if s.name == name)
 
     def window_stage(self, ts: int) -> str | None:
-        for st in self.stages:
-            if st.start <= ts and (st.end is None or ts < st.end):
-                return st.name
+        for stage in self.stages:
+            if stage.start <= ts and (stage.end is None or ts < stage.end):
+                return stage.name
         return None
 
     def stage_of(self, session_hmac: str | None, ts: int) -> str | None:
@@ -201,8 +201,8 @@ class Fleet:
         name = self.cohort[session_hmac]
         if name is None:
             return None
-        st = self.stage_named(name)
-        return name if st.start <= ts and (st.end is None or ts < st.end) else None
+        stage = self.stage_named(name)
+        return name if stage.start <= ts and (stage.end is None or ts < stage.end) else None
 
     # -- writing --------------------------------------------------------------------------
     def writer(self, table: str, file_name: str | None = None) -> _Base:
@@ -446,22 +446,22 @@ class Fleet:
                 }
             )
         stage = self.stage_of(hm, t)
-        st = self.stats[stage]
+        stats = self.stats[stage]
         if status == 404 and has_session and method != "DELETE":
-            st.n404 += 1
+            stats.n404 += 1
         seen = origin_class(origin, method, self.allowlist)
         if seen == "invalid":
-            st.invalid_origin += 1
+            stats.invalid_origin += 1
         elif seen == "unjudged":
-            st.unjudged_origin += 1
+            stats.unjudged_origin += 1
         gets_before = self.gets.get(hm, 0) if hm is not None else 0
         if method == "GET" and hm is not None:
             self.gets[hm] = gets_before + 1
         # A resuming GET, a re-open of a session's stream without a cursor, 429 or 503.
         if (method == "GET" and (last_event_id or gets_before)) or status in (429, 503):
-            st.reconnect_ts.append(t)
+            stats.reconnect_ts.append(t)
         if raw:
-            st.raw_ids += 1
+            stats.raw_ids += 1
         # (these contract rows do not say who ended a request, so an empty event stream is
         # not judged by its row alone; the proxies' own logs of `native` do)
         if (
@@ -470,7 +470,7 @@ class Fleet:
             and body_bytes
             and (content_type or "").startswith("text/event-stream")
         ):
-            st.sized_answers += 1
+            stats.sized_answers += 1
 
     def dispatch(
         self,
@@ -646,8 +646,8 @@ class Fleet:
         """Events delivered per stage as the gates count them: accepted receipts where the
         client keeps an inbox, else the events the server's log shows it sent or replayed."""
         out: dict = defaultdict(int)
-        for stage, st in self.stats.items():
-            out[stage] += st.accepted
+        for stage, stats in self.stats.items():
+            out[stage] += stats.accepted
         for stage, n in self.bulk_delivered.items():
             out[stage] += n
         for key, stages in self.server_delivered.items():

@@ -98,14 +98,14 @@ def expected_decisions(fleet, expectations: list[dict], config: Config) -> dict:
     out = {}
     minimum = min_samples(config)
     delivered = fleet.delivered_by_stage()
-    for st in fleet.stages:
-        stats = fleet.stats[st.name]
+    for stage in fleet.stages:
+        stats = fleet.stats[stage.name]
         found = Counter(
-            e["detector"] for e in expectations if e["stage"] == st.name and not _ungated(e)
+            e["detector"] for e in expectations if e["stage"] == stage.name and not _ungated(e)
         )
         gates: dict[str, str] = {}
         samples = {
-            "cross_stream_acceptances": delivered.get(st.name, 0),
+            "cross_stream_acceptances": delivered.get(stage.name, 0),
             "silent_truncations": stats.completed,
             "write_idempotency": stats.write_dispatches,
             "recovery_p99": len(stats.recoveries),
@@ -144,12 +144,12 @@ def expected_decisions(fleet, expectations: list[dict], config: Config) -> dict:
             p99 = quantile_cont(stats.recoveries, 0.99)
             gates["recovery_p99"] = "fail" if p99 >= config.recovery_threshold_s else "pass"
         for gate, scopes in SCOPES.items():
-            if st.scope not in scopes:
+            if stage.scope not in scopes:
                 gates[gate] = "not_applicable"
         failing = sorted(g for g, v in gates.items() if v == "fail")
         insufficient = sorted(g for g, v in gates.items() if v == "insufficient")
         decision = "ROLLBACK" if failing else ("HOLD" if insufficient else "PROCEED")
-        out[st.name] = {"decision": decision, "gates": dict(sorted(gates.items()))}
+        out[stage.name] = {"decision": decision, "gates": dict(sorted(gates.items()))}
     return out
 
 

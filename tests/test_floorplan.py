@@ -10,6 +10,7 @@ spark-submit). Packages on one floor import nothing of each other.
 from __future__ import annotations
 
 import ast
+import re
 import tomllib
 from pathlib import Path
 
@@ -177,6 +178,112 @@ def test_name_twins_are_found():
         "capability": ["replaygate.a.capability", "replaygate.b.capabilities"],
         "view": ["replaygate.a.views", "replaygate.b.views"],
     }
+
+
+# A short name says one thing too: `st` is Streamlit (`import streamlit as st`) and nothing
+# else. It once also named a gate's status, a stage, a staged file, a file's stat, a
+# statement, a stream id bound to SQL and the simulator's clock.
+ST_STREAMLIT = "st"
+
+
+def st_misuses(name: str, source: str) -> list[str]:
+    """Where a module's source uses `st` for anything but the Streamlit module."""
+    tree = ast.parse(source)
+    out = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.alias) and node.asname == ST_STREAMLIT:
+            if node.name != "streamlit":
+                out.append(f"{name}:{node.lineno} imports {node.name} as st")
+        elif isinstance(node, ast.Name) and node.id == ST_STREAMLIT:
+            if not isinstance(node.ctx, ast.Load):
+                out.append(f"{name}:{node.lineno} assigns st")
+        elif isinstance(node, ast.arg) and node.arg == ST_STREAMLIT:
+            out.append(f"{name}:{node.lineno} takes an argument st")
+        elif isinstance(node, ast.Attribute) and node.attr == ST_STREAMLIT:
+            out.append(f"{name}:{node.lineno} has an attribute st")
+        elif isinstance(node, ast.keyword) and node.arg == ST_STREAMLIT:
+            out.append(f"{name}:{node.lineno} passes st=")
+    streamlit = any(
+        isinstance(n, ast.alias) and n.name == "streamlit" and n.asname == ST_STREAMLIT
+        for n in ast.walk(tree)
+    )
+    if not streamlit:
+        out += [
+            f"{name}:{n.lineno} reads st"
+            for n in ast.walk(tree)
+            if isinstance(n, ast.Name) and n.id == ST_STREAMLIT and isinstance(n.ctx, ast.Load)
+        ]
+    return sorted(out, key=lambda w: int(w.split(":")[1].split()[0]))
+
+
+def test_st_names_streamlit_and_nothing_else():
+    wrong = [w for name, path in modules().items() for w in st_misuses(name, path.read_text())]
+    sql = ROOT / "queries" / "sql"
+    wrong += [
+        f"{p.relative_to(ROOT)} binds $st"
+        for p in sorted(sql.rglob("*.sql"))
+        if re.search(r"\$st\b", p.read_text())
+    ]
+    assert wrong == []
+
+
+def test_st_misuses_are_found():
+    assert st_misuses("ui", "import streamlit as st\nst.write(1)\n") == []
+    found = st_misuses(
+        "m",
+        "import os as st\nst = 1\ndef f(st): return st\nx.st = 2\nf(st=3)\n",
+    )
+    assert found == [
+        "m:1 imports os as st",
+        "m:2 assigns st",
+        "m:3 takes an argument st",
+        "m:3 reads st",
+        "m:4 has an attribute st",
+        "m:5 passes st=",
+    ]
+
+
+# `kind`, in the analysis, the dashboard and the CLI, is a gate's kind (`Gate.kind`, one of
+# `gatedefs.KINDS`) and nothing else: no variable or argument is named so. It once also
+# named a folder of queries, an operator's action, the inspector's subject, a download's
+# file type and an event's kind (the contract's field keeps its name in the data).
+KIND_PACKAGES = ("replaygate.queries", "replaygate.dashboard", "cli")
+
+
+def kind_misuses(name: str, source: str) -> list[str]:
+    """Where a module names a variable or an argument `kind` (a class's field `kind: Kind`,
+    the gate's, is the one allowed)."""
+    tree = ast.parse(source)
+    fields = {
+        id(node.target)
+        for cls in ast.walk(tree)
+        if isinstance(cls, ast.ClassDef)
+        for node in cls.body
+        if isinstance(node, ast.AnnAssign) and ast.unparse(node.annotation) == "Kind"
+    }
+    return [
+        f"{name}:{node.lineno}"
+        for node in ast.walk(tree)
+        if (isinstance(node, ast.Name) and node.id == "kind" and id(node) not in fields)
+        or (isinstance(node, ast.arg) and node.arg == "kind")
+    ]
+
+
+def test_kind_names_a_gates_kind_and_nothing_else():
+    wrong = [
+        w
+        for name, path in modules().items()
+        if floor(name)[1] in KIND_PACKAGES
+        for w in kind_misuses(name, path.read_text())
+    ]
+    assert wrong == []
+
+
+def test_kind_misuses_are_found():
+    gate = "class Gate:\n    kind: Kind\n\nGate(kind=1).kind\n"
+    assert kind_misuses("g", gate) == []
+    found = kind_misuses("m", "def f(kind):\n    return kind\nfor kind in x: pass\n")
+    assert sorted(found) == ["m:1", "m:2", "m:3"]
 
 
 def test_no_floor_imports_one_above_it_or_beside_it():

@@ -15,13 +15,15 @@ subjects = data.inspector_subjects(ctx.stamp, ctx.filters)
 labels: dict[tuple[str, str], str] = {}
 for r in subjects.itertuples():
     n = f"{r.findings:,} finding{'s' if r.findings != 1 else ''}"
-    if r.kind == "session":
+    if r.subject_type == "session":
         labels[("session", r.subject)] = (
             f"{fmt.blank(r.client) or 'unknown client'} · started {fmt.when(r.started)} · "
             f"{fmt.blank(r.stage)} · {n} · {short(r.subject, 8)}"
         )
     else:
-        labels[(r.kind, r.subject)] = f"{r.kind} {r.subject} · {fmt.blank(r.stage)} · {n}"
+        labels[(r.subject_type, r.subject)] = (
+            f"{r.subject_type} {r.subject} · {fmt.blank(r.stage)} · {n}"
+        )
 wanted = None
 if params.get("session"):
     wanted = ("session", params["session"])
@@ -75,9 +77,9 @@ picked = st.selectbox(
     key="inspector_subject",
     on_change=_subject_to_url,
 )
-kind, subject = picked
+subject_type, subject = picked
 stream_id = None
-if kind == "session":
+if subject_type == "session":
     streams = data.streams_of(ctx.stamp, subject)
     stream_opts = ["(whole session)", *streams]
     want_stream = params.get("stream")
@@ -106,7 +108,7 @@ if kind == "session":
     if stream_id is not None:
         found = found[(found["stream_id"] == stream_id) | found["stream_id"].isna()]
     title = f"session {short(subject)}" + (f" · stream {stream_id}" if stream_id else "")
-elif kind == "moment":
+elif subject_type == "moment":
     at = pd.Timestamp(subject)
     at = at.tz_localize("UTC") if at.tzinfo is None else at
     tl = data.sessionless_timeline(ctx.stamp, None, at.to_pydatetime())
@@ -129,7 +131,7 @@ else:
             | (found["principal"] == subject)
         )
     ]
-    title = f"{kind} {subject} (no session)"
+    title = f"{subject_type} {subject} (no session)"
 
 # The finding to mark: the one the link named, else the worst here.
 finding = None

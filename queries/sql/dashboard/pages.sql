@@ -143,7 +143,7 @@ GROUP BY ALL ORDER BY win;
 -- filters: stage, revision, server, client, time
 WITH f AS (SELECT * FROM rg_findings()
            WHERE rg_keep(stage, baseline, revision, server, client, ts, $flt))
-SELECT 'session' AS kind, f.session_hmac AS subject, count(*) AS findings,
+SELECT 'session' AS subject_type, f.session_hmac AS subject, count(*) AS findings,
        list(DISTINCT f.detector ORDER BY f.detector) AS detectors, min(a.client_name) AS client,
        min(a.first_ts) AS started, min(coalesce(a.cohort, 'baseline')) AS stage,
        min(f.ts) AS first
@@ -161,7 +161,7 @@ LIMIT $limit;
 
 -- name: session_timeline
 -- purpose: one session (or one of its streams) as rows of (ts, lane, label, kind, detail)
--- params: s, st
+-- params: s, stream
 -- filters: none
 SELECT ts, 'session ledger' AS lane, state AS label, state AS kind, NULL AS stream_id,
        NULL::BIGINT AS seq, NULL AS event_id, NULL AS cursor, 'generation ' || generation AS info
@@ -170,11 +170,11 @@ UNION ALL
 SELECT ts, 'stream ledger', state, state, stream_id, NULL, last_sent_event_id,
        resume_from_event_id,
        concat_ws(' ', 'stream ' || stream_id, close_reason)
-FROM streams WHERE session_hmac = $s AND ($st IS NULL OR stream_id = $st)
+FROM streams WHERE session_hmac = $s AND ($stream IS NULL OR stream_id = $stream)
 UNION ALL
 SELECT ts, 'server events', kind || ' #' || seq, disposition, stream_id, seq, event_id, NULL,
        'stream ' || stream_id
-FROM events WHERE session_hmac = $s AND ($st IS NULL OR stream_id = $st)
+FROM events WHERE session_hmac = $s AND ($stream IS NULL OR stream_id = $stream)
 UNION ALL
 SELECT ts, 'client receipts', coalesce(kind, 'event') || ' #' || coalesce(seq::VARCHAR, '?'),
        verdict, stream_id, seq, event_id, NULL,
@@ -185,7 +185,7 @@ FROM (SELECT ts, stream_id, event_id, verdict, origin_stream_id, seq, kind
       UNION ALL
       SELECT ts, stream_id, event_id, verdict, origin_stream_id, seq, kind
       FROM a_inbox_resolved WHERE session_hmac = $s)
-WHERE $st IS NULL OR stream_id = $st
+WHERE $stream IS NULL OR stream_id = $stream
 UNION ALL
 SELECT ts, 'proxy requests', method || ' ' || status, 'http ' || (status // 100) || 'xx',
        NULL, NULL, NULL, last_event_id, concat_ws(' ', jsonrpc_method, origin)
