@@ -388,6 +388,48 @@ def test_while_an_ingest_writes_the_dashboard_says_so(monkeypatch, sample_db, tm
         holder.wait()
 
 
+# What a gate's measure is, in `gates --stage` and on the dashboard alike: the reading,
+# the sample and its minimum, the failures (by cause for a gate with `-- causes: true`),
+# the units its detectors cannot tell (a file blind to the fact), the threshold and bound.
+MEASURE_FIELDS = (
+    "id",
+    "status",
+    "value",
+    "sample",
+    "failures",
+    "min_sample",
+    "no_evidence",
+    "cannot_tell",
+    "threshold",
+    "upper_bound_95",
+    "exercised",
+    "causes",
+)
+
+
+def test_the_sample_fleet_has_blind_files_that_bear_on_the_gates(sample_db):
+    """The measures' equality below is checked on a fleet that includes blind files (a
+    gate leaves out what a file cannot show, and the dashboard must too): the sample
+    fleet's proxy logs hold files blind to facts others show (`proxy-blind.jsonl` among
+    them), some gates have units they cannot tell because of them, reinit_after_404 (the
+    gate whose copy once kept blind files) among them; and every stage of it is checked."""
+    from replaygate.ingest import db as dbm
+    from replaygate.queries import api
+
+    from .conftest import SAMPLE_CONF
+
+    config = api.load_config(SAMPLE_CONF)
+    con = dbm.connect(str(sample_db), read_only=True)
+    blind = {r[0] for r in con.execute("SELECT DISTINCT path FROM a_blind_spans").fetchall()}
+    stages = [r[0] for r in con.execute("SELECT stage FROM a_stages ORDER BY start_ts").fetchall()]
+    doc = api.gates_doc(con, config, all_stages=True)
+    con.close()
+    assert "sample_data/proxy-blind.jsonl" in blind and len(blind) > 1
+    assert stages == SAMPLE_STAGES
+    untold = {g["id"] for s in doc["stages"] for g in s["gates"] if g["cannot_tell"]}
+    assert "reinit_after_404" in untold
+
+
 @pytest.mark.parametrize("stage", SAMPLE_STAGES)
 def test_gate_measures_from_the_records_equal_the_decision(sample_db, stage):
     # Under a stage alone the dashboard takes the decision's gates as its measures; the
@@ -403,12 +445,11 @@ def test_gate_measures_from_the_records_equal_the_decision(sample_db, stage):
     named.prepare(con)
     decided = api.gates_doc(con, config, stage=stage)["stages"][0]
     f = Filters(stage=stage)
-    fields = ("id", "status", "value", "sample", "failures", "min_sample", "no_evidence")
     recomputed = dashmodel.gate_measures(con, config, f, decided["scope"])
     taken = dashmodel.gate_measures(con, config, f, decided["scope"], decided)
     # a gate's failures by cause (`-- causes: true`) too: its reason counts them
-    assert [{k: g.get(k) for k in (*fields, "causes")} for g in recomputed] == [
-        {k: g.get(k) for k in (*fields, "causes")} for g in decided["gates"]
+    assert [{k: g.get(k) for k in MEASURE_FIELDS} for g in recomputed] == [
+        {k: g.get(k) for k in MEASURE_FIELDS} for g in decided["gates"]
     ]
     assert [g.get("causes") for g in taken] == [g.get("causes") for g in decided["gates"]]
     assert [(g["detectors"], g["findings"]) for g in recomputed] == [
