@@ -356,6 +356,19 @@ def test_the_cli_ingest_and_analysis_are_type_checked_strictly():
         and not _strict(m, patterns)
     ]
     assert loose == []
+    # The audit trail is strict too: its history, attestation and report document live in
+    # `queries` (above), its renderers beside the dashboard, its commands in the CLI.
+    audit = [
+        "replaygate.queries.decisionlog",
+        "replaygate.queries.attest",
+        "replaygate.queries.reportdoc",
+        "replaygate.dashboard.report",
+        "replaygate.dashboard.bundle",
+        "replaygate.dashboard.history",
+        "replaygate.audit",
+    ]
+    assert set(audit) <= set(modules())
+    assert [m for m in audit if not _strict(m, patterns)] == []
     assert _strict("replaygate.queries.api", ["replaygate.queries.*"])
     assert not _strict("replaygate.watch", ["replaygate.cli", "replaygate.queries.*"])
 
