@@ -474,7 +474,7 @@ class Format:
     name), the load (`load.py`), the incremental reading (`identity.py`), the CLI help and
     docs/contract.md all take it from here."""
 
-    name: str  # stored in the files table (with ".gz")
+    name: str  # stored in the files table; compression apart, in its `compression`
     title: str
     # File-name endings, each with the record type it implies (None: the name's prefix
     # or each record's `schema` decides).
