@@ -17,7 +17,7 @@ from fnmatch import fnmatchcase
 
 from replaygate.ingest.redact import hmac_hex
 
-from .writers import NativeLog, _Base, make_writer
+from .writers import LAYOUTS, NativeLog, _Base, make_writer
 
 T0 = 1_795_824_000_000  # 2026-11-28T00:00:00Z in epoch ms
 SEC = 1000
@@ -429,10 +429,13 @@ class Fleet:
             "body_bytes_sent": body_bytes,
             "resp_content_type": content_type,
         }
-        wr = self.writer("proxy", file_name if file_name else ("proxy-edge.jsonl" if raw else None))
-        wr.add(row)
+        name = file_name if file_name else ("proxy-edge.jsonl" if raw else None)
+        # through w(): the vector engine's capture keeps ordinary traffic in memory
+        self.w("proxy", row, name)
         # (a contract log that names JSON-RPC methods shows an initialize)
-        self._proxy_file(wr.path.name, t, named is not None, jsonrpc_method is not None)
+        self._proxy_file(
+            name or LAYOUTS[self.fmt]["proxy"][0], t, named is not None, jsonrpc_method is not None
+        )
         hm = named.hmac if named is not None else None
         if self.capture is not None:
             self.capture.append(
