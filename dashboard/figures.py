@@ -378,35 +378,33 @@ def findings_over_time(
     return fit_legend(annotate_rollout(fig, actions, chart_px))
 
 
+def _marked_line(
+    fig: go.Figure, x: float, text: str, color: str, right: bool, dash: str | None = None
+) -> None:
+    """A vertical line at `x`, its label above the plot area (so it never sits on a bar),
+    to the line's right or left."""
+    fig.add_vline(x=x, line_color=color, **({"line_dash": dash} if dash else {}))
+    fig.add_annotation(
+        x=x,
+        y=1.0,
+        yref="paper",
+        yanchor="bottom",
+        showarrow=False,
+        text=text,
+        font={"color": color, "size": 11},
+        xanchor="left" if right else "right",
+    )
+
+
 def recovery_histogram(df: pd.DataFrame, threshold_s: float) -> go.Figure:
     title = "Recovery time after a disconnect"
     if df.empty:
         return _empty(title, "no recoveries")
     p99 = float(df["secs"].quantile(0.99))
     fig = go.Figure(go.Histogram(x=df["secs"], nbinsx=40, name="recoveries", marker_color=NEUTRAL))
-    fig.add_vline(x=threshold_s, line_color=BAD, line_dash="dash")
-    fig.add_vline(x=p99, line_color="#1a237e")
-    # Labels above the plot area, so they never sit on a bar.
-    fig.add_annotation(
-        x=threshold_s,
-        y=1.0,
-        yref="paper",
-        yanchor="bottom",
-        showarrow=False,
-        text=f"threshold {threshold_s:g} s",
-        font={"color": BAD, "size": 11},
-        xanchor="left" if threshold_s >= p99 else "right",
-    )
-    fig.add_annotation(
-        x=p99,
-        y=1.0,
-        yref="paper",
-        yanchor="bottom",
-        showarrow=False,
-        text=f"p99 {p99:.2f} s",
-        font={"color": "#1a237e", "size": 11},
-        xanchor="right" if threshold_s >= p99 else "left",
-    )
+    # the two labels lean away from each other
+    _marked_line(fig, threshold_s, f"threshold {threshold_s:g} s", BAD, threshold_s >= p99, "dash")
+    _marked_line(fig, p99, f"p99 {p99:.2f} s", "#1a237e", threshold_s < p99)
     fig.update_layout(title=plot_text(title), showlegend=False, **LAYOUT)
     return _axes(fig, x="seconds from disconnect to reopened stream", y="recoveries")
 

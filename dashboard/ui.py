@@ -216,54 +216,28 @@ def sidebar_filters(options: dict, windows: dict) -> tuple[Filters, str]:
     lo, hi = options["span"]
     ss = st.session_state
     ss["flt_stage"] = f.stage or "(all)"
-    ss["flt_rev"] = list(f.revisions)
-    ss["flt_server"] = list(f.servers)
-    ss["flt_client"] = list(f.clients)
     ss["flt_range"] = preset
-    url_args = (lo, hi, windows)  # every filter widget writes the URL
-    sb = st.sidebar
-    sb.header("Filters")
+    # every filter widget writes the URL
+    wired: dict[str, Any] = {"on_change": _widgets_to_url, "args": (lo, hi, windows)}
     # Options are data: shown on one line with bidi and zero-width characters by code
     # point, so two stages (servers, clients) that differ only invisibly look different.
-    sb.selectbox(
-        "Stage",
-        ["(all)", *windows],
-        key="flt_stage",
-        format_func=escape.one_line,
-        on_change=_widgets_to_url,
-        args=url_args,
-    )
-    sb.multiselect(
-        "Protocol revision",
-        options["revisions"],
-        key="flt_rev",
-        format_func=escape.one_line,
-        on_change=_widgets_to_url,
-        args=url_args,
-    )
-    sb.multiselect(
-        "Server instance",
-        options["servers"],
-        key="flt_server",
-        format_func=escape.one_line,
-        on_change=_widgets_to_url,
-        args=url_args,
-    )
-    sb.multiselect(
-        "Client",
-        options["clients"],
-        key="flt_client",
-        format_func=escape.one_line,
-        on_change=_widgets_to_url,
-        args=url_args,
-    )
+    as_data = {"format_func": escape.one_line, **wired}
+    sb = st.sidebar
+    sb.header("Filters")
+    sb.selectbox("Stage", ["(all)", *windows], key="flt_stage", **as_data)
+    for label, key, chosen, among in (
+        ("Protocol revision", "flt_rev", f.revisions, options["revisions"]),
+        ("Server instance", "flt_server", f.servers, options["servers"]),
+        ("Client", "flt_client", f.clients, options["clients"]),
+    ):
+        ss[key] = list(chosen)
+        sb.multiselect(label, among, key=key, **as_data)
     sb.segmented_control(
         "Time (UTC; “last” counts back from the newest record)",
         list(state.PRESETS),
         format_func=lambda p: state.PRESETS[p][0],
         key="flt_range",
-        on_change=_widgets_to_url,
-        args=url_args,
+        **wired,
     )
     if preset == "custom" and lo is not None and hi is not None and hi > lo:
         ss["flt_time"] = (f.start or lo, f.end or hi)
@@ -274,8 +248,7 @@ def sidebar_filters(options: dict, windows: dict) -> tuple[Filters, str]:
             step=timedelta(minutes=1),
             format="MM-DD HH:mm",
             key="flt_time",
-            on_change=_widgets_to_url,
-            args=url_args,
+            **wired,
         )
     wanted = state.to_query(f, preset)
     keep = {k: v for k, v in params.items() if k not in state.KEYS}
