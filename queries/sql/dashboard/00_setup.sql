@@ -6,14 +6,14 @@
 CREATE OR REPLACE TEMP MACRO rg_findings() AS TABLE
     SELECT f.*, record_revision(f.session_hmac, a.protocol_version) AS revision,
            a.server_instance AS server, a.client_name AS client,
-           (a.session_hmac IS NOT NULL AND a.cohort IS NULL) AS baseline,
+           is_baseline(a.session_hmac, a.cohort) AS baseline,
            a.principal
     FROM findings f LEFT JOIN a_sessions a USING (session_hmac);
 
 CREATE OR REPLACE TEMP MACRO rg_proxy() AS TABLE
     SELECT p.*, s.stage, record_revision(p.session_hmac, a.protocol_version) AS revision,
            a.server_instance AS server, a.client_name AS client,
-           (a.session_hmac IS NOT NULL AND a.cohort IS NULL) AS baseline
+           is_baseline(a.session_hmac, a.cohort) AS baseline
     FROM proxy p
     LEFT JOIN (SELECT file_id, pos, stage FROM a_proxy_staged) s USING (file_id, pos)
     LEFT JOIN a_sessions a USING (session_hmac);
@@ -21,7 +21,7 @@ CREATE OR REPLACE TEMP MACRO rg_proxy() AS TABLE
 CREATE OR REPLACE TEMP MACRO rg_dispatches() AS TABLE
     SELECT d.*, w.stage, record_revision(d.session_hmac, a.protocol_version) AS revision,
            a.server_instance AS server, a.client_name AS client,
-           (a.session_hmac IS NOT NULL AND a.cohort IS NULL) AS baseline
+           is_baseline(a.session_hmac, a.cohort) AS baseline
     FROM dispatches d
     LEFT JOIN a_sessions a ON a.session_hmac = d.session_hmac
     LEFT JOIN a_stage_windows w
@@ -31,7 +31,7 @@ CREATE OR REPLACE TEMP MACRO rg_recoveries() AS TABLE
     SELECT r.*, r.disc_ts AS ts, w.stage,
            record_revision(r.session_hmac, a.protocol_version) AS revision,
            a.server_instance AS server, a.client_name AS client,
-           (a.session_hmac IS NOT NULL AND a.cohort IS NULL) AS baseline
+           is_baseline(a.session_hmac, a.cohort) AS baseline
     FROM a_recoveries r
     LEFT JOIN a_sessions a ON a.session_hmac = r.session_hmac
     LEFT JOIN a_stage_windows w
@@ -41,7 +41,7 @@ CREATE OR REPLACE TEMP MACRO rg_recoveries() AS TABLE
 CREATE OR REPLACE TEMP MACRO rg_streams() AS TABLE
     SELECT s.*, w.stage, record_revision(s.session_hmac, a.protocol_version) AS revision,
            a.server_instance AS server, a.client_name AS client,
-           (a.session_hmac IS NOT NULL AND a.cohort IS NULL) AS baseline
+           is_baseline(a.session_hmac, a.cohort) AS baseline
     FROM streams s
     LEFT JOIN a_sessions a ON a.session_hmac = s.session_hmac
     LEFT JOIN a_stage_windows w

@@ -81,7 +81,7 @@ found AS (
 SELECT * EXCLUDE (principal) FROM (
     SELECT f.*, record_revision(f.session_hmac, a.protocol_version) AS revision,
            a.server_instance AS server, a.client_name AS client,
-           (a.session_hmac IS NOT NULL AND a.cohort IS NULL) AS baseline,
+           is_baseline(a.session_hmac, a.cohort) AS baseline,
            is_probe(a.client_name, coalesce(a.principal, f.principal)) AS probe
     FROM (SELECT * FROM records UNION ALL SELECT * FROM requests UNION ALL SELECT * FROM found) f
     LEFT JOIN a_sessions a ON a.session_hmac = f.session_hmac

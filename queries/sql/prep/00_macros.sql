@@ -115,6 +115,10 @@ CREATE OR REPLACE MACRO in_window(t, w_start, w_end) AS
 CREATE OR REPLACE MACRO release_cohort(release) AS '@' || release;
 CREATE OR REPLACE MACRO stage_key(session_known, cohort) AS
     CASE WHEN session_known THEN 'cohort:' || cohort ELSE 'window' END;
+-- A baseline record: its session is known and in no cohort (the fleet the canary is held
+-- against).
+CREATE OR REPLACE MACRO is_baseline(session_hmac, cohort) AS
+    session_hmac IS NOT NULL AND cohort IS NULL;
 CREATE OR REPLACE MACRO attributed(w_key, w_start, w_end, session_known, cohort, t) AS
     w_key = stage_key(session_known, cohort) AND in_window(t, w_start, w_end);
 
