@@ -175,6 +175,7 @@ def _split_ledger(case: dict, blind: bool) -> dict:
     return {**tables, "sessions-a": [active(S2)], "sessions-b": [own]}
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", ["priming_lost", "resume_without_cursor"])
 def test_resumability_a_blind_ledger_file_may_hide_is_cannot_tell(tmp_path, name):
     case, _ = CASES[name]
@@ -189,6 +190,7 @@ def test_resumability_a_blind_ledger_file_may_hide_is_cannot_tell(tmp_path, name
     assert name not in _cannot_tell(tmp_path / "shown")
 
 
+@pytest.mark.slow
 def test_auth_subject_a_blind_ledger_file_may_hide_is_cannot_tell(tmp_path):
     # S was served under a token subject its ledger row does not record: in a ledger file
     # that records subjects for other sessions (sessions-a) it would be a mismatch or not;
