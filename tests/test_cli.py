@@ -129,6 +129,15 @@ def test_findings_json_shape_and_filters(sample_db):
         ("auth_subject_mismatch", "proxy-envoy.jsonl", "proxy.auth_subject"),
         ("undelivered_result", "proxy-nginx.jsonl", "proxy.client_closed"),
         ("undelivered_result", "proxy-caddy.jsonl", "proxy.client_closed"),
+        # Partly blind files (docs/simulator.md): a proxy log without session ids may hold a
+        # DELETE; one that names no JSON-RPC method (nor any cursor) may hold a
+        # re-initialize; a sessions file without resumability, revision or token subject
+        # leaves its sessions' readings open.
+        ("delete_fabricated", "proxy-blind.jsonl", "proxy.session_hmac"),
+        ("reinit_missing", "proxy-noinit.jsonl", "re-initialize"),
+        ("cursor_on_post", "proxy-noinit.jsonl", "proxy.last_event_id"),
+        ("priming_lost", "sessions-blind.jsonl", "sessions.resumable|sessions.protocol_version"),
+        ("auth_subject_mismatch", "sessions-blind.jsonl", "sessions.auth_subject"),
     }
     crit = json.loads(
         run("findings", "--db", str(sample_db), "--json", "--severity", "critical").stdout
