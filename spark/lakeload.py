@@ -29,7 +29,7 @@ from urllib.parse import unquote, urlparse
 
 import duckdb
 
-from replaygate.ingest import adapters, capabilities, discovery, readers, validate
+from replaygate.ingest import adapters, capabilities, discovery, identity, readers, validate
 from replaygate.ingest import db as dbm
 from replaygate.ingest.config import Config
 from replaygate.ingest.contract import RECORD_TYPES, all_field_names
@@ -45,6 +45,31 @@ REPLACEMENT = "\ufffd"
 
 
 @dataclass(frozen=True)
+class _Break:
+    """A gzip stream that breaks (identity.content_chunks): its content before the
+    break, read on the driver, and the quarantine row DuckDB's ingest gives the break."""
+
+    content: bytes
+    line: int
+    reason: str
+
+
+def _gzip_break(src: readers.Source) -> _Break | None:
+    """The break of a gzip stream (cut short, corrupt, a failed data check), or None:
+    Spark's reader fails the job on one, DuckDB's ingest keeps the complete lines before
+    it (the whole content when only the check fails) and quarantines the break."""
+    state: dict[str, Any] = {}
+    lines = sum(c.count(b"\n") for c in identity.content_chunks(src.path, True, state=state))
+    why = state.get("break")
+    if why is None:
+        return None
+    content = b"".join(identity.content_chunks(src.path, True))
+    if why != "check":
+        content = content[: content.rfind(b"\n") + 1]
+    return _Break(content, lines + 1, identity.break_reason(str(why), lines))
+
+
+@dataclass(frozen=True)
 class _File:
     file_id: int
     src: readers.Source
@@ -55,6 +80,8 @@ class _File:
     header: tuple[str, ...] = ()
     # The proxy whose own log format it is in (read by ingest/adapters.py), or None.
     proxy: str | None = None
+    # A gzip stream that breaks: its lines are handed to Spark from the driver.
+    broken: _Break | None = None
 
 
 def _waits(src: readers.Source) -> bool:
@@ -94,7 +121,8 @@ def _plan(paths: list[str]) -> tuple[list[_File], list[str], list[tuple[str, str
         header = tuple(readers.csv_header(src.path, src.gzip)) if src.format == "csv" else ()
         fid = len(files) + 1
         path = _spark_path(src.path)
-        files.append(_File(fid, src, shown, path, _waits(src), header, proxy_format(src)))
+        broken = _gzip_break(src) if src.gzip and src.format == "jsonl" else None
+        files.append(_File(fid, src, shown, path, _waits(src), header, proxy_format(src), broken))
     return files, skipped, unreadable
 
 
@@ -149,27 +177,68 @@ def _uris(files: list[_File]) -> list[str]:
     return [f.path for f in files]
 
 
+def _driver_lines(spark: Any, f: _File) -> Any:
+    """The lines of a broken gzip stream before its break (file_id, pos, value), split
+    on the driver (Arrow) and handed to Spark."""
+    import numpy as np
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    assert f.broken is not None
+    text = f.broken.content.decode("utf-8", "replace")  # U+FFFD, as Spark's reader
+    values = pc.split_pattern(pa.array([text]), "\n")[0].values
+    values = values.slice(0, len(values) - 1)  # after the last line end: nothing
+    n = len(values)
+    table = pa.table(
+        {
+            "file_id": pa.array(np.full(n, f.file_id, dtype=np.int64)),
+            "pos": pa.array(np.arange(1, n + 1, dtype=np.int64)),
+            "value": values,
+        }
+    )
+    return spark.createDataFrame(table, "file_id BIGINT, pos BIGINT, value STRING")
+
+
 def _lines(spark: Any, files: list[_File]) -> tuple[Any, Any]:
-    """(the lines of JSON Lines files: file_id, pos, raw; the lines Spark could not
-    decode, as quarantine rows)."""
+    """(the lines of JSON Lines files: file_id, pos, raw; as quarantine rows, the lines
+    over readers.MAX_LINE bytes, those Spark could not decode, and a gzip stream's
+    break)."""
     from pyspark.sql import functions as F
 
     fmt = readers.FORMATS["jsonl"]
     bare = (fmt.bare_cr or b"\r").decode()
-    df = spark.read.option("lineSep", "\n").text(_uris(files))
-    df = _numbered(spark, df, files)
+    read = [f for f in files if f.broken is None]
+    parts = [_driver_lines(spark, f) for f in files if f.broken is not None]
+    if read:
+        df = spark.read.option("lineSep", "\n").text(_uris(read))
+        parts.append(_numbered(spark, df, read).select("file_id", "pos", "value"))
+    df = parts[0]
+    for p in parts[1:]:
+        df = df.unionByName(p)
+    # A line's length is its bytes before the LF (a CRLF line's CR counted), as DuckDB's.
+    too_long = F.octet_length("value") > readers.MAX_LINE
     # A CRLF line's CR ends it; a bare CR inside a line is what the format makes of it.
     raw = F.regexp_replace(F.regexp_replace("value", "\r\\z", ""), "\r", bare)
-    # Read once for both the undecodable lines and the others.
-    df = df.select("file_id", "pos", raw.alias("raw")).persist()
-    bad_utf8 = df.filter(F.col("raw").contains(REPLACEMENT)).select(
+    reason = (
+        F.when(too_long, F.lit(_rejected_reason(fmt, "LINE SIZE OVER MAXIMUM")))
+        .when(raw.contains(REPLACEMENT), F.lit(_rejected_reason(fmt, "INVALID ENCODING")))
+        .otherwise(F.lit(None).cast("string"))
+    )
+    # Read once for both the lines refused and the others.
+    df = df.select(
+        "file_id", "pos", F.when(~too_long, raw).alias("raw"), reason.alias("rg_reason")
+    ).persist()
+    schema = "file_id BIGINT, line BIGINT, row BIGINT, record_type STRING, reason STRING"
+    breaks = [(f.file_id, f.broken.line, None, None, f.broken.reason) for f in files if f.broken]
+    refused = df.filter(F.col("rg_reason").isNotNull()).select(
         "file_id",
         F.col("pos").alias("line"),
         F.lit(None).cast("bigint").alias("row"),
         F.lit(None).cast("string").alias("record_type"),
-        F.lit(_rejected_reason(fmt, "INVALID ENCODING")).alias("reason"),
+        F.col("rg_reason").alias("reason"),
     )
-    return df.filter(~F.col("raw").contains(REPLACEMENT)), bad_utf8
+    refused = refused.unionByName(spark.createDataFrame(breaks, schema))
+    return df.filter(F.col("rg_reason").isNull()).drop("rg_reason"), refused
 
 
 def _json_lines(spark: Any, files: list[_File], names: list[str]) -> tuple[Any, Any]:

@@ -23,6 +23,7 @@ from .conftest import FLEET_CONFIG, ROOT, findings_of, run_cli
 transpile = pytest.importorskip("replaygate.spark.transpile", reason="the spark extra (sqlglot)")
 
 from replaygate.ingest.contract import RECORD_TYPES  # noqa: E402
+from replaygate.ingest.readers import MAX_LINE  # noqa: E402
 from replaygate.spark import analyse, lake  # noqa: E402
 from replaygate.spark import lakeload as spark_ingest  # noqa: E402
 
@@ -114,6 +115,7 @@ def test_json_operators_on_a_parsed_line_read_a_variant():
     assert "ARRAYS_OVERLAP(" in out
 
 
+@pytest.mark.slow
 @pytest.mark.spark
 def test_json_values_read_on_spark_as_duckdb_reads_them(spark):
     """The JSON operators the proxy adapters use, on values of every JSON type (a JSON
@@ -325,6 +327,17 @@ def _facts(where: Path) -> list[tuple]:
     )
 
 
+def _accounts(where: Path) -> list[tuple]:
+    """(path, rows loaded, rows quarantined) of each file in a lake's manifest."""
+    c = duckdb.connect()
+    return sorted(
+        c.execute(
+            "SELECT path, rows_loaded, rows_quarantined "
+            f"FROM read_parquet('{where}/_files/*.parquet')"
+        ).fetchall()
+    )
+
+
 def _assert_lakes_equal(spark_dir: Path, duck_dir: Path) -> None:
     for rt in RECORD_TYPES:
         s_cols, s_rows = _lake_table(spark_dir, rt.table)
@@ -334,6 +347,7 @@ def _assert_lakes_equal(spark_dir: Path, duck_dir: Path) -> None:
         assert s_rows == d_rows, rt.table
     assert _lake_table(spark_dir, "quarantine")[1] == _lake_table(duck_dir, "quarantine")[1]
     assert _facts(spark_dir) == _facts(duck_dir)
+    assert _accounts(spark_dir) == _accounts(duck_dir)
 
 
 @pytest.mark.slow
@@ -373,6 +387,15 @@ def _bad_inputs(dest: Path) -> Path:
     hostile.raw_ids_elsewhere(dest)
     hostile.proxy_with_raw_ids(dest, gzipped=True)
     hostile.caddy_with_bom_and_cut_line(dest)  # a proxy's own log: a BOM, a cut line
+    # gzip streams cut short, corrupt in the middle of a line, with a failed data check
+    hostile.gzip_truncated(dest, 200)
+    hostile.gzip_corrupt_midstream(dest, 200)
+    hostile.gzip_bad_check(dest, 20)
+    # a line one byte over readers.MAX_LINE between two good ones
+    over = b'{"pad": "' + b"a" * (MAX_LINE - 10) + b'"}'
+    assert len(over) == MAX_LINE + 1
+    one = json.dumps(hostile.session_record()).encode()
+    (dest / "sessions-long.jsonl").write_bytes(b"\n".join([one, over, one]) + b"\n")
     good = json.dumps(hostile.session_record())
     bad = [
         '{"ts": "2026-11-29T07:45:01Z", "generation": 1',  # cut short
@@ -432,6 +455,14 @@ def test_spark_ingest_quarantines_bad_input_as_duckdb_does(fleet40, spark_lake):
     spark_q = of_bad(_lake_table(where, "quarantine")[1])
     assert len(spark_q) >= reasons
     assert spark_q == of_bad(_lake_table(exported, "quarantine")[1])
+    # The breaks of gzip streams and the overlong line are among them.
+    why = {r[0].rsplit("/", 1)[1]: r[-1] for r in spark_q}
+    assert why["sessions-truncated.jsonl.gz"].startswith("truncated gzip: the stream breaks")
+    assert why["sessions-corrupt.jsonl.gz"].startswith("corrupt gzip: the stream breaks")
+    assert why["sessions-badcrc.jsonl.gz"].startswith("corrupt gzip: its data check fails")
+    assert why["sessions-long.jsonl"] == "line too long"
+    # Each file's rows loaded and quarantined (and so, with the same blank lines, the
+    # same loaded + quarantined + blank = lines as DuckDB's): _assert_lakes_equal.
     for f in where.rglob("*.parquet"):
         assert hostile.RAW_ID.encode() not in f.read_bytes()
         assert b"RAWID-" not in f.read_bytes() and b"RAW-9" not in f.read_bytes()
