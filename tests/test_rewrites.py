@@ -374,3 +374,120 @@ def test_no_windowed_count_star_with_a_filter():
     ]
     assert not found
     assert pattern.search(_PRIOR_GETS_V0)
+
+
+# --- prepared tables rewritten in place (the replaced file's statements kept in sql_v0) ----
+
+# Each rewritten prepare file, with the tables it makes that the rest of the analysis reads.
+REWRITTEN_PREP = {"05_missing.sql": ("a_missing",)}
+
+# Changes to the fleet that reach the paths a rewrite took apart: sessions with receipts
+# and no event log (judged only for `replaygate probe`'s sessions, whose client is renamed
+# here), a completed stream whose client accepted nothing, one cut short before its end,
+# and holes.
+# (Two event ids logged with one missing seq: the replaced query named either, below.)
+_MISSING_CASES = [
+    "DELETE FROM events WHERE hash(session_hmac) % 9 = 0",
+    "UPDATE a_sessions SET client_name = 'replaygate-probe' WHERE hash(session_hmac) % 18 = 0",
+    "DELETE FROM inbox WHERE hash(session_hmac, stream_id) % 13 = 0 AND verdict = 'accepted'",
+    "DELETE FROM inbox WHERE hash(session_hmac, stream_id) % 11 = 1 AND seq > 2",
+    "DELETE FROM inbox WHERE hash(session_hmac, stream_id) % 5 = 2 AND seq = 2",
+]
+
+
+def _prep_file(con, path: Path) -> None:
+    for stmt in catalog.parse(path, "prep").statements():
+        con.execute(stmt)
+
+
+def _same_tables(con, tables: tuple[str, ...], schema: str) -> int:
+    rows = 0
+    for name in tables:
+        n = con.execute(f"SELECT count(*) FROM {schema}.{name}").fetchone()[0]
+        assert con.execute(f"SELECT count(*) FROM main.{name}").fetchone()[0] == n
+        for a, b in ((f"{schema}.{name}", f"main.{name}"), (f"main.{name}", f"{schema}.{name}")):
+            extra = con.execute(f"SELECT * FROM {a} EXCEPT ALL SELECT * FROM {b}").fetchall()
+            assert not extra, (name, a, extra[:3])
+        rows += n
+    return rows
+
+
+@pytest.mark.parametrize("changed", [False, True], ids=["as analysed", "edge cases"])
+@pytest.mark.parametrize("file", sorted(REWRITTEN_PREP))
+def test_prepare_rewrite_gives_the_replaced_tables(fleet_db, file, changed):
+    """A rewritten prepare file makes, row for row, the tables of the file it replaced
+    (tests/fixtures/sql_v0), on both fleets as analysed and with the cases it took apart
+    added; both run in this connection (the prepared views), the replaced one into a schema
+    of its own. The changes are rolled back."""
+    con, _ = fleet_db
+    con.execute("BEGIN TRANSACTION")
+    try:
+        if changed:
+            for stmt in _MISSING_CASES:
+                con.execute(stmt)
+            _prep_file(con, catalog.SQL_DIR / "prep" / file)
+        con.execute("CREATE SCHEMA v0")
+        con.execute("SET search_path = 'v0,main'")
+        try:
+            _prep_file(con, OLD / file)
+        finally:
+            con.execute("RESET search_path")
+        assert _same_tables(con, REWRITTEN_PREP[file], "v0") > 0
+        if file == "05_missing.sql":
+            # holes and tails both found, and (with the changes) a session judged without
+            # its event log
+            kinds = con.execute(
+                """SELECT count(*) FILTER (WHERE event_id IS NULL),
+                          count(*) FILTER (WHERE event_id IS NOT NULL) FROM a_missing"""
+            ).fetchone()
+            assert kinds[1] > 0
+            if changed:
+                assert kinds[0] > 0
+    finally:
+        con.execute("ROLLBACK")
+
+
+def test_a_missing_event_of_two_ids_is_the_one_logged_first():
+    """Of two event ids logged with the seq a client never accepted, a_missing names the one
+    logged first, whichever order the rows are stored in."""
+    con = duckdb.connect()
+    for q in catalog.load("prep"):
+        if q.name == "macros":
+            for stmt in q.statements():
+                con.execute(stmt)
+    con.execute(
+        """CREATE TABLE events (file_id BIGINT, pos BIGINT, ts TIMESTAMPTZ, session_hmac VARCHAR,
+               generation BIGINT, stream_id VARCHAR, event_id VARCHAR, seq BIGINT,
+               kind VARCHAR, disposition VARCHAR, cumulative BOOLEAN)"""
+    )
+    con.execute(
+        """CREATE TABLE inbox (ts TIMESTAMPTZ, session_hmac VARCHAR, generation BIGINT,
+               stream_id VARCHAR, event_id VARCHAR, verdict VARCHAR, dispatch_id VARCHAR,
+               origin_stream_id VARCHAR, seq BIGINT, kind VARCHAR)"""
+    )
+    con.execute(
+        """CREATE TABLE streams (session_hmac VARCHAR, generation BIGINT, stream_id VARCHAR,
+               state VARCHAR, close_reason VARCHAR)"""
+    )
+    con.execute(
+        "CREATE TABLE a_sessions (session_hmac VARCHAR, client_name VARCHAR, principal VARCHAR)"
+    )
+    t = "TIMESTAMPTZ '2026-01-01 00:00:00+00' + INTERVAL (seq) SECOND"
+    for order in ("ASC", "DESC"):
+        con.execute("DELETE FROM events")
+        con.execute(
+            f"""INSERT INTO events
+                SELECT 1, i, {t} + INTERVAL (i) MILLISECOND, 's', 1, 'st',
+                       'e' || seq || '-' || i, seq, 'progress', 'sent', false
+                FROM (SELECT unnest([1, 2, 2, 3]) AS seq, unnest([1, 2, 3, 4]) AS i)
+                ORDER BY i {order}"""
+        )
+        con.execute("DELETE FROM inbox")
+        con.execute(
+            f"""INSERT INTO inbox SELECT {t}, 's', 1, 'st', 'e' || seq || '-' || i, 'accepted',
+                       NULL, 'st', seq, 'progress'
+                FROM (SELECT unnest([1, 3]) AS seq, unnest([1, 4]) AS i)"""
+        )
+        for file in ("03_event_index.sql", "04_inbox.sql", "05_missing.sql"):
+            _prep_file(con, catalog.SQL_DIR / "prep" / file)
+        assert con.execute("SELECT seq, event_id FROM a_missing").fetchall() == [(2, "e2-2")]

@@ -13,11 +13,11 @@ CREATE OR REPLACE TABLE a_missing AS
 -- should have got: the synthetic sessions of `replaygate probe`, whose seqs count the data
 -- events of an uncut reference call (never priming or heartbeats). Other clients' seqs may
 -- skip a heartbeat, or leave an event unplaced: their sessions need the event log.
+-- (a_inbox_sessions: the sessions of `inbox`, which are a_inbox's)
 WITH unjudged AS (
-    SELECT DISTINCT session_hmac, generation
-    FROM a_inbox
-    ANTI JOIN (SELECT DISTINCT session_hmac, generation FROM events) e
-        USING (session_hmac, generation)
+    SELECT session_hmac, generation
+    FROM a_inbox_sessions
+    ANTI JOIN events e USING (session_hmac, generation)
     WHERE session_hmac NOT IN (SELECT session_hmac FROM a_sessions
                                WHERE is_probe(client_name, principal))
 ),
@@ -63,11 +63,16 @@ holes AS (
     FROM steps
     WHERE seq > prev + 1
 ),
+-- The completed candidates (a few streams) before the event log is read: joined to the
+-- candidates and then to every completed stream, the planner built its hash table on the
+-- event log (1M rows at 1M events).
+completed_candidates AS (
+    SELECT c.* FROM candidates c SEMI JOIN completed k USING (session_hmac, generation, stream_id)
+),
 tail AS (
     SELECT e.session_hmac, e.generation, e.stream_id, e.seq
     FROM a_event_index e
-    JOIN candidates c USING (session_hmac, generation, stream_id)
-    SEMI JOIN completed k USING (session_hmac, generation, stream_id)
+    JOIN completed_candidates c USING (session_hmac, generation, stream_id)
     WHERE e.seq > coalesce(c.hi, -1)
 ),
 missing AS (
@@ -78,8 +83,11 @@ missing AS (
 SELECT m.session_hmac, m.generation, m.stream_id, m.seq,
        e.kind, coalesce(e.cumulative, false) AS cumulative, e.first_ts, e.event_id
 FROM missing m
+-- (of two event ids logged with one seq, the first logged, then the lower id: not whichever
+-- the scan met first)
 LEFT JOIN (SELECT DISTINCT ON (session_hmac, generation, stream_id, seq) *
            FROM a_event_index
-           SEMI JOIN candidates c USING (session_hmac, generation, stream_id)) e
+           SEMI JOIN candidates c USING (session_hmac, generation, stream_id)
+           ORDER BY session_hmac, generation, stream_id, seq, first_ts, event_id) e
     USING (session_hmac, generation, stream_id, seq)
 WHERE loss_counted(e.kind);
