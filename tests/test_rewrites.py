@@ -379,19 +379,22 @@ def test_no_windowed_count_star_with_a_filter():
 # --- prepared tables rewritten in place (the replaced file's statements kept in sql_v0) ----
 
 # Each rewritten prepare file, with the tables it makes that the rest of the analysis reads.
-REWRITTEN_PREP = {"05_missing.sql": ("a_missing",)}
+REWRITTEN_PREP = {"05_missing.sql": ("a_missing",), "11_resumes.sql": ("a_resumes",)}
 
 # Changes to the fleet that reach the paths a rewrite took apart: sessions with receipts
 # and no event log (judged only for `replaygate probe`'s sessions, whose client is renamed
 # here), a completed stream whose client accepted nothing, one cut short before its end,
-# and holes.
-# (Two event ids logged with one missing seq: the replaced query named either, below.)
-_MISSING_CASES = [
+# and holes (two event ids logged with one missing seq: the replaced query named either,
+# below); resumes of a stream logged without its session, and cursors the event log lacks.
+_EDGE_CASES = [
     "DELETE FROM events WHERE hash(session_hmac) % 9 = 0",
     "UPDATE a_sessions SET client_name = 'replaygate-probe' WHERE hash(session_hmac) % 18 = 0",
     "DELETE FROM inbox WHERE hash(session_hmac, stream_id) % 13 = 0 AND verdict = 'accepted'",
     "DELETE FROM inbox WHERE hash(session_hmac, stream_id) % 11 = 1 AND seq > 2",
     "DELETE FROM inbox WHERE hash(session_hmac, stream_id) % 5 = 2 AND seq = 2",
+    """UPDATE streams SET session_hmac = NULL WHERE (session_hmac, generation, stream_id) IN
+       (SELECT (session_hmac, generation, stream_id) FROM streams
+        WHERE state = 'RESUME_PENDING' AND hash(stream_id, session_hmac) % 4 = 0)""",
 ]
 
 
@@ -423,7 +426,7 @@ def test_prepare_rewrite_gives_the_replaced_tables(fleet_db, file, changed):
     con.execute("BEGIN TRANSACTION")
     try:
         if changed:
-            for stmt in _MISSING_CASES:
+            for stmt in _EDGE_CASES:
                 con.execute(stmt)
             _prep_file(con, catalog.SQL_DIR / "prep" / file)
         con.execute("CREATE SCHEMA v0")
@@ -443,6 +446,16 @@ def test_prepare_rewrite_gives_the_replaced_tables(fleet_db, file, changed):
             assert kinds[1] > 0
             if changed:
                 assert kinds[0] > 0
+        if file == "11_resumes.sql":
+            # cursors placed through the event index, and (with the changes) resumes of a
+            # stream whose rows name no session
+            kinds = con.execute(
+                """SELECT count(*) FILTER (WHERE cursor_seq IS NOT NULL),
+                          count(*) FILTER (WHERE session_hmac IS NULL) FROM a_resumes"""
+            ).fetchone()
+            assert kinds[0] > 0
+            if changed:
+                assert kinds[1] > 0
     finally:
         con.execute("ROLLBACK")
 

@@ -83,11 +83,11 @@ missing AS (
 SELECT m.session_hmac, m.generation, m.stream_id, m.seq,
        e.kind, coalesce(e.cumulative, false) AS cumulative, e.first_ts, e.event_id
 FROM missing m
--- (of two event ids logged with one seq, the first logged, then the lower id: not whichever
--- the scan met first)
+-- The event of each missing seq, looked up for those seqs alone; of two event ids logged
+-- with one seq, the first logged, then the lower id (not whichever the scan met first).
 LEFT JOIN (SELECT DISTINCT ON (session_hmac, generation, stream_id, seq) *
            FROM a_event_index
-           SEMI JOIN candidates c USING (session_hmac, generation, stream_id)
+           SEMI JOIN missing USING (session_hmac, generation, stream_id, seq)
            ORDER BY session_hmac, generation, stream_id, seq, first_ts, event_id) e
     USING (session_hmac, generation, stream_id, seq)
 WHERE loss_counted(e.kind);

@@ -6,18 +6,39 @@
 --          STREAM_OPEN, DISCONNECTED, the RESUME_PENDING itself) and the resume cursor
 --          `resume_from_event_id`. Event ids are opaque: seqs come from the event log.
 -- needs: streams
+-- Only the streams that were resumed are ordered (a few of every stream), and only the
+-- event ids their resumes name are looked up in the event index (its hash table was built
+-- on the whole index, twice).
 CREATE OR REPLACE TABLE a_resumes AS
-WITH ordered AS (
-    SELECT session_hmac, generation, stream_id, state, ts, file_id, pos,
-           resume_from_event_id,
-           last_value(last_acked_event_id IGNORE NULLS)
+WITH resumed AS (
+    SELECT DISTINCT session_hmac, generation, stream_id FROM streams
+    WHERE state = 'RESUME_PENDING'
+),
+ordered AS (
+    SELECT s.session_hmac, s.generation, s.stream_id, s.state, s.ts, s.file_id, s.pos,
+           s.resume_from_event_id,
+           last_value(s.last_acked_event_id IGNORE NULLS)
                OVER (w ROWS UNBOUNDED PRECEDING) AS last_acked_event_id,
-           lead(state) OVER w AS next_state
-    FROM streams
-    WINDOW w AS (PARTITION BY session_hmac, generation, stream_id ORDER BY ts, file_id, pos)
+           lead(s.state) OVER w AS next_state
+    FROM streams s
+    SEMI JOIN resumed r
+      ON s.session_hmac IS NOT DISTINCT FROM r.session_hmac
+     AND s.generation IS NOT DISTINCT FROM r.generation
+     AND s.stream_id IS NOT DISTINCT FROM r.stream_id
+    WINDOW w AS (PARTITION BY s.session_hmac, s.generation, s.stream_id
+                 ORDER BY s.ts, s.file_id, s.pos)
 ),
 resumes AS (
     SELECT * FROM ordered WHERE state = 'RESUME_PENDING'
+),
+named AS (
+    SELECT session_hmac, generation, resume_from_event_id AS event_id FROM resumes
+    UNION
+    SELECT session_hmac, generation, last_acked_event_id FROM resumes
+),
+positions AS (
+    SELECT e.session_hmac, e.generation, e.event_id, e.stream_id, e.seq
+    FROM a_event_index e SEMI JOIN named USING (session_hmac, generation, event_id)
 )
 SELECT r.session_hmac, r.generation, r.stream_id, r.ts, r.next_state,
        r.resume_from_event_id, c.stream_id AS cursor_stream_id, c.seq AS cursor_seq,
@@ -29,9 +50,9 @@ SELECT r.session_hmac, r.generation, r.stream_id, r.ts, r.next_state,
             WHEN a.stream_id = r.stream_id THEN a.seq
             WHEN c.stream_id = r.stream_id THEN c.seq END AS acked_seq
 FROM resumes r
-LEFT JOIN a_event_index c
+LEFT JOIN positions c
   ON c.session_hmac = r.session_hmac AND c.generation = r.generation
  AND c.event_id = r.resume_from_event_id
-LEFT JOIN a_event_index a
+LEFT JOIN positions a
   ON a.session_hmac = r.session_hmac AND a.generation = r.generation
  AND a.event_id = r.last_acked_event_id;
