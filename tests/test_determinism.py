@@ -2,9 +2,10 @@
 databases or once more in the same one, give the same findings, detail text included.
 
 DuckDB aggregates in parallel, so an aggregate whose result depends on the order rows
-arrive in (a list without ORDER BY, any_value of values that differ, arg_min on a value
-that ties) can differ from one run to the next. Such aggregates are also refused in the
-SQL itself, statically, because a run that happens to agree proves little.
+arrive in (a list without ORDER BY or ordered by a time alone, any_value of values that
+differ, arg_min on a time that ties) can differ from one run to the next. Such aggregates
+are also refused in the SQL itself, statically, because a run that happens to agree proves
+little.
 """
 
 from __future__ import annotations
@@ -25,6 +26,9 @@ SQL = Path(__file__).resolve().parent.parent / "queries" / "sql"
 _ORDERED = re.compile(r"\b(list|array_agg|string_agg|group_concat|listagg)\s*\(", re.I)
 _ANY = re.compile(r"\b(any_value|first|last|arbitrary)\s*\(", re.I)
 _ARG = re.compile(r"\b(arg_min|arg_max|min_by|max_by)\s*\(", re.I)
+# A list ordered by a timestamp alone (`ORDER BY ts`, `ORDER BY p.first_ts`): rows of one
+# millisecond come in any order.
+_BY_TIME_ALONE = re.compile(r"order\s+by\s+(\w+\.)?\w*ts\s*(asc|desc)?\s*$", re.I)
 
 
 def _calls(text: str, pattern: re.Pattern[str]) -> list[str]:
@@ -62,11 +66,13 @@ def test_no_aggregate_depends_on_row_order(path):
     for args in _calls(text, _ORDERED):
         if "order by" not in args.lower():
             pytest.fail(f"{path.name}: list aggregate without ORDER BY: ({args.strip()})")
+        if _BY_TIME_ALONE.search(args):
+            pytest.fail(f"{path.name}: list ordered by a time alone ({args.strip()}): ties")
     for args in _calls(text, _ANY):
         pytest.fail(f"{path.name}: any_value-like aggregate ({args.strip()}): use min or an order")
     for args in _calls(text, _ARG):
         by = _split_top(args)[-1].strip()
-        if re.fullmatch(r"(\w+\.)?ts", by):
+        if re.fullmatch(r"(\w+\.)?\w*ts", by):
             pytest.fail(
                 f"{path.name}: arg_min/arg_max by a bare ts ({args.strip()}): ties pick any row"
             )
@@ -78,6 +84,10 @@ def test_the_static_check_catches_what_it_should():
         "b, ',' ORDER BY b"
     ]
     assert _split_top("x, (ts, pos)")[-1].strip() == "(ts, pos)"
+    assert _BY_TIME_ALONE.search("delivery ORDER BY ts")
+    assert _BY_TIME_ALONE.search("p.status ORDER BY p.first_ts DESC")
+    assert not _BY_TIME_ALONE.search("dispatch_id ORDER BY ts, file_id, pos")
+    assert not _BY_TIME_ALONE.search("x ORDER BY tsv.seq")
 
 
 def _findings_bytes(con) -> list[tuple]:

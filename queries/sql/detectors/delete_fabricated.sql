@@ -35,7 +35,7 @@ blind AS (
 )
 SELECT t.session_hmac, 'medium' AS severity, t.ts,
        json_object('delete_statuses',
-                   (SELECT list(p.status ORDER BY p.ts) FROM proxy p
+                   (SELECT list(p.status ORDER BY p.ts, p.file_id, p.pos) FROM proxy p
                      WHERE p.session_hmac = t.session_hmac AND p.method = 'DELETE')) AS detail
 FROM t ANTI JOIN blind USING (session_hmac)
 UNION ALL

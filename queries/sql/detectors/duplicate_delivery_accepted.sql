@@ -23,7 +23,7 @@ repeated AS (
 )
 SELECT session_hmac, generation, stream_id, event_id, 'high' AS severity, min(ts) AS ts,
        json_object('accepted', count(*), 'message_digest', message_digest,
-                   'deliveries', list(delivery ORDER BY ts)) AS detail
+                   'deliveries', list(delivery ORDER BY ts, file_id, pos)) AS detail
 FROM keyed SEMI JOIN repeated USING (k)
 GROUP BY session_hmac, generation, stream_id, event_id, message_digest
 HAVING count(*) >= 2

@@ -13,7 +13,7 @@
 -- page: dispatch
 SELECT idempotency_key, 'medium' AS severity, min(ts) AS ts,
        min(session_hmac) AS session_hmac,
-       json_object('differing_attempts', count(*), 'dispatches', list(dispatch_id ORDER BY ts))
+       json_object('differing_attempts', count(*), 'dispatches', list(dispatch_id ORDER BY ts, file_id, pos))
            AS detail
 FROM a_key_differing
 GROUP BY idempotency_key

@@ -61,7 +61,7 @@ WITH life AS (
 -- the answer the server produced on each stream, by its own log
 terminal AS (
     SELECT session_hmac, generation, stream_id,
-           arg_min(event_id, first_ts) AS event_id,
+           arg_min(event_id, (first_ts, event_id)) AS event_id,
            min(first_ts) AS produced_ts,
            bool_or(replayed) AS replayed,
            bool_and(dropped AND NOT delivered) AS dropped_only
