@@ -28,15 +28,25 @@
 -- Driven from the re-opens, a few per thousand streams: every position and lost event is
 -- found by joining the candidates to the rows of their own streams, never by aggregating
 -- whole tables (which grows with the fleet, not with the re-opens).
-WITH ordered AS (
+-- Only the streams that disconnected are ordered (the windows partition by stream; a
+-- NULL-safe semi join keeps a stream logged without its session one partition).
+WITH disconnected AS (
+    SELECT DISTINCT session_hmac, generation, stream_id FROM streams
+    WHERE state = 'DISCONNECTED'
+),
+ordered AS (
     SELECT session_hmac, generation, stream_id, state, ts, method, resume_from_event_id,
            last_sent_event_id,
            k_ AS k,
            min(CASE WHEN state IN ('RESUME_PENDING', 'STREAM_OPEN') THEN k_ END)
                OVER (w ROWS BETWEEN 1 FOLLOWING AND UNBOUNDED FOLLOWING) AS reopen_k
-    FROM (SELECT *, row_number() OVER (PARTITION BY session_hmac, generation, stream_id
-                                       ORDER BY ts, file_id, pos) AS k_
-          FROM streams)
+    FROM (SELECT s.*, row_number() OVER (PARTITION BY s.session_hmac, s.generation, s.stream_id
+                                         ORDER BY s.ts, s.file_id, s.pos) AS k_
+          FROM streams s
+          SEMI JOIN disconnected d
+            ON s.session_hmac IS NOT DISTINCT FROM d.session_hmac
+           AND s.generation IS NOT DISTINCT FROM d.generation
+           AND s.stream_id IS NOT DISTINCT FROM d.stream_id)
     WINDOW w AS (PARTITION BY session_hmac, generation, stream_id ORDER BY k_)
 ),
 reopens AS (
