@@ -122,18 +122,8 @@ lost AS (
       AND CASE WHEN h.client_basis THEN a.seq IS NULL ELSE NOT x.replayed END
 )
 ,
--- A session that records neither resumable nor its revision counts as resumable; where
--- its ledger rows are in a file that cannot show them while others do (a_blind_sessions),
--- whether a cursor was owed cannot be told: the stream is undecided.
-unknown AS (
-    SELECT a.session_hmac, arg_min(b.file_id, b.path) AS file_id
-    FROM a_sessions a
-    JOIN a_blind_sessions b
-      ON b.session_hmac = a.session_hmac
-     AND b.fact IN ('sessions.resumable', 'sessions.protocol_version')
-    WHERE a.resumable_field IS NULL AND a.protocol_version IS NULL
-    GROUP BY ALL
-)
+-- a session whose resumability a blind ledger file may hide (a_resumability_unknown)
+unknown AS (SELECT * FROM a_resumability_unknown)
 -- client_basis is one value per session, so bool_or is any of them
 SELECT l.session_hmac, l.generation, l.stream_id,
        CASE WHEN u.file_id IS NULL THEN 'medium' ELSE 'cannot_tell' END AS severity,

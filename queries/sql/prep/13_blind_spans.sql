@@ -32,3 +32,16 @@ ANTI JOIN facts x ON x.file_id = s.file_id AND x.fact = h.fact;
 CREATE OR REPLACE TABLE a_blind_sessions AS
 SELECT DISTINCT s.session_hmac, b.fact, b.file_id, b.path
 FROM sessions s JOIN a_blind_spans b ON b.file_id = s.file_id AND b.tbl = 'sessions';
+
+-- A session that records neither resumable nor its revision counts as resumable; where its
+-- ledger rows are in a file that cannot show them while others do, whether a cursor was
+-- owed it cannot be told (priming_lost, resume_without_cursor): the file named is the
+-- first such file by path.
+CREATE OR REPLACE TABLE a_resumability_unknown AS
+SELECT a.session_hmac, arg_min(b.file_id, b.path) AS file_id
+FROM a_sessions a
+JOIN a_blind_sessions b
+  ON b.session_hmac = a.session_hmac
+ AND b.fact IN ('sessions.resumable', 'sessions.protocol_version')
+WHERE a.resumable_field IS NULL AND a.protocol_version IS NULL
+GROUP BY ALL;
