@@ -29,7 +29,7 @@ from __future__ import annotations
 import contextlib
 import re
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import duckdb
@@ -289,6 +289,16 @@ def _search(con: duckdb.DuckDBPyConnection, scoped: bool) -> None:
     con.execute(f"SET search_path = '{SCOPE},main'" if scoped else "SET search_path = 'main'")
 
 
+@contextlib.contextmanager
+def _in_scope(con: duckdb.DuckDBPyConnection) -> Iterator[None]:
+    """Statements inside read the scope's tables before main's; main again after."""
+    _search(con, scoped=True)
+    try:
+        yield
+    finally:
+        _search(con, scoped=False)
+
+
 def _base(con: duckdb.DuckDBPyConnection, table: str) -> str:
     """A table of the database itself: `main.x` alone would also find a temporary view `x`
     (cannottell.shadow), which reads this scope's view of it."""
@@ -312,12 +322,9 @@ def _scoped_prep(con: duckdb.DuckDBPyConnection, q: catalog.Query) -> None:
     """Run a session-local prepare query for the affected sessions, then replace their
     rows in the full table; later scoped queries read the scoped rows."""
     tables = list(dict.fromkeys(_CREATES.findall(q.sql)))
-    _search(con, scoped=True)
-    try:
+    with _in_scope(con):
         for stmt in q.statements():
             con.execute(stmt)
-    finally:
-        _search(con, scoped=False)
     for t in tables:
         cols = {
             r[0]
@@ -382,11 +389,8 @@ def gate_facts(
             con.execute(f"DROP TABLE {SCOPE}.{table}")
     con.execute(f"CREATE TABLE {SCOPE}.findings AS SELECT * FROM main.findings")
     stmt, bound = build["a_gate_facts"]
-    _search(con, scoped=True)
-    try:
+    with _in_scope(con):
         con.execute(stmt, bound)
-    finally:
-        _search(con, scoped=False)
     old = """fact = 'findings' OR session_hmac IN (SELECT session_hmac FROM rg_affected)"""
     # The stages whose samples may change: those of the unit facts replaced, before and
     # after (the samples summarise no finding).
@@ -408,11 +412,10 @@ def gate_facts(
             WHERE stage IN (SELECT stage FROM rg_fact_stages)"""
     )
     stmt, bound = build["a_stage_samples"]
-    _search(con, scoped=True)
     try:
-        con.execute(stmt, bound)
+        with _in_scope(con):
+            con.execute(stmt, bound)
     finally:
-        _search(con, scoped=False)
         con.execute("DROP VIEW IF EXISTS temp.a_gate_facts")
     con.execute(
         "DELETE FROM main.a_stage_samples WHERE stage IN (SELECT stage FROM rg_fact_stages)"
