@@ -20,7 +20,7 @@ from typing import Any
 import duckdb
 import pyarrow as pa
 
-from . import timefmt, validate
+from . import readers, timefmt, validate
 from .config import Config
 from .contract import ROLLOUT
 from .db import get_meta, one_row, set_meta, transaction
@@ -195,6 +195,15 @@ def append_file(
     return len(records)
 
 
+def written_format() -> readers.Source:
+    """How the records written here would be read: as the rollout log `append_file`
+    writes (JSON Lines), the format the registry reads such a file with."""
+    src = readers.detect(Path(f"{ROLLOUT.table}.jsonl"))
+    if src is None:  # a registry without JSON Lines: nothing could read the records back
+        raise ReplaygateError("no input format reads a JSON Lines rollout log")
+    return src
+
+
 def _last_byte(p: Path) -> bytes:
     with open(p, "rb") as fh:
         fh.seek(-1, os.SEEK_END)
@@ -227,6 +236,7 @@ def insert_db(
     if not records:
         return 0
     text = "".join(line(r) for r in records)
+    src = written_format()
     names = [f.name for f in ROLLOUT.stored_fields]
     table = pa.table(
         {
@@ -244,12 +254,15 @@ def insert_db(
         with transaction(con):
             file_id = one_row(con.execute("SELECT nextval('file_ids')"))[0]
             con.execute(
-                """INSERT INTO files (file_id, path, name, format, size, sha256, rows_loaded,
-                                      rows_quarantined, rows_by_type, ingested_at, status)
-                   VALUES ($id, $path, $name, 'jsonl', $size, $sha, $n, 0, $by_type,
-                           now(), 'loaded')""",
+                """INSERT INTO files (file_id, path, name, format, compression, size, sha256,
+                                      rows_loaded, rows_quarantined, rows_by_type, ingested_at,
+                                      status)
+                   VALUES ($id, $path, $name, $fmt, $compression, $size, $sha, $n, 0,
+                           $by_type, now(), 'loaded')""",
                 {
                     "id": file_id,
+                    "fmt": src.format,
+                    "compression": src.compression,
                     "path": f"({origin})",
                     "name": f"rollout records written by {origin}",
                     "size": len(text.encode()),
@@ -265,9 +278,14 @@ def insert_db(
                     FROM ({validate.checked_sql(ROLLOUT, "rg_rollout_rows")})""",
                 {"file_id": file_id},
             )
-            set_meta(con, "data_version", str(int(get_meta(con, "data_version", "0")) + 1))
+            version = int(get_meta(con, "data_version", "0")) + 1
             # Stage windows change with the rollout log: the next analysis is a full one.
+            # That is the change noted, as ingest notes its own (ingest/load.py): an
+            # analysis up to date before stays one that knows what changed since.
             set_meta(con, "analysis_pending_full", "1")
+            if get_meta(con, "analysis_noted_through") == str(version - 1):
+                set_meta(con, "analysis_noted_through", str(version))
+            set_meta(con, "data_version", str(version))
     finally:
         con.unregister("rg_rollout_rows")
     return len(records)

@@ -597,3 +597,46 @@ def test_serve_evaluates_once_per_data_version_not_once_per_request(
     finally:
         server.shutdown()
         server.server_close()
+
+
+def test_records_written_into_the_database_are_filed_and_noted_as_ingest_files_them(
+    tmp_path, monkeypatch
+):
+    """The files row of records `rollout --db` writes names the format the registry
+    reads them with (as a loaded rollout log's row does), and the write is noted for the
+    next analysis as an ingest notes its changes (ingest/load.py), not left as a change
+    nobody accounted for."""
+    import dataclasses
+
+    from replaygate.ingest import readers
+    from replaygate.ingest.config import Config
+    from replaygate.ingest.load import ingest
+    from replaygate.queries import incremental, runner
+
+    # The JSON Lines format registered under another name: whatever the registry calls it.
+    renamed = dataclasses.replace(readers.FORMATS["jsonl"], name="json-lines")
+    monkeypatch.delitem(readers.FORMATS, "jsonl")
+    monkeypatch.setitem(readers.FORMATS, "json-lines", renamed)
+    monkeypatch.setattr(readers, "PROXY_LOG_FORMAT", "json-lines")
+
+    def meta(key):  # read whole: an unread result blocks the connection
+        return dict(con.execute("SELECT key, value FROM meta").fetchall()).get(key)
+
+    rec = rolloutlog.record("start", release="r", stage="s", ts="2026-11-30T00:00:00Z")
+    log = tmp_path / "logs" / "rollout.jsonl"
+    rolloutlog.append_file(log, [rec])
+    con = dbm.connect(str(tmp_path / "fleet.duckdb"))
+    ingest(con, [log.parent], Config())
+    runner.analyse(con, Config())
+    assert meta("analysis_noted_through") == meta("data_version")
+    nxt = rolloutlog.record("proceed", release="r", stage="s", ts="2026-11-30T00:10:00Z")
+    assert rolloutlog.insert_db(con, [nxt]) == 1
+    rows = con.execute(
+        "SELECT format, compression FROM files WHERE status = 'loaded' ORDER BY file_id"
+    ).fetchall()
+    assert rows == [("json-lines", None), ("json-lines", None)]
+    # Noted: the next analysis is a full one (the stage windows changed), and it knows why.
+    assert meta("analysis_noted_through") == meta("data_version")
+    assert meta("analysis_pending_full") == "1"
+    assert not incremental.possible(con, Config(), {"rollout": 2})
+    con.close()
