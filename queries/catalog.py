@@ -27,21 +27,38 @@ _PARAM = re.compile(r"\$([a-z_][a-z0-9_]*)")
 
 
 @dataclass(frozen=True)
-class Query:
+class SqlText:
+    """A query's text under its checked header: the `$names` it declares and binds, and
+    the statements it runs (a detector's file here, a named query in queries/named.py)."""
+
     name: str
-    folder: str  # prep | detectors | gates
     path: Path
     sql: str
     header: Header
+
+    @property
+    def params(self) -> tuple[str, ...]:
+        return self.header.list("params")
+
+    def body(self) -> str:
+        # Comments are dropped first, so a ';' or a `$name` inside one counts for nothing.
+        return "\n".join(line.split("--", 1)[0] for line in self.sql.splitlines())
+
+    def used_params(self) -> set[str]:
+        return set(_PARAM.findall(self.body()))
+
+    def statements(self) -> list[str]:
+        return [s for s in (p.strip() for p in self.body().split(";")) if s]
+
+
+@dataclass(frozen=True)
+class Query(SqlText):
+    folder: str  # prep | detectors | gates | facts
 
     @cached_property
     def needs(self) -> tuple[str, ...]:
         # Cached: gates read their detectors' needs for every stage they evaluate.
         return self.header.list("needs")
-
-    @property
-    def params(self) -> tuple[str, ...]:
-        return self.header.list("params")
 
     @property
     def severities(self) -> tuple[str, ...]:
@@ -50,19 +67,6 @@ class Query:
     @property
     def invariant(self) -> str:
         return self.header.text("invariant")
-
-    def used_params(self) -> set[str]:
-        body = "\n".join(line for line in self.sql.splitlines() if not line.startswith("--"))
-        return set(_PARAM.findall(body))
-
-    def statements(self) -> list[str]:
-        # Comments are dropped first, so a ';' inside one never splits a statement.
-        body = "\n".join(line.split("--", 1)[0] for line in self.sql.splitlines())
-        return [s for s in (p.strip() for p in body.split(";")) if s and not _only_comments(s)]
-
-
-def _only_comments(stmt: str) -> bool:
-    return all(not line.strip() or line.strip().startswith("--") for line in stmt.splitlines())
 
 
 def parse(path: Path, folder: str) -> Query:
@@ -73,7 +77,7 @@ def parse(path: Path, folder: str) -> Query:
     name = header["name"]
     if folder == "detectors" and name != path.stem:
         header.fail("name", f"{name!r} is not the file's name ({path.stem})")
-    return Query(name, folder, path, text, header)
+    return Query(name=name, path=path, sql=text, header=header, folder=folder)
 
 
 @cache

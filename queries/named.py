@@ -22,36 +22,15 @@ import duckdb
 
 from . import catalog, headers
 from .filters import DIMENSIONS, Filters
-from .headers import Header
 
 _NAME = re.compile(r"^--\s*name:")
-_PARAM = re.compile(r"\$([a-z_][a-z0-9_]*)")
 
 
 @dataclass(frozen=True)
-class NamedQuery:
-    name: str
-    path: Path
-    sql: str
-    header: Header
-
-    @property
-    def params(self) -> tuple[str, ...]:
-        return self.header.list("params")
-
+class NamedQuery(catalog.SqlText):
     @property
     def filters(self) -> tuple[str, ...]:
         return self.header.list("filters")
-
-    def used_params(self) -> set[str]:
-        return set(_PARAM.findall(self.body()))
-
-    def body(self) -> str:
-        # Comments are dropped first, so a ';' inside one never splits a statement.
-        return "\n".join(line.split("--", 1)[0] for line in self.sql.splitlines())
-
-    def statements(self) -> list[str]:
-        return [s for s in (p.strip() for p in self.body().split(";")) if s]
 
     def ignored(self, f: Filters) -> tuple[str, ...]:
         """Active filter dimensions this query cannot apply (to say so on its widget)."""
