@@ -11,17 +11,10 @@ import plotly.graph_objects as go
 from replaygate.queries import api
 from replaygate.queries.api import NOT_EXERCISED, Decision, Status, display_status, plot_text
 
-STATUS_COLORS = {
-    Status.PASS: "#2e7d32",
-    Status.FAIL: "#c62828",
-    Status.INSUFFICIENT: "#f9a825",
-    Status.NOT_APPLICABLE: "#bdbdbd",
-}
-DECISION_COLORS = {
-    Decision.PROCEED: "#2e7d32",
-    Decision.HOLD: "#f9a825",
-    Decision.ROLLBACK: "#c62828",
-}
+# An outcome's colour by its tone (queries/outcome.py says which member has which).
+TONE_COLORS = {"good": "#2e7d32", "bad": "#c62828", "warn": "#f9a825", "muted": "#bdbdbd"}
+STATUS_COLORS = {s: TONE_COLORS[s.tone] for s in Status}
+DECISION_COLORS = {d: TONE_COLORS[d.tone] for d in Decision}
 STATUS_CODE = {Status.NOT_APPLICABLE: 0, Status.PASS: 1, Status.INSUFFICIENT: 2, Status.FAIL: 3}
 ACTION_COLORS = {
     "start": "#1565c0",

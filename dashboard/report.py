@@ -31,12 +31,7 @@ from replaygate.queries.api import (
 
 from . import svgchart
 
-STATUS_WORD = {
-    Status.PASS: "PASSED",
-    Status.INSUFFICIENT: "WARNED",
-    Status.FAIL: "FAILED",
-    Status.NOT_APPLICABLE: "SKIPPED",
-}
+STATUS_WORD = {s: s.verdict for s in Status}
 
 
 def _format(fi: dict[str, Any]) -> str:

@@ -49,12 +49,20 @@ DECISION_ICON = {
     Decision.ROLLBACK: ":material/undo:",
 }
 BadgeColor = Literal["green", "red", "orange", "gray"]
-STATUS_BADGE: dict[Status, tuple[BadgeColor, str]] = {
-    Status.PASS: ("green", ":material/check:"),
-    Status.FAIL: ("red", ":material/close:"),
-    Status.INSUFFICIENT: ("orange", ":material/hourglass_empty:"),
-    Status.NOT_APPLICABLE: ("gray", ":material/remove:"),
+# Streamlit's colour names by an outcome's tone (queries/outcome.py).
+TONE_BADGE: dict[str, BadgeColor] = {
+    "good": "green",
+    "bad": "red",
+    "warn": "orange",
+    "muted": "gray",
 }
+STATUS_ICON = {
+    Status.PASS: ":material/check:",
+    Status.FAIL: ":material/close:",
+    Status.INSUFFICIENT: ":material/hourglass_empty:",
+    Status.NOT_APPLICABLE: ":material/remove:",
+}
+STATUS_BADGE = {s: (TONE_BADGE[s.tone], STATUS_ICON[s]) for s in Status}
 PAGE_FILES = {
     "overview": "views/overview.py",
     "findings": "views/findings.py",
@@ -298,7 +306,7 @@ def sidebar_freshness(stamp: str) -> None:
         sb.caption(f"Configuration: {fmt.md_text(note)}")
 
 
-DECISION_COLOR = {Decision.PROCEED: "green", Decision.HOLD: "orange", Decision.ROLLBACK: "red"}
+DECISION_COLOR = {d: TONE_BADGE[d.tone] for d in Decision}
 
 
 def decision_banner(decision: str, stage: str, note: str = "") -> None:

@@ -1,6 +1,8 @@
 """What a gate and a stage come to: `Status` (a gate's reading) and `Decision` (a stage's
 recommendation), each with its order and the codes the CLI and the HTTP service answer
-with. Every surface takes them from here, so the set, its order and its codes are written
+with, and `Severity` (a finding's). Every surface takes them from here, so the set, its
+order, its codes and its `Tone` (which member is good news, a warning, bad news or
+neither: the terminal's styles and the dashboard's colours both follow it) are written
 once."""
 
 from __future__ import annotations
@@ -8,16 +10,52 @@ from __future__ import annotations
 from enum import StrEnum
 
 
-class Status(StrEnum):
-    """A gate's reading of a stage. The values are what JSON, JUnit and reports carry."""
+class Tone(StrEnum):
+    """How a surface colours an outcome: each surface maps the tones, not the members."""
+
+    GOOD = "good"
+    WARN = "warn"
+    BAD = "bad"
+    MUTED = "muted"
+
+
+class _Ranked(StrEnum):
+    """Members in order of declaration; `rank` is a member's place."""
+
+    @property
+    def rank(self) -> int:
+        return list(type(self)).index(self)
+
+
+class Status(_Ranked):
+    """A gate's reading of a stage. The values are what JSON, JUnit and reports carry;
+    `verdict` is the word a report and an attestation give it."""
 
     PASS = "pass"
     FAIL = "fail"
     INSUFFICIENT = "insufficient"
     NOT_APPLICABLE = "not_applicable"
 
+    @property
+    def tone(self) -> Tone:
+        return {
+            Status.PASS: Tone.GOOD,
+            Status.FAIL: Tone.BAD,
+            Status.INSUFFICIENT: Tone.WARN,
+            Status.NOT_APPLICABLE: Tone.MUTED,
+        }[self]
 
-class Decision(StrEnum):
+    @property
+    def verdict(self) -> str:
+        return {
+            Status.PASS: "PASSED",
+            Status.INSUFFICIENT: "WARNED",
+            Status.FAIL: "FAILED",
+            Status.NOT_APPLICABLE: "SKIPPED",
+        }[self]
+
+
+class Decision(_Ranked):
     """A stage's recommendation, mildest first. `exit_code`: `replaygate gates`;
     `http_code`: `replaygate serve`."""
 
@@ -26,8 +64,10 @@ class Decision(StrEnum):
     ROLLBACK = "ROLLBACK"
 
     @property
-    def rank(self) -> int:
-        return list(Decision).index(self)
+    def tone(self) -> Tone:
+        return {Decision.PROCEED: Tone.GOOD, Decision.HOLD: Tone.WARN, Decision.ROLLBACK: Tone.BAD}[
+            self
+        ]
 
     @property
     def exit_code(self) -> int:
@@ -52,7 +92,7 @@ class Decision(StrEnum):
         return max((cls(d) for d in decisions), key=lambda d: d.rank, default=cls.HOLD)
 
 
-class Severity(StrEnum):
+class Severity(_Ranked):
     """How bad a finding is, worst first (a detector's `-- severity:` header names its own)."""
 
     CRITICAL = "critical"
@@ -61,5 +101,10 @@ class Severity(StrEnum):
     LOW = "low"
 
     @property
-    def rank(self) -> int:
-        return list(Severity).index(self)
+    def tone(self) -> Tone:
+        return {
+            Severity.CRITICAL: Tone.BAD,
+            Severity.HIGH: Tone.BAD,
+            Severity.MEDIUM: Tone.WARN,
+            Severity.LOW: Tone.MUTED,
+        }[self]

@@ -236,23 +236,18 @@ def status_table(doc: dict[str, Any]) -> None:
         _print(f"  {item['rows']:>8,}  {_t(item['reason'])}")
 
 
-SEVERITY_STYLE = {
-    Severity.CRITICAL: "bold red",
-    Severity.HIGH: "red",
-    Severity.MEDIUM: "yellow",
-    Severity.LOW: "dim",
-}
-DECISION_STYLE = {
-    Decision.PROCEED: "bold green",
-    Decision.HOLD: "bold yellow",
-    Decision.ROLLBACK: "bold red",
-}
-STATUS_STYLE = {
-    Status.PASS: "green",
-    Status.FAIL: "bold red",
-    Status.INSUFFICIENT: "yellow",
-    Status.NOT_APPLICABLE: "dim",
-}
+# An outcome's style by its tone (queries/outcome.py says which member has which); the
+# worst of each kind, and every decision, in bold.
+TONE_STYLE = {"good": "green", "bad": "red", "warn": "yellow", "muted": "dim"}
+
+
+def _style(tone: str, bold: bool) -> str:
+    return ("bold " if bold else "") + TONE_STYLE[tone]
+
+
+SEVERITY_STYLE = {s: _style(s.tone, s is Severity.CRITICAL) for s in Severity}
+DECISION_STYLE = {d: _style(d.tone, True) for d in Decision}
+STATUS_STYLE = {s: _style(s.tone, s is Status.FAIL) for s in Status}
 
 
 def _unit(f: dict[str, Any]) -> str:

@@ -24,6 +24,7 @@ MAPS = {
     "ui.DECISION_ICON": (ui.DECISION_ICON, Decision),
     "ui.DECISION_COLOR": (ui.DECISION_COLOR, Decision),
     "ui.STATUS_BADGE": (ui.STATUS_BADGE, Status),
+    "ui.STATUS_ICON": (ui.STATUS_ICON, Status),
     "fmt.STATUS_WORDS": (fmt.STATUS_WORDS, Status),
     "report.STATUS_WORD": (report.STATUS_WORD, Status),
     "render.SEVERITY_STYLE": (render.SEVERITY_STYLE, Severity),
