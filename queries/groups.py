@@ -50,44 +50,51 @@ WHERE d.session_hmac IN (SELECT session_hmac FROM rg_affected)
         WHERE p.session_hmac IS NULL AND p.principal IS NOT NULL))
 """
 
+# The groups a changed dispatch `d` shares with dispatch `a` beside its key: by sender
+# (`retry`) or by caller (`suspected`), with the same tool and payload (`eq`: `=`, or
+# `IS NOT DISTINCT FROM` for a null-safe superset).
+_BY = {"retry": ("sender", "dispatch_sender"), "suspected": ("caller", "dispatch_caller")}
+
+
+def _same_group(basis: str, a: str, eq: str) -> str:
+    key, fn = _BY[basis]
+    return (
+        f"{fn}({a}.principal, {a}.session_hmac) = k.{key}"
+        f" AND {a}.tool_name {eq} k.tool_name AND {a}.payload_digest {eq} k.payload_digest"
+    )
+
+
 # Every row of those groups (null-safe, so a superset of what the detector joins).
-_SCOPE = """
-CREATE OR REPLACE TEMP TABLE rg_dd_scope AS
-SELECT d.file_id, d.pos FROM {dispatches} d
-SEMI JOIN rg_dd_changed k ON d.idempotency_key = k.idempotency_key
-UNION
-SELECT d.file_id, d.pos FROM {dispatches} d
-SEMI JOIN rg_dd_changed k
-  ON dispatch_sender(d.principal, d.session_hmac) = k.sender
- AND d.tool_name IS NOT DISTINCT FROM k.tool_name
- AND d.payload_digest IS NOT DISTINCT FROM k.payload_digest
-UNION
-SELECT d.file_id, d.pos FROM {dispatches} d
-SEMI JOIN rg_dd_changed k
-  ON dispatch_caller(d.principal, d.session_hmac) = k.caller
- AND d.tool_name IS NOT DISTINCT FROM k.tool_name
- AND d.payload_digest IS NOT DISTINCT FROM k.payload_digest
-UNION
-SELECT file_id, pos FROM rg_dd_changed
-"""
+_SCOPE = "\nUNION\n".join(
+    [
+        "CREATE OR REPLACE TEMP TABLE rg_dd_scope AS\n"
+        "SELECT d.file_id, d.pos FROM {dispatches} d\n"
+        "SEMI JOIN rg_dd_changed k ON d.idempotency_key = k.idempotency_key",
+        *(
+            "SELECT d.file_id, d.pos FROM {dispatches} d\n"
+            f"SEMI JOIN rg_dd_changed k ON {_same_group(b, 'd', 'IS NOT DISTINCT FROM')}"
+            for b in _BY
+        ),
+        "SELECT file_id, pos FROM rg_dd_changed",
+    ]
+)
 
 # Does a finding (of `{t}`) belong to a group that holds a changed dispatch? Only those
 # are replaced: the scope also holds rows of other groups, incompletely.
-_CHANGED_GROUP = """
-CASE json_extract_string({t}.detail, '$.basis')
-  WHEN 'inbox' THEN {t}.session_hmac IN (SELECT session_hmac FROM rg_affected)
-  WHEN 'idempotency_key' THEN {t}.idempotency_key IN (
-      SELECT idempotency_key FROM rg_dd_changed)
-  WHEN 'retry' THEN {t}.dispatch_id IN (
-      SELECT a.dispatch_id FROM {dispatches} a SEMI JOIN rg_dd_changed k
-          ON dispatch_sender(a.principal, a.session_hmac) = k.sender
-         AND a.tool_name = k.tool_name AND a.payload_digest = k.payload_digest)
-  WHEN 'suspected' THEN {t}.dispatch_id IN (
-      SELECT a.dispatch_id FROM {dispatches} a SEMI JOIN rg_dd_changed k
-          ON dispatch_caller(a.principal, a.session_hmac) = k.caller
-         AND a.tool_name = k.tool_name AND a.payload_digest = k.payload_digest)
-END
-"""
+_CHANGED_GROUP = "\n".join(
+    [
+        "CASE json_extract_string({t}.detail, '$.basis')",
+        "  WHEN 'inbox' THEN {t}.session_hmac IN (SELECT session_hmac FROM rg_affected)",
+        "  WHEN 'idempotency_key' THEN {t}.idempotency_key IN (",
+        "      SELECT idempotency_key FROM rg_dd_changed)",
+        *(
+            f"  WHEN '{b}' THEN {{t}}.dispatch_id IN (SELECT a.dispatch_id FROM {{dispatches}} a"
+            f" SEMI JOIN rg_dd_changed k ON {_same_group(b, 'a', '=')})"
+            for b in _BY
+        ),
+        "END",
+    ]
+)
 
 
 def rerun(
