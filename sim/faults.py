@@ -85,6 +85,21 @@ def stream_unit(s: Sess, stream_id: str) -> dict:
     return {"generation": s.gen, "stream_id": stream_id}
 
 
+Found = tuple[str, str] | tuple[str, str, dict[str, Any]]
+
+
+def on_stream(f: Fleet, s: Sess, r: Any, *found: Found) -> list[dict[str, Any]]:
+    """The findings of call `r`'s stream at its end: `found` is (detector, severity) or
+    (detector, severity, further unit columns and `X` options)."""
+    u = stream_unit(s, r.stream_id)
+    return [X(f, d[0], d[1], r.t_end, s.hmac, **u, **(d[2] if len(d) > 2 else {})) for d in found]
+
+
+def dead_post(f: Fleet, s: Sess) -> None:
+    """The client's next tool call on its session after the session ended: answered 404."""
+    f.proxy(s.t, "POST", 404, s, jsonrpc_method="tools/call", request_id=str(s.next_req))
+
+
 def session(f: Fleet, t: int, cohort, resumable: bool, principal=None, **kw) -> Sess:
     return f.new_session(t, cohort, resumable=resumable, principal=principal, **kw)
 
@@ -94,7 +109,7 @@ def one_call(
     needs: str,
     seed: str,
     description: str,
-    *found: tuple[str, str] | tuple[str, str, dict[str, Any]],
+    *found: Found,
     tool_class: str = "read",
     end: str = "delete",
     **call_kw: Any,
@@ -108,10 +123,7 @@ def one_call(
         s = session(f, t, cohort, True if needs == "resumable" else resumable)
         r = call(f, s, tool_class, **call_kw)
         getattr(f, end)(s)
-        u = stream_unit(s, r.stream_id)
-        return [
-            X(f, d[0], d[1], r.t_end, s.hmac, **u, **(d[2] if len(d) > 2 else {})) for d in found
-        ]
+        return on_stream(f, s, r, *found)
 
     CATALOGUE[fid] = Fault(fid, needs, seed, description, play)
 
@@ -189,17 +201,7 @@ def _crossed(f, t, cohort, resumable):
     eid, _, digest = a.events[4]
     b = call(f, s, "read", n=6, brk=Brk(after=2, cross=(a.stream_id, eid, 4, digest)))
     f.delete(s)
-    return [
-        X(
-            f,
-            "cross_stream_acceptance",
-            "critical",
-            b.t_end,
-            s.hmac,
-            **stream_unit(s, b.stream_id),
-            event_id=eid,
-        )
-    ]
+    return on_stream(f, s, b, ("cross_stream_acceptance", "critical", {"event_id": eid}))
 
 
 one_call(
@@ -223,7 +225,7 @@ def _wrong_cursor(f, t, cohort, resumable):
     s = session(f, t, cohort, True)
     r = call(f, s, "read", n=8, brk=Brk(after=3, mode="reject", cursor=f"bogus-{f.uid()}"))
     f.delete(s)
-    return [X(f, "cursor_rejected", "low", r.t_end, s.hmac, **stream_unit(s, r.stream_id))]
+    return on_stream(f, s, r, ("cursor_rejected", "low"))
 
 
 @fault(
@@ -237,7 +239,7 @@ def _misrouted(f, t, cohort, resumable):
     a = call(f, s, "read", n=4)
     b = call(f, s, "read", n=6, brk=Brk(after=3, cursor=a.events[4][0]))
     f.delete(s)
-    return [X(f, "cursor_misrouted", "critical", b.t_end, s.hmac, **stream_unit(s, b.stream_id))]
+    return on_stream(f, s, b, ("cursor_misrouted", "critical"))
 
 
 @fault(
@@ -324,18 +326,8 @@ def _dup_delivery(f, t, cohort, resumable):
     s = session(f, t, cohort, True)
     r = call(f, s, "read", n=6, brk=Brk(after=3, ack_lag=True, dedup_broken=True))
     f.delete(s)
-    return [
-        X(
-            f,
-            "duplicate_delivery_accepted",
-            "high",
-            r.t_end,
-            s.hmac,
-            **stream_unit(s, r.stream_id),
-            event_id=r.events[3][0],
-            client=True,
-        )
-    ]
+    u = {"event_id": r.events[3][0], "client": True}
+    return on_stream(f, s, r, ("duplicate_delivery_accepted", "high", u))
 
 
 @fault(
@@ -348,20 +340,14 @@ def _inbox_double(f, t, cohort, resumable):
     s = session(f, t, cohort, True)
     r = call(f, s, "read", n=5, brk=Brk(after=5, ack_lag=True, dedup_broken=True))
     f.delete(s)
-    u = {**stream_unit(s, r.stream_id), "event_id": r.events[5][0]}
-    return [
-        X(f, "duplicate_delivery_accepted", "high", r.t_end, s.hmac, **u, client=True),
-        X(
-            f,
-            "duplicate_dispatch",
-            "critical",
-            r.t_end,
-            s.hmac,
-            **u,
-            detail_basis="inbox",
-            client=True,
-        ),
-    ]
+    u = {"event_id": r.events[5][0], "client": True}
+    return on_stream(
+        f,
+        s,
+        r,
+        ("duplicate_delivery_accepted", "high", u),
+        ("duplicate_dispatch", "critical", {**u, "detail_basis": "inbox"}),
+    )
 
 
 # -- sessions and HTTP (seed 004) ---------------------------------------------------------
@@ -415,7 +401,7 @@ def _old_token(f, t, cohort, resumable):
     call(f, s, "read")
     f.expire(s)
     s.t += 2 * SEC
-    f.proxy(s.t, "POST", 404, s, jsonrpc_method="tools/call", request_id=str(s.next_req))
+    dead_post(f, s)
     f.led_session(s, s.t + 2, "REINITIALIZE_REQUIRED")
     s2 = f.reinit(s, s.t + 500)
     s2.t += 300
@@ -513,7 +499,7 @@ def _reinit_missing(f, t, cohort, resumable):
     out = []
     for _ in range(2):
         s.t += f.jitter(2 * SEC, 5 * SEC)
-        f.proxy(s.t, "POST", 404, s, jsonrpc_method="tools/call", request_id=str(s.next_req))
+        dead_post(f, s)
         out.append(X(f, "reinit_missing", "high", s.t, s.hmac, ts=s.t))
     # the first 404 was followed by a request on the dead session, the second was not
     out[0]["unit"]["detail.reason"] = "not re-initialized, and used after the 404"
@@ -542,7 +528,7 @@ def _reinit_shared_client(f, t, cohort, resumable):
     call(f, c, "read")
     f.expire(a)
     a.t = max(a.t, b.t) + f.jitter(SEC, 3 * SEC)
-    f.proxy(a.t, "POST", 404, a, jsonrpc_method="tools/call", request_id=str(a.next_req))
+    dead_post(f, a)
     f.stats[f.stage_of(a.hmac, a.t)].undecided_404 += 1
     # b is still in use after a's 404; a's client initializes again: whose initialize
     # that is cannot be told, so a's 404 is neither a finding nor a pass.
@@ -568,7 +554,7 @@ def _reinit_shared_client(f, t, cohort, resumable):
     f.delete(b)
     f.expire(c)
     c.t += f.jitter(2 * SEC, 5 * SEC)
-    f.proxy(c.t, "POST", 404, c, jsonrpc_method="tools/call", request_id=str(c.next_req))
+    dead_post(f, c)
     return [X(f, "reinit_missing", "high", c.t, c.hmac, ts=c.t, detail_reason="not re-initialized")]
 
 
@@ -639,37 +625,39 @@ def _raw_id(f, t, cohort, resumable):
     ]
 
 
-@fault("reconnect_storm", "any", "004", "a burst of reconnects answered 429 and 503")
-def _storm(f, t, cohort, resumable):
-    sessions = [session(f, t + i * 100, cohort, resumable) for i in range(3)]
-    bucket = (max(x.t for x in sessions) // 10_000 + 2) * 10_000
-    for i in range(60):
-        s = sessions[i % 3]
-        status = 429 if i % 2 else 503
-        f.proxy(bucket + i * 150, "GET", status, s, last_event_id=f"{i}:1", retry_after=5)
-    for s in sessions:
-        s.t = bucket + 10_000
-        f.delete(s)
-    return [X(f, "reconnect_storm", "high", bucket, None, keyed=False, ts=bucket)]
+def _storm(reopen: Callable[[Fleet, int, Sess, int], None], opens: bool = False) -> Callable:
+    """Three sessions re-open their streams 60 times within one 10-second bucket
+    (`reopen(f, t, session, i)`: the i-th re-open at t), then end. `opens`: each session
+    first opens its standalone GET stream (an open, not a reconnect)."""
+
+    def play(f, t, cohort, resumable):
+        sessions = [session(f, t + i * 100, cohort, resumable) for i in range(3)]
+        for s in sessions if opens else ():
+            f.proxy(s.t, "GET", 200, s)
+        bucket = (max(x.t for x in sessions) // 10_000 + 2) * 10_000
+        for i in range(60):
+            reopen(f, bucket + i * 150, sessions[i % 3], i)
+        for s in sessions:
+            s.t = bucket + 10_000
+            f.delete(s)
+        return [X(f, "reconnect_storm", "high", bucket, None, keyed=False, ts=bucket)]
+
+    return play
 
 
-@fault(
+fault("reconnect_storm", "any", "004", "a burst of reconnects answered 429 and 503")(
+    _storm(
+        lambda f, t, s, i: f.proxy(
+            t, "GET", 429 if i % 2 else 503, s, last_event_id=f"{i}:1", retry_after=5
+        )
+    )
+)
+fault(
     "cursorless_reopen_storm",
     "any",
     "004",
     "standalone GET streams without a priming event re-opened without Last-Event-ID, all at once",
-)
-def _cursorless_storm(f, t, cohort, resumable):
-    sessions = [session(f, t + i * 100, cohort, resumable) for i in range(3)]
-    for s in sessions:
-        f.proxy(s.t, "GET", 200, s)  # the standalone GET stream: an open, not a reconnect
-    bucket = (max(x.t for x in sessions) // 10_000 + 2) * 10_000
-    for i in range(60):
-        f.proxy(bucket + i * 150, "GET", 200, sessions[i % 3])  # re-opened, no cursor
-    for s in sessions:
-        s.t = bucket + 10_000
-        f.delete(s)
-    return [X(f, "reconnect_storm", "high", bucket, None, keyed=False, ts=bucket)]
+)(_storm(lambda f, t, s, i: f.proxy(t, "GET", 200, s), opens=True))  # re-opened, no cursor
 
 
 @fault(
@@ -762,7 +750,6 @@ def _blind_resend(f, t, cohort, resumable):
     s.t += f.jitter(300, 5 * SEC)
     again = call(f, s, "write", n=5, key=None, tool=r.tool, payload=r.payload)
     f.delete(s)
-    u = stream_unit(s, r.stream_id)
     return [
         X(
             f,
@@ -783,8 +770,13 @@ def _blind_resend(f, t, cohort, resumable):
             dispatch_id=again.dispatch_id,
         ),
         # The client's inbox shows the answer it never got.
-        X(f, "replay_gap", "high", r.t_end, s.hmac, **u, client=True),
-        X(f, "undelivered_result", "high", r.t_end, s.hmac, **u, client=True),
+        *on_stream(
+            f,
+            s,
+            r,
+            ("replay_gap", "high", {"client": True}),
+            ("undelivered_result", "high", {"client": True}),
+        ),
     ]
 
 
@@ -986,41 +978,22 @@ def _past_proxy(f: Fleet, t: int, proxy: str) -> list[dict]:
     return out
 
 
-@fault(
-    "answer_lost_past_nginx",
-    "unrecorded",
-    "000",
-    "an upstream without the recorder closes after an answer's headers: nginx logs 200, "
-    "0 body bytes and `$request_completion` OK (an answer lost); a client that left after "
-    "the headers (200, completion empty) cannot be told from it, one that left before (499) "
-    "is no loss",
-)
-def _answer_lost_past_nginx(f, t, cohort, resumable):
-    return _past_proxy(f, t, "nginx")
-
-
-@fault(
-    "answer_lost_past_envoy",
-    "unrecorded",
-    "000",
-    "an upstream without the recorder closes after an answer's headers: Envoy logs 200, "
-    "0 bytes and no flag (an answer lost); clients that hung up are flagged DC (or code 0) "
-    "and are no loss",
-)
-def _answer_lost_past_envoy(f, t, cohort, resumable):
-    return _past_proxy(f, t, "envoy")
-
-
-@fault(
-    "answer_lost_past_caddy",
-    "unrecorded",
-    "000",
-    "an upstream without the recorder closes after an answer's headers: Caddy logs 200 with "
-    "size 0, the same line as a client that left after the headers: both cannot tell; one "
-    "that left before them (status 0) is no loss",
-)
-def _answer_lost_past_caddy(f, t, cohort, resumable):
-    return _past_proxy(f, t, "caddy")
+_PAST_PROXY = {
+    "nginx": "nginx logs 200, 0 body bytes and `$request_completion` OK (an answer lost); a "
+    "client that left after the headers (200, completion empty) cannot be told from it, one "
+    "that left before (499) is no loss",
+    "envoy": "Envoy logs 200, 0 bytes and no flag (an answer lost); clients that hung up are "
+    "flagged DC (or code 0) and are no loss",
+    "caddy": "Caddy logs 200 with size 0, the same line as a client that left after the "
+    "headers: both cannot tell; one that left before them (status 0) is no loss",
+}
+for _proxy, _told in _PAST_PROXY.items():
+    fault(
+        f"answer_lost_past_{_proxy}",
+        "unrecorded",
+        "000",
+        f"an upstream without the recorder closes after an answer's headers: {_told}",
+    )(lambda f, t, cohort, resumable, proxy=_proxy: _past_proxy(f, t, proxy))
 
 
 @fault(
@@ -1088,16 +1061,7 @@ def _rb_new(f, t, cohort, resumable):
     s.t = max(s.t, f.rollback_at + 5 * SEC)
     r = call(f, s, "read", n=6, brk=Brk(after=3))
     f.delete(s)
-    return [
-        X(
-            f,
-            "rollback_resumable_new_stream",
-            "critical",
-            r.t_end,
-            s.hmac,
-            **stream_unit(s, r.stream_id),
-        )
-    ]
+    return on_stream(f, s, r, ("rollback_resumable_new_stream", "critical"))
 
 
 @fault(
@@ -1111,13 +1075,15 @@ def _rb_cursor(f, t, cohort, resumable):
     s.t = max(s.t, f.rollback_at - 1500)
     r = call(f, s, "read", n=8, brk=Brk(after=3, mode="reject", delay=4 * SEC))
     f.delete(s)
-    u = stream_unit(s, r.stream_id)
-    return [
-        X(f, "rollback_cursor_dropped", "high", r.t_end, s.hmac, **u),
-        X(f, "cursor_rejected", "low", r.t_end, s.hmac, **u),
+    return on_stream(
+        f,
+        s,
+        r,
+        ("rollback_cursor_dropped", "high"),
+        ("cursor_rejected", "low"),
         # The cursor is one the server produced on that stream: its store no longer held it.
-        X(f, "replay_buffer_exhausted", "high", r.t_end, s.hmac, **u),
-    ]
+        ("replay_buffer_exhausted", "high"),
+    )
 
 
 @fault(
@@ -1131,7 +1097,7 @@ def _rb_post(f, t, cohort, resumable):
     s.t = max(s.t, f.rollback_at - 1500)
     r = call(f, s, "read", n=8, brk=Brk(after=3, mode="repost", at=f.rollback_at + 2 * SEC))
     f.delete(s)
-    return [X(f, "rollback_post_storm", "high", r.t_end, s.hmac, **stream_unit(s, r.stream_id))]
+    return on_stream(f, s, r, ("rollback_post_storm", "high"))
 
 
 BLIND_PROXY = "proxy-blind.jsonl"
@@ -1173,7 +1139,7 @@ def _reinit_past_blind_proxy(f, t, cohort, resumable):
     call(f, s, "read")
     f.expire(s)
     s.t += f.jitter(2 * SEC, 5 * SEC)
-    f.proxy(s.t, "POST", 404, s, jsonrpc_method="tools/call", request_id=str(s.next_req))
+    dead_post(f, s)
     f.stats[f.stage_of(s.hmac, s.t)].undecided_404 += 1
     s2 = f.reinit(s, s.t + f.jitter(SEC, 5 * SEC), init_log=BLIND_INIT_PROXY)
     f.delete(s2)
