@@ -33,14 +33,15 @@ def _strings_in_tests(path: Path) -> set[str]:
 
 def _expected_by_faults() -> set[str]:
     """Detectors named by an expected finding in sim/faults.py: `X(f, "<detector>", ...)`
-    in a fault's body, or `("<detector>", severity)` in a `one_call(...)` declaration."""
+    in a fault's body, or `("<detector>", severity)` in a `one_call(...)` declaration or an
+    `on_stream(...)` call."""
     tree = ast.parse((ROOT / "sim" / "faults.py").read_text())
     calls = [n for n in ast.walk(tree) if isinstance(n, ast.Call) and isinstance(n.func, ast.Name)]
     named = [n.args[1] for n in calls if n.func.id == "X" and len(n.args) > 1]
     named += [
         a.elts[0]
         for n in calls
-        if n.func.id == "one_call"
+        if n.func.id in ("one_call", "on_stream")
         for a in n.args
         if isinstance(a, ast.Tuple) and a.elts
     ]
