@@ -234,3 +234,32 @@ def test_every_fact_of_another_source_is_scoped_for_partial_blindness():
     for name, q in crossing.items():
         assert any(t in q.sql for t in scoped), name
         assert q.header.list("undecided"), name
+
+
+def test_reinit_missing_an_initialize_in_a_log_that_names_no_client_is_cannot_tell(tmp_path):
+    # proxy-b, a second proxy, names methods but logs neither principal nor client
+    # address: its initialize 10 s after the 404 may be this client's re-initialize or
+    # another client's; who re-initialized cannot be known. Neither a finding nor a pass.
+    found, _ = run(
+        tmp_path,
+        rollout=ROLLOUT,
+        **{
+            "proxy-a": [_init(0), _dead(1000)],
+            "proxy-b": [px(11_000, jsonrpc_method="initialize")],
+        },
+    )
+    assert "reinit_missing" not in found
+    told = _cannot_tell(tmp_path)["reinit_missing"]
+    assert ("proxy-b.jsonl", "client identity", 1) in told, told
+    gate = _reinit_gate(tmp_path)
+    assert gate["status"] == "insufficient" and gate["sample"] == 0, gate
+    # An hour later, such a log cannot hold the re-initialize: "not re-initialized" stands.
+    found, _ = run(
+        tmp_path / "later",
+        rollout=ROLLOUT,
+        **{
+            "proxy-a": [_init(0), _dead(1000)],
+            "proxy-b": [px(HOUR, jsonrpc_method="initialize")],
+        },
+    )
+    assert found.get("reinit_missing") == 1

@@ -78,13 +78,19 @@ later AS (
     GROUP BY ALL
 ),
 -- A re-initialize not seen may be in a proxy log that cannot show one while others do
--- (partial blindness, a_blind_spans): where such a log has rows in the re-init window,
--- "not re-initialized" is no evidence.
+-- (partial blindness, a_blind_spans), or in one that names no client (neither principal
+-- nor address) while others do: an initialize there is nobody's in particular, so who
+-- re-initialized cannot be known. Where such a log has rows in the re-init window, "not
+-- re-initialized" is no evidence; the first such log by path is named.
 unseen AS (
-    SELECT j.session_hmac, j.ts, arg_min(b.file_id, b.path) AS file_id
+    SELECT j.session_hmac, j.ts,
+           arg_min(b.file_id, b.path || '|' || b.fact) AS file_id,
+           arg_min(CASE b.fact WHEN 'proxy.initialize' THEN 're-initialize'
+                               ELSE 'client identity' END,
+                   b.path || '|' || b.fact) AS missing
     FROM judged j
     JOIN a_blind_spans b
-      ON b.fact = 'proxy.initialize'
+      ON b.fact IN ('proxy.initialize', 'proxy.principal|proxy.client_addr')
      AND blind_could_hold(b.first_ts, b.last_ts, epoch_ms(j.ts),
                           epoch_ms(j.ts) + $reinit_window_s * 1000)
     WHERE NOT j.reinitialized
@@ -111,7 +117,7 @@ WHERE client IS NULL OR NOT one_client
 UNION ALL
 -- A 404 whose re-initialize a blind log may hold, and not used after it: undecided.
 SELECT u.session_hmac, 'cannot_tell' AS severity, u.ts,
-       json_object('missing', 're-initialize', 'file_id', u.file_id) AS detail
+       json_object('missing', u.missing, 'file_id', u.file_id) AS detail
 FROM unseen u
 LEFT JOIN later l USING (session_hmac, ts)
 WHERE coalesce(l.n, 0) = 0

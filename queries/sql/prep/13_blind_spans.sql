@@ -24,7 +24,21 @@ SELECT s.tbl, h.fact, s.file_id, f.path, s.first_ts, s.last_ts
 FROM spans s
 JOIN shown h ON h.tbl = s.tbl
 JOIN files f ON f.file_id = s.file_id
-ANTI JOIN facts x ON x.file_id = s.file_id AND x.fact = h.fact;
+ANTI JOIN facts x ON x.file_id = s.file_id AND x.fact = h.fact
+UNION ALL
+-- Who sent a proxy record: its principal, else its client address. A proxy log that shows
+-- neither while another shows one names no client at all: its rows are nobody's in
+-- particular (one fact, `proxy.principal|proxy.client_addr`, as a header spells either).
+SELECT s.tbl, 'proxy.principal|proxy.client_addr' AS fact, s.file_id, f.path, s.first_ts,
+       s.last_ts
+FROM spans s
+JOIN files f ON f.file_id = s.file_id
+WHERE s.tbl = 'proxy'
+  AND EXISTS (SELECT 1 FROM shown h
+              WHERE h.tbl = 'proxy' AND h.fact IN ('proxy.principal', 'proxy.client_addr'))
+  AND NOT EXISTS (SELECT 1 FROM facts x
+                  WHERE x.file_id = s.file_id
+                    AND x.fact IN ('proxy.principal', 'proxy.client_addr'));
 
 -- The same for a fact of a session's own record (its ledger rows): the sessions with a
 -- row in a sessions file that cannot show a fact another one shows. Where the session's
