@@ -22,7 +22,7 @@ from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from replaygate.ingest.config import Config
-from replaygate.queries import catalog, params, runner
+from replaygate.queries import catalog, named, params, runner
 
 from .conftest import build
 
@@ -504,3 +504,30 @@ def test_a_missing_event_of_two_ids_is_the_one_logged_first():
         for file in ("03_event_index.sql", "04_inbox.sql", "05_missing.sql"):
             _prep_file(con, catalog.SQL_DIR / "prep" / file)
         assert con.execute("SELECT seq, event_id FROM a_missing").fetchall() == [(2, "e2-2")]
+
+
+def test_dashboard_record_macros_give_the_replaced_rows(fleet_db):
+    """The dashboard's records with their filter dimensions (`rg_findings()`, `rg_proxy()`,
+    ...), now built on one macro of a session's dimensions and one of a record's stage,
+    hold exactly the rows of the macros they replaced."""
+    con, _ = fleet_db
+    old, new = con.cursor(), con.cursor()  # temporary macros are a connection's own
+    try:
+        for stmt in named.get("setup", "facts").statements():
+            old.execute(stmt)
+        for q in named.parse(OLD / "dashboard_setup.sql"):
+            for stmt in q.statements():
+                old.execute(stmt)
+        named.prepare(new)
+        for m in ("rg_findings", "rg_proxy", "rg_dispatches", "rg_recoveries", "rg_streams"):
+            cols = sorted(d[0] for d in new.execute(f"SELECT * FROM {m}() LIMIT 0").description)
+            assert cols == sorted(
+                d[0] for d in old.execute(f"SELECT * FROM {m}() LIMIT 0").description
+            )
+            pick = ", ".join(f'"{c}"' for c in cols)
+            rows = {c: c.execute(f"SELECT {pick} FROM {m}()").fetchall() for c in (old, new)}
+            assert len(rows[new]) == len(rows[old]) > 0, m
+            assert sorted(map(repr, rows[new])) == sorted(map(repr, rows[old])), m
+    finally:
+        old.close()
+        new.close()
