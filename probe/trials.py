@@ -20,6 +20,7 @@ import re
 import threading
 import time
 import uuid
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -547,20 +548,62 @@ class Probe:
             return None, [], f"tools/call answered {_status(ans)}"
         return rid, [e for e in ans.events if e.event_id], ""
 
+    def _cursor_source(self, w: Wire, scenario: str) -> tuple[str, list[Event]] | Verdict:
+        """A session opened on `w` and one call's stream with its events (their ids the
+        cursors to present), or the verdict that the scenario cannot tell."""
+        if not ok(self.open(w)) or not w.session:
+            return Verdict(scenario, "cannot_tell", "could not open a session")
+        stream, events, why = self._some_events(w)
+        if stream is None:
+            return Verdict(scenario, "cannot_tell", why)
+        if not events:
+            return Verdict(
+                scenario,
+                "cannot_tell",
+                "the stream carried no event ids: the endpoint offers no resumption",
+            )
+        return stream, events
+
+    def _replayed(
+        self,
+        w: Wire,
+        cursor: str,
+        stream_of: Callable[[], str],
+        known: dict[str | None, tuple[str, int]],
+    ) -> tuple[Answer, list[Event]]:
+        """Resume `cursor` on `w`; every data event replayed is a receipt accepted on the
+        stream `stream_of()` names, with the stream and place it was first sent at
+        (`known`): another call's events replayed here are a cross-stream replay."""
+        g = w.resume(cursor, read_for=min(2.0, self.s.timeout))
+        data = [e for e in g.events if e.event_id and e.data.strip()]
+        stream_id = stream_of()
+        assert w.session is not None
+        for e in data:
+            assert e.event_id is not None
+            origin, seq = known.get(e.event_id, (None, None))
+            self.ev.receipt(
+                w.session,
+                1,
+                ts=e.ts,
+                stream_id=stream_id,
+                event_id=e.event_id,
+                verdict="accepted",
+                origin_stream_id=origin,
+                seq=seq,
+                kind=e.kind,
+                delivery="replay",
+                message_digest=e.digest,
+                jsonrpc_id=e.answers,
+            )
+        return g, data
+
     def scenario_cursors(self) -> Verdict:
         a, b = self.wire(), self.wire()
         try:
-            if not ok(self.open(a)) or not a.session:
-                return Verdict("cursors", "cannot_tell", "could not open a session")
-            stream, events, why = self._some_events(a)
-            if stream is None:
-                return Verdict("cursors", "cannot_tell", why)
-            if not events:
-                return Verdict(
-                    "cursors",
-                    "cannot_tell",
-                    "the stream carried no event ids: the endpoint offers no resumption",
-                )
+            source = self._cursor_source(a, "cursors")
+            if isinstance(source, Verdict):
+                return source
+            stream, events = source
             if not ok(self.open(b)) or not b.session:
                 return Verdict("cursors", "cannot_tell", "could not open a second session")
             known = {e.event_id: (stream, i) for i, e in enumerate(events)}
@@ -569,27 +612,7 @@ class Probe:
                 ("foreign", events[-1].event_id or ""),
                 ("stale", _stale(events[-1].event_id or "")),
             ):
-                g = b.resume(cursor, read_for=min(2.0, self.s.timeout))
-                data = [e for e in g.events if e.event_id and e.data.strip()]
-                get_stream = f"get-{b.next_id()}"
-                assert b.session is not None
-                for e in data:
-                    assert e.event_id is not None
-                    origin, seq = known.get(e.event_id, (None, None))
-                    self.ev.receipt(
-                        b.session,
-                        1,
-                        ts=e.ts,
-                        stream_id=get_stream,
-                        event_id=e.event_id,
-                        verdict="accepted",
-                        origin_stream_id=origin,
-                        seq=seq,
-                        kind=e.kind,
-                        delivery="replay",
-                        message_digest=e.digest,
-                        jsonrpc_id=e.answers,
-                    )
+                g, data = self._replayed(b, cursor, lambda: f"get-{b.next_id()}", known)
                 results[label] = {"status": g.status, "error": g.error, "replayed": len(data)}
             detail = {"cursors": results}
             bad = [k for k, r in results.items() if r["replayed"]]
@@ -627,17 +650,10 @@ class Probe:
             return Verdict("evicted", "cannot_tell", why)
         w = self.wire()
         try:
-            if not ok(self.open(w)) or not w.session:
-                return Verdict("evicted", "cannot_tell", "could not open a session")
-            stream, events, why = self._some_events(w)
-            if stream is None:
-                return Verdict("evicted", "cannot_tell", why)
-            if not events:
-                return Verdict(
-                    "evicted",
-                    "cannot_tell",
-                    "the stream carried no event ids: the endpoint offers no resumption",
-                )
+            source = self._cursor_source(w, "evicted")
+            if isinstance(source, Verdict):
+                return source
+            stream, events = source
             cursor = events[0].event_id or ""
             # Where each event id came from (its call and place there): an event replayed
             # for the cursor is then an event of its own call, or of another one.
@@ -649,28 +665,8 @@ class Probe:
                     return Verdict("evicted", "cannot_tell", why, {"events": produced})
                 known.update({e.event_id: (later, i) for i, e in enumerate(more)})
                 produced += len(more)
-            g = w.resume(cursor, read_for=min(2.0, self.s.timeout))
-            data = [e for e in g.events if e.event_id and e.data.strip()]
-            assert w.session is not None
-            for e in data:
-                assert e.event_id is not None
-                # Received on the cursor's stream, each with the stream it was first sent
-                # on: another call's events replayed here are a cross-stream replay.
-                origin, seq = known.get(e.event_id, (None, None))
-                self.ev.receipt(
-                    w.session,
-                    1,
-                    ts=e.ts,
-                    stream_id=stream,
-                    event_id=e.event_id,
-                    verdict="accepted",
-                    origin_stream_id=origin,
-                    seq=seq,
-                    kind=e.kind,
-                    delivery="replay",
-                    message_digest=e.digest,
-                    jsonrpc_id=e.answers,
-                )
+            # Received on the cursor's stream.
+            g, data = self._replayed(w, cursor, lambda: stream, known)
             detail = {"events": produced, "status": g.status, "replayed": len(data)}
             if g.error or g.status >= 500:
                 return Verdict(
