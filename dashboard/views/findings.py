@@ -28,20 +28,14 @@ ui.summary_table(
 ui.findings_table(df, key="findings_table", ctx=ctx, height=520)
 # The files are made when a button is clicked, not on every run of the page.
 args = (ctx.stamp, ctx.filters, tuple(detectors), tuple(severities))
-left, right = st.columns(2)
-left.download_button(
-    "Download CSV",
-    functools.partial(data.findings_file, *args, "csv"),
-    "findings.csv",
-    "text/csv",
-    key="findings_csv",
-    on_click="ignore",
-)
-right.download_button(
-    "Download Parquet",
-    functools.partial(data.findings_file, *args, "parquet"),
-    "findings.parquet",
-    "application/octet-stream",
-    key="findings_parquet",
-    on_click="ignore",
-)
+# (format, label, MIME type): one button each, side by side
+FILES = (("csv", "CSV", "text/csv"), ("parquet", "Parquet", "application/octet-stream"))
+for column, (ext, label, mime) in zip(st.columns(len(FILES)), FILES, strict=True):
+    column.download_button(
+        f"Download {label}",
+        functools.partial(data.findings_file, *args, ext),
+        f"findings.{ext}",
+        mime,
+        key=f"findings_{ext}",
+        on_click="ignore",
+    )
