@@ -270,32 +270,35 @@ def stage_timeline(stages: pd.DataFrame, actions: pd.DataFrame, data_end: Any) -
     if stages.empty:
         return _empty("Rollout", "no rollout log")
     fig = go.Figure()
-    for row in stages.itertuples():
-        end = row.end_ts if pd.notna(row.end_ts) else data_end
+
+    def span(row: Any, start: Any, end: Any, line: dict[str, Any], name: str, hover: str) -> None:
+        """A time span drawn on the stage's row, from start to end (the data's end when open)."""
         fig.add_trace(
             go.Scatter(
-                x=[row.start_ts, end],
+                x=[start, end if pd.notna(end) else data_end],
                 y=[plot_text(row.stage)] * 2,
                 mode="lines",
-                line={"width": 18, "color": "#90caf9" if pd.isna(row.rollback_ts) else "#ef9a9a"},
-                name=plot_text(row.stage),
-                hovertemplate=plot_text(f"{row.stage} ({row.scope})") + "<extra></extra>",
+                line=line,
+                name=name,
+                hovertemplate=hover + "<extra></extra>",
                 showlegend=False,
             )
         )
-        if pd.notna(row.rollback_ts):
-            hy_end = row.hygiene_end if pd.notna(row.hygiene_end) else data_end
-            fig.add_trace(
-                go.Scatter(
-                    x=[row.rollback_ts, hy_end],
-                    y=[plot_text(row.stage)] * 2,
-                    mode="lines",
-                    line={"width": 6, "color": "#c62828", "dash": "dot"},
-                    name="rollback hygiene window",
-                    showlegend=False,
-                    hovertemplate="rollback hygiene window<extra></extra>",
-                )
-            )
+
+    for row in stages.itertuples():
+        rolled_back = pd.notna(row.rollback_ts)
+        span(
+            row,
+            row.start_ts,
+            row.end_ts,
+            {"width": 18, "color": "#ef9a9a" if rolled_back else "#90caf9"},
+            plot_text(row.stage),
+            plot_text(f"{row.stage} ({row.scope})"),
+        )
+        if rolled_back:
+            hygiene = "rollback hygiene window"
+            line = {"width": 6, "color": "#c62828", "dash": "dot"}
+            span(row, row.rollback_ts, row.hygiene_end, line, hygiene, hygiene)
     fig.update_layout(title="Stages (red: rolled back; dotted: hygiene window)", **LAYOUT)
     return annotate_rollout(fig, actions)
 

@@ -391,3 +391,25 @@ def test_rollout_labels_make_room_for_the_legend_beside_the_plot():
         pd.DataFrame({"bucket": hours, "k": ["x"] * 9, "n": [1] * 9}), "k", "t", actions=actions
     )
     assert figures.plot_px(fig, 940) == 940 - 20 - figures.Y_AXIS_PX
+
+
+def test_stage_timeline_draws_each_stage_and_a_rolled_back_ones_hygiene_window():
+    t = pd.Timestamp
+    stages = pd.DataFrame(
+        [
+            {"stage": "canary", "scope": "5%", "start_ts": t("2026-01-01 10:00"),
+             "end_ts": t("2026-01-01 11:00"), "rollback_ts": t("2026-01-01 10:30"),
+             "hygiene_end": pd.NaT},
+            {"stage": "ga", "scope": "all", "start_ts": t("2026-01-01 11:00"),
+             "end_ts": pd.NaT, "rollback_ts": pd.NaT, "hygiene_end": pd.NaT},
+        ]
+    )  # fmt: skip
+    end = t("2026-01-01 13:00")
+    fig = figures.stage_timeline(stages, pd.DataFrame(columns=["ts", "action", "stage"]), end)
+    spans = [(tr.name, list(tr.x), tr.line.color, tr.line.dash) for tr in fig.data]
+    assert spans == [
+        ("canary", [t("2026-01-01 10:00"), t("2026-01-01 11:00")], "#ef9a9a", None),
+        # still open: to the data's end
+        ("rollback hygiene window", [t("2026-01-01 10:30"), end], "#c62828", "dot"),
+        ("ga", [t("2026-01-01 11:00"), end], "#90caf9", None),
+    ]
