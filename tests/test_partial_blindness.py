@@ -263,3 +263,40 @@ def test_reinit_missing_an_initialize_in_a_log_that_names_no_client_is_cannot_te
         },
     )
     assert found.get("reinit_missing") == 1
+
+
+def _auth_gate(tmp_path) -> dict:
+    from replaygate.queries import gates as gm
+
+    con = dbm.connect(str(tmp_path / "t.duckdb"), read_only=True)
+    stage = gm.evaluate(con, CONF)["stages"][0]
+    con.close()
+    return next(g for g in stage["gates"] if g["id"] == "auth_binding")
+
+
+def test_auth_binding_counts_no_request_of_a_blind_part_as_judged(tmp_path):
+    # Two requests on S2 through proxy-a, which logs token subjects, judged against S2's
+    # ledger subject; one through proxy-b, which logs none (auth_subject_mismatch is kept
+    # from it); two on S, whose ledger file records no subject while another does (its
+    # subject may have gone unrecorded). Only the two judged requests are the sample.
+    ok = {"session_hmac": S2, "auth_subject": "sub1", "protocol_version": V}
+    found, _ = run(
+        tmp_path,
+        rollout=ROLLOUT,
+        **{
+            "sessions-a": [active(S2, rollout_stage="s")],
+            "sessions-b": [
+                {k: v for k, v in active(S, rollout_stage="s").items() if k != "auth_subject"}
+            ],
+            "proxy-a": [
+                px(10, **ok),
+                px(20, **ok),
+                px(30, session_hmac=S, auth_subject="sub-x", protocol_version=V),
+                px(40, session_hmac=S, auth_subject="sub-x", protocol_version=V),
+            ],
+            "proxy-b": [px(50, session_hmac=S2, protocol_version=V)],
+        },
+    )
+    assert "auth_subject_mismatch" not in found
+    gate = _auth_gate(tmp_path)
+    assert gate["sample"] == 2, gate

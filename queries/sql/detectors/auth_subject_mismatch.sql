@@ -21,14 +21,11 @@ WHERE p.auth_subject IS NOT NULL AND s.auth_subject IS NOT NULL
   AND p.auth_subject <> s.auth_subject AND p.status BETWEEN 200 AND 299
 GROUP BY p.session_hmac, p.auth_subject
 UNION ALL
--- A session whose ledger names no subject, with rows in a sessions file that cannot show
--- one while others do (a_blind_sessions): its subject may have gone unrecorded there, so
--- its served requests are undecided, not a pass.
+-- A session whose subject a blind ledger file may hide (a_subject_unknown): its served
+-- requests are undecided, not a pass.
 SELECT p.session_hmac, 'cannot_tell' AS severity, min(p.ts) AS ts,
        json_object('missing', 'sessions.auth_subject', 'file_id', b.file_id) AS detail
 FROM proxy p
-JOIN a_sessions s USING (session_hmac)
-JOIN (SELECT session_hmac, arg_min(file_id, path) AS file_id FROM a_blind_sessions
-      WHERE fact = 'sessions.auth_subject' GROUP BY ALL) b USING (session_hmac)
-WHERE p.auth_subject IS NOT NULL AND s.auth_subject IS NULL AND p.status BETWEEN 200 AND 299
+JOIN a_subject_unknown b USING (session_hmac)
+WHERE p.auth_subject IS NOT NULL AND p.status BETWEEN 200 AND 299
 GROUP BY p.session_hmac, b.file_id

@@ -59,3 +59,14 @@ JOIN a_blind_sessions b
  AND b.fact IN ('sessions.resumable', 'sessions.protocol_version')
 WHERE a.resumable_field IS NULL AND a.protocol_version IS NULL
 GROUP BY ALL;
+
+-- A session whose ledger names no token subject, with rows in a sessions file that cannot
+-- show one while others do: its subject may have gone unrecorded there, so whether its
+-- requests were served to the subject that opened it cannot be told
+-- (auth_subject_mismatch; the auth_binding gate leaves its requests out of its sample).
+CREATE OR REPLACE TABLE a_subject_unknown AS
+SELECT a.session_hmac, arg_min(b.file_id, b.path) AS file_id
+FROM a_sessions a
+JOIN a_blind_sessions b ON b.session_hmac = a.session_hmac AND b.fact = 'sessions.auth_subject'
+WHERE a.auth_subject IS NULL
+GROUP BY ALL;
