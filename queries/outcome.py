@@ -20,11 +20,16 @@ class Tone(StrEnum):
 
 
 class _Ranked(StrEnum):
-    """Members in order of declaration; `rank` is a member's place."""
+    """Members in order of declaration; `rank` is a member's place, `tone` how every
+    surface colours it (`TONE`)."""
 
     @property
     def rank(self) -> int:
         return list(type(self)).index(self)
+
+    @property
+    def tone(self) -> Tone:
+        return TONE[self]
 
 
 class Status(_Ranked):
@@ -35,15 +40,6 @@ class Status(_Ranked):
     FAIL = "fail"
     INSUFFICIENT = "insufficient"
     NOT_APPLICABLE = "not_applicable"
-
-    @property
-    def tone(self) -> Tone:
-        return {
-            Status.PASS: Tone.GOOD,
-            Status.FAIL: Tone.BAD,
-            Status.INSUFFICIENT: Tone.WARN,
-            Status.NOT_APPLICABLE: Tone.MUTED,
-        }[self]
 
     @property
     def verdict(self) -> str:
@@ -62,12 +58,6 @@ class Decision(_Ranked):
     PROCEED = "PROCEED"
     HOLD = "HOLD"
     ROLLBACK = "ROLLBACK"
-
-    @property
-    def tone(self) -> Tone:
-        return {Decision.PROCEED: Tone.GOOD, Decision.HOLD: Tone.WARN, Decision.ROLLBACK: Tone.BAD}[
-            self
-        ]
 
     @property
     def exit_code(self) -> int:
@@ -100,11 +90,18 @@ class Severity(_Ranked):
     MEDIUM = "medium"
     LOW = "low"
 
-    @property
-    def tone(self) -> Tone:
-        return {
-            Severity.CRITICAL: Tone.BAD,
-            Severity.HIGH: Tone.BAD,
-            Severity.MEDIUM: Tone.WARN,
-            Severity.LOW: Tone.MUTED,
-        }[self]
+
+# Every outcome's tone, in one table (the members' values are distinct across the enums).
+TONE: dict[_Ranked, Tone] = {
+    Status.PASS: Tone.GOOD,
+    Status.FAIL: Tone.BAD,
+    Status.INSUFFICIENT: Tone.WARN,
+    Status.NOT_APPLICABLE: Tone.MUTED,
+    Decision.PROCEED: Tone.GOOD,
+    Decision.HOLD: Tone.WARN,
+    Decision.ROLLBACK: Tone.BAD,
+    Severity.CRITICAL: Tone.BAD,
+    Severity.HIGH: Tone.BAD,
+    Severity.MEDIUM: Tone.WARN,
+    Severity.LOW: Tone.MUTED,
+}

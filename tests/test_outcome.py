@@ -14,7 +14,7 @@ import pytest
 from replaygate import notify, render
 from replaygate.dashboard import figures, fmt, report, ui
 from replaygate.queries import attest
-from replaygate.queries.outcome import Decision, Severity, Status
+from replaygate.queries.outcome import TONE, Decision, Severity, Status, Tone
 
 MAPS = {
     "figures.STATUS_COLORS": (figures.STATUS_COLORS, Status),
@@ -47,6 +47,21 @@ def test_a_value_read_from_json_finds_its_entry():
     assert issubclass(Status, StrEnum)
     assert figures.STATUS_COLORS["fail"] == figures.STATUS_COLORS[Status.FAIL]
     assert render.DECISION_STYLE["HOLD"] == render.DECISION_STYLE[Decision.HOLD]
+
+
+def test_every_outcome_has_one_tone_and_the_surfaces_follow_it():
+    members = [m for e in (Decision, Severity, Status) for m in e]
+    assert len(TONE) == len(members) and all(m.tone in Tone for m in members)
+    # the worst of each is bad news, the mildest decision and a pass good news
+    assert Status.FAIL.tone == Decision.ROLLBACK.tone == Severity.CRITICAL.tone == Tone.BAD
+    assert Status.PASS.tone == Decision.PROCEED.tone == Tone.GOOD
+    for m in members:
+        colours = figures.STATUS_COLORS if m in Status else figures.DECISION_COLORS
+        if m not in Severity:
+            assert colours[m] == figures.TONE_COLORS[m.tone]
+        styles = {Status: render.STATUS_STYLE, Decision: render.DECISION_STYLE}
+        style = styles.get(type(m), render.SEVERITY_STYLE)[m]
+        assert style.removeprefix("bold ") == render.TONE_STYLE[m.tone]
 
 
 def test_severities_rank_worst_first():
