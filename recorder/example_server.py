@@ -44,20 +44,25 @@ async def slow(n: int, ctx: Context) -> str:
     return f"done {n}"
 
 
+async def _log_numbers(n: int, ctx: Context, pause: float) -> None:
+    """Log each number from 1 to n as a message, `pause` seconds apart."""
+    for i in range(1, n + 1):
+        await ctx.info(f"{i}")
+        if pause:
+            await asyncio.sleep(pause)
+
+
 @mcp.tool(annotations=READ_ONLY)
 async def count(n: int, ctx: Context) -> str:
     """Log each number up to n (the client builds its answer from them), then answer."""
-    for i in range(1, n + 1):
-        await ctx.info(f"{i}")
-        await asyncio.sleep(0.3)
+    await _log_numbers(n, ctx, 0.3)
     return f"counted to {n}"
 
 
 @mcp.tool(annotations=READ_ONLY)
 async def burst(n: int, ctx: Context) -> str:
     """Log n messages at once (fills a bounded replay store), then answer."""
-    for i in range(1, n + 1):
-        await ctx.info(f"{i}")
+    await _log_numbers(n, ctx, 0)
     return f"burst {n}"
 
 
