@@ -9,7 +9,7 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import Iterable
-from typing import Any
+from typing import Any, TypedDict, cast
 
 import duckdb
 
@@ -33,6 +33,61 @@ UNIT_COLUMNS = (
     "dispatch_id",
     "idempotency_key",
 )
+
+
+class Finding(TypedDict):
+    """A finding as `findings` and reports list it: its time as an ISO string, `detail`
+    parsed, and the columns of its unit (`UNIT_COLUMNS`, each None where it does not apply)."""
+
+    detector: str
+    severity: str
+    ts: str | None
+    stage: str | None
+    session_hmac: str | None
+    generation: int | None
+    stream_id: str | None
+    event_id: str | None
+    dispatch_id: str | None
+    idempotency_key: str | None
+    detail: dict[str, Any]
+
+
+class CannotTell(TypedDict):
+    """Units of a detector it could not judge: `file` cannot show the fact `missing`."""
+
+    file: str
+    missing: str
+    units: int
+
+
+class StageCannotTell(CannotTell):
+    """The same, of one rollout stage, with the detector named."""
+
+    detector: str
+
+
+class DetectorCoverage(TypedDict):
+    """A detector that ran but could not judge some of its units."""
+
+    status: str
+    cannot_tell: list[CannotTell]
+
+
+# Per detector: its status (`ok`, `not run`, ...), or that with the units it could not judge.
+Coverage = dict[str, str | DetectorCoverage]
+
+
+class FindingsDoc(TypedDict):
+    """`findings --json`."""
+
+    findings: list[Finding]
+    coverage: Coverage
+
+
+class Summary(TypedDict):
+    total: int
+    by_severity: dict[str, int]
+
 
 FINDINGS_DDL = """
 CREATE TABLE IF NOT EXISTS findings (
@@ -129,7 +184,7 @@ def analyse(
     config: Config,
     only: list[str] | None = None,
     force: bool = False,
-) -> dict[str, Any]:
+) -> Summary:
     """Refresh derived tables and findings (skipped when already current)."""
     # A database analysed before the gate facts existed is not current: gates read them.
     current = get_meta(con, "analysis_stamp") == stamp(con, config) and _has_table(
@@ -349,7 +404,7 @@ def _assign_stages(con: duckdb.DuckDBPyConnection) -> None:
     _split_undecided(con)
 
 
-def summary(con: duckdb.DuckDBPyConnection) -> dict[str, Any]:
+def summary(con: duckdb.DuckDBPyConnection) -> Summary:
     by_sev = dict(
         con.execute("SELECT severity, count(*) FROM findings GROUP BY severity").fetchall()
     )
@@ -357,9 +412,9 @@ def summary(con: duckdb.DuckDBPyConnection) -> dict[str, Any]:
     return {"total": total, "by_severity": by_sev}
 
 
-def cannot_tell(con: duckdb.DuckDBPyConnection) -> dict[str, list[dict[str, Any]]]:
-    """Per detector, the units it could not judge: [{"file", "missing", "units"}]."""
-    out: dict[str, list[dict[str, Any]]] = {}
+def cannot_tell(con: duckdb.DuckDBPyConnection) -> dict[str, list[CannotTell]]:
+    """Per detector, the units it could not judge."""
+    out: dict[str, list[CannotTell]] = {}
     try:
         rows = con.execute(
             "SELECT detector, file, missing, units FROM cannot_tell ORDER BY detector, file"
@@ -367,14 +422,13 @@ def cannot_tell(con: duckdb.DuckDBPyConnection) -> dict[str, list[dict[str, Any]
     except duckdb.CatalogException:  # a database analysed before this table existed
         return out
     for det, file, missing, n in rows:
-        out.setdefault(det, []).append({"file": file, "missing": missing, "units": n})
+        out.setdefault(det, []).append(CannotTell(file=file, missing=missing, units=n))
     return out
 
 
-def cannot_tell_by_stage(con: duckdb.DuckDBPyConnection) -> dict[str, list[dict[str, Any]]]:
-    """Per rollout stage, the units of that stage its detectors could not judge:
-    [{"detector", "file", "missing", "units"}]."""
-    out: dict[str, list[dict[str, Any]]] = {}
+def cannot_tell_by_stage(con: duckdb.DuckDBPyConnection) -> dict[str, list[StageCannotTell]]:
+    """Per rollout stage, the units of that stage its detectors could not judge."""
+    out: dict[str, list[StageCannotTell]] = {}
     try:
         rows = con.execute(
             """SELECT stage, detector, file, missing, units FROM cannot_tell_stages
@@ -384,7 +438,7 @@ def cannot_tell_by_stage(con: duckdb.DuckDBPyConnection) -> dict[str, list[dict[
         return out
     for stage, det, file, missing, n in rows:
         out.setdefault(stage, []).append(
-            {"detector": det, "file": file, "missing": missing, "units": n}
+            StageCannotTell(detector=det, file=file, missing=missing, units=n)
         )
     return out
 
@@ -400,12 +454,13 @@ def blind_detectors(con: duckdb.DuckDBPyConnection) -> dict[str, str]:
     return dict(rows)
 
 
-def coverage_doc(con: duckdb.DuckDBPyConnection) -> dict[str, Any]:
+def coverage_doc(con: duckdb.DuckDBPyConnection) -> Coverage:
     """`coverage` as `findings --json` prints it: a detector's status, or, when some of
     its units could not be judged, {"status": ..., "cannot_tell": [...]}."""
-    out: dict[str, Any] = dict(coverage(con))
+    status = coverage(con)
+    out: Coverage = dict(status)
     for det, entries in cannot_tell(con).items():
-        out[det] = {"status": out.get(det, "not run"), "cannot_tell": entries}
+        out[det] = DetectorCoverage(status=status.get(det, "not run"), cannot_tell=entries)
     return out
 
 
@@ -423,7 +478,7 @@ def list_findings(
     stage: str | None = None,
     severity: str | None = None,
     limit: int | None = None,
-) -> list[dict[str, Any]]:
+) -> list[Finding]:
     """The findings, most severe first, optionally of some detectors, one stage, at
     least a severity, at most `limit`; times as ISO strings, `detail` parsed."""
     where: list[str] = ["true"]
@@ -441,8 +496,8 @@ def list_findings(
         args["sev"] = [str(s) for s in SEVERITIES if s.rank <= Severity(severity).rank]
     sql = f"""SELECT detector, severity, ts, stage, {", ".join(UNIT_COLUMNS)}, detail
               FROM findings WHERE {" AND ".join(where)}
-              ORDER BY CASE severity WHEN 'critical' THEN 0 WHEN 'high' THEN 1
-                       WHEN 'medium' THEN 2 ELSE 3 END, ts, detector"""
+              ORDER BY list_position($order, severity), ts, detector"""
+    args["order"] = [str(s) for s in SEVERITIES]
     if limit:
         sql += " LIMIT $limit"
         args["limit"] = limit
@@ -453,10 +508,10 @@ def list_findings(
         rec = dict(zip(cols, row, strict=True))
         rec["ts"] = _iso(rec["ts"])
         rec["detail"] = json.loads(rec["detail"]) if rec["detail"] else {}
-        out.append(rec)
+        out.append(cast(Finding, rec))  # its columns are Finding's (tests/test_runner_types.py)
     return out
 
 
-def findings_doc(con: duckdb.DuckDBPyConnection, **filters: Any) -> dict[str, Any]:
+def findings_doc(con: duckdb.DuckDBPyConnection, **filters: Any) -> FindingsDoc:
     """`findings --json`: the findings `list_findings` selects, and the coverage."""
-    return {"findings": list_findings(con, **filters), "coverage": coverage_doc(con)}
+    return FindingsDoc(findings=list_findings(con, **filters), coverage=coverage_doc(con))

@@ -7,6 +7,7 @@ traceback. `--json` puts exactly one JSON document on standard output.
 from __future__ import annotations
 
 import sys
+from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 import click
@@ -183,7 +184,7 @@ def _allowlist_note(conf: Config) -> None:
         say(f"note: {note}", err=True)
 
 
-def _analyse(con: duckdb.DuckDBPyConnection, conf: Config) -> dict[str, Any]:
+def _analyse(con: duckdb.DuckDBPyConnection, conf: Config) -> Mapping[str, Any]:
     """Refresh findings after an ingest."""
     from replaygate.queries import api
 

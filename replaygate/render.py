@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from rich import box
@@ -115,7 +116,7 @@ def _t(value: object) -> str:
 
 
 def ingest_summary(
-    report: IngestReport, analysed: dict[str, Any] | None = None, as_dict: bool = False
+    report: IngestReport, analysed: Mapping[str, Any] | None = None, as_dict: bool = False
 ) -> dict[str, Any] | None:
     by_type = report.rows_by_type()
     if as_dict:
@@ -250,7 +251,7 @@ DECISION_STYLE = {d: _style(d.tone, True) for d in Decision}
 STATUS_STYLE = {s: _style(s.tone, s is Status.FAIL) for s in Status}
 
 
-def _unit(f: dict[str, Any]) -> str:
+def _unit(f: Mapping[str, Any]) -> str:
     """The finding's unit, one id a line and each whole (the column wraps a long one)."""
     parts = []
     if f["session_hmac"]:
@@ -284,7 +285,9 @@ def _detail(value: object) -> str:
     return "\n".join(lines)
 
 
-def findings_table(rows: list[dict[str, Any]], limit: int, coverage: dict[str, Any]) -> None:
+def findings_table(
+    rows: Sequence[Mapping[str, Any]], limit: int, coverage: Mapping[str, Any]
+) -> None:
     t = _table(f"{len(rows):,} findings")
     # Two columns, so that at 80 columns the ids have the width to stay whole: what
     # and when on the left, which unit and the detector's detail on the right.

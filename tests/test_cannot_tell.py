@@ -12,6 +12,7 @@ from replaygate.ingest.capabilities import all_facts
 from replaygate.ingest.config import Config
 from replaygate.ingest.load import ingest
 from replaygate.queries import cannottell, catalog, runner
+from replaygate.queries.outcome import Severity
 
 from .test_detectors_focused import (
     ROLLOUT,
@@ -280,6 +281,34 @@ def test_coverage_document_carries_cannot_tell(tmp_path):
     ]
     # The same log shows no Origin either.
     assert cov["invalid_origin_accepted"]["cannot_tell"][0]["missing"] == "proxy.origin"
+
+
+def test_the_findings_document_is_the_typed_shape_it_declares(tmp_path):
+    """What crosses to the CLI has the keys of runner's typed results (`FindingsDoc`,
+    `Finding`, `DetectorCoverage`, `CannotTell`): a column added or renamed on one side
+    only fails here, not in a renderer."""
+    tables, drop = CASES["reinit_missing"]
+    docs = []
+    for name, given in (("whole", tables), ("blind", _without(tables, drop))):
+        (tmp_path / name).mkdir()
+        run(tmp_path / name, **given)
+        con = dbm.connect(str(tmp_path / name / "t.duckdb"), read_only=True)
+        docs.append(runner.findings_doc(con))
+        con.close()
+    assert all(set(d) == runner.FindingsDoc.__required_keys__ for d in docs)
+    doc = {"findings": docs[0]["findings"], "coverage": docs[1]["coverage"]}
+    assert doc["findings"], "no finding to hold to its type"
+    for f in doc["findings"]:
+        assert set(f) == runner.Finding.__required_keys__
+        assert isinstance(f["detail"], dict) and isinstance(f["ts"], str)
+    partly = [c for c in doc["coverage"].values() if isinstance(c, dict)]
+    assert partly
+    for c in partly:
+        assert set(c) == runner.DetectorCoverage.__required_keys__
+        assert all(set(e) == runner.CannotTell.__required_keys__ for e in c["cannot_tell"])
+    # worst first, in the order of Severity
+    ranks = [Severity(f["severity"]).rank for f in doc["findings"]]
+    assert ranks == sorted(ranks)
 
 
 def test_a_gate_whose_detector_cannot_see_is_never_a_pass(tmp_path):
