@@ -31,7 +31,8 @@ import json, sys, time
 if sys.argv[2]:
     sys.path.insert(0, sys.argv[2])
 from replaygate.ingest import db, config
-from replaygate.queries import api, gates
+from replaygate.queries import gates
+from replaygate import api
 con = db.connect(sys.argv[1], read_only=True)
 t0 = time.perf_counter(); c0 = time.process_time()
 doc = gates.evaluate(con, config.Config(), all_stages=True)

@@ -1,8 +1,8 @@
 """Write an evidence bundle: the report in every format, the findings, the configuration,
 the decision history and the input manifest, listed with their digests in a statement
-that the user's Ed25519 key signs (queries/attest.py has the format and verification).
+that the user's Ed25519 key signs (audit/attest.py has the format and verification).
 
-Every file goes through the output guard (queries/outputs.py): a bundle file that is a
+Every file goes through the output guard (audit/outputs.py): a bundle file that is a
 symbolic link, or that would land on the database, its history, the configuration or
 an input, is refused before anything is written; each file is written whole and
 renamed over its name. The folder must hold nothing but a previous bundle.
@@ -20,10 +20,15 @@ import duckdb
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from replaygate.ingest import staging
-from replaygate.ingest.config import Config
-from replaygate.ingest.errors import ReplaygateError
-from replaygate.queries.api import attest, decisionlog, effective_settings, outputs
+from replaygate.api import (
+    Config,
+    ReplaygateError,
+    attest,
+    decisionlog,
+    effective_settings,
+    outputs,
+    staging,
+)
 
 from . import report as render
 

@@ -1,8 +1,8 @@
 """Data access for the dashboard: a read-only store and cached named queries.
 
 Every read goes through the named queries of queries/sql/dashboard (via
-`replaygate.queries.named` and `replaygate.queries.dashmodel`), with the one filter model of
-`replaygate.queries.filters`; no SQL lives here.
+`named` and `dashmodel`, through `replaygate.api`), with the one filter model of
+`Filters`; no SQL lives here.
 
 The store opens a read-only DuckDB connection per cache miss and closes it at
 once, so an ingest (which needs the write lock) is never blocked for long by an
@@ -22,10 +22,9 @@ import duckdb
 import pandas as pd
 import streamlit as st
 
-from replaygate.ingest import db as dbm
-from replaygate.ingest.config import Config
-from replaygate.queries import api
-from replaygate.queries.api import Filters, dashmodel, escape, named, resolve_config
+from replaygate import api
+from replaygate.api import Config, Filters, dashmodel, escape, named, resolve_config
+from replaygate.api import db as dbm
 
 
 class DatabaseBusy(Exception):
@@ -254,11 +253,11 @@ def streams_of(stamp: str, session_hmac: str) -> list[str]:
 
 @st.cache_data(show_spinner=False)
 def data_overview(stamp: str) -> dict:
-    from replaygate.ingest.status import status
+    from replaygate.api import data_status
 
     with _named() as con:
         return {
-            "status": status(con),
+            "status": data_status(con),
             "files": named.df(con, "files"),
             "quarantine": named.df(con, "quarantine"),
             "coverage": named.df(con, "coverage"),
@@ -269,7 +268,7 @@ def data_overview(stamp: str) -> dict:
 @st.cache_data(show_spinner=False)
 def report(stamp: str, stage: str, fmt: str) -> bytes:
     """The audit report of a stage, as `replaygate report` writes it."""
-    from replaygate.queries.api import reportdoc as rep
+    from replaygate.api import reportdoc as rep
 
     from . import report as render
 

@@ -8,8 +8,8 @@ from typing import Any
 import pandas as pd
 import plotly.graph_objects as go
 
-from replaygate.queries import api
-from replaygate.queries.api import NOT_EXERCISED, Decision, Status, display_status, plot_text
+from replaygate import api
+from replaygate.api import NOT_EXERCISED, Decision, Status, display_status, plot_text
 
 # An outcome's colour by its tone (queries/outcome.py says which member has which).
 TONE_COLORS = {"good": "#2e7d32", "bad": "#c62828", "warn": "#f9a825", "muted": "#bdbdbd"}

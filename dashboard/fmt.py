@@ -10,7 +10,7 @@ import json
 import math
 from datetime import UTC, datetime, timedelta
 
-from replaygate.queries.api import GATES, Status, escape, title
+from replaygate.api import GATES, Status, escape, title
 
 # Gate titles come from the gates' SQL headers (queries/gates.py): one vocabulary.
 GATE_TITLES = {g.id: g.title for g in GATES}

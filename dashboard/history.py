@@ -1,5 +1,5 @@
 """The decision history on the dashboard: when each stage's recorded decision changed,
-what operators did, and the decision in force at a chosen time (queries/decisionlog.py).
+what operators did, and the decision in force at a chosen time (audit/decisionlog.py).
 
 Read from the history file beside the database on every run (it is small, and appends
 do not change the data version the other caches are keyed on). Operator-typed text is
@@ -13,7 +13,7 @@ import datetime as dt
 import pandas as pd
 import streamlit as st
 
-from replaygate.queries.api import decisionlog
+from replaygate.api import decisionlog
 
 from . import fmt, ui
 

@@ -1,4 +1,4 @@
-"""Render the audit report (queries/reportdoc.py) as Markdown, self-contained HTML or PDF
+"""Render the audit report (audit/reportdoc.py) as Markdown, self-contained HTML or PDF
 (evidence bundles: dashboard/bundle.py).
 
 Never imports streamlit, so `replaygate report` works without the UI; the HTML report's
@@ -17,16 +17,16 @@ from typing import Any
 import jinja2
 from markupsafe import Markup
 
-from replaygate.ingest import staging
-from replaygate.ingest.errors import ReplaygateError
-from replaygate.queries.api import (
+from replaygate.api import (
     UNIT_COLUMNS,
+    ReplaygateError,
     Status,
     html_text,
     md_code,
     md_code_block,
     md_text,
     outputs,
+    staging,
 )
 
 from . import svgchart

@@ -10,8 +10,7 @@ from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
 
-from replaygate.ingest import timefmt
-from replaygate.queries.api import Filters, escape
+from replaygate.api import Filters, escape, parse_iso
 
 KEYS = ("stage", "rev", "server", "client", "range", "from", "to")
 # Time presets: URL value -> (label, length; None = special).
@@ -49,7 +48,7 @@ def parse_ts(value: str | None) -> datetime | None:
     if not value:
         return None
     try:
-        ts = timefmt.parse(value)
+        ts = parse_iso(value)
     except ValueError:
         return None
     return ts if ts.tzinfo else ts.replace(tzinfo=UTC)

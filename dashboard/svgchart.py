@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from replaygate.queries.api import NOT_EXERCISED, Status, display_status, display_value
+from replaygate.api import NOT_EXERCISED, Status, display_status, display_value
 
 from .figures import STATUS_COLORS, detector_color
 

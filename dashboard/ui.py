@@ -16,7 +16,7 @@ from urllib.parse import urlencode
 import pandas as pd
 import streamlit as st
 
-from replaygate.queries.api import (
+from replaygate.api import (
     BY_ID,
     NOT_EXERCISED,
     Decision,

@@ -23,7 +23,7 @@ from .wire import PRINCIPAL
 class Sink(Protocol):
     """Where the probe's files are written: `append_bytes` for the evidence, which grows
     row by row, `write_bytes` for the summary, written whole. Each refuses a path it must
-    not write (replaygate's `queries.outputs.Guard`)."""
+    not write (replaygate's `audit.outputs.Guard`)."""
 
     def check(self, out: Path) -> object: ...
 

@@ -20,7 +20,7 @@ from replaygate.ingest.db import get_meta, one_row, set_meta, transaction
 from replaygate.ingest.errors import ReplaygateError
 from replaygate.ingest.timefmt import iso_ms as _iso
 
-from . import cannottell, catalog, decisionlog, groups, incremental, named, params
+from . import cannottell, catalog, decisionfile, groups, incremental, named, params
 from .outcome import Severity
 
 # The columns that name a finding's unit (its session, stream, event or dispatch), in
@@ -116,7 +116,7 @@ def table_counts(con: duckdb.DuckDBPyConnection) -> dict[str, int]:
 
 
 # The configuration the last analysis ran with: its settings, where they came from and
-# their digest. Readers use it unless they are given one (queries/api.py resolve_config).
+# their digest. Readers use it unless they are given one (replaygate/api.py resolve_config).
 CONFIG_META = "analysis_config"
 
 
@@ -176,7 +176,7 @@ def is_current(con: duckdb.DuckDBPyConnection, config: Config) -> bool:
 
 
 def _history_current(con: duckdb.DuckDBPyConnection) -> bool:
-    return get_meta(con, "history_stamp", "0") == decisionlog.version(con)
+    return get_meta(con, "history_stamp", "0") == decisionfile.version(con)
 
 
 def analyse(
@@ -204,9 +204,9 @@ def analyse(
         if q.name == "macros":
             for stmt in q.statements():
                 con.execute(stmt)
-    # Detectors may also read what replaygate itself recorded (queries/decisionlog.py).
-    history_version = decisionlog.version(con)
-    counts["decision_history"] = decisionlog.load_table(con)
+    # Detectors may also read what replaygate itself recorded (queries/decisionfile.py).
+    history_version = decisionfile.version(con)
+    counts["decision_history"] = decisionfile.load_table(con)
     if not force and only is None and current:
         _history_only(con, values, counts, history_version)
         return summary(con)

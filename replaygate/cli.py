@@ -12,11 +12,9 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
-from replaygate.ingest.errors import ReplaygateError
-from replaygate.ingest.readers import formats_help
-from replaygate.queries.api import Severity
+from replaygate.api import ReplaygateError, Severity, formats_help
 
-from . import __version__
+from .api import __version__
 from .duration import Duration
 from .options import (
     CONTEXT,
@@ -37,7 +35,7 @@ if TYPE_CHECKING:
 
     import duckdb
 
-    from replaygate.ingest.config import Config
+    from replaygate.api import Config
 
 
 @click.group(context_settings=CONTEXT)
@@ -99,8 +97,8 @@ def ingest(
     if engine == "spark":
         _ingest_spark(paths, config_path, as_json, strict, source, lake, spark_master)
         return
-    from replaygate.ingest import db as dbm
-    from replaygate.ingest.load import ingest as run_ingest
+    from replaygate.api import db as dbm
+    from replaygate.api import ingest as run_ingest
 
     from .progress import RichProgress
     from .render import ingest_summary
@@ -177,7 +175,7 @@ ingest.help = (ingest.help or "").replace("{formats}", formats_help())
 
 
 def _allowlist_note(conf: Config) -> None:
-    from replaygate.queries.api import allowlist_note
+    from replaygate.api import allowlist_note
 
     note = allowlist_note(conf)
     if note:
@@ -186,7 +184,7 @@ def _allowlist_note(conf: Config) -> None:
 
 def _analyse(con: duckdb.DuckDBPyConnection, conf: Config) -> Mapping[str, Any]:
     """Refresh findings after an ingest."""
-    from replaygate.queries import api
+    from replaygate import api
 
     return api.analyse(con, conf)
 
@@ -290,7 +288,7 @@ def watch(
       replaygate watch logs/ --every 1m --notify https://hooks.slack.com/services/...
       replaygate watch --check --db fleet.duckdb || restart-watch
     """
-    from replaygate.queries.api import terminal
+    from replaygate.api import terminal
 
     from . import watch as w
 
@@ -336,9 +334,9 @@ def status(db: str, config_path: str | None, as_json: bool) -> None:
     Example:
       replaygate status --db fleet.duckdb --json
     """
-    from replaygate.ingest import db as dbm
-    from replaygate.ingest.status import status as get_status
-    from replaygate.queries import api
+    from replaygate import api
+    from replaygate.api import data_status as get_status
+    from replaygate.api import db as dbm
 
     from .render import status_table
 
@@ -504,7 +502,7 @@ def findings(
       replaygate findings --stage resume-read-25pct
       replaygate findings --engine spark --lake s3a://lake/mcp --db fleet.duckdb
     """
-    from replaygate.queries import api
+    from replaygate import api
 
     from .render import findings_table
 
@@ -595,8 +593,8 @@ def gates(
       replaygate gates --all-stages || echo "not safe to proceed"
       replaygate gates --stage write-10pct --record   # kept for the audit trail
     """
-    from replaygate.queries import api
-    from replaygate.queries.api import Decision
+    from replaygate import api
+    from replaygate.api import Decision
 
     from . import gatewait
     from .render import gates_report
@@ -624,7 +622,7 @@ def gates(
     # Said once the gates are evaluated, so that an error stays one line.
     _allowlist_note(conf)
     if junit_file:
-        from replaygate.queries.api import outputs
+        from replaygate.api import outputs
 
         from .junit import render
 
@@ -677,8 +675,8 @@ def dashboard(db: str, config_path: str | None, port: int, host: str) -> None:
     import os
     from pathlib import Path
 
-    from replaygate.ingest import db as dbm
-    from replaygate.queries import api
+    from replaygate import api
+    from replaygate.api import db as dbm
 
     _check_port_free(host, port)
     conf = load_config(config_path, db)
@@ -822,10 +820,10 @@ def report(
     """
     from pathlib import Path
 
+    from replaygate import api
+    from replaygate.api import outputs
+    from replaygate.api import reportdoc as rep
     from replaygate.dashboard import report as render
-    from replaygate.queries import api
-    from replaygate.queries.api import outputs
-    from replaygate.queries.api import reportdoc as rep
 
     if verify_dir:
         _verify_bundle(Path(verify_dir), public_key, inputs)
@@ -863,7 +861,7 @@ def report(
 
 def _verify_bundle(folder: Path, public_key: tuple[str, ...], inputs: tuple[str, ...]) -> None:
     """`report --verify`: reads only files inside the bundle (and the --inputs given)."""
-    from replaygate.queries.api import attest
+    from replaygate.api import attest
 
     verdict = attest.verify(folder, public_key=public_key, inputs=list(inputs))
     for note in verdict.notes:
@@ -879,7 +877,7 @@ def _verify_bundle(folder: Path, public_key: tuple[str, ...], inputs: tuple[str,
 
 
 def _register_audit_commands() -> None:
-    from .audit import COMMANDS
+    from .audit_cli import COMMANDS
 
     for command in COMMANDS:
         cli.add_command(command)

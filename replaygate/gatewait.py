@@ -8,9 +8,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from replaygate.ingest.config import Config
-from replaygate.ingest.errors import ReplaygateError
-from replaygate.queries.api import Decision
+from replaygate.api import Config, Decision, ReplaygateError
 
 from . import duration
 from .options import say
@@ -18,9 +16,9 @@ from .options import say
 
 def ingest_paths(db: str, paths: list[str], conf: Config, source: str = "auto") -> None:
     """Load what is new under paths and refresh the analysis (one short write)."""
-    from replaygate.ingest import db as dbm
-    from replaygate.ingest.load import ingest
-    from replaygate.queries import api
+    from replaygate import api
+    from replaygate.api import db as dbm
+    from replaygate.api import ingest
 
     con = dbm.connect(db, role="ingest")
     try:
@@ -34,7 +32,7 @@ def ingest_paths(db: str, paths: list[str], conf: Config, source: str = "auto") 
 
 def evaluate_once(db: str, conf: Config, stage: str | None, release: str | None) -> dict[str, Any]:
     """The gates document of the one stage meant by stage/release (newest by default)."""
-    from replaygate.queries import api
+    from replaygate import api
 
     con = api.open_analysed(db, conf)
     try:

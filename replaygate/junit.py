@@ -12,8 +12,8 @@ from __future__ import annotations
 import xml.etree.ElementTree as ET
 from typing import Any
 
-from replaygate.queries.api import Decision, Status
-from replaygate.queries.api import xml_text as clean
+from replaygate.api import Decision, Status
+from replaygate.api import xml_text as clean
 
 
 def render(doc: dict[str, Any]) -> str:

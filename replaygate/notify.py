@@ -28,7 +28,7 @@ import urllib.request
 from collections.abc import Callable
 from typing import IO, Any
 
-from replaygate.queries.api import Decision
+from replaygate.api import Decision
 
 ICON = {
     Decision.PROCEED: ":large_green_circle:",
@@ -60,7 +60,7 @@ def check_url(url: str) -> str | None:
 
 def slack_escape(text: str) -> str:
     """Logged values in Slack's mrkdwn: one line, no markup (queries/escape.py)."""
-    from replaygate.queries.api import slack_text
+    from replaygate.api import slack_text
 
     return slack_text(text)
 
@@ -105,7 +105,7 @@ def _where(url: str) -> str:
 
 
 def _what(doc: dict[str, Any]) -> str:
-    from replaygate.queries.api import terminal
+    from replaygate.api import terminal
 
     return terminal(f"{doc.get('stage')} {doc.get('decision')}")
 

@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 import click
 
 if TYPE_CHECKING:
-    from replaygate.ingest.config import Config
+    from replaygate.api import Config
 
 # A click command function, as the option decorators below take and return it.
 F = TypeVar("F", bound=Callable[..., Any])
@@ -42,11 +42,11 @@ def config_option(f: F) -> F:
 
 def source_option(help: str) -> Callable[[F], F]:
     """`--source`: how proxy access logs are read; the choices are the registered proxies."""
-    from replaygate.ingest.adapters import sources
+    from replaygate.api import proxy_sources
 
     return click.option(
         "--source",
-        type=click.Choice(sources()),
+        type=click.Choice(proxy_sources()),
         default="auto",
         show_default=True,
         help=help,
@@ -108,7 +108,7 @@ def say(text: object, err: bool = False) -> None:
     """One line of text that may quote data (a stage, a file name, an error that names
     either) for the terminal: no escape sequence, line break, bidi or zero-width
     character from it reaches the reader (queries/escape.py `terminal`)."""
-    from replaygate.queries.api import terminal
+    from replaygate.api import terminal
 
     click.echo(terminal(text), err=err)
 
@@ -117,7 +117,7 @@ def load_config(path: str | None, db: str | None = None) -> Config:
     """The configuration a command uses: --config, else (with a database) the one its last
     analysis ran with, else ./replaygate.toml, else the defaults. Which one is kept for
     `say_config`, so the command can name it once it has succeeded."""
-    from replaygate.queries.api import resolve_config
+    from replaygate.api import resolve_config
 
     resolved = resolve_config(db, path)
     ctx = click.get_current_context(silent=True)

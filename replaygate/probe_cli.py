@@ -11,7 +11,7 @@ from typing import Any
 
 import click
 
-from replaygate.ingest.errors import ReplaygateError
+from replaygate.api import ReplaygateError
 
 from .duration import Duration
 from .options import CONTEXT, config_option, emit_json, json_option
@@ -207,7 +207,7 @@ def probe(
         raise ReplaygateError(
             f"probe needs the probe extra: pip install 'replaygate[probe]' ({exc})"
         ) from exc
-    from replaygate.queries.api import load_config, outputs
+    from replaygate.api import load_config, outputs
 
     conf = load_config(config_path)
     key = conf.hmac_key()

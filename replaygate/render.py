@@ -14,12 +14,12 @@ from rich.table import Table
 from rich.text import Text
 
 if TYPE_CHECKING:
-    from replaygate.ingest.load import FileResult, IngestReport
+    from replaygate.api import FileResult, IngestReport
 
-from replaygate.ingest.capabilities import LABELS
-from replaygate.ingest.contract import RECORD_TYPES
-from replaygate.queries.api import (
+from replaygate.api import (
+    CAPABILITY_LABELS,
     NOT_EXERCISED,
+    RECORD_TYPES,
     Decision,
     Severity,
     Status,
@@ -29,7 +29,7 @@ from replaygate.queries.api import (
     display_value,
     one_line,
 )
-from replaygate.queries.api import (
+from replaygate.api import (
     title as gate_title,
 )
 
@@ -171,10 +171,12 @@ def ingest_summary(
             _print(f"{_t(f.path)}: {_t(f.note)}")
     for f in report.files:
         if f.facts is not None:
-            found = ", ".join(LABELS.get(x, x) for x in f.facts["found"]) or "nothing"
+            found = ", ".join(CAPABILITY_LABELS.get(x, x) for x in f.facts["found"]) or "nothing"
             text = f"{one_line(f.path)}: proxy log shows {found}"
             if f.facts["missing"]:
-                text += "; cannot show " + ", ".join(LABELS.get(x, x) for x in f.facts["missing"])
+                text += "; cannot show " + ", ".join(
+                    CAPABILITY_LABELS.get(x, x) for x in f.facts["missing"]
+                )
             _print(escape(text))
     if report.skipped:
         n = len(report.skipped)

@@ -8,11 +8,10 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
-from replaygate.ingest import timefmt
-from replaygate.ingest.errors import ReplaygateError
+from replaygate.api import ReplaygateError, parse_iso
 
 if TYPE_CHECKING:
-    from replaygate.ingest.config import Config
+    from replaygate.api import Config
 
 from .options import CONTEXT, F, config_option, db_option, say
 
@@ -80,10 +79,10 @@ def _append(
     dedupe: bool,
     must_have_started: tuple[str | None, str] | None,
 ) -> int:
-    from replaygate.ingest import rolloutlog
+    from replaygate.api import rolloutlog
 
     if to_file:
-        from replaygate.queries.api import outputs
+        from replaygate.api import outputs
 
         # An append, not a replacement: judged by the guard (never the database, its
         # history or the configuration, never through a link), then appended through it
@@ -95,7 +94,7 @@ def _append(
         return rolloutlog.append_file(
             to_file, records, dedupe=dedupe, config=conf, append=guard.append_bytes
         )
-    from replaygate.ingest import db as dbm
+    from replaygate.api import db as dbm
 
     con = dbm.connect(db, role="rollout")
     try:
@@ -110,7 +109,7 @@ def _config(config_path: str | None, db: str) -> tuple[Config, str]:
     """--config, else the configuration the database was last analysed with (as every
     reader), else ./replaygate.toml; and the line that names it (said once the command
     has succeeded, so that an error stays one line)."""
-    from replaygate.queries.api import resolve_config
+    from replaygate.api import resolve_config
 
     resolved = resolve_config(db, config_path)
     return resolved.config, f"configuration: {resolved.note}"
@@ -130,7 +129,7 @@ def _ts(value: str | None) -> str | None:
     if value is None:
         return None
     try:
-        timefmt.parse(value)
+        parse_iso(value)
     except ValueError:
         raise click.BadParameter(f"{value!r} is not an RFC 3339 time", param_hint="--at") from None
     return value
@@ -166,7 +165,7 @@ def _action_command(verb: str, action: str, summary: str) -> click.Command:
         config_path: str | None,
         to_file: str | None,
     ) -> None:
-        from replaygate.ingest import rolloutlog
+        from replaygate.api import rolloutlog
 
         release = _release(release)
         rec = rolloutlog.record(
@@ -251,7 +250,7 @@ def import_(
       kubectl get events -n test --field-selector involvedObject.kind=Canary -o json > ev.json
       replaygate rollout import canary.json ev.json --release 6.1.0 --to logs/rollout.jsonl
     """
-    from replaygate.ingest import cdobjects
+    from replaygate.api import cdobjects
 
     files = [(p, _documents(p)) for p in paths]
     docs = [d for _, docs in files for d in docs]
@@ -267,7 +266,7 @@ def import_(
         raise ReplaygateError(f"{', '.join(map(str, empty))}: no rollout record ({why})")
     records = reading.records
     if as_json:
-        from replaygate.ingest import rolloutlog
+        from replaygate.api import rolloutlog
 
         conf, note = _config(config_path, db)
         rolloutlog.check(records, conf)
@@ -284,7 +283,7 @@ def _known_starts(db: str, to_file: str | None) -> list[dict[str, Any]]:
     stages that the objects no longer show (a failed Flagger canary's weight)."""
     from pathlib import Path
 
-    from replaygate.ingest import rolloutlog
+    from replaygate.api import rolloutlog
 
     if to_file:
         return rolloutlog.starts_in_file(to_file)
@@ -292,7 +291,7 @@ def _known_starts(db: str, to_file: str | None) -> list[dict[str, Any]]:
         return []
     import duckdb
 
-    from replaygate.ingest import db as dbm
+    from replaygate.api import db as dbm
 
     try:
         con = dbm.connect(db, read_only=True)
@@ -363,7 +362,7 @@ def serve(db: str, config_path: str | None, host: str, port: int) -> None:
       curl -s localhost:8765/gates/v2.4.0/canary-5pct
       replaygate serve --db /data/fleet.duckdb --host 0.0.0.0 --port 8765
     """
-    from replaygate.queries.api import resolve_config
+    from replaygate.api import resolve_config
 
     from .serve import make_server
 

@@ -39,9 +39,7 @@ from urllib.parse import parse_qs, unquote, urlsplit
 
 import duckdb
 
-from replaygate.ingest.config import Config
-from replaygate.ingest.errors import ReplaygateError
-from replaygate.queries.api import Decision
+from replaygate.api import Config, Decision, ReplaygateError
 
 # What socketserver hands a server per request (typeshed's spelling).
 _Request = socket.socket | tuple[bytes, socket.socket]
@@ -87,13 +85,13 @@ def build_snapshot(con: duckdb.DuckDBPyConnection, config: Config) -> Snapshot:
     """Every stage's evaluation on an analysed connection."""
     from datetime import UTC, datetime
 
-    from replaygate.ingest.db import get_meta
-    from replaygate.queries import api
+    from replaygate import api
+    from replaygate.api import db as dbm
 
     doc = api.gates_doc(con, config, all_stages=True)
     snap = Snapshot(
         key=api.stamp(con, config),
-        data_version=get_meta(con, "data_version", "0"),
+        data_version=dbm.get_meta(con, "data_version", "0"),
         analysed_at=datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%S.%f")[:-3] + "Z",
     )
     for stage in doc.get("stages", []):
@@ -152,8 +150,8 @@ class GateServer(ThreadingHTTPServer):
     def refresh(self) -> None:
         """Read the analysis (refreshing it first when out of date) into a new snapshot;
         while the database is busy, the last snapshot stays."""
-        from replaygate.ingest import db as dbm
-        from replaygate.queries import api
+        from replaygate import api
+        from replaygate.api import db as dbm
 
         try:
             con = dbm.connect(self.db, read_only=True)
@@ -187,22 +185,22 @@ class GateServer(ThreadingHTTPServer):
         answered question, to re-run a detector (proceeded_while_rollback) whose result
         they can change only for rollout actions dated after them, which arrive as a
         data change and a full analysis anyway."""
-        from replaygate.ingest.db import get_meta
-        from replaygate.queries import api
-        from replaygate.queries.api import decisionlog
+        from replaygate import api
+        from replaygate.api import db as dbm
+        from replaygate.api import decisionlog
 
         return (
             self._own_history is not None
-            and get_meta(con, "analysis_stamp") == api.stamp(con, self.config)
+            and dbm.get_meta(con, "analysis_stamp") == api.stamp(con, self.config)
             and decisionlog.version(con) == self._own_history
         )
 
     def _record(self, con: duckdb.DuckDBPyConnection) -> None:
         """Append the evaluations answered since the last pass to the history (an
         unchanged evaluation of a stage is not repeated)."""
-        from replaygate.ingest.db import get_meta
-        from replaygate.queries import api
-        from replaygate.queries.api import decisionlog
+        from replaygate import api
+        from replaygate.api import db as dbm
+        from replaygate.api import decisionlog
 
         with self._asked_lock:
             asked, self._asked = self._asked, set()
@@ -211,7 +209,7 @@ class GateServer(ThreadingHTTPServer):
             return
         stages = [snap.stages[k] for k in sorted(asked) if k in snap.stages]
         before = decisionlog.version(con)
-        current = before in (get_meta(con, "history_stamp", "0"), self._own_history)
+        current = before in (dbm.get_meta(con, "history_stamp", "0"), self._own_history)
         try:
             rows = api.record_decisions(
                 con, {"stages": stages}, self.config, "serve", only_changes=True

@@ -59,14 +59,18 @@ from typing import Any
 
 import duckdb
 
-from replaygate.ingest import db as dbm
-from replaygate.ingest import lock as dblock
-from replaygate.ingest import staging
-from replaygate.ingest.config import Config
-from replaygate.ingest.contract import RECORD_TYPES
-from replaygate.ingest.errors import ReplaygateError
-from replaygate.ingest.load import ingest
-from replaygate.queries.api import Status, outputs, terminal
+from replaygate.api import (
+    RECORD_TYPES,
+    Config,
+    ReplaygateError,
+    Status,
+    ingest,
+    outputs,
+    staging,
+    terminal,
+)
+from replaygate.api import db as dbm
+from replaygate.api import lock as dblock
 
 from . import duration
 from .notify import Notifier, message
@@ -344,7 +348,7 @@ class Watcher:
                 self.con = dbm.connect(str(self.work), role=dblock.WATCH)
             except ReplaygateError as exc:
                 raise ReplaygateError(f"{exc} (is another watch running on {self.db}?)") from None
-            from replaygate.queries.api import decisionlog
+            from replaygate.api import decisionlog
 
             # The decision history belongs to the published database, not to this copy.
             decisionlog.bind(self.con, decisionlog.file_for_db(self.db))
@@ -441,7 +445,7 @@ class Watcher:
         return out[0]
 
     def _cycle(self, n: int) -> Cycle:
-        from replaygate.queries import api
+        from replaygate import api
 
         c = Cycle(n, dt.datetime.now(dt.UTC))
         t0 = time.perf_counter()
@@ -493,7 +497,7 @@ class Watcher:
     ) -> dict[str, dict[str, Any]] | None:
         """Every stage's decision now; for the baseline, None when nothing was analysed
         with this configuration yet (there is no earlier state to compare with)."""
-        from replaygate.queries import api
+        from replaygate import api
 
         try:
             if baseline and not api.is_current(con, self.config):
@@ -706,19 +710,19 @@ def _lag(con: duckdb.DuckDBPyConnection, now: dt.datetime) -> float | None:
 
 def _stale(con: duckdb.DuckDBPyConnection) -> list[str]:
     """Sources far behind the others (queries/freshness.py), as "event log 3.6 days"."""
-    from replaygate.queries import api
+    from replaygate import api
 
     return api.stale_sources(con)
 
 
 def _change_line(c: Cycle, ch: dict[str, Any]) -> str:
-    from replaygate.queries.api import terminal
+    from replaygate.api import terminal
 
     return terminal(_raw_change_line(c, ch))
 
 
 def _raw_change_line(c: Cycle, ch: dict[str, Any]) -> str:
-    from replaygate.queries.api import title
+    from replaygate.api import title
 
     was = ch["previous"] or "new"
     reasons = "; ".join(ch["reasons"][:3]) or "all gates pass"
@@ -751,7 +755,7 @@ def main(
 
     import click
 
-    from replaygate.queries.api import resolve_config
+    from replaygate.api import resolve_config
 
     from .notify import check_url
 

@@ -11,10 +11,10 @@ from typing import Any
 
 import numpy as np
 
+from replaygate.audit import outputs
 from replaygate.ingest import staging
 from replaygate.ingest.config import Config
 from replaygate.ingest.errors import ReplaygateError
-from replaygate.queries import outputs
 
 from . import bulk, writers
 from .faults import CATALOGUE

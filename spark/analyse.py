@@ -18,7 +18,7 @@ from replaygate.ingest import db as dbm
 from replaygate.ingest.config import Config
 from replaygate.ingest.contract import RECORD_TYPES
 from replaygate.ingest.db import get_meta, set_meta, transaction
-from replaygate.queries import cannottell, catalog, decisionlog, incremental, params, runner
+from replaygate.queries import cannottell, catalog, decisionfile, incremental, params, runner
 
 from . import lake as lakes
 from . import transpile
@@ -148,7 +148,7 @@ def _analyse(
             frames[rt.table] = df
             _replace(con, rt.table, df.toArrow())
         counts = runner.table_counts(con)
-        counts["decision_history"] = decisionlog.load_table(con)
+        counts["decision_history"] = decisionfile.load_table(con)
         if counts["decision_history"]:
             df = spark.createDataFrame(con.sql("SELECT * FROM decision_history").to_arrow_table())
             df.createOrReplaceTempView("decision_history")
@@ -185,7 +185,7 @@ def _analyse(
         set_meta(con, "analysis_stamp", runner.stamp(con, config))
         runner.store_config(con, config)
         set_meta(con, "analysis_mode", "spark")
-        set_meta(con, "history_stamp", decisionlog.version(con))
+        set_meta(con, "history_stamp", decisionfile.version(con))
         incremental.clear_pending(con)
     return runner.summary(con)
 

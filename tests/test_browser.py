@@ -220,7 +220,7 @@ def test_a_reason_leads_to_its_evidence(server, sample_db):
 
     from playwright.sync_api import sync_playwright
 
-    from replaygate.queries.api import title
+    from replaygate.api import title
 
     stage = "write-10pct"
     conf = str(SAMPLE / "replaygate.toml")

@@ -15,9 +15,9 @@ import pytest
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
+from replaygate.audit import attest
 from replaygate.dashboard.bundle import PDF_NOT_REQUESTED
 from replaygate.dashboard.report import chromium
-from replaygate.queries import attest
 
 from .conftest import SAMPLE, SAMPLE_CONF
 from .conftest import run_cli as run

@@ -265,7 +265,7 @@ def test_facts_headers_name_known_facts():
 
 
 def test_coverage_document_carries_cannot_tell(tmp_path):
-    from replaygate.queries import api
+    from replaygate import api
 
     tables, drop = CASES["reinit_missing"]
     run(tmp_path, **_without(tables, drop))
@@ -325,9 +325,9 @@ def test_a_gate_whose_detector_cannot_see_is_never_a_pass(tmp_path):
 
 
 def test_cannot_tell_is_attributed_to_the_stages_of_its_units(tmp_path):
+    from replaygate.audit import reportdoc
     from replaygate.dashboard import report as render
     from replaygate.queries import gates as gm
-    from replaygate.queries import reportdoc
 
     # Two sessionless writes without payload digests: one in each stage's window.
     tables, drop = CASES["duplicate_dispatch"]

@@ -8,7 +8,7 @@ import json
 
 import pytest
 
-from replaygate.queries.api import GATES, title
+from replaygate.api import GATES, title
 
 from .conftest import SAMPLE_CONF
 from .conftest import run_cli as run

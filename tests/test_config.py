@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
+from replaygate.api import load_config
 from replaygate.ingest import config as cfg
 from replaygate.ingest.errors import ReplaygateError
-from replaygate.queries.api import load_config
 from replaygate.queries.gatedefs import min_samples
 from replaygate.queries.params import glob_to_like
 

@@ -1,5 +1,5 @@
 """`history`, `rollout` and `watch` take --config and, without it, use the configuration
-the database was last analysed with, like every reader (queries/api.py resolve_config)."""
+the database was last analysed with, like every reader (replaygate/api.py resolve_config)."""
 
 from __future__ import annotations
 

@@ -413,8 +413,8 @@ def test_the_sample_fleet_has_blind_files_that_bear_on_the_gates(sample_db):
     fleet's proxy logs hold files blind to facts others show (`proxy-blind.jsonl` among
     them), some gates have units they cannot tell because of them, reinit_after_404 (the
     gate whose copy once kept blind files) among them; and every stage of it is checked."""
+    from replaygate import api
     from replaygate.ingest import db as dbm
-    from replaygate.queries import api
 
     from .conftest import SAMPLE_CONF
 
@@ -434,8 +434,9 @@ def test_the_sample_fleet_has_blind_files_that_bear_on_the_gates(sample_db):
 def test_gate_measures_from_the_records_equal_the_decision(sample_db, stage):
     # Under a stage alone the dashboard takes the decision's gates as its measures; the
     # measures recomputed from the records (every other filter) must agree with them.
+    from replaygate import api
     from replaygate.ingest import db as dbm
-    from replaygate.queries import api, dashmodel, named
+    from replaygate.queries import dashmodel, named
     from replaygate.queries.filters import Filters
 
     from .conftest import SAMPLE_CONF
@@ -462,8 +463,9 @@ def test_unfiltered_measures_count_every_gate_fact(sample_db):
     # With nothing filtered a gate's measure runs over every gate fact, those of no stage
     # too: a gate counting findings (`fails(...)`) counts every gated finding of its
     # detectors.
+    from replaygate import api
     from replaygate.ingest import db as dbm
-    from replaygate.queries import api, dashmodel, gates, named
+    from replaygate.queries import dashmodel, gates, named
     from replaygate.queries.filters import Filters
 
     from .conftest import SAMPLE_CONF

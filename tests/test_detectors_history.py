@@ -17,10 +17,11 @@ def test_proceeded_while_rollback_with_releases(tmp_path):
     """The rollout log names releases: the history keeps `stage@release`, the action the
     bare stage and its release; the finding is filed under the stage acted on, and an
     ack by `--stage S --release R` names it."""
+    from replaygate.audit import decisionlog
     from replaygate.ingest import db as dbm
     from replaygate.ingest.config import Config
     from replaygate.ingest.load import ingest
-    from replaygate.queries import decisionlog, runner
+    from replaygate.queries import runner
 
     from .conftest import findings_of, run_cli
     from .test_history import _at, _doc

@@ -152,8 +152,8 @@ def test_opening_the_overview_makes_no_report(sample_db, monkeypatch):
     import streamlit as st
     from streamlit.testing.v1 import AppTest
 
+    from replaygate.audit import reportdoc
     from replaygate.dashboard import data
-    from replaygate.queries import reportdoc
 
     monkeypatch.setenv("REPLAYGATE_DB", str(sample_db))
     monkeypatch.setenv("REPLAYGATE_CONFIG", str(SAMPLE / "replaygate.toml"))

@@ -2,9 +2,12 @@
 from the source with `ast` (nothing is imported, so no import runs), has no cycle at any
 level, function-level imports included, and no floor imports one above it.
 
-Floors, bottom up: the package root (the version); `ingest`, `probe`, `recorder`; `queries`;
-`sim`, `spark`; `dashboard`; the CLI (`replaygate/`, and the Spark driver, the CLI under
-spark-submit). Packages on one floor import nothing of each other.
+Floors, bottom up: the package root (the version); `ingest`, `probe`, `recorder`; `queries`
+(the analysis); `audit` (the audit trail); `sim`, `spark`; the facade (`replaygate.api`);
+`dashboard`; the CLI (`replaygate/`, and the Spark driver, the CLI under spark-submit).
+Packages on one floor import nothing of each other. The CLI and the dashboard reach the
+library below them through the facade alone, and an engine of its own (`sim`, `spark`,
+`probe`) only from the CLI module of its commands.
 """
 
 from __future__ import annotations
@@ -22,10 +25,12 @@ FLOORS = {
     "replaygate.probe": 1,
     "replaygate.recorder": 1,
     "replaygate.queries": 2,
-    "replaygate.sim": 3,
-    "replaygate.spark": 3,
-    "replaygate.dashboard": 4,
-    "cli": 5,
+    "replaygate.audit": 3,
+    "replaygate.sim": 4,
+    "replaygate.spark": 4,
+    "replaygate.api": 5,
+    "replaygate.dashboard": 6,
+    "cli": 7,
 }
 # Modules of a lower package that are entry points of the CLI (they run `replaygate`).
 CLI_MODULES = {"replaygate.spark.driver"}
@@ -68,7 +73,11 @@ def import_graph() -> dict[str, set[str]]:
                 named = [a.name for a in node.names]
             else:
                 continue
-            # `from . import x` names module x; `from .m import f` names module m
+            # `from . import x` names module x; `from .m import f` names module m. A
+            # package whose every imported name is a module of it is passed through (its
+            # `__init__` runs, as for any import of a module below it), not imported from.
+            if len(named) > 1 and all(t in mods for t in named[1:]):
+                named = named[1:]
             targets |= {t for t in named if t in mods and t != name}
         graph[name] = targets
     return graph
@@ -129,7 +138,7 @@ def test_the_graph_is_read():
     assert "replaygate.dashboard" in g["replaygate.cli"] or any(
         t.startswith("replaygate.dashboard.") for t in g["replaygate.cli"]
     )
-    assert "replaygate.queries.api" in g["replaygate.dashboard.views.findings"]
+    assert "replaygate.api" in g["replaygate.dashboard.views.findings"]
 
 
 def test_no_import_cycle():
@@ -297,34 +306,71 @@ def test_no_floor_imports_one_above_it_or_beside_it():
     assert wrong == []
 
 
-# The CLI and the dashboard import one module of `queries`: the facade. What they need of
-# the rest (the outcome enums, the filter model, the dashboard's queries and views,
-# escaping, the audit trail) it re-exports; a direct import of any other fails here.
-FACADE = "replaygate.queries.api"
+# The CLI and the dashboard reach the library (the core, ingest, the analysis, the audit
+# trail: every floor below the facade) through one module, the facade: what they need of
+# it the facade exports by name or thin function; a direct import of any other module
+# below it fails here. The one exception: the separate engines and tools the CLI runs for
+# commands of their own, imported only by the module of those commands (`simulate` and
+# `--engine spark` in cli.py, `replaygate probe` in probe_cli.py; the Spark driver is the
+# CLI under spark-submit). The dashboard imports none of them.
+FACADE = "replaygate.api"
+ENGINE_DOORS = {
+    "replaygate.sim": {"replaygate.cli"},
+    "replaygate.spark": {"replaygate.cli", "replaygate.spark.driver"},
+    "replaygate.probe": {"replaygate.probe_cli"},
+}
 
 
 def facade_bypasses(graph: dict[str, set[str]]) -> list[str]:
-    """Imports by the CLI or the dashboard of a `queries` module other than the facade."""
-    return [
-        f"{module} imports {t}"
-        for module, targets in sorted(graph.items())
-        if floor(module)[1] in ("cli", "replaygate.dashboard")
-        for t in sorted(targets)
-        if t.startswith("replaygate.queries.") and t != FACADE
-    ]
+    """Imports by the CLI or the dashboard of a module below the facade, other than an
+    engine's by the CLI module of its commands."""
+    wrong = []
+    for module, targets in sorted(graph.items()):
+        if floor(module)[1] not in ("cli", "replaygate.dashboard"):
+            continue
+        for t in sorted(targets):
+            level, part = floor(t)
+            if level >= FLOORS[FACADE] or module in ENGINE_DOORS.get(part, ()):
+                continue
+            wrong.append(f"{module} imports {t}")
+    return wrong
 
 
 def test_cli_and_dashboard_import_only_the_facade():
     graph = import_graph()
     assert facade_bypasses(graph) == []
-    # the facade is what they do import, and a direct import would be seen
-    assert FACADE in graph["replaygate.cli"] or any(
-        FACADE in t for m, t in graph.items() if m.startswith("replaygate.dashboard")
-    )
-    assert facade_bypasses({"replaygate.dashboard.ui": {"replaygate.queries.escape"}}) == [
-        "replaygate.dashboard.ui imports replaygate.queries.escape"
+    # the facade is what they do import, and each engine's door is used
+    assert FACADE in graph["replaygate.cli"]
+    assert FACADE in graph["replaygate.dashboard.views.findings"]
+    for engine, doors in ENGINE_DOORS.items():
+        assert {m for m in doors if any(t.startswith(engine) for t in graph[m])}, engine
+
+
+def test_a_bypass_of_the_facade_is_found():
+    below = {
+        "replaygate.dashboard.ui": {"replaygate.queries.escape", FACADE},
+        "replaygate.dashboard.data": {"replaygate.ingest.db"},
+        "replaygate.watch": {"replaygate.audit.decisionlog", "replaygate.dashboard.report"},
+        "replaygate.cli": {"replaygate", "replaygate.sim.faults", "replaygate.spark.runtime"},
+        "replaygate.serve": {"replaygate.sim"},
+        "replaygate.dashboard.app": {"replaygate.probe.run"},
+        "replaygate.queries.runner": {"replaygate.ingest.db"},
+    }
+    assert facade_bypasses(below) == [
+        "replaygate.cli imports replaygate",
+        "replaygate.dashboard.app imports replaygate.probe.run",
+        "replaygate.dashboard.data imports replaygate.ingest.db",
+        "replaygate.dashboard.ui imports replaygate.queries.escape",
+        "replaygate.serve imports replaygate.sim",
+        "replaygate.watch imports replaygate.audit.decisionlog",
     ]
-    assert facade_bypasses({"replaygate.cli": {"replaygate.queries", FACADE}}) == []
+
+
+def test_a_package_passed_through_is_not_imported_from():
+    graph = import_graph()
+    # `from replaygate import api` imports the facade, not the version beside it
+    assert "replaygate" not in graph["replaygate.dashboard.figures"]
+    assert "replaygate" in graph["replaygate.api"]  # `from replaygate import __version__`
 
 
 def _strict_patterns() -> list[str]:
@@ -351,31 +397,36 @@ def test_the_cli_ingest_and_analysis_are_type_checked_strictly():
     loose = [
         m
         for m in modules()
-        if floor(m)[1] in ("cli", "replaygate.ingest", "replaygate.queries")
+        if floor(m)[1]
+        in ("cli", "replaygate.ingest", "replaygate.queries", "replaygate.audit", FACADE)
         and m not in CLI_MODULES
         and not _strict(m, patterns)
     ]
     assert loose == []
-    # The audit trail is strict too: its history, attestation and report document live in
-    # `queries` (above), its renderers beside the dashboard, its commands in the CLI.
+    # The audit trail is strict too: its history, attestation and report document are the
+    # `audit` package, its renderers beside the dashboard, its commands in the CLI.
     audit = [
-        "replaygate.queries.decisionlog",
-        "replaygate.queries.attest",
-        "replaygate.queries.reportdoc",
+        "replaygate.audit.decisionlog",
+        "replaygate.audit.attest",
+        "replaygate.audit.reportdoc",
         "replaygate.dashboard.report",
         "replaygate.dashboard.bundle",
         "replaygate.dashboard.history",
-        "replaygate.audit",
+        "replaygate.audit_cli",
     ]
     assert set(audit) <= set(modules())
     assert [m for m in audit if not _strict(m, patterns)] == []
-    assert _strict("replaygate.queries.api", ["replaygate.queries.*"])
+    assert [
+        m for m in modules() if floor(m)[1] == "replaygate.audit" and not _strict(m, patterns)
+    ] == []
+    assert _strict(FACADE, patterns)
+    assert _strict("replaygate.audit.attest", ["replaygate.audit.*"])
     assert not _strict("replaygate.watch", ["replaygate.cli", "replaygate.queries.*"])
 
 
 # The audit trail's modules in the dashboard's folder: the report's renderers, the bundle
-# and the decision history's page; the rest of it (decisionlog, attest, reportdoc) is in
-# `queries`, strict as a whole.
+# and the decision history's page; the rest of it (decisionlog, attest, outputs,
+# reportdoc) is the `audit` package, strict as a whole.
 AUDIT_MODULES = ("replaygate.dashboard.report", "replaygate.dashboard.bundle",
                  "replaygate.dashboard.history")  # fmt: skip
 
@@ -454,3 +505,23 @@ def test_the_load_is_made_of_parts_each_read_in_one_sitting():
         if t.startswith("replaygate.ingest") and t not in known
     }
     assert stray == set()
+
+
+def floors_shown(text: str) -> dict[str, int]:
+    """The floors of CONTRIBUTING.md's floor plan table, by the package each row names
+    (a folder by the name it installs under; `replaygate/` is the CLI)."""
+    folders = {f"{d}/": pkg for pkg, d in ((p, d.name) for p, d in _package_dirs().items())}
+    files = {"replaygate/__init__.py": "replaygate", "replaygate/api.py": FACADE}
+    shown = {}
+    for level, packages in re.findall(r"^\| (\d+) \| ([^|]+) \|", text, re.M):
+        for path in re.findall(r"`([^`]+)`", packages.split(" (")[0]):
+            part = files.get(path) or ("cli" if path == "replaygate/" else folders[path])
+            shown[part] = int(level)
+    return shown
+
+
+def test_contributing_shows_the_floors_the_test_holds():
+    assert floors_shown((ROOT / "CONTRIBUTING.md").read_text()) == FLOORS
+    table = "| 2 | `queries/` | analysis |\n| 1 | `ingest/`, `probe/` | core |\n"
+    assert floors_shown(table) == {"replaygate.queries": 2, "replaygate.ingest": 1,
+                                   "replaygate.probe": 1}  # fmt: skip

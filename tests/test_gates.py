@@ -192,7 +192,7 @@ def _only(tmp_path, names: list[str]):
 
 
 def test_only_a_rollout_log_passes_no_gate_and_verifies_no_rollback(tmp_path):
-    from replaygate.queries import api
+    from replaygate import api
 
     con = _only(tmp_path, ["rollout.csv"])
     doc = api.gates_doc(con, FLEET_CONFIG, all_stages=True)

@@ -12,13 +12,15 @@ from pathlib import Path
 
 import pytest
 
+from replaygate import api
+from replaygate.audit import decisionlog, reportdoc
 from replaygate.dashboard import report as render
 from replaygate.ingest import config as cfg
 from replaygate.ingest import db as dbm
 from replaygate.ingest.config import Config
 from replaygate.ingest.errors import ReplaygateError
 from replaygate.ingest.load import ingest
-from replaygate.queries import api, decisionlog, reportdoc, runner
+from replaygate.queries import runner
 from replaygate.queries.gatedefs import effective_settings
 
 from .conftest import SAMPLE, findings_of, run_cli
@@ -225,7 +227,7 @@ def test_appends_from_several_processes_keep_one_chain(tmp_path):
     dbm.connect(str(db)).close()
     code = (
         "import sys; from replaygate.ingest import db as dbm; "
-        "from replaygate.ingest.config import Config; from replaygate.queries import decisionlog; "
+        "from replaygate.ingest.config import Config; from replaygate.audit import decisionlog; "
         "con = dbm.connect(sys.argv[1], read_only=True); "
         "doc = {'stages': [{'stage': sys.argv[2], 'decision': 'HOLD', 'reasons': [], "
         "'gates': []}]}; "

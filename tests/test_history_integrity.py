@@ -10,9 +10,10 @@ from pathlib import Path
 
 import pytest
 
+from replaygate.audit import decisionlog
 from replaygate.ingest import db as dbm
 from replaygate.ingest.config import Config
-from replaygate.queries import decisionlog, runner
+from replaygate.queries import decisionfile, runner
 
 from .conftest import SAMPLE, run_cli
 from .test_history import _at, _doc
@@ -108,8 +109,10 @@ def test_an_append_reads_only_the_tail(tmp_path, monkeypatch):
     def whole_read(*_a, **_k):
         raise AssertionError("the whole history was read for an append")
 
-    monkeypatch.setattr(decisionlog, "_parse", whole_read)
-    monkeypatch.setattr(decisionlog, "read", whole_read)
+    # the file is read by the analysis' module; the history re-exports its reader
+    for module in (decisionfile, decisionlog):
+        monkeypatch.setattr(module, "parse_rows", whole_read)
+        monkeypatch.setattr(module, "read", whole_read)
     rows = decisionlog.record_evaluation(con, _doc("s", "ROLLBACK"), conf, "gates", now=_at(99))
     assert rows[0]["seq"] == 51
     monkeypatch.undo()
@@ -131,7 +134,7 @@ def test_history_at_is_data_time_and_the_readme_example_works(tmp_path, sample_d
 
 
 def test_bundles_carry_the_head_and_a_cut_copy_does_not_verify(tmp_path, sample_db):
-    from replaygate.queries import attest
+    from replaygate.audit import attest
 
     db, path = _recorded(tmp_path, sample_db, n=2)
     out = tmp_path / "evidence"

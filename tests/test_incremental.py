@@ -550,7 +550,7 @@ def test_report_hashes_what_was_read_of_a_grown_file(tmp_path):
     # more than the append); the report hashes what was read, or says it cannot.
     import hashlib
 
-    from replaygate.queries import reportdoc
+    from replaygate.audit import reportdoc
 
     events = _content("events.jsonl.gz")
     live = tmp_path / "live"

@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 
 from replaygate import notify, render
+from replaygate.audit import attest
 from replaygate.dashboard import figures, fmt, report, ui
-from replaygate.queries import attest
 from replaygate.queries.outcome import TONE, Decision, Severity, Status, Tone
 
 MAPS = {

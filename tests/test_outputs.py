@@ -1,4 +1,4 @@
-"""The output guard (queries/outputs.py): no file replaygate writes lands on the
+"""The output guard (audit/outputs.py): no file replaygate writes lands on the
 database, its history, its lock, the configuration or an ingested input, none is
 written through a symbolic link, and each is replaced whole by a rename."""
 
@@ -11,9 +11,9 @@ from pathlib import Path
 
 import pytest
 
+from replaygate.audit import outputs
 from replaygate.ingest.config import Config
 from replaygate.ingest.lock import lock_path
-from replaygate.queries import outputs
 from replaygate.watch import Cycle, Watcher, heartbeat_path
 
 from .conftest import SAMPLE

@@ -18,8 +18,8 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 import pytest
 from click.testing import CliRunner
 
+from replaygate.audit import outputs
 from replaygate.cli import cli
-from replaygate.queries import outputs
 
 pytest.importorskip("httpx2")
 

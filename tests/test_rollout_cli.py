@@ -342,7 +342,7 @@ def test_serve_answers_the_three_decisions(sample_db, tmp_path):
         assert _get(f"{base}/gates/-/write-10pct", "DELETE")[0] == 405
         assert _get(f"{base}/healthz")[0] == 200
         # The answers are in the decision history (appended by the refresher).
-        from replaygate.queries import decisionlog
+        from replaygate.audit import decisionlog
 
         deadline = time.monotonic() + 60
         while True:
@@ -495,8 +495,9 @@ def test_no_release_is_spelled_the_same_everywhere_and_unstarted_stages_are_refu
 
 
 def test_serve_does_not_analyse_its_own_history_appends(sample_db, tmp_path, monkeypatch):
+    from replaygate import api
+    from replaygate.audit import decisionlog
     from replaygate.ingest.config import load as load_config
-    from replaygate.queries import api, decisionlog
     from replaygate.serve import make_server
 
     db = tmp_path / "served.duckdb"
@@ -531,7 +532,7 @@ def test_serve_does_not_analyse_its_own_history_appends(sample_db, tmp_path, mon
             "import sys\n"
             "from replaygate.ingest import db as dbm\n"
             "from replaygate.ingest.config import load\n"
-            "from replaygate.queries import api\n"
+            "from replaygate import api\n"
             "con = dbm.connect(sys.argv[1], read_only=True)\n"
             "conf = load(sys.argv[2])\n"
             "api.record_decisions(con, api.gates_doc(con, conf, stage='write-10pct'), conf, 'x')\n"
@@ -555,8 +556,8 @@ def test_serve_evaluates_once_per_data_version_not_once_per_request(
     and evaluated again); new data makes one new snapshot."""
     from concurrent.futures import ThreadPoolExecutor
 
+    from replaygate import api
     from replaygate.ingest.config import load as load_config
-    from replaygate.queries import api
     from replaygate.serve import make_server
 
     db = tmp_path / "served.duckdb"

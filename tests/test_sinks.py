@@ -118,9 +118,9 @@ def test_dashboard_url_values_are_quoted_inert_in_notes():
 
 
 def test_html_report_shows_invisible_characters_in_headings_and_title(sample_db, tmp_path):
+    from replaygate import api
+    from replaygate.audit import reportdoc as rep
     from replaygate.dashboard import report as render
-    from replaygate.queries import api
-    from replaygate.queries import reportdoc as rep
 
     conf = api.load_config("sample_data/replaygate.toml")
     con = api.open_analysed(str(sample_db), conf)
@@ -205,9 +205,9 @@ def test_history_and_ack_lines_carry_no_escape_sequence(tmp_path):
     """An actor and a stage recorded in the history are attacker text: `ack` and `history`
     (timeline and `--at`) print them on one line without an escape sequence, a carriage
     return or a bidi override that could rewrite what the operator reads."""
+    from replaygate.audit import decisionlog
     from replaygate.ingest import db as dbm
     from replaygate.ingest.config import Config
-    from replaygate.queries import decisionlog
 
     from .conftest import run_cli as run
     from .test_history import _at, _doc

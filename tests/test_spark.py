@@ -16,7 +16,8 @@ from pathlib import Path
 import duckdb
 import pytest
 
-from replaygate.queries import api, catalog
+from replaygate import api
+from replaygate.queries import catalog
 
 from .conftest import FLEET_CONFIG, ROOT, findings_of, run_cli
 

@@ -13,9 +13,9 @@ import sys
 import time
 from pathlib import Path
 
+from replaygate.audit import outputs
 from replaygate.ingest import staging
 from replaygate.ingest.load import STAGING_PREFIX
-from replaygate.queries import outputs
 from replaygate.sim import STAGING_PREFIX as SIM_STAGING
 
 from .conftest import ROOT, SAMPLE

@@ -2,8 +2,8 @@
 
 import streamlit as st
 
+from replaygate.api import sources
 from replaygate.dashboard import data, fmt, tables, ui
-from replaygate.queries.api import sources
 
 ctx = ui.bootstrap()
 st.title("Data")

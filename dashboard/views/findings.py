@@ -4,9 +4,9 @@ import functools
 
 import streamlit as st
 
+from replaygate import api
+from replaygate.api import Severity
 from replaygate.dashboard import data, fmt, ui
-from replaygate.queries import api
-from replaygate.queries.api import Severity
 
 ctx = ui.bootstrap()
 st.title("Findings")

@@ -4,7 +4,7 @@ here and the usual fix (the same entries as docs/field-guide.md). Every finding'
 
 import streamlit as st
 
-from replaygate.queries.api import fieldguide
+from replaygate.api import fieldguide
 
 st.title("Field guide")
 names = [e["detector"] for e in fieldguide.entries()]

@@ -4,9 +4,9 @@ a single timeline, with the finding's evidence marked."""
 import pandas as pd
 import streamlit as st
 
+from replaygate.api import escape
 from replaygate.dashboard import data, figures, fmt, state, ui
 from replaygate.dashboard.state import short
-from replaygate.queries.api import escape
 
 ctx = ui.bootstrap()
 st.title("Stream inspector")

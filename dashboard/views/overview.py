@@ -6,8 +6,8 @@ from datetime import datetime
 
 import streamlit as st
 
+from replaygate.api import Decision, Status, display_value, escape
 from replaygate.dashboard import data, fmt, ui
-from replaygate.queries.api import Decision, Status, display_value, escape
 
 ctx = ui.bootstrap()
 st.title("Rollout decision")

@@ -2,8 +2,8 @@
 
 import streamlit as st
 
+from replaygate.api import Status
 from replaygate.dashboard import data, figures, fmt, history, ui
-from replaygate.queries.api import Status
 
 ctx = ui.bootstrap()
 st.title("Rollout")

@@ -17,8 +17,9 @@ from replaygate.ingest.db import one_row
 from replaygate.ingest.errors import ReplaygateError
 from replaygate.ingest.readers import GZIP
 from replaygate.ingest.timefmt import iso_ms as _iso
+from replaygate.queries import catalog, escape, fieldguide, freshness, gatedefs, gates, runner
 
-from . import catalog, decisionlog, escape, fieldguide, freshness, gatedefs, gates, runner
+from . import decisionlog
 
 REPORT_VERSION = "1"
 
@@ -100,22 +101,14 @@ def _findings(con: duckdb.DuckDBPyConnection, stage: str, top: int) -> dict[str,
     }
 
 
+# A timeline entry as the report keeps it: the row's fields (the history's one list of
+# them) but the stage (a report is of one), the evaluation's detail (its gates are shown
+# as gates) and the chain's link, and the change the entry is.
 _HISTORY_KEYS = (
-    "seq",
-    "recorded_at",
-    "kind",
-    "source",
-    "release",
-    "decision",
+    *(f for f in decisionlog.FIELDS if f not in ("stage", "reasons", "gates", "prev_sha256")),
     "previous",
     "until",
     "evaluations",
-    "data_version",
-    "config_sha256",
-    "tool_version",
-    "actor",
-    "note",
-    "in_force",
 )
 
 

@@ -4,11 +4,11 @@
 from __future__ import annotations
 
 import json
+from typing import Any
 
 import click
 
-from replaygate.ingest.errors import ReplaygateError
-from replaygate.queries.api import Decision
+from replaygate.api import Decision, ReplaygateError
 
 from .options import (
     CONTEXT,
@@ -26,6 +26,7 @@ DECISION = click.Choice([d.value for d in Decision], case_sensitive=False)
 
 def _action(
     action: str,
+    *,
     db: str,
     config_path: str | None,
     as_json: bool,
@@ -35,8 +36,8 @@ def _action(
     by: str,
     release: str | None,
 ) -> None:
-    from replaygate.queries import api
-    from replaygate.queries.api import decisionlog
+    from replaygate import api
+    from replaygate.api import decisionlog
 
     conf = load_config(config_path, db)
     # The history keeps a stage of a release under its key (`name@release`, as gates
@@ -58,7 +59,7 @@ def _action(
     if as_json:
         emit_json(row)
     else:
-        from replaygate.queries.api import terminal as show
+        from replaygate.api import terminal as show
 
         verb = "acknowledged" if action == "ack" else "overrode"
         click.echo(
@@ -68,6 +69,8 @@ def _action(
 
 
 def _action_options(f: F) -> F:
+    """The options of an operator action, which `_action` takes (the command adds its
+    `--decision`)."""
     f = click.option("--release", metavar="ID", help="Release the stage belongs to.")(f)
     f = click.option("--by", required=True, metavar="NAME", help="Who acts.")(f)
     f = click.option("--reason", metavar="TEXT", help="Why (required for override).")(f)
@@ -78,16 +81,7 @@ def _action_options(f: F) -> F:
 @click.command(context_settings=CONTEXT)
 @_action_options
 @click.option("--decision", type=DECISION, help="The decision seen (must be the one in force).")
-def ack(
-    db: str,
-    config_path: str | None,
-    as_json: bool,
-    stage: str,
-    reason: str | None,
-    by: str,
-    release: str | None,
-    decision: str | None,
-) -> None:
+def ack(**options: Any) -> None:
     """Record that an operator saw the decision in force for a stage.
 
     \b
@@ -99,22 +93,13 @@ def ack(
       replaygate ack --stage write-10pct --decision ROLLBACK --by alice
       replaygate ack --stage write-10pct --by alice --reason "paging the owner"
     """
-    _action("ack", db, config_path, as_json, stage, decision, reason, by, release)
+    _action("ack", **options)
 
 
 @click.command(context_settings=CONTEXT)
 @_action_options
 @click.option("--decision", type=DECISION, required=True, help="The operator's decision.")
-def override(
-    db: str,
-    config_path: str | None,
-    as_json: bool,
-    stage: str,
-    reason: str | None,
-    by: str,
-    release: str | None,
-    decision: str,
-) -> None:
+def override(**options: Any) -> None:
     """Record that an operator decides otherwise than the decision in force.
 
     \b
@@ -127,9 +112,9 @@ def override(
       replaygate override --stage write-10pct --decision PROCEED \\
           --reason "duplicate is a test tenant, INC-231" --by alice
     """
-    if not reason:
+    if not options["reason"]:
         raise click.UsageError("an override needs --reason")
-    _action("override", db, config_path, as_json, stage, decision, reason, by, release)
+    _action("override", **options)
 
 
 @click.command(context_settings=CONTEXT)
@@ -173,9 +158,9 @@ def history(
       replaygate history --stage write-10pct
       replaygate history --stage write-10pct --at 2026-11-28T04:30:00Z --json
     """
-    from replaygate.queries.api import decisionlog as hist
-    from replaygate.queries.api import effective_settings
-    from replaygate.queries.api import terminal as show
+    from replaygate.api import decisionlog as hist
+    from replaygate.api import effective_settings
+    from replaygate.api import terminal as show
 
     conf = load_config(config_path, db)
     # The digest the history records (every setting in force, defaults included).

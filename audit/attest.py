@@ -31,9 +31,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeGuard
 
 from replaygate.ingest.errors import ReplaygateError
+from replaygate.queries.outcome import Decision, Status
 
 from . import decisionlog
-from .outcome import Decision, Status
 
 if TYPE_CHECKING:
     from cryptography.hazmat.primitives.asymmetric.ed25519 import (
@@ -174,7 +174,9 @@ def history_head(data: bytes) -> dict[str, Any]:
     """The head of a bundled decision history (its rows and newest digest), for the
     statement: a copy cut short no longer matches it."""
     rows = [
-        r for r in decisionlog._parse(data.decode("utf-8", "replace")) if not r.get("unreadable")
+        r
+        for r in decisionlog.parse_rows(data.decode("utf-8", "replace"))
+        if not r.get("unreadable")
     ]
     return {"rows": len(rows), "head": rows[-1].get("sha256") if rows else None}
 
@@ -409,7 +411,7 @@ def verify(
             if disagree:
                 v.problems.append(disagree)
         if name == "decision_history.jsonl":
-            rows = decisionlog._parse(data.decode("utf-8", "replace"))
+            rows = decisionlog.parse_rows(data.decode("utf-8", "replace"))
             head = predicate.get("decisionHistory")
             broken = decisionlog.verify_chain(rows)
             if not broken and isinstance(head, dict) and isinstance(head.get("rows"), int):

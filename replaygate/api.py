@@ -1,10 +1,15 @@
-"""The library facade the CLI and the dashboard share: open a database with current
-findings, analyse it, list findings, evaluate and show gates, record decisions; and,
-re-exported so that neither reaches past this module, the outcome enums, the filter
-model and the dashboard's named queries and views over it, output escaping, the field
-guide and source matrix, and the audit trail (decision history, attestation, guarded
-outputs, the report document). tests/test_floorplan.py holds `replaygate/` and
-`dashboard/` to importing nothing else of `queries`."""
+"""The library's facade: the one module through which the CLI (`replaygate/`) and the
+dashboard (`dashboard/`) reach the library below them (the core, ingest, the analysis
+and the audit trail). It opens a database with current findings, analyses it, lists
+findings, evaluates and shows gates and records decisions; and re-exports, by name, what
+the two need of the rest: the version, errors and configuration, the load and the data's
+status, the outcome enums, the filter model and the dashboard's named queries and model,
+output escaping, the field guide and source matrix, and the audit trail (decision
+history, attestation, guarded outputs, the report document). A few namespaces whose
+names mean something only with them (`db.connect`, `lock.acquire`, `rolloutlog.record`)
+are re-exported whole. tests/test_floorplan.py holds `replaygate/` and `dashboard/` to
+importing nothing else of the library; a new need is one re-export or thin function
+here."""
 
 from __future__ import annotations
 
@@ -14,28 +19,32 @@ from typing import Any
 
 import duckdb
 
+from replaygate import __version__
+from replaygate.audit import attest, decisionlog, outputs, reportdoc
+from replaygate.ingest import cdobjects, db, lock, rolloutlog, staging
 from replaygate.ingest import config as cfg
-from replaygate.ingest import db as dbm
+from replaygate.ingest.adapters import sources as proxy_sources
+from replaygate.ingest.capabilities import LABELS as CAPABILITY_LABELS
 from replaygate.ingest.config import Config
+from replaygate.ingest.contract import RECORD_TYPES
 from replaygate.ingest.errors import ReplaygateError
-
-from . import (
-    attest,
+from replaygate.ingest.load import FileResult, IngestReport, ingest
+from replaygate.ingest.readers import formats_help
+from replaygate.ingest.status import status as data_status
+from replaygate.ingest.timefmt import parse as parse_iso
+from replaygate.queries import (
     catalog,
     dashmodel,
-    decisionlog,
     escape,
     fieldguide,
     freshness,
     gatedefs,
     named,
-    outputs,
-    reportdoc,
     runner,
     sources,
 )
-from .dashmodel import detectors_for, gates_for
-from .escape import (
+from replaygate.queries.dashmodel import detectors_for, gates_for
+from replaygate.queries.escape import (
     html_text,
     md_code,
     md_code_block,
@@ -46,9 +55,9 @@ from .escape import (
     terminal,
     xml_text,
 )
-from .filters import Filters
-from .gatedefs import BY_ID, GATES, GateDef, effective_settings
-from .gates import (
+from replaygate.queries.filters import Filters
+from replaygate.queries.gatedefs import BY_ID, GATES, GateDef, effective_settings
+from replaygate.queries.gates import (
     NOT_EXERCISED,
     display_bound,
     display_status,
@@ -58,10 +67,10 @@ from .gates import (
     resolve_stage,
     title,
 )
-from .gates import document as gates_doc
-from .outcome import Decision, Severity, Status
-from .params import allowlist_note
-from .runner import (
+from replaygate.queries.gates import document as gates_doc
+from replaygate.queries.outcome import Decision, Severity, Status
+from replaygate.queries.params import allowlist_note
+from replaygate.queries.runner import (
     UNIT_COLUMNS,
     analyse,
     coverage_doc,
@@ -72,6 +81,23 @@ from .runner import (
 )
 
 __all__ = [
+    "CAPABILITY_LABELS",
+    "RECORD_TYPES",
+    "Config",
+    "FileResult",
+    "IngestReport",
+    "ReplaygateError",
+    "__version__",
+    "cdobjects",
+    "data_status",
+    "db",
+    "formats_help",
+    "ingest",
+    "lock",
+    "parse_iso",
+    "proxy_sources",
+    "rolloutlog",
+    "staging",
     "BY_ID",
     "GATES",
     "NOT_EXERCISED",
@@ -192,7 +218,7 @@ def _stored(db_path: str) -> Config | None:
     if not os.path.exists(db_path):
         return None
     try:
-        con = dbm.connect(db_path, read_only=True)
+        con = db.connect(db_path, read_only=True)
     except (ReplaygateError, duckdb.Error):
         # Busy (a writer holds it) or not a database yet: the command itself says so.
         return None
@@ -207,7 +233,7 @@ def _stored(db_path: str) -> Config | None:
 
 def open_analysed(path: str, config: Config) -> duckdb.DuckDBPyConnection:
     """A connection whose findings are current for this data and configuration."""
-    con = dbm.connect(path, read_only=True)
+    con = db.connect(path, read_only=True)
     try:
         current = runner.is_current(con, config)
     except duckdb.Error:
@@ -216,7 +242,7 @@ def open_analysed(path: str, config: Config) -> duckdb.DuckDBPyConnection:
         return con
     con.close()
     try:
-        con = dbm.connect(path)
+        con = db.connect(path)
     except ReplaygateError as exc:
         raise ReplaygateError(
             f"{exc}; findings are out of date and the database is busy (another process "
@@ -229,7 +255,7 @@ def open_analysed(path: str, config: Config) -> duckdb.DuckDBPyConnection:
 def record_decisions(
     con: duckdb.DuckDBPyConnection, doc: dict[str, Any], config: Config, source: str, **kw: Any
 ) -> list[dict[str, Any]]:
-    """Append a gates document's decisions to the decision history (queries/decisionlog.py).
+    """Append a gates document's decisions to the decision history (audit/decisionlog.py).
     `con` is the connection `doc` was evaluated on; `source` names the caller (gates,
     watch, serve); `only_changes=True` skips stages whose evaluation is unchanged."""
     return decisionlog.record_evaluation(con, doc, config, source, **kw)
@@ -239,12 +265,10 @@ def refresh_history_findings(path: str, config: Config) -> bool:
     """After an append to the history: bring the findings that read it up to date and
     anchor the new head in the database, if it can be written now (else the next
     analysis does; False). Not while `watch` owns the database: its next cycle does."""
-    from replaygate.ingest import lock
-
     if (lock.holder(path) or {}).get("role") == lock.WATCH:
         return False
     try:
-        con = dbm.connect(path)
+        con = db.connect(path)
     except ReplaygateError:
         return False
     try:
