@@ -1,8 +1,8 @@
 """Data access for the dashboard: a read-only store and cached named queries.
 
-Every read goes through the named queries of queries/sql/dashboard (via
-`named` and `dashmodel`, through `replaygate.api`), with the one filter model of
-`Filters`; no SQL lives here.
+Every read goes through the named queries of queries/sql/dashboard (`named`, through
+`replaygate.api`, and the dashboard's model, `dashboard/model.py`), with the one filter
+model of `Filters`; no SQL lives here.
 
 The store opens a read-only DuckDB connection per cache miss and closes it at
 once, so an ingest (which needs the write lock) is never blocked for long by an
@@ -23,8 +23,10 @@ import pandas as pd
 import streamlit as st
 
 from replaygate import api
-from replaygate.api import Config, Filters, dashmodel, escape, named, resolve_config
+from replaygate.api import Config, Filters, escape, named, resolve_config
 from replaygate.api import db as dbm
+
+from . import model
 
 
 class DatabaseBusy(Exception):
@@ -119,11 +121,11 @@ def gate_measures(stamp: str, f: Filters, scope: str | None = None) -> list[dict
     """Every gate's measure under the filters (equal to the decision's under a stage alone)."""
     s = store()
     decided = None
-    if dashmodel.stage_alone(f):
+    if model.stage_alone(f):
         doc = gates_doc(stamp, None, True)  # the Overview's and Rollout's, cached once
         decided = next((x for x in doc.get("stages", []) if x["stage"] == f.stage), None)
     with _named() as con:
-        return dashmodel.gate_measures(con, s.config, f, scope, decided)
+        return model.gate_measures(con, s.config, f, scope, decided)
 
 
 @st.cache_data(show_spinner=False)

@@ -21,17 +21,16 @@ from replaygate.api import (
     NOT_EXERCISED,
     Decision,
     Status,
-    detectors_for,
     display_bound,
     display_status,
     display_threshold,
     display_value,
     escape,
-    gates_for,
     named,
 )
 
 from . import data, fmt, state
+from .model import detectors_for, gates_for
 from .state import Filters
 
 # How often an open page checks whether the data changed (then it reruns, filters kept).

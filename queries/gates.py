@@ -384,6 +384,38 @@ def measures(
     return out
 
 
+def under_filter(
+    con: duckdb.DuckDBPyConnection, config: Config, f: Filters, scope: str | None = None
+) -> list[GateResult]:
+    """Every gate, in display order, judged on the gate facts the dashboard's filter
+    keeps: its own measure query (`measures`) and the one judge (`gate_result`), so under
+    a stage filter alone it equals `replaygate gates --stage S`, and under revision,
+    server, client or time filters it is the same measure for that slice. What could be
+    judged: the stage's window and its units no file could show, else the whole database
+    (units cannot be told apart by the other filters)."""
+    m = measures(con, config, f).get(None, {})
+    minimums = min_samples(config)
+    if f.stage:
+        sources = stage_sources(con).get(f.stage, {})
+        unjudged = runner.cannot_tell_by_stage(con).get(f.stage, [])
+    else:
+        sources, unjudged = runner.table_counts(con), []
+    blind = runner.blind_detectors(con)
+    return [
+        gate_result(
+            g,
+            m.get(g.id, {}),
+            minimums[g.id],
+            scope,
+            config,
+            sources,
+            blind,
+            sum(e["units"] for e in unjudged if e["detector"] in g.detectors),
+        )
+        for g in GATES
+    ]
+
+
 def _meters(con: duckdb.DuckDBPyConnection) -> dict[tuple[str, str], dict[str, Any]]:
     rows = con.execute(
         "SELECT sample, stage, n, n_last_hour FROM a_stage_samples WHERE revision IS NULL"

@@ -3,13 +3,13 @@ dashboard (`dashboard/`) reach the library below them (the core, ingest, the ana
 and the audit trail). It opens a database with current findings, analyses it, lists
 findings, evaluates and shows gates and records decisions; and re-exports, by name, what
 the two need of the rest: the version, errors and configuration, the load and the data's
-status, the outcome enums, the filter model and the dashboard's named queries and model,
-output escaping, the field guide and source matrix, and the audit trail (decision
-history, attestation, guarded outputs, the report document). A few namespaces whose
-names mean something only with them (`db.connect`, `lock.acquire`, `rolloutlog.record`)
-are re-exported whole. tests/test_floorplan.py holds `replaygate/` and `dashboard/` to
-importing nothing else of the library; a new need is one re-export or thin function
-here."""
+status, the outcome enums, the filter model, the dashboard's named queries and the gates
+under a filter, output escaping, the field guide and source matrix, and the audit trail
+(decision history, attestation, guarded outputs, the report document). A few namespaces
+whose names mean something only with them (`db.connect`, `lock.acquire`,
+`rolloutlog.record`) are re-exported whole. tests/test_floorplan.py holds `replaygate/`
+and `dashboard/` to importing nothing else of the library; a new need is one re-export or
+thin function here."""
 
 from __future__ import annotations
 
@@ -34,7 +34,6 @@ from replaygate.ingest.status import status as data_status
 from replaygate.ingest.timefmt import parse as parse_iso
 from replaygate.queries import (
     catalog,
-    dashmodel,
     escape,
     fieldguide,
     freshness,
@@ -43,7 +42,6 @@ from replaygate.queries import (
     runner,
     sources,
 )
-from replaygate.queries.dashmodel import detectors_for, gates_for
 from replaygate.queries.escape import (
     html_text,
     md_code,
@@ -68,6 +66,7 @@ from replaygate.queries.gates import (
     title,
 )
 from replaygate.queries.gates import document as gates_doc
+from replaygate.queries.gates import under_filter as gates_under_filter
 from replaygate.queries.outcome import Decision, Severity, Status
 from replaygate.queries.params import allowlist_note
 from replaygate.queries.runner import (
@@ -113,7 +112,7 @@ __all__ = [
     "attest",
     "coverage_doc",
     "detector_names",
-    "detectors_for",
+    "detector_pages",
     "display_bound",
     "display_status",
     "display_threshold",
@@ -125,7 +124,7 @@ __all__ = [
     "findings_doc",
     "freshness_of",
     "gates_doc",
-    "gates_for",
+    "gates_under_filter",
     "decisionlog",
     "html_text",
     "is_current",
@@ -150,9 +149,14 @@ __all__ = [
     "stamp",
     "terminal",
     "title",
-    "dashmodel",
     "xml_text",
 ]
+
+
+def detector_pages() -> dict[str, str]:
+    """Each detector's dashboard page (its SQL header's `-- page:`; "" for the Findings
+    page alone), by name."""
+    return {n: q.header.text("page") for n, q in catalog.detectors().items()}
 
 
 def detector_names() -> list[str]:

@@ -416,8 +416,9 @@ def test_the_dashboards_measures_equal_the_gates_on_a_blind_file(tmp_path):
     """The dashboard's measures under a stage filter are the gates' own (one query per
     gate over the gate facts): on a fleet whose proxy log cannot show an initialize, the
     dead-session answers it holds are left out of reinit_after_404 by both."""
-    from replaygate.queries import dashmodel, named
+    from replaygate.dashboard import model as dashmodel
     from replaygate.queries import gates as gm
+    from replaygate.queries import named
     from replaygate.queries.filters import Filters
 
     tables, drop = CASES["reinit_missing"]

@@ -5,8 +5,8 @@ from __future__ import annotations
 from datetime import UTC, datetime, timedelta
 
 from replaygate.dashboard import fmt, state
+from replaygate.dashboard.model import detectors_for
 from replaygate.queries import named
-from replaygate.queries.dashmodel import detectors_for
 from replaygate.queries.filters import Filters
 
 T0 = datetime(2026, 11, 28, tzinfo=UTC)

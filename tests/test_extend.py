@@ -68,7 +68,8 @@ DRIVER = textwrap.dedent(
     from replaygate.ingest import db as dbm
     from replaygate.ingest.config import Config
     from replaygate.ingest.load import ingest
-    from replaygate.queries import catalogdoc, named, dashmodel
+    from replaygate.queries import catalogdoc, named
+    from replaygate.dashboard import model as dashmodel
     from replaygate import api
     from replaygate.queries.filters import Filters
     from replaygate.sim.fleet import ALLOWLIST

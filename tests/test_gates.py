@@ -415,7 +415,7 @@ def test_a_hundred_thousand_stages_are_gated_in_bounded_time(tmp_path, monkeypat
 
 
 def test_dashboard_pages_show_the_gates_their_headers_place_there():
-    from replaygate.queries import dashmodel
+    from replaygate.dashboard import model as dashmodel
 
     pages = ("streams", "sessions", "dispatch")
     placed = [g for p in pages for g in dashmodel.gates_for(p)]
@@ -427,9 +427,7 @@ def test_dashboard_pages_show_the_gates_their_headers_place_there():
         shown = dashmodel.gates_for(p)
         assert shown and list(shown) == sorted(shown, key=order.index)
     for name in ("streams", "sessions", "dispatch"):
-        src = (
-            Path(dashmodel.__file__).parent.parent / "dashboard" / "views" / f"{name}.py"
-        ).read_text()
+        src = (Path(dashmodel.__file__).parent / "views" / f"{name}.py").read_text()
         # each page starts as every page of tiles does (ui.gate_page), never restating it
         assert re.search(rf'ui\.gate_page\(\s*"{name}"', src), name
         for restated in ("gates_for(", "detectors_for(", "gate_measures(", "ui.bootstrap("):
