@@ -118,8 +118,7 @@ lost AS (
     LEFT JOIN accepted a
       ON a.session_hmac = x.session_hmac AND a.generation = x.generation
      AND a.stream_id = x.stream_id AND a.seq = x.seq
-    WHERE loss_counted(x.kind)
-      AND CASE WHEN h.client_basis THEN a.seq IS NULL ELSE NOT x.replayed END
+    WHERE lost_to_client(x.kind, h.client_basis, a.seq IS NOT NULL, x.replayed)
 )
 ,
 -- a session whose resumability a blind ledger file may hide (a_resumability_unknown)

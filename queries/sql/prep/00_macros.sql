@@ -164,6 +164,11 @@ CREATE OR REPLACE MACRO reconnect_window_start(w) AS
 -- nothing for the client (a kind not known counts).
 CREATE OR REPLACE MACRO loss_counted(kind) AS coalesce(kind, '?') NOT IN ('priming', 'heartbeat');
 
+-- An event lost to its client past a break: one whose loss counts and that, judged by the
+-- client's receipts (client_basis), it never accepted, else the server never replayed.
+CREATE OR REPLACE MACRO lost_to_client(kind, client_basis, accepted, replayed) AS
+    loss_counted(kind) AND CASE WHEN client_basis THEN NOT accepted ELSE NOT replayed END;
+
 -- An event whose loss changes the answer the client ends with: a cumulative one, a message,
 -- the result or an error, or one of a kind not known.
 CREATE OR REPLACE MACRO changes_answer(cumulative, kind) AS
