@@ -21,7 +21,7 @@ from .contract import RECORD_TYPES, RecordType
 from .db import one_row, set_meta
 from .quarantine import Quarantine
 from .results import FileResult
-from .stagearea import Moved, Staged
+from .stagearea import Moved, Staged, Unproven
 
 
 def knowns(con: duckdb.DuckDBPyConnection) -> list[identity.Known]:
@@ -47,6 +47,11 @@ def _rows_by_type(con: duckdb.DuckDBPyConnection, file_id: int) -> dict[str, int
     return out
 
 
+def shift(staged: Staged) -> dict[str, int]:
+    """$shift: the lines (or data rows) before the staged part of the file."""
+    return {"shift": staged.shift}
+
+
 def _json(d: dict[str, Any]) -> str:
     return json.dumps(d, sort_keys=True)
 
@@ -62,7 +67,9 @@ class Commit(Quarantine):
 
     def load(self, staged: Staged) -> FileResult:
         self._retire(staged.replaces)
-        file_id = one_row(self._exec("SELECT nextval('file_ids')"))[0]
+        file_id = staged.file_id
+        if file_id is None:
+            file_id = one_row(self._exec("SELECT nextval('file_ids')"))[0]
         d = (
             staged.decision
             if staged.decision is not None and staged.decision.action == "append"
@@ -83,8 +90,11 @@ class Commit(Quarantine):
         if staged.info:
             result.note = f"{result.note}; {staged.info}" if result.note else staged.info
         self._quarantine_notes(staged, file_id)
-        if staged.table is None:
+        if not staged.read:
             result.status = "unreadable"
+        elif staged.direct is not None:
+            self._insert_direct(staged, result, rows_id)
+            result.lines = staged.lines
         else:
             self._insert(staged, file_id, result, rows_id)
             result.lines = staged.lines
@@ -100,7 +110,7 @@ class Commit(Quarantine):
             self._manifest(
                 file_id, staged.src, staged.shown, staged.sha, result, staged.ids_dropped
             )
-        if staged.decision is not None and staged.table is not None:
+        if staged.decision is not None and staged.read:
             self._identity(
                 rows_id,
                 staged.src,
@@ -108,7 +118,7 @@ class Commit(Quarantine):
                 staged.decision,
                 staged.row_shift + staged.rows_staged,
             )
-        if staged.table is not None:
+        if staged.read:
             tables = list(_rows_by_type(self.con, rows_id)) or list(result.rows)
             capabilities.record(self.con, rows_id, tables, staged.key_facts, grown=appending)
             if "proxy" in tables:
@@ -121,9 +131,8 @@ class Commit(Quarantine):
         """Insert the staged rows that meet the contract into their record types' tables
         and quarantine the rest."""
         table = staged.table
-        # $shift: the lines (or data rows) before the staged part of the file.
+        staged.ids_dropped = 0  # counted afresh when a batch is tried again
         pos = f"({self._position(staged)}) + $shift"
-        shift = {"shift": staged.shift}
         self._quarantine_unread(staged, file_id, pos)
         if staged.typed is not None:
             present = [staged.typed]
@@ -146,7 +155,11 @@ class Commit(Quarantine):
                 self._exec(
                     f"""INSERT INTO {rt.table} ({", ".join(cols)})
                     SELECT {", ".join(exprs)} FROM {checked} WHERE reason IS NULL""",
-                    {"file_id": file_id if rows_id is None else rows_id, "t": rt.table, **shift},
+                    {
+                        "file_id": file_id if rows_id is None else rows_id,
+                        "t": rt.table,
+                        **shift(staged),
+                    },
                 )
             )[0]
             if n:
@@ -156,10 +169,40 @@ class Commit(Quarantine):
                 staged.ids_dropped += one_row(
                     self._exec(
                         f"SELECT count(*) FROM {checked} WHERE t_raw_session_id",
-                        {"t": rt.table, **shift},
+                        {"t": rt.table, **shift(staged)},
                     )
                 )[0]
         self.raw_without_key += staged.ids_dropped
+
+    def _insert_direct(self, staged: Staged, result: FileResult, file_id: int) -> None:
+        """Read a file straight into its table (stagereads._direct). It is kept only if
+        every line (or row) loaded: else, or when the read fails, Unproven rolls the
+        batch back and the file is staged and loaded row by row with its quarantine."""
+        rt = staged.typed
+        assert rt is not None and staged.direct is not None  # read as one record type
+        cols, exprs = validate.target_columns(rt)
+        ordered = staged.fmt.lines
+        try:
+            if ordered:
+                # The rows are numbered in the reader's order (readers.jsonl_direct_sql).
+                self._exec("RESET preserve_insertion_order")
+            n = one_row(
+                self._exec(
+                    f"""INSERT INTO {rt.table} ({", ".join(cols)})
+                    SELECT {", ".join(exprs)}
+                    FROM (SELECT * REPLACE (pos + $shift AS pos) FROM ({staged.direct}))
+                    WHERE rtype = $t AND bad IS NULL AND reason IS NULL""",
+                    {**staged.direct_params, "file_id": file_id, "t": rt.table, **shift(staged)},
+                )
+            )[0]
+            if ordered:
+                self._exec("SET preserve_insertion_order = false")
+        except duckdb.Error as exc:
+            raise Unproven(staged) from exc
+        if n != staged.rows_staged:
+            raise Unproven(staged)
+        result.rows[rt.table] = n
+        self._note_changes(rt, file_id, staged.shift)
 
     def _note_changes(self, rt: RecordType, file_id: int, shift: int) -> None:
         """What the next analysis must look at again (queries/incremental.py): the

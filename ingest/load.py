@@ -32,7 +32,7 @@ import duckdb
 from . import adapters, identity, readers
 from .commit import Commit, knowns
 from .config import Config
-from .db import get_meta, memory_limit, set_meta, transaction
+from .db import get_meta, memory_limit, one_row, set_meta, transaction
 from .discovery import discover, display, readable
 from .errors import ReplaygateError
 from .results import (
@@ -43,12 +43,13 @@ from .results import (
     plain_text_log_hint,
     unreadable,
 )
-from .stagearea import SCRATCH, STAGING_PREFIX, Moved, Staged
+from .stagearea import SCRATCH, STAGING_PREFIX, Moved, Staged, Unproven
 from .stageplan import Planner
 
 __all__ = [
     "BATCH_BYTES",
     "BATCH_FILES",
+    "DIRECT_READS",
     "FAST_READS",
     "SCRATCH",
     "SCRATCH_BYTES",
@@ -75,6 +76,11 @@ SCRATCH_BYTES = 4 << 30
 # (REPLAYGATE_FAST_READS=0), every file is read line by line: the tests and the load
 # benchmark compare both.
 FAST_READS = os.environ.get("REPLAYGATE_FAST_READS", "1") != "0"
+# Read a file of one record type straight into its table inside the transaction, when
+# every line of it loads (readers.Format.direct; stagereads._direct, commit.py); the
+# file is staged otherwise. Off (REPLAYGATE_DIRECT_READS=0), or with FAST_READS off,
+# every file is staged: the tests and the load benchmark compare them.
+DIRECT_READS = os.environ.get("REPLAYGATE_DIRECT_READS", "1") != "0"
 
 
 class _Loader(Planner, Commit):
@@ -100,6 +106,68 @@ def _batches(todo: list[_Todo]) -> Iterator[list[_Todo]]:
         held += n_bytes
     if batch:
         yield batch
+
+
+def _stage(
+    loader: _Loader,
+    src: readers.Source,
+    n: int,
+    d: identity.Decision,
+    file_id: int | None = None,
+) -> Staged | FileResult | Moved:
+    """Stage one file, outside the transaction; a staged file is given its id now (in
+    the order of the run's files, as the load would), so a batch tried again keeps it."""
+    try:
+        item = loader.stage(src, n, d)
+    except (OSError, ValueError, EOFError, zlib.error) as exc:
+        # A fault of this file (bad bytes, broken gzip): it costs this file only.
+        return FileResult(display(src.path), "unreadable", note=unreadable(exc))
+    if isinstance(item, Staged):
+        if file_id is None:
+            file_id = one_row(loader.con.execute("SELECT nextval('file_ids')"))[0]
+        item.file_id = file_id
+    return item
+
+
+def _load_batch(
+    con: duckdb.DuckDBPyConnection, loader: _Loader, plan: list[Staged | FileResult | Moved]
+) -> list[FileResult]:
+    """Load a staged batch in one transaction; its files' results, in the batch's order.
+    Files read straight into their tables go first: one that does not load whole
+    (Unproven) rolls the batch back before the others' work is done. What the report
+    and the loader count is put back as it was when the batch rolls back."""
+    report = loader.report
+    reasons, without_key = report.quarantine_reasons.copy(), loader.raw_without_key
+    results: list[FileResult | None] = [None] * len(plan)
+    order = sorted(
+        range(len(plan)),
+        key=lambda i: not (isinstance(plan[i], Staged) and plan[i].direct is not None),  # type: ignore[union-attr]
+    )
+    try:
+        with transaction(con):
+            changed = False
+            for i in order:
+                item = plan[i]
+                if isinstance(item, FileResult):
+                    result = item
+                elif isinstance(item, Moved):
+                    result = loader.move(item)
+                    changed = True  # findings name files
+                else:
+                    result = loader.load(item)
+                changed |= result.status in ("loaded", "appended", "replaced", "unreadable")
+                results[i] = result
+            if changed:
+                version = int(get_meta(con, "data_version", "0")) + 1
+                if get_meta(con, "analysis_noted_through") == str(version - 1):
+                    # Every change since the last analysis is noted
+                    # (queries/incremental.py).
+                    set_meta(con, "analysis_noted_through", str(version))
+                set_meta(con, "data_version", str(version))
+    except Unproven:
+        report.quarantine_reasons, loader.raw_without_key = reasons, without_key
+        raise
+    return [r for r in results if r is not None]
 
 
 def ingest(
@@ -135,7 +203,13 @@ def ingest(
     sizes = [s.path.stat().st_size for s in sources]
     progress.start(sum(sizes), len(sources))
     loader = _Loader(
-        con, config, report, source, scratch_bytes=SCRATCH_BYTES, fast_reads=FAST_READS
+        con,
+        config,
+        report,
+        source,
+        scratch_bytes=SCRATCH_BYTES,
+        fast_reads=FAST_READS,
+        direct_reads=FAST_READS and DIRECT_READS,
     )
     try:
         # Which loaded file each one continues, by content (identity.py).
@@ -152,33 +226,22 @@ def ingest(
             for n, (src, size, d) in batch:
                 # query_progress() may be called from another thread while a query runs.
                 progress.file_started(src.name, size, poll=con.query_progress)
-                try:
-                    plan.append(loader.stage(src, n, d))
-                except (OSError, ValueError, EOFError, zlib.error) as exc:
-                    # A fault of this file (bad bytes, broken gzip): it costs this file only.
-                    why = unreadable(exc)
-                    plan.append(FileResult(display(src.path), "unreadable", note=why))
+                plan.append(_stage(loader, src, n, d))
                 progress.file_done(size)
             con.execute("SET preserve_insertion_order = false")
-            with transaction(con):
-                changed = False
-                for item in plan:
-                    if isinstance(item, FileResult):
-                        result = item
-                    elif isinstance(item, Moved):
-                        result = loader.move(item)
-                        changed = True  # findings name files
-                    else:
-                        result = loader.load(item)
-                    changed |= result.status in ("loaded", "appended", "replaced", "unreadable")
-                    report.files.append(result)
-                if changed:
-                    version = int(get_meta(con, "data_version", "0")) + 1
-                    if get_meta(con, "analysis_noted_through") == str(version - 1):
-                        # Every change since the last analysis is noted
-                        # (queries/incremental.py).
-                        set_meta(con, "analysis_noted_through", str(version))
-                    set_meta(con, "data_version", str(version))
+            while True:
+                try:
+                    report.files.extend(_load_batch(con, loader, plan))
+                    break
+                except Unproven as exc:
+                    # A file read straight into its table did not load whole: the batch
+                    # rolled back; stage that file and load the batch again.
+                    i = plan.index(exc.staged)
+                    loader.staged_only.add(exc.staged.n)
+                    n, (src, _, d) = batch[i]
+                    con.execute("RESET preserve_insertion_order")
+                    plan[i] = _stage(loader, src, n, d, exc.staged.file_id)
+                    con.execute("SET preserve_insertion_order = false")
             loader.release()
     finally:
         con.execute("RESET preserve_insertion_order")

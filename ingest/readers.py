@@ -246,7 +246,7 @@ def _value_only(f: Field) -> bool:
     return f.type in ("int", "float") and not f.secret and f.max_len is None and not f.forbid
 
 
-def jsonl_fast_sql(r: Reading) -> str | None:
+def jsonl_fast_sql(r: Reading, keep: str = "") -> str | None:
     """JSON Lines of contract records through DuckDB's JSON reader: one parse per line
     instead of raw lines parsed again by `json_extract_string`; the same staged rows as
     jsonl_sql for a file it reads whole. Each field is read as JSON and extracted as
@@ -259,7 +259,8 @@ def jsonl_fast_sql(r: Reading) -> str | None:
     the line-exact reader counts, refuses or quarantines them, and it fails on anything
     it cannot read. The load keeps its rows only for a file without a tab or a CR whose
     every line gave one row and no row of nothing but NULLs (`rg_empty`); every other
-    file is read again by jsonl_sql (stagereads.py)."""
+    file is read again by jsonl_sql (stagereads.py). `keep`: columns added to each row
+    (jsonl_direct_sql's position)."""
     if _proxy_shape(r) is not None:
         return None
     names = r.names
@@ -273,12 +274,22 @@ def jsonl_fast_sql(r: Reading) -> str | None:
     cols = ",\n        ".join(field_columns(values, names, r.key_available))
     empty = " AND ".join(f'"{n}" IS NULL' for n in ["schema", *names])
     inner = f"""
-    SELECT false AS blank, NULL AS parse_bad, json_extract_string("schema", '$') AS schema,
+    SELECT {keep}false AS blank, NULL AS parse_bad, json_extract_string("schema", '$') AS schema,
         {empty} AS rg_empty,
         {cols}
     FROM read_json($path, columns = {{{columns}}}, format = 'newline_delimited',
                    records = true, compression = $compression)"""
     return wrap(inner, r.src)
+
+
+def jsonl_direct_sql(r: Reading) -> str | None:
+    """jsonl_fast_sql's rows with `pos`, each row's line: the rows are numbered in the
+    reader's order (the load holds insertion order for this read), which is the file's
+    line order only for a file of one row per line, as the load proves (stagereads.py,
+    commit.py: every line one loaded row, or the file is staged and read line by line)."""
+    fast = jsonl_fast_sql(r, keep="row_number() OVER () AS pos, ")
+    # A row of nothing but NULLs may be a `null` line: left out, so the file is staged.
+    return None if fast is None else f"SELECT * FROM ({fast}) WHERE NOT rg_empty"
 
 
 def csv_header(path: Path, gz: bool) -> list[str]:
@@ -327,6 +338,25 @@ def parquet_sql(r: Reading) -> str:
         n for n in r.names if n in present and n in fields and can_be_native(fields[n], present[n])
     )
     sql = parquet_rows_sql("read_parquet($path)", set(present), r.native, r.names, r.key_available)
+    return wrap(sql, r.src)
+
+
+def parquet_direct_sql(r: Reading) -> str | None:
+    """Parquet read straight into its table: parquet_sql's rows with `pos`, the row's
+    place in the file (`file_row_number`, exact however the scan is split). None for a
+    file with a `schema` column: a row of it may name another record type, which only
+    the staged read sorts out."""
+    described = r.query("DESCRIBE SELECT * FROM read_parquet($path)").fetchall()
+    present = {row[0]: row[1] for row in described}
+    if "schema" in present or "file_row_number" in present or r.typed is None:
+        return None
+    fields = {f.name: f for f in r.typed.fields}
+    r.native = frozenset(
+        n for n in r.names if n in present and n in fields and can_be_native(fields[n], present[n])
+    )
+    rows = "read_parquet($path, file_row_number = true)"
+    keep = "file_row_number + 1 AS pos, "
+    sql = parquet_rows_sql(rows, set(present), r.native, r.names, r.key_available, keep)
     return wrap(sql, r.src)
 
 
@@ -483,6 +513,11 @@ class Format:
     # A faster staging SQL of the same rows for a file of one record type that it reads
     # whole, line for line (the load proves that before it keeps them), or None.
     fast: Callable[[Reading], str | None] | None = None
+    # The same rows with `pos`, each row's position, for a file of one record type read
+    # straight into its table inside the load transaction, kept only when every line (or
+    # row) loaded (commit.py; else the batch is rolled back and the file staged); None:
+    # always staged.
+    direct: Callable[[Reading], str | None] | None = None
     gzip: bool = True  # may be gzip-compressed
     lines: bool = True  # text read line by line: grows by appends, its last line may wait
     header: bool = False  # the first line names the columns (an appended tail needs it)
@@ -552,6 +587,7 @@ register(
         {".jsonl": None, ".ndjson": None, ".log": "proxy"},
         jsonl_sql,
         fast=jsonl_fast_sql,
+        direct=jsonl_direct_sql,
         rejected=_LINE_REJECT,
         doc="one record per line; one file may mix record types",
         # a CR inside a JSON line is whitespace
@@ -582,6 +618,7 @@ register(
         "Parquet",
         {".parquet": None},
         parquet_sql,
+        direct=parquet_direct_sql,
         gzip=False,
         lines=False,
         row_positions=True,

@@ -46,6 +46,8 @@ class Staged:
     shown: str
     sha: str
     table: str | None  # None when the file could not be read at all
+    n: int = -1  # its place among the run's files
+    file_id: int | None = None  # given when staged, kept when the batch is retried
     typed: RecordType | None = None
     replaces: list[int] = field(default_factory=list)
     notes: list[tuple[int | None, str]] = field(default_factory=list)  # (line, reason)
@@ -61,6 +63,15 @@ class Staged:
     key_facts: set[str] = field(default_factory=set)  # shown by a proxy log's keys
     # Lines longer than readers.MAX_LINE left out of what was read (drop_long_lines).
     dropped_lines: list[int] | None = None
+    # Not staged: proven to load whole, read by this SQL (with `pos`) straight into its
+    # table inside the transaction (readers.Format.direct), binding `direct_params`.
+    direct: str | None = None
+    direct_params: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def read(self) -> bool:
+        """Whether the file was read (staged, or proven for its direct read)."""
+        return self.table is not None or self.direct is not None
 
     @property
     def fmt(self) -> readers.Format:
@@ -69,6 +80,15 @@ class Staged:
     @property
     def shift(self) -> int:
         return self.row_shift if self.fmt.row_positions else self.line_shift
+
+
+class Unproven(Exception):
+    """A file read straight into its table did not load whole (a line or row refused,
+    or the read failed): the load transaction rolls back and the file is staged."""
+
+    def __init__(self, staged: Staged) -> None:
+        super().__init__(staged.shown)
+        self.staged = staged
 
 
 @dataclass
@@ -94,6 +114,7 @@ class StagingArea:
         *,
         scratch_bytes: int,
         fast_reads: bool,
+        direct_reads: bool = False,
     ):
         self.con = con
         self.source = source
@@ -114,6 +135,9 @@ class StagingArea:
         self.content = 0  # content bytes of the file being staged
         self.scratch_bytes = scratch_bytes  # a file of more content is staged in scratch
         self.fast_reads = fast_reads  # a file proven clean may take its format's fast read
+        self.direct_reads = direct_reads  # such a file may be read straight into its table
+        # Files (by their place in the run) that a direct read did not load whole.
+        self.staged_only: set[int] = set()
 
     def release(self) -> None:
         """Drop what a loaded batch staged: its temporary tables and scratch files."""
@@ -150,13 +174,18 @@ class StagingArea:
             self.scratch = True
         return f"{SCRATCH}.rg_stage_{n}"
 
-    def _create(self, table: str, sql: str, read_path: Path, compression: str) -> None:
-        """Create staging table `table` from a reader's SQL over `read_path`, binding the
-        parameters it names (`$path`, `$compression`, the HMAC key's pads)."""
+    def _read_params(self, sql: str, read_path: Path, compression: str) -> dict[str, Any]:
+        """The parameters a reader's SQL over `read_path` names (`$path`, `$compression`,
+        the HMAC key's pads)."""
         params: dict[str, Any] = {"path": str(read_path)}
         if "$hmac_ipad" in sql:
             params.update(self.params)
         if "$compression" in sql:
             params["compression"] = compression
+        return params
+
+    def _create(self, table: str, sql: str, read_path: Path, compression: str) -> None:
+        """Create staging table `table` from a reader's SQL over `read_path`."""
         temp = "" if table.startswith(f"{SCRATCH}.") else "TEMP "
+        params = self._read_params(sql, read_path, compression)
         self._exec(f"CREATE OR REPLACE {temp}TABLE {table} AS {sql}", params)

@@ -56,7 +56,7 @@ class Reads(StagingArea):
         `overlong`: the scan saw a line longer than readers.MAX_LINE, or the line
         reader's delimiter (identity.drop_long_lines). `lines`: what is read has that
         many lines, and may be read by its format's fast reader (_stage_fast)."""
-        staged = Staged(src, shown, sha or "", None)
+        staged = Staged(src, shown, sha or "", None, n=n)
         compression = readers.GZIP if src.gzip and read_path is None else "none"
         fmt = readers.FORMATS[src.format]
         if overlong and fmt.lines and not fmt.row_positions:
@@ -69,8 +69,16 @@ class Reads(StagingArea):
             )
             read_path, compression = short, "none"
         read_path = read_path or src.path
-        table = self._staging_table(n, read_path)
         typed = src.default_type
+        # Overlong: a text file's line over MAX_LINE (a copy without it is read).
+        if (
+            self.direct_reads
+            and typed is not None
+            and not (overlong and fmt.lines)
+            and self._direct(staged, read_path, compression, typed, lines)
+        ):
+            return staged
+        table = self._staging_table(n, read_path)
         try:
             fast = (
                 lines is not None
@@ -146,6 +154,44 @@ class Reads(StagingArea):
             self.field_maps,
             typed=typed,
         )
+
+    def _direct(
+        self,
+        staged: Staged,
+        read_path: Path,
+        compression: str,
+        typed: RecordType,
+        lines: int | None,
+    ) -> bool:
+        """Whether the file is read straight into its table inside the transaction
+        instead of staged (readers.Format.direct): a file of one record type whose rows
+        are to be proven by count, `lines` lines for a text format (the scan's count,
+        for a file _fast allows), else the rows its reader gives. The load keeps the
+        rows only when every one of them loaded; any other file is staged (commit.py)."""
+        fmt = staged.fmt
+        if fmt.direct is None or staged.n in self.staged_only or (fmt.lines and lines is None):
+            return False
+        if typed.table == "proxy" and not self.key_available:
+            # Without a key, a proxy row's dropped id is counted from its staged rows.
+            return False
+        reading = self._reading(staged.src, read_path, compression, typed)
+        try:
+            inner = fmt.direct(reading)
+            if inner is None:
+                return False
+            sql = validate.checked_sql(typed, f"({inner})", reading.native)
+            params = self._read_params(sql, read_path, compression)
+            if lines is None:
+                # A format of rows, not lines: counted by its reader (from metadata).
+                lines = one_row(self._exec(f"SELECT count(*) FROM ({inner})", params))[0]
+        except duckdb.Error:
+            return False  # what the reader cannot take, the staged read tells
+        if not lines:
+            return False
+        staged.direct, staged.direct_params = sql, params
+        staged.typed = typed
+        staged.rows_staged = staged.lines = lines
+        return True
 
     def _stage_fast(
         self,

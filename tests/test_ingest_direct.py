@@ -1,0 +1,207 @@
+"""A file read straight into its table (readers.Format.direct, load.DIRECT_READS) loads
+exactly what staging loads: the same rows, positions, quarantine rows, counts, file ids
+and reports as the line-exact read (FAST_READS off) and the staged fast read, for files
+with bad rows and without, gzipped, grown by appends and in batches of several files.
+A file with any line that does not load is rolled back out of its batch and staged, so
+the direct read may only change speed.
+"""
+
+from __future__ import annotations
+
+import gzip
+from pathlib import Path
+
+import duckdb
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from replaygate.ingest import db as dbm
+from replaygate.ingest import load
+
+from .test_ingest_fast import CONFIG, KINDS, H, Spy, _file, _tables
+
+# (FAST_READS, DIRECT_READS); the staged fast read is held to the exact one by
+# tests/test_ingest_fast.py.
+WAYS = {"direct": (True, True), "exact": (False, False)}
+
+
+def _ingest(folders: list[Path], db: Path, way: str, monkeypatch: pytest.MonkeyPatch) -> tuple:
+    fast, direct = WAYS[way]
+    monkeypatch.setattr(load, "FAST_READS", fast)
+    monkeypatch.setattr(load, "DIRECT_READS", direct)
+    con = dbm.connect(str(db))
+    try:
+        report = load.ingest(con, list(folders), CONFIG)
+    finally:
+        con.close()
+    files = sorted(
+        (f.path, f.status, sorted(f.rows.items()), f.quarantined, f.lines, f.blank, f.note)
+        for f in report.files
+    )
+    return files, sorted(report.quarantine_reasons.items()), report.warnings
+
+
+def _diff(a: Path, b: Path) -> list[tuple]:
+    con = duckdb.connect()
+    try:
+        con.execute(f"ATTACH '{a}' AS a (READ_ONLY)")
+        con.execute(f"ATTACH '{b}' AS b (READ_ONLY)")
+        out = []
+        for table, cols in _tables():
+            for x, y in (("a", "b"), ("b", "a")):
+                q = f"SELECT {cols} FROM {x}.{table} EXCEPT ALL SELECT {cols} FROM {y}.{table}"
+                out += [(table, x, r) for r in con.execute(q).fetchall()[:3]]
+        return out
+    finally:
+        con.close()
+
+
+def assert_same(
+    steps: list[list[Path]], tmp: Path, monkeypatch: pytest.MonkeyPatch, prepare=None
+) -> Spy:
+    """Ingest each step's folders in turn (`prepare(i)` before step i), every way into
+    a database of its own; after each step the reports and every table agree."""
+    spy = Spy(monkeypatch)
+    dbs = {way: tmp / f"{way}.duckdb" for way in WAYS}
+    for p in dbs.values():
+        p.unlink(missing_ok=True)
+    for i, folders in enumerate(steps):
+        if prepare is not None:
+            prepare(i)
+        reports = {way: _ingest(folders, db, way, monkeypatch) for way, db in dbs.items()}
+        assert reports["direct"] == reports["exact"], i
+        assert _diff(dbs["direct"], dbs["exact"]) == [], i
+    return spy
+
+
+def _events(n: int, bad: set[int] = frozenset()) -> pa.Table:
+    rows = {
+        "ts": [f"2026-11-29T07:00:{i % 60:02d}.{i % 1000:03d}Z" for i in range(n)],
+        "session_hmac": [H] * n,
+        "generation": [1] * n,
+        "stream_id": [f"s{i % 7}" for i in range(n)],
+        "event_id": [f"e{i}" for i in range(n)],
+        "seq": [i + 1 for i in range(n)],
+        "kind": ["message" if i not in bad else "nope" for i in range(n)],
+        "disposition": ["sent"] * n,
+    }
+    return pa.table(rows)
+
+
+@pytest.mark.slow
+def test_parquet_with_bad_rows_and_without(tmp_path, monkeypatch):
+    folder = tmp_path / "in"
+    folder.mkdir()
+    pq.write_table(_events(5000), folder / "events-clean.parquet", row_group_size=700)
+    pq.write_table(_events(3000, {0, 1234, 2999}), folder / "events-bad.parquet")
+    # A schema column may name another record type row by row: always staged.
+    with_schema = _events(50).append_column("schema", pa.array(["mcpSseEvent.v1"] * 50))
+    pq.write_table(with_schema, folder / "events-schema.parquet")
+    spy = assert_same([[folder], [folder]], tmp_path, monkeypatch)
+    # Not vacuous: the clean file went straight in, the others were staged.
+    assert spy.direct == ["events-clean.parquet"]
+    con = duckdb.connect(str(tmp_path / "direct.duckdb"), read_only=True)
+    try:
+        q = con.execute(
+            "SELECT \"row\", reason FROM quarantine WHERE path LIKE '%events-bad%' ORDER BY 1"
+        ).fetchall()
+        assert [r[0] for r in q] == [1, 1235, 3000]
+        pos = con.execute(
+            "SELECT min(pos), max(pos), count(DISTINCT pos) FROM events "
+            "JOIN files USING (file_id) WHERE name = 'events-clean.parquet'"
+        ).fetchone()
+        assert pos == (1, 5000, 5000)
+    finally:
+        con.close()
+
+
+def test_a_bad_file_in_a_batch_keeps_the_others_and_the_ids(tmp_path, monkeypatch):
+    """One transaction of several files: the bad one rolls the batch back and is staged;
+    the files before and after it keep the ids and rows they would have had."""
+    folder = tmp_path / "in"
+    folder.mkdir()
+    for name, kinds in (("a", []), ("b", ["bad enum", "blank"]), ("c", ["clean"])):
+        (folder / f"sessions-{name}.jsonl").write_bytes(_file(kinds))
+    gz = gzip.compress(_file(["unicode", "epoch ts"]), mtime=0)
+    (folder / "sessions-d.jsonl.gz").write_bytes(gz)
+    spy = assert_same([[folder]], tmp_path, monkeypatch)
+    # a went in twice (the batch was tried again without b), c and d once; b was staged.
+    assert sorted(spy.direct) == [
+        "sessions-a.jsonl",
+        "sessions-a.jsonl",
+        "sessions-c.jsonl",
+        "sessions-d.jsonl.gz",
+    ]
+
+
+@pytest.mark.slow
+def test_grown_file_and_reingest(tmp_path, monkeypatch):
+    """A log read, grown (new lines read straight in, then a bad line appended and
+    staged), rotated and compressed: read exactly once, and a re-ingest adds nothing."""
+    folder = tmp_path / "in"
+    folder.mkdir()
+    log = folder / "sessions-live.jsonl"
+    parts = [_file([]), _file(["clean", "numbers as strings"]), _file(["null"])]
+
+    def grow(i: int) -> None:
+        if i < len(parts):
+            with open(log, "ab") as fh:
+                fh.write(parts[i])
+        elif i == len(parts):
+            (folder / "sessions-live.jsonl.1.gz").write_bytes(gzip.compress(log.read_bytes()))
+            log.unlink()
+
+    spy = assert_same([[folder]] * (len(parts) + 2), tmp_path, monkeypatch, grow)
+    # The first two parts went straight in; the third (a null line) was staged.
+    assert spy.direct.count("sessions-live.jsonl") == 2
+    con = duckdb.connect(str(tmp_path / "direct.duckdb"), read_only=True)
+    try:
+        lines, rows, quarantined = con.execute(
+            "SELECT lines, rows_loaded, rows_quarantined FROM files WHERE status = 'loaded'"
+        ).fetchone()
+        assert lines == sum(p.count(b"\n") for p in parts) == rows + quarantined
+        assert quarantined == 1
+        pos = con.execute("SELECT list(pos ORDER BY pos) FROM sessions").fetchone()[0]
+        assert pos == [p for p in range(1, lines + 1) if p != 10]  # line 10: the null
+    finally:
+        con.close()
+
+
+@pytest.mark.slow
+@settings(
+    max_examples=6,
+    deadline=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+)
+@given(
+    files=st.lists(
+        st.tuples(st.lists(st.sampled_from(sorted(KINDS)), max_size=4), st.booleans()),
+        min_size=1,
+        max_size=3,
+    ),
+    appended=st.lists(st.sampled_from(sorted(KINDS)), max_size=3),
+)
+def test_generated_batches(files, appended, tmp_path_factory, monkeypatch):
+    tmp = tmp_path_factory.mktemp("direct")
+    folder = tmp / "in"
+    folder.mkdir()
+    for i, (kinds, gz) in enumerate(files):
+        data = _file(kinds)
+        if gz:
+            (folder / f"sessions-{i}.jsonl.gz").write_bytes(gzip.compress(data, mtime=0))
+        else:
+            (folder / f"sessions-{i}.jsonl").write_bytes(data)
+
+    def grow(step: int) -> None:
+        if step == 1:
+            plain = sorted(folder.glob("*.jsonl"))
+            if plain:
+                with open(plain[0], "ab") as fh:
+                    fh.write(_file(appended))
+
+    spy = assert_same([[folder], [folder]], tmp, monkeypatch, grow)
+    clean = [i for i, (kinds, _) in enumerate(files) if all(k == "clean" for k in kinds)]
+    assert len(spy.direct) >= len(clean)
