@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import sys
@@ -68,6 +69,15 @@ def fleet(tmp_path_factory):
 def fleet_db_path(fleet):
     con, truth, out = fleet
     return str(out.parent / f"{out.name}.duckdb")
+
+
+def digests(folder: Path) -> dict[str, str]:
+    """The SHA-256 of each file directly in `folder`, by name."""
+    return {
+        p.name: hashlib.sha256(p.read_bytes()).hexdigest()
+        for p in sorted(folder.iterdir())
+        if p.is_file()
+    }
 
 
 def findings_of(con) -> list[dict]:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import hashlib
 import json
 
 import pytest
@@ -11,28 +10,20 @@ from replaygate.ingest import config as cfg
 from replaygate.sim import simulate
 from replaygate.sim.faults import CATALOGUE
 
-from .conftest import FLEET_CONFIG, SAMPLE
-
-
-def _digests(folder):
-    return {
-        p.name: hashlib.sha256(p.read_bytes()).hexdigest()
-        for p in sorted(folder.iterdir())
-        if p.is_file()
-    }
+from .conftest import FLEET_CONFIG, SAMPLE, digests
 
 
 @pytest.mark.parametrize("fmt", ["mixed", "jsonl", "csv", "parquet"])
 def test_same_seed_same_bytes(tmp_path, fmt):
     simulate(tmp_path / "a", seed=3, sessions=120, fmt=fmt)
     simulate(tmp_path / "b", seed=3, sessions=120, fmt=fmt)
-    assert _digests(tmp_path / "a") == _digests(tmp_path / "b")
+    assert digests(tmp_path / "a") == digests(tmp_path / "b")
 
 
 def test_other_seed_other_bytes(tmp_path):
     simulate(tmp_path / "a", seed=3, sessions=120)
     simulate(tmp_path / "b", seed=4, sessions=120)
-    assert _digests(tmp_path / "a") != _digests(tmp_path / "b")
+    assert digests(tmp_path / "a") != digests(tmp_path / "b")
 
 
 def test_sample_data_regenerates_identically(tmp_path, monkeypatch):
@@ -48,10 +39,10 @@ def test_sample_data_regenerates_identically(tmp_path, monkeypatch):
     )
     committed = {
         k: v
-        for k, v in _digests(SAMPLE).items()
+        for k, v in digests(SAMPLE).items()
         if k not in ("replaygate.toml", "recipe.json", "README.md")
     }
-    assert _digests(tmp_path / "s") == committed
+    assert digests(tmp_path / "s") == committed
 
 
 def test_truth_lists_every_fault_with_its_findings(tmp_path):

@@ -3,7 +3,6 @@ per-event engine played, faults played per event. Held to the same truth as the 
 
 from __future__ import annotations
 
-import hashlib
 import json
 
 import pytest
@@ -12,30 +11,22 @@ from replaygate.queries import gates as gm
 from replaygate.sim import simulate
 from replaygate.sim.faults import CATALOGUE
 
-from .conftest import FLEET_CONFIG, build, findings_of, match_truth
+from .conftest import FLEET_CONFIG, build, digests, findings_of, match_truth
 from .test_detectors_truth import _assert_exact
 from .test_gates import _check
-
-
-def _digests(folder):
-    return {
-        p.name: hashlib.sha256(p.read_bytes()).hexdigest()
-        for p in sorted(folder.iterdir())
-        if p.is_file()
-    }
 
 
 @pytest.mark.parametrize("fmt", ["mixed", "jsonl", "csv", "parquet"])
 def test_same_seed_same_bytes(tmp_path, fmt):
     simulate(tmp_path / "a", seed=3, sessions=300, fmt=fmt, engine="vector")
     simulate(tmp_path / "b", seed=3, sessions=300, fmt=fmt, engine="vector")
-    assert _digests(tmp_path / "a") == _digests(tmp_path / "b")
+    assert digests(tmp_path / "a") == digests(tmp_path / "b")
 
 
 def test_other_seed_other_bytes(tmp_path):
     simulate(tmp_path / "a", seed=3, sessions=300, engine="vector", faults="none")
     simulate(tmp_path / "b", seed=4, sessions=300, engine="vector", faults="none")
-    a, b = _digests(tmp_path / "a"), _digests(tmp_path / "b")
+    a, b = digests(tmp_path / "a"), digests(tmp_path / "b")
     assert all(a[k] != b[k] for k in a if k != "rollout.csv")
 
 
