@@ -16,10 +16,14 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from .errors import ReplaygateError
+
 if TYPE_CHECKING:
     from collections.abc import Callable
 
     import duckdb
+
+    from .config import Config
 
 
 def _h(path: str) -> str:
@@ -408,6 +412,24 @@ def titles() -> str:
 def field_keys() -> dict[str, tuple[str, ...]]:
     """{proxy: the adapter keys `[sources.<proxy>.fields]` may map a user's key onto}."""
     return {p.name: tuple(s.key for s in p.specs) for p in PROXIES.values() if p.specs}
+
+
+def check_sources(config: Config) -> None:
+    """A configuration's `[sources.<proxy>.fields]` names adapters and keys they have
+    (the configuration checks the form of the maps, and sits below the adapters): one
+    line naming the key otherwise."""
+    keys = field_keys()
+    for proxy, table in config.sources.items():
+        if proxy not in keys:
+            raise ReplaygateError(
+                f"config: unknown source {proxy!r} in [sources] ({', '.join(keys)})"
+            )
+        for ours in table.get("fields", {}):
+            if ours not in keys[proxy]:
+                raise ReplaygateError(
+                    f"config: unknown {proxy} field {ours!r} in [sources.{proxy}.fields] "
+                    f"({', '.join(keys[proxy])})"
+                )
 
 
 def candidate_keys(user_fields: dict[str, dict[str, str]] | None = None) -> tuple[Key, ...]:

@@ -186,6 +186,7 @@ def ingest(
     """
     if source not in adapters.sources():
         raise ReplaygateError(f"unknown source {source!r} ({', '.join(adapters.sources())})")
+    adapters.check_sources(config)
     progress = progress or NullProgress()
     sources, skipped = discover(paths, force_proxy=source in adapters.PROXIES)
     report = IngestReport(skipped=skipped)

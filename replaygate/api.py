@@ -23,6 +23,7 @@ from replaygate import __version__
 from replaygate.audit import attest, decisionlog, outputs, reportdoc
 from replaygate.ingest import cdobjects, db, lock, rolloutlog, staging
 from replaygate.ingest import config as cfg
+from replaygate.ingest.adapters import check_sources
 from replaygate.ingest.adapters import sources as proxy_sources
 from replaygate.ingest.capabilities import LABELS as CAPABILITY_LABELS
 from replaygate.ingest.config import Config
@@ -180,8 +181,11 @@ def stale_sources(con: duckdb.DuckDBPyConnection) -> list[str]:
 
 
 def load_config(path: str | os.PathLike[str] | None = None) -> Config:
-    """The configuration, with its gate names checked against the gates' SQL headers."""
+    """The configuration, with the names it gives checked against their declarations
+    above the configuration: proxies and their keys against the adapters, gates against
+    the gates' SQL headers."""
     conf = cfg.load(path)
+    check_sources(conf)
     gatedefs.min_samples(conf)
     return conf
 

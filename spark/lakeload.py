@@ -332,6 +332,7 @@ def _sql(spark: Any, sql: str, args: dict[str, Any]) -> Any:
 def ingest(spark: Any, paths: list[str], lake: str, config: Config) -> dict[str, Any]:
     """Read `paths` (files and folders) into the lake at `lake` (replacing its records),
     on Spark; returns what was read, as counts."""
+    adapters.check_sources(config)
     files, skipped, unreadable = _plan(paths)
     args = _args(config)
     key = config.hmac_key() is not None

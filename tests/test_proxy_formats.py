@@ -164,8 +164,24 @@ def test_envoy_spellings(tmp_path):
     ],
 )
 def test_field_maps_are_validated(sources, message):
+    # the form by the configuration, the names by the adapters, as a command loads it
     with pytest.raises(ReplaygateError, match=message):
-        from_mapping({"sources": sources})
+        adapters.check_sources(from_mapping({"sources": sources}))
+
+
+def test_a_field_map_naming_no_adapter_stops_a_command_and_an_ingest(tmp_path):
+    from replaygate import api
+
+    conf = tmp_path / "replaygate.toml"
+    conf.write_text('[sources.haproxy.fields]\norigin = "o"\n')
+    with pytest.raises(ReplaygateError, match="unknown source 'haproxy'"):
+        api.load_config(conf)
+    # a configuration made otherwise (a test, a library caller) is checked by the ingest
+    unchecked = from_mapping({"sources": {"nginx": {"fields": {"nope": "x"}}}})
+    con = dbm.connect(str(tmp_path / "x.duckdb"))
+    with pytest.raises(ReplaygateError, match="unknown nginx field 'nope'"):
+        ingest(con, [tmp_path], unchecked)
+    con.close()
 
 
 def test_every_spelling_is_a_plain_json_key():
