@@ -33,6 +33,7 @@ REWRITTEN = (
     "duplicate_dispatch",
     "reinit_missing",
     "reconnect_storm",
+    "undelivered_result",
 )
 # Prepared tables now kept as views over the records and a small table (the files of the
 # tables they replaced, in order: each may read the one before).

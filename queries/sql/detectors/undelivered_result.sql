@@ -42,21 +42,10 @@
 --   to the stream another basis found nearest its run, else the request is judged alone.
 -- A result or error dropped under backpressure is `dropped_terminal`'s, not this one's.
 WITH life AS (
-    SELECT session_hmac, generation, stream_id,
-           min(ts) AS opened_ts,
-           arg_max(state, (ts, file_id, pos)) AS last_state,
-           bool_or(is_completed(state, close_reason)) AS completed,
-           -- a ledger that records no close reason cannot show a completed stream
-           bool_or(close_reason IS NOT NULL) AS reasoned,
-           arg_min(method, (ts, file_id, pos)) FILTER (WHERE method IS NOT NULL) AS method,
-           arg_min(request_id, (ts, file_id, pos)) FILTER (WHERE request_id IS NOT NULL)
-               AS request_id,
-           arg_min(tool_name, (ts, file_id, pos)) FILTER (WHERE tool_name IS NOT NULL)
-               AS tool_name,
-           arg_min(tool_class, (ts, file_id, pos)) FILTER (WHERE tool_class IS NOT NULL)
-               AS tool_class
-    FROM streams
-    GROUP BY ALL
+    -- each stream once (a_streams: its opening request, last state, close reasons)
+    SELECT session_hmac, generation, stream_id, opened_ts, last_state, completed, reasoned,
+           method, request_id, tool_name, tool_class
+    FROM a_streams
 ),
 -- the answer the server produced on each stream, by its own log
 terminal AS (

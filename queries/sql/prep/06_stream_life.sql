@@ -1,5 +1,6 @@
 -- name: a_streams
--- purpose: one row per stream: when it first opened, with what request, in which session
+-- purpose: one row per stream: when it first opened, with what request, in which session,
+--          and how it ended (its last state; whether its ledger records close reasons)
 -- needs: streams
 CREATE OR REPLACE TABLE a_streams AS
 SELECT session_hmac, generation, stream_id,
@@ -9,7 +10,11 @@ SELECT session_hmac, generation, stream_id,
        arg_min(request_id, (ts, file_id, pos)) FILTER (WHERE request_id IS NOT NULL) AS request_id,
        arg_min(method, (ts, file_id, pos)) FILTER (WHERE method IS NOT NULL) AS method,
        arg_min(tool_class, (ts, file_id, pos)) FILTER (WHERE tool_class IS NOT NULL) AS tool_class,
+       arg_min(tool_name, (ts, file_id, pos)) FILTER (WHERE tool_name IS NOT NULL) AS tool_name,
+       arg_max(state, (ts, file_id, pos)) AS last_state,
        bool_or(state = 'DISCONNECTED') AS disconnected,
-       bool_or(is_completed(state, close_reason)) AS completed
+       bool_or(is_completed(state, close_reason)) AS completed,
+       -- a ledger that records no close reason cannot show a completed stream
+       bool_or(close_reason IS NOT NULL) AS reasoned
 FROM streams
 GROUP BY ALL;

@@ -1,0 +1,147 @@
+"""Benchmark: the analysis step by step — CPU seconds, wall seconds and peak RSS of every
+prepare statement, detector and gate-facts statement, in one process.
+
+    python bench/analysis_steps.py DB [--incremental] [--repeat N] [--json OUT]
+
+`DB` is an ingested database (`replaygate ingest --no-analyse`); it is analysed in place
+(`runner.analyse(force=True)`, or with `--incremental` what `watch` runs after an ingest:
+`runner.analyse()`). Every statement the analysis sends to DuckDB is timed
+(`time.process_time`: all threads of the process; `time.perf_counter`), and attributed
+to the detector that runs it, else to the table it creates (`a_missing`, ...), else to
+its first words. Peak RSS per step is sampled every 5 ms from /proc (a step shorter than
+that may show its predecessor's level); the whole process's peak is `ru_maxrss`. The
+process start, imports and the database's opening are not counted in the steps (they are
+in `process_cpu_s`). Not a timed test: numbers depend on the machine and its load.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import resource
+import sys
+import threading
+import time
+from collections import defaultdict
+from pathlib import Path
+from typing import Any
+
+from replaygate.ingest import config, db
+from replaygate.queries import runner
+
+_PAGE = os.sysconf("SC_PAGE_SIZE")
+_CREATE = re.compile(
+    r"CREATE\s+(?:OR\s+REPLACE\s+)?(?:TEMP(?:ORARY)?\s+)?(TABLE|VIEW|MACRO)\s+(\w+)", re.I
+)
+
+
+class Peak:
+    """The resident set's peak since the last `take()`, sampled in a thread."""
+
+    def __init__(self) -> None:
+        self.peak = 0
+        self._stop = False
+        threading.Thread(target=self._run, daemon=True).start()
+
+    @staticmethod
+    def rss() -> int:
+        with open("/proc/self/statm") as fh:
+            return int(fh.read().split()[1]) * _PAGE
+
+    def _run(self) -> None:
+        while not self._stop:
+            self.peak = max(self.peak, self.rss())
+            time.sleep(0.005)
+
+    def take(self) -> int:
+        p, self.peak = max(self.peak, self.rss()), 0
+        return p
+
+
+class Timed:
+    """A connection whose every `execute` is timed and attributed to a step."""
+
+    def __init__(self, con: Any, steps: dict[str, dict[str, float]], peak: Peak) -> None:
+        self._con, self._steps, self._peak = con, steps, peak
+        self.label: str | None = None
+
+    def execute(self, sql: str, *args: Any, **kw: Any) -> Any:
+        if self.label:
+            label = self.label
+        else:
+            m = _CREATE.search(sql)
+            label = m.group(2) if m else " ".join(sql.split()[:3])
+        self._peak.take()
+        c0, t0 = time.process_time(), time.perf_counter()
+        try:
+            return self._con.execute(sql, *args, **kw)
+        finally:
+            s = self._steps[label]
+            s["cpu_s"] += time.process_time() - c0
+            s["s"] += time.perf_counter() - t0
+            s["peak_mb"] = max(s["peak_mb"], self._peak.take() / 1e6)
+            s["n"] += 1
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._con, name)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("db", type=Path)
+    ap.add_argument("--incremental", action="store_true", help="runner.analyse() after an append")
+    ap.add_argument("--json", type=Path, help="write the steps here too")
+    ap.add_argument("--top", type=int, default=25, help="rows of the table (default 25)")
+    args = ap.parse_args()
+    peak = Peak()
+    steps: dict[str, dict[str, float]] = defaultdict(
+        lambda: {"cpu_s": 0.0, "s": 0.0, "peak_mb": 0.0, "n": 0}
+    )
+    con = Timed(db.connect(str(args.db)), steps, peak)
+    run_detector = runner._run_detector
+
+    def timed_detector(c: Any, name: str, *rest: Any) -> None:
+        c.label = name
+        try:
+            run_detector(c, name, *rest)
+        finally:
+            c.label = None
+
+    runner._run_detector = timed_detector  # type: ignore[assignment]
+    load0 = os.getloadavg()[0]
+    c0, t0 = time.process_time(), time.perf_counter()
+    runner.analyse(con, config.Config(), force=not args.incremental)  # type: ignore[arg-type]
+    cpu, secs = time.process_time() - c0, time.perf_counter() - t0
+    mode = con.execute("SELECT value FROM meta WHERE key = 'analysis_mode'").fetchone()
+    findings = con.execute("SELECT count(*) FROM findings").fetchone()[0]
+    out = {
+        "db": str(args.db),
+        "mode": mode[0] if mode else None,
+        "analysis_cpu_s": round(cpu, 2),
+        "analysis_s": round(secs, 2),
+        "process_cpu_s": round(time.process_time(), 2),
+        "peak_mb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024),
+        "findings": findings,
+        "load": [round(load0, 1), round(os.getloadavg()[0], 1)],
+        "memory_limit": os.environ.get("REPLAYGATE_MEMORY_LIMIT", "default"),
+        "steps": {
+            k: {m: round(v, 3) if m != "n" else int(v) for m, v in s.items()}
+            for k, s in sorted(steps.items(), key=lambda kv: -kv[1]["cpu_s"])
+        },
+    }
+    if args.json:
+        args.json.write_text(json.dumps(out, indent=1))
+    print(
+        f"{out['mode']}: {out['analysis_s']} s / {out['analysis_cpu_s']} CPU s in the analysis, "
+        f"process {out['process_cpu_s']} CPU s, peak {out['peak_mb']:,} MB, "
+        f"{findings:,} findings, load {out['load']}"
+    )
+    print("| step | CPU s | s | peak MB | statements |\n|---|---|---|---|---|")
+    for k, s in list(out["steps"].items())[: args.top]:
+        print(f"| {k} | {s['cpu_s']} | {s['s']} | {s['peak_mb']:,.0f} | {s['n']} |")
+
+
+if __name__ == "__main__":
+    sys.exit(main())
