@@ -14,7 +14,6 @@
 
 from __future__ import annotations
 
-import contextlib
 import json
 import re
 import threading
@@ -96,6 +95,18 @@ def refused(ans: Answer) -> bool:
 
 def _status(ans: Answer) -> str:
     return ans.error or f"HTTP {ans.status}"
+
+
+def _unfinished(ref: Answer | None, stopped: str | None) -> str:
+    """Why a reference call has no answer: what stopped or broke it, what it ended with, or
+    that it was still running when the resumed call was judged."""
+    if stopped is not None:
+        return stopped
+    if ref is None:
+        return "still running when the resumed call ended"
+    if ref.error is not None or not ok(ref):
+        return _status(ref)
+    return f"its stream ended after {len(ref.events)} events without the answer"
 
 
 class Probe:
@@ -260,11 +271,16 @@ class Probe:
         rw = self.wire()
         rw.session = sid
         box: dict[str, Answer] = {}
+        why: dict[str, str] = {}
         self.ev.stream(sid, 1, ref_rid, "STREAM_OPEN", request_id=ref_rid, **call_fields)
 
         def reference() -> None:
-            with contextlib.suppress(BudgetExhausted, DeadlineReached):
+            try:
                 box["ans"] = rw.call(tool, args, ref_rid)
+            except (BudgetExhausted, DeadlineReached) as exc:
+                why["ref"] = f"not sent: {exc or type(exc).__name__}"
+            except Exception as exc:  # a thread's exception is otherwise lost to stderr
+                why["ref"] = f"failed: {type(exc).__name__}: {exc}"
 
         ref_thread = threading.Thread(target=reference, daemon=True)
         ref_thread.start()
@@ -410,7 +426,9 @@ class Probe:
             return Verdict(
                 "resume",
                 "cannot_tell",
-                "the reference call did not finish: no answer to compare with",
+                "the reference call did not finish: no answer to compare with ("
+                + _unfinished(ref, why.get("ref"))
+                + ")",
                 detail,
             )
         if judged["unaligned"]:

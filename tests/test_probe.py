@@ -433,3 +433,18 @@ def test_the_probes_marks_are_what_ingest_reads():
     assert wire.PROBE_HEADER == adapters.PROBE_HEADER
     assert wire.PRINCIPAL == adapters.PROBE_PRINCIPAL
     assert adapters.PROBE_AGENT == wire.PRINCIPAL + "/"
+
+
+def test_an_unfinished_reference_call_says_why():
+    """'the reference call did not finish' names its cause: the budget or deadline that kept
+    it from being sent, the error or status it ended with, a stream that ended without the
+    answer, or a call still running when the resumed one was judged."""
+    from replaygate.probe.trials import _unfinished
+
+    assert _unfinished(None, "not sent: budget spent") == "not sent: budget spent"
+    assert _unfinished(None, None) == "still running when the resumed call ended"
+    failed = Answer(0, {}, error="ReadTimeout: timed out")
+    assert _unfinished(failed, None) == "ReadTimeout: timed out"
+    assert _unfinished(Answer(502, {}), None) == "HTTP 502"
+    streamed = Answer(200, {"content-type": "text/event-stream"}, events=[Event(None, "{}")])
+    assert _unfinished(streamed, None) == "its stream ended after 1 events without the answer"
