@@ -181,8 +181,9 @@ def ingest(
     (BATCH_FILES, BATCH_BYTES), so staging stays bounded; a batch that fails rolls back
     alone, and the batches before it stay loaded (a rerun goes on from them).
 
-    `source` forces how proxy access logs are read: an adapter name (caddy, nginx,
-    envoy: every given file is then such a log), contract, or auto (by shape).
+    `source` forces how proxy access logs are read: the name of a registered adapter
+    (`adapters.sources()`: every given file is then such a log), contract, or auto (by
+    shape).
     """
     if source not in adapters.sources():
         raise ReplaygateError(f"unknown source {source!r} ({', '.join(adapters.sources())})")

@@ -16,7 +16,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from . import readers
+from . import adapters, readers
 
 
 @dataclass
@@ -81,8 +81,8 @@ def reason_class(reason: str) -> str:
     return reason.split(":")[0] if reason.startswith(("truncated gzip", "corrupt gzip")) else reason
 
 
-# A plain-text access log line (nginx's and Apache's default `combined`/`common`):
-# `addr ident user [time] "request" ...`.
+# A plain-text access log line (the `combined`/`common` format that web servers and
+# proxies write by default): `addr ident user [time] "request" ...`.
 _ACCESS_LOG_LINE = re.compile(r'^\S+ \S+ \S+ \[[^\]]+\] "')
 
 
@@ -102,7 +102,7 @@ def plain_text_log_hint(f: FileResult) -> str | None:
     if not _ACCESS_LOG_LINE.match(first):
         return None
     return (
-        f"{f.path}: its lines are a plain-text access log (nginx's or Apache's default "
-        "`combined` format), not JSON: configure the JSON log format of docs/sources.md "
-        '("nginx", "Caddy" or "Envoy") and ingest the new log'
+        f"{f.path}: its lines are a plain-text access log (the default `combined` "
+        "format), not JSON: configure the JSON log format docs/sources.md gives for "
+        f"your proxy ({adapters.titles()}) and ingest the new log"
     )

@@ -260,13 +260,16 @@ def test_a_toy_format_uses_every_hook(registered, tmp_path):
 
 
 def test_the_load_and_identity_name_no_format():
-    """The load (load.py and its parts) and identity.py ask a format what it does; none
-    names one (a word of its name in code, comments or docs, or one of its file-name
-    endings as a string), so a registered format behaves the same as the built-in ones."""
+    """The load (load.py and its parts) and identity.py ask a format or a proxy what it
+    does; none names one (a word of its name in code, comments or docs, or one of its
+    file-name endings as a string), so a registered format or proxy behaves the same as
+    the built-in ones."""
+    from replaygate.ingest import adapters
+
     from .test_floorplan import LOAD_PARTS
 
     folder = ROOT / "ingest"
-    names = {f.name for f in readers.FORMATS.values()}
+    names = {f.name for f in readers.FORMATS.values()} | set(adapters.PROXIES)
     endings = {s for f in readers.FORMATS.values() for s in f.suffixes}
     found = []
     for stem in sorted(LOAD_PARTS | {"identity"}):
@@ -280,7 +283,7 @@ def test_the_load_and_identity_name_no_format():
             and node.value.lower() in names | endings
         ]
     assert found == []
-    assert names >= {"jsonl", "csv", "parquet"} and ".jsonl" in endings
+    assert names >= {"jsonl", "csv", "parquet", "nginx", "envoy", "caddy"} and ".jsonl" in endings
 
 
 def test_the_load_makes_a_readers_reading_in_one_place():
