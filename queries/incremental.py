@@ -56,10 +56,11 @@ SESSION_PREP = {
 # Prepared tables with one output row per input row (of `proxy`): recomputed for the
 # affected sessions' rows and for the new rows without a session.
 ROW_PREP = {"a_proxy_staged": "proxy"}
-# (`delete_fabricated`, `reinit_missing`, `auth_subject_mismatch`, `priming_lost` and
-# `resume_without_cursor` are not: a file that cannot show a fact others show, of rows of
-# no session or of other sessions, can make a session's unit `cannot_tell` (a_blind_spans,
-# a_blind_sessions), and what was undecided is counted per file, not per session.)
+# (`delete_fabricated`, `reinit_missing`, `auth_subject_mismatch`, `priming_lost`,
+# `resume_without_cursor` and `session_after_terminal` are not: a file that cannot show a
+# fact others show, of rows of no session or of other sessions, can make a session's unit
+# `cannot_tell` (a_blind_spans, a_blind_sessions, a_blind_clients), and what was undecided
+# is counted per file, not per session.)
 SESSION_DETECTORS = {
     "cross_stream_acceptance",
     "cursor_misrouted",
@@ -74,7 +75,6 @@ SESSION_DETECTORS = {
     "rollback_cursor_dropped",
     "rollback_post_storm",
     "rollback_resumable_new_stream",
-    "session_after_terminal",
     "silent_truncation",
     "slow_recovery",
     "state_violation",

@@ -300,3 +300,64 @@ def test_auth_binding_counts_no_request_of_a_blind_part_as_judged(tmp_path):
     assert "auth_subject_mismatch" not in found
     gate = _auth_gate(tmp_path)
     assert gate["sample"] == 2, gate
+
+
+# -- windows without an end: what a log without session ids may hide, bounded by client --
+
+
+def test_reinit_missing_a_later_use_a_sessionless_log_may_hold_is_cannot_tell(tmp_path):
+    # The client re-initialized 4 s after its 404 (seen); a minute later it sent a request
+    # through proxy-b, which logs no session ids while proxy-a does: that request may have
+    # been on the dead session ("went on sending requests on the dead session" has no end
+    # in time). Neither a finding nor a pass; another client's request there decides nothing.
+    def case(who):
+        return {
+            "proxy-a": [_init(0), _dead(1000), _init(5000)],
+            "proxy-b": [px(60_000, principal=who, jsonrpc_method="tools/call")],
+        }
+
+    found, _ = run(tmp_path / "same", rollout=ROLLOUT, **case("p1"))
+    assert "reinit_missing" not in found
+    assert _cannot_tell(tmp_path / "same")["reinit_missing"] == [
+        ("proxy-b.jsonl", "use after the 404", 1)
+    ]
+    gate = _reinit_gate(tmp_path / "same")
+    assert gate["status"] == "insufficient" and gate["sample"] == 0, gate
+    found, _ = run(tmp_path / "other", rollout=ROLLOUT, **case("p2"))
+    assert "reinit_missing" not in found
+    assert "reinit_missing" not in _cannot_tell(tmp_path / "other")
+    gate = _reinit_gate(tmp_path / "other")
+    assert gate["status"] == "pass" and gate["sample"] == 1, gate
+
+
+def test_session_after_terminal_a_served_request_a_sessionless_log_may_hold_is_cannot_tell(
+    tmp_path,
+):
+    # S ended (TERMINATED) and nothing on it was served after in proxy-a; an hour later
+    # proxy-b, which logs no session ids, served its client a tools/call: it may have been
+    # on S. Another client's request, or one refused, decides nothing.
+    def case(who, status=200):
+        return {
+            "sessions": _ledger(),
+            "proxy-a": [
+                px(50, session_hmac=S, principal="p1", protocol_version=V),
+                px(99, "DELETE", 200, session_hmac=S, principal="p1", protocol_version=V),
+            ],
+            "proxy-b": [px(HOUR, status=status, principal=who, jsonrpc_method="tools/call")],
+        }
+
+    found, _ = run(tmp_path / "same", **case("p1"))
+    assert "session_after_terminal" not in found
+    assert _cannot_tell(tmp_path / "same")["session_after_terminal"] == [
+        ("proxy-b.jsonl", "use after the end", 1)
+    ]
+    for name, args in (("other", ("p2",)), ("refused", ("p1", 404))):
+        found, _ = run(tmp_path / name, **case(*args))
+        assert "session_after_terminal" not in found
+        assert "session_after_terminal" not in _cannot_tell(tmp_path / name), name
+    # served on S in proxy-a after its end: a finding, whatever proxy-b holds
+    served = case("p1")
+    served["proxy-a"].append(px(500, session_hmac=S, principal="p1", protocol_version=V))
+    found, _ = run(tmp_path / "found", **served)
+    assert found.get("session_after_terminal") == 1
+    assert "session_after_terminal" not in _cannot_tell(tmp_path / "found")

@@ -10,7 +10,7 @@
 -- needs: proxy
 -- facts: proxy.session_hmac, proxy.initialize, proxy.principal|proxy.client_addr
 -- units: proxy WHERE dead_session_unit(status, session_hmac, method, $dead_statuses, file_id NOT IN (SELECT file_id FROM file_facts WHERE fact = 'proxy.session_hmac'))
--- undecided: client identity, re-initialize
+-- undecided: client identity, re-initialize, use after the 404
 -- params: reinit_window_s, dead_statuses
 -- unit: (session_hmac, ts of the 404)
 -- page: sessions
@@ -18,11 +18,7 @@
 -- that pair has a single live session: every Node client sends `User-Agent: node`, and
 -- behind one address another client's initialize would pass for this one's.
 WITH p AS (
-    SELECT *,
-           CASE WHEN principal IS NOT NULL THEN 'p:' || principal
-                WHEN client_addr IS NOT NULL
-                THEN 'a:' || client_addr || '|' || coalesce(user_agent, '') END AS client
-    FROM proxy
+    SELECT *, proxy_client(principal, client_addr, user_agent) AS client FROM proxy
 ),
 -- The sessions of each address and User-Agent, live from the start of their first request
 -- to the end of their last (a standalone GET stream stays open while the client idles).
@@ -64,7 +60,7 @@ inits AS (
 -- The first initialize of the 404's client after it: the only one the window can hold if
 -- any does (a join to every later initialize grows with the square of a client's size).
 judged AS (
-    SELECT g.session_hmac, g.ts,
+    SELECT g.session_hmac, g.ts, g.client,
            coalesce(epoch_ms(i.init_ts) - epoch_ms(g.ts) <= $reinit_window_s * 1000, false)
                AS reinitialized
     FROM (SELECT * FROM gone WHERE client IS NOT NULL AND one_client) g
@@ -95,6 +91,17 @@ unseen AS (
                           epoch_ms(j.ts) + $reinit_window_s * 1000)
     WHERE NOT j.reinitialized
     GROUP BY ALL
+),
+-- Used after the 404, not seen: the window has no end, so the client bounds it
+-- (a_blind_clients): a later request of the same client (or of a row naming none) in a
+-- proxy log that cannot show session ids while others do may have been on the dead session.
+hidden AS (
+    SELECT j.session_hmac, j.ts, arg_min(c.file_id, c.path) AS file_id
+    FROM judged j
+    JOIN a_blind_clients c
+      ON (c.client = j.client OR c.client IS NULL)
+     AND epoch_ms(c.last_ts) >= epoch_ms(j.ts) - blind_skew_ms()
+    GROUP BY ALL
 )
 SELECT j.session_hmac, 'high' AS severity, j.ts,
        json_object('reason', CASE WHEN j.reinitialized OR u.file_id IS NOT NULL
@@ -121,3 +128,13 @@ SELECT u.session_hmac, 'cannot_tell' AS severity, u.ts,
 FROM unseen u
 LEFT JOIN later l USING (session_hmac, ts)
 WHERE coalesce(l.n, 0) = 0
+UNION ALL
+-- A 404 seen re-initialized and not seen used after, whose later use a log without
+-- session ids may hold: undecided.
+SELECT h.session_hmac, 'cannot_tell' AS severity, h.ts,
+       json_object('missing', 'use after the 404', 'file_id', h.file_id) AS detail
+FROM hidden h
+JOIN judged j USING (session_hmac, ts)
+LEFT JOIN later l USING (session_hmac, ts)
+ANTI JOIN unseen u USING (session_hmac, ts)
+WHERE j.reinitialized AND coalesce(l.n, 0) = 0

@@ -30,15 +30,16 @@ m AS (
     FROM by_cause GROUP BY k
 ),
 -- Per stage, the answers in the files it read that its detector found it could not judge
--- (its `-- undecided:` labels: a client that cannot be told apart; a re-initialize, or a
--- re-initializing client, that a log that cannot show it may hold, which names that log,
--- a file the detector did not read): `cannot_tell` too, so not in the sample. The units
+-- (its `-- undecided:` labels: a client that cannot be told apart; a re-initialize, a
+-- re-initializing client or a later use that a log that cannot show it may hold, which
+-- names that log, a file the detector did not read): `cannot_tell` too, so not in the
+-- sample. The units
 -- of a file it was kept from are out of the sample already. (Under a dashboard filter:
 -- those of the filter's stage; with no stage, none.)
 undecided AS (
     SELECT CASE WHEN $by_stage THEN stage END AS k, sum(units) AS n FROM cannot_tell_stages
     WHERE ($by_stage OR stage = $flt.stage::VARCHAR) AND list_contains($detectors, detector)
-      AND missing IN ('client identity', 're-initialize')
+      AND missing IN ('client identity', 're-initialize', 'use after the 404')
     GROUP BY ALL
 ),
 judged AS (

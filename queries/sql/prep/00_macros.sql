@@ -14,6 +14,13 @@ CREATE OR REPLACE MACRO record_revision(session_hmac, protocol_version) AS
     CASE WHEN session_hmac IS NULL THEN sessionless_revision()
          ELSE coalesce(protocol_version, 'unknown') END;
 
+-- Who sent a proxy record: its principal, else its address and User-Agent; null when the
+-- record names neither (reinit_missing, a_blind_clients).
+CREATE OR REPLACE MACRO proxy_client(principal, client_addr, user_agent) AS
+    CASE WHEN principal IS NOT NULL THEN 'p:' || principal
+         WHEN client_addr IS NOT NULL THEN 'a:' || client_addr || '|' || coalesce(user_agent, '')
+    END;
+
 -- Who re-sends a write (duplicate_dispatch, basis `retry`): the principal across its
 -- sessions, else the session; null when the record names neither.
 CREATE OR REPLACE MACRO dispatch_sender(principal, session_hmac) AS

@@ -70,3 +70,22 @@ FROM a_sessions a
 JOIN a_blind_sessions b ON b.session_hmac = a.session_hmac AND b.fact = 'sessions.auth_subject'
 WHERE a.auth_subject IS NULL
 GROUP BY ALL;
+
+-- A window without an end (a dead session used at any time after its 404, a session
+-- served at any time after it ended) is bounded by its client instead: only the client's
+-- own requests can be on its session. Per proxy log that cannot show session ids while
+-- another does, and per client it names (proxy_client; null: rows that name none, which
+-- may be anyone's), the last request that may have been on a session (not a DELETE, not
+-- an initialize it shows as one) and the last such one served (2xx). A session-id-less
+-- row of the same client (or of none) after the unit's time, give or take
+-- `blind_skew_ms`, may be that use: the unit is `cannot_tell` (reinit_missing's "used
+-- after the 404", session_after_terminal).
+CREATE OR REPLACE TABLE a_blind_clients AS
+SELECT b.file_id, b.path, proxy_client(p.principal, p.client_addr, p.user_agent) AS client,
+       max(p.ts) AS last_ts,
+       max(p.ts) FILTER (WHERE p.status BETWEEN 200 AND 299) AS last_served_ts
+FROM proxy p
+JOIN a_blind_spans b ON b.file_id = p.file_id AND b.fact = 'proxy.session_hmac'
+WHERE p.session_hmac IS NULL AND p.method <> 'DELETE'
+  AND p.jsonrpc_method IS DISTINCT FROM 'initialize'
+GROUP BY ALL;
