@@ -370,3 +370,39 @@ def test_session_after_terminal_a_served_request_a_sessionless_log_may_hold_is_c
     assert _cannot_tell(tmp_path)["session_after_terminal"] == [
         ("proxy-b.jsonl", "use after the end", 1)
     ]
+
+
+@pytest.mark.slow
+def test_session_after_terminal_undecided_by_an_append_without_a_session(tmp_path):
+    # A row without a session appended to proxy-b (its client's, after S's end) changes
+    # S's verdict: the analysis after the append must see it, as a full one would.
+    import json
+
+    from replaygate.ingest.load import ingest
+    from replaygate.queries import runner
+
+    from .test_cannot_tell import CONF
+
+    tables = {
+        "sessions": _ledger(),
+        "proxy-a": [
+            px(50, session_hmac=S, principal="p1", protocol_version=V),
+            px(99, "DELETE", 200, session_hmac=S, principal="p1", protocol_version=V),
+        ],
+        "proxy-b": [px(HOUR, principal="p5", jsonrpc_method="tools/call")],
+    }
+    for name, rows in tables.items():
+        (tmp_path / f"{name}.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    con = dbm.connect(str(tmp_path / "t.duckdb"))
+    ingest(con, [tmp_path], CONF)
+    runner.analyse(con, CONF)
+    assert "session_after_terminal" not in runner.cannot_tell(con)
+    with open(tmp_path / "proxy-b.jsonl", "a") as fh:
+        fh.write(json.dumps(px(HOUR + 1000, principal="p1", jsonrpc_method="tools/call")) + "\n")
+    ingest(con, [tmp_path], CONF)
+    runner.analyse(con, CONF)
+    told = runner.cannot_tell(con)["session_after_terminal"]
+    con.close()
+    assert [(Path(t["file"]).name, t["missing"], t["units"]) for t in told] == [
+        ("proxy-b.jsonl", "use after the end", 1)
+    ]
