@@ -532,3 +532,86 @@ def test_dashboard_record_macros_give_the_replaced_rows(fleet_db):
     finally:
         old.close()
         new.close()
+
+
+# --- the gate facts: a record of no known session staged by one ASOF join -----------------
+
+# A rollout of many stages over the fleet's time: starts of two releases and of none, some
+# at the same time as another (a window of no length), rollbacks and completions that end
+# a window before the next start (a gap no window holds), and records before the first.
+_MANY_STAGES = """
+INSERT INTO rollout (file_id, pos, ts, stage, release, action, percent, scope)
+SELECT 999, i, lo + (hi - lo) * ((i // 2) * 2 / 80.0),
+       's' || (i % 7)::VARCHAR,
+       CASE i % 3 WHEN 0 THEN NULL WHEN 1 THEN 'r1' ELSE 'r2' END,
+       CASE WHEN i % 5 = 4 THEN 'rollback' WHEN i % 5 = 3 THEN 'complete' ELSE 'start' END,
+       10, NULL
+FROM range(4, 80) t(i),
+     (SELECT min(ts) + INTERVAL 1 MINUTE AS lo, max(ts) AS hi FROM proxy)
+"""
+
+
+def _facts_tables(con, path: Path | None, schema: str) -> None:
+    from replaygate.queries import named
+
+    values = params.from_config(Config())
+    stmts = (
+        named.get("build", "facts").statements()
+        if path is None
+        else next(q for q in named.parse(path, "facts") if q.name == "build").statements()
+    )
+    con.execute(f"SET search_path = '{schema},main'")
+    try:
+        for stmt in stmts:
+            con.execute(stmt, {k: values[k] for k in runner.PROBE_PARAMS if f"${k}" in stmt})
+    finally:
+        con.execute("RESET search_path")
+
+
+@pytest.mark.parametrize(
+    "changed", [None, "first", "last"], ids=["as analysed", "many stages", "stored reversed"]
+)
+def test_gate_facts_rewrite_gives_the_replaced_tables(fleet_db, changed):
+    """The gate facts and stage samples, with the records of no known session staged by an
+    ASOF join to the one window that can hold them, are row for row those of the replaced
+    statement (tests/fixtures/sql_v0/gate_facts.sql), on both fleets as analysed and under
+    a rollout of many stages (windows of no length, gaps, several releases), with the
+    window of no length stored before and after the one that starts at its time (which of
+    two tied windows an ASOF join takes is the storage's). Rolled back."""
+    con, _ = fleet_db
+    con.execute("BEGIN TRANSACTION")
+    try:
+        if changed:
+            con.execute(_MANY_STAGES)
+            _prep_file(con, catalog.SQL_DIR / "prep" / "01_stages.sql")
+            order = "DESC" if changed == "first" else "ASC"
+            con.execute(
+                f"""CREATE OR REPLACE TABLE a_stage_windows AS SELECT * FROM a_stage_windows
+                    ORDER BY start_ts, end_ts IS NOT DISTINCT FROM start_ts {order}, stage"""
+            )
+        con.execute("CREATE SCHEMA v0")
+        con.execute("CREATE SCHEMA v1")
+        _facts_tables(con, OLD / "gate_facts.sql", "v0")
+        _facts_tables(con, None, "v1")
+        for name in ("a_gate_facts", "a_stage_samples"):
+            n = con.execute(f"SELECT count(*) FROM v0.{name}").fetchone()[0]
+            assert con.execute(f"SELECT count(*) FROM v1.{name}").fetchone()[0] == n > 0
+            for a, b in ((f"v0.{name}", f"v1.{name}"), (f"v1.{name}", f"v0.{name}")):
+                extra = con.execute(f"SELECT * FROM {a} EXCEPT ALL SELECT * FROM {b}").fetchall()
+                assert not extra, (name, a, extra[:3])
+        # records of no known session fall in a window and outside every window
+        staged = con.execute(
+            """SELECT count(*) FILTER (WHERE stage IS NOT NULL),
+                      count(*) FILTER (WHERE stage IS NULL)
+               FROM v1.a_gate_facts f ANTI JOIN a_sessions a USING (session_hmac)
+               WHERE f.fact <> 'findings'"""
+        ).fetchone()
+        assert staged[0] > 0 and staged[1] > 0
+        if changed:
+            windows = con.execute(
+                """SELECT count(*), count(*) FILTER (WHERE end_ts = start_ts)
+                   FROM a_stage_windows WHERE key = 'window'"""
+            ).fetchone()
+            assert windows[0] > 20 and windows[1] > 0
+    finally:
+        con.execute("ROLLBACK")

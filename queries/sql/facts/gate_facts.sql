@@ -43,23 +43,65 @@ WITH units AS (
     FROM proxy
     WHERE judged_event_stream(method, status, body_bytes_sent, resp_content_type, client_closed)
 ),
+-- Each unit and proxy record with what its session tells: its cohort (`known`: a session
+-- of a_sessions) and the dimensions the dashboard filters by (a_sessions joined once).
+located AS (
+    SELECT u.*, a.session_hmac IS NOT NULL AS known, a.cohort,
+           record_revision(u.session_hmac, a.protocol_version) AS revision,
+           a.server_instance AS server, a.client_name AS client,
+           is_baseline(a.session_hmac, a.cohort) AS baseline,
+           is_probe(a.client_name, coalesce(a.principal, u.principal)) AS probe
+    FROM units u LEFT JOIN a_sessions a ON a.session_hmac = u.session_hmac
+),
+located_proxy AS (
+    SELECT p.ts, p.session_hmac, p.status, p.method, p.origin, p.raw_session_id, p.file_id,
+           p.pos, p.last_event_id, a.session_hmac IS NOT NULL AS known, a.cohort,
+           record_revision(p.session_hmac, a.protocol_version) AS revision,
+           a.server_instance AS server, a.client_name AS client,
+           is_baseline(a.session_hmac, a.cohort) AS baseline,
+           is_probe(a.client_name, coalesce(a.principal, p.principal)) AS probe
+    FROM proxy p LEFT JOIN a_sessions a ON a.session_hmac = p.session_hmac
+),
+-- The windows of records without a known session (`stage_key(false, NULL)`) are cut at the
+-- next start of any stage (01_stages.sql), so they do not overlap: the only one that can
+-- hold a time is the last to start at or before it. An ASOF join finds it, where a join
+-- on the key paired every such record with every window (quadratic in the stages). A
+-- window of no length (stages started at the same time) holds nothing and is left out.
+open_windows AS (
+    SELECT stage, start_ts, end_ts FROM a_stage_windows
+    WHERE key = stage_key(false, NULL) AND coalesce(end_ts, 'infinity'::TIMESTAMPTZ) > start_ts
+),
+staged_units AS (
+    SELECT u.* EXCLUDE (known, cohort), w.stage
+    FROM located u
+    LEFT JOIN a_stage_windows w
+      ON attributed(w.key, w.start_ts, w.end_ts, true, u.cohort, u.ts)
+    WHERE u.known
+    UNION ALL
+    SELECT u.* EXCLUDE (known, cohort),
+           CASE WHEN in_window(u.ts, w.start_ts, w.end_ts) THEN w.stage END
+    FROM (SELECT * FROM located WHERE NOT known) u
+    ASOF LEFT JOIN open_windows w ON u.ts >= w.start_ts
+),
 records AS (
-    SELECT u.fact, w.stage, u.ts, u.session_hmac, u.secs, NULL::VARCHAR AS detector,
+    SELECT fact, stage, ts, session_hmac, secs, NULL::VARCHAR AS detector,
            NULL::INTEGER AS status, NULL::VARCHAR AS method, NULL::VARCHAR AS origin,
            NULL::BOOLEAN AS raw_session_id, NULL::BOOLEAN AS reconnect,
-           NULL::BIGINT AS file_id, NULL::VARCHAR AS cause, u.principal
-    FROM units u
-    LEFT JOIN a_sessions a ON a.session_hmac = u.session_hmac
-    LEFT JOIN a_stage_windows w
-      ON attributed(w.key, w.start_ts, w.end_ts, a.session_hmac IS NOT NULL, a.cohort, u.ts)
+           NULL::BIGINT AS file_id, NULL::VARCHAR AS cause,
+           revision, server, client, baseline, probe
+    FROM staged_units
 ),
 proxied AS (
-    SELECT w.stage, p.ts, p.session_hmac, p.status, p.method, p.origin, p.raw_session_id,
-           p.file_id, p.pos, p.last_event_id, p.principal
-    FROM proxy p
-    LEFT JOIN a_sessions a ON a.session_hmac = p.session_hmac
+    SELECT p.* EXCLUDE (known, cohort), w.stage
+    FROM located_proxy p
     LEFT JOIN a_stage_windows w
-      ON attributed(w.key, w.start_ts, w.end_ts, a.session_hmac IS NOT NULL, a.cohort, p.ts)
+      ON attributed(w.key, w.start_ts, w.end_ts, true, p.cohort, p.ts)
+    WHERE p.known
+    UNION ALL
+    SELECT p.* EXCLUDE (known, cohort),
+           CASE WHEN in_window(p.ts, w.start_ts, w.end_ts) THEN w.stage END
+    FROM (SELECT * FROM located_proxy WHERE NOT known) p
+    ASOF LEFT JOIN open_windows w ON p.ts >= w.start_ts
 ),
 requests AS (
     -- a session's earlier GETs within the stage it is counted in
@@ -69,23 +111,22 @@ requests AS (
                         prior_gets(method, coalesce(stage, '') || session_hmac, ts,
                                    file_id, pos))
                AS reconnect,
-           file_id, NULL::VARCHAR AS cause, principal
+           file_id, NULL::VARCHAR AS cause, revision, server, client, baseline, probe
     FROM proxied
 ),
 found AS (
-    SELECT 'findings' AS fact, stage, ts, session_hmac, NULL::DOUBLE AS secs, detector,
-           NULL::INTEGER, NULL::VARCHAR, NULL::VARCHAR, NULL::BOOLEAN, NULL::BOOLEAN,
-           NULL::BIGINT, json_extract_string(detail, '$.reason'), NULL::VARCHAR
-    FROM findings WHERE gated(detail)
-)
-SELECT * EXCLUDE (principal) FROM (
-    SELECT f.*, record_revision(f.session_hmac, a.protocol_version) AS revision,
+    SELECT 'findings' AS fact, f.stage, f.ts, f.session_hmac, NULL::DOUBLE AS secs,
+           f.detector, NULL::INTEGER, NULL::VARCHAR, NULL::VARCHAR, NULL::BOOLEAN,
+           NULL::BOOLEAN, NULL::BIGINT, json_extract_string(f.detail, '$.reason'),
+           record_revision(f.session_hmac, a.protocol_version) AS revision,
            a.server_instance AS server, a.client_name AS client,
            is_baseline(a.session_hmac, a.cohort) AS baseline,
-           is_probe(a.client_name, coalesce(a.principal, f.principal)) AS probe
-    FROM (SELECT * FROM records UNION ALL SELECT * FROM requests UNION ALL SELECT * FROM found) f
+           is_probe(a.client_name, a.principal) AS probe
+    FROM findings f
     LEFT JOIN a_sessions a ON a.session_hmac = f.session_hmac
+    WHERE gated(f.detail)
 )
+SELECT * FROM (SELECT * FROM records UNION ALL SELECT * FROM requests UNION ALL SELECT * FROM found)
 WHERE NOT probe OR list_contains($probe_facts, fact)
    OR (fact = 'findings' AND list_contains($probe_detectors, detector));
 
