@@ -136,6 +136,9 @@ def test_findings_json_shape_and_filters(sample_db):
         ("delete_fabricated", "proxy-blind.jsonl", "proxy.session_hmac"),
         ("reinit_missing", "proxy-noinit.jsonl", "re-initialize"),
         ("cursor_on_post", "proxy-noinit.jsonl", "proxy.last_event_id"),
+        # ... and, without session ids, a request its client sent after its session ended
+        # (the re-initialize it cannot show as one) may have been served on that session.
+        ("session_after_terminal", "proxy-noinit.jsonl", "use after the end"),
         ("priming_lost", "sessions-blind.jsonl", "sessions.resumable|sessions.protocol_version"),
         ("auth_subject_mismatch", "sessions-blind.jsonl", "sessions.auth_subject"),
     }
