@@ -300,13 +300,21 @@ def csv_header(path: Path, gz: bool) -> list[str]:
     return next(csv.reader(io.StringIO(first)), [])
 
 
-def csv_sql(r: Reading) -> str:
-    header = csv_header(r.path, r.gz)
-    columns = ", ".join(f"'c{i}': 'VARCHAR'" for i in range(len(header)))
-    rows = f"""read_csv($path, header = true, columns = {{{columns}}}, auto_detect = false,
+def csv_read(columns: int) -> str:
+    """DuckDB's read of a CSV file's data rows (`$path`, `$compression`): `columns`
+    columns as text named by position (`c0`, `c1`, ...), the records it rejects kept in
+    `rg_rejects` with their lines (rejects_by_line_sql). The Spark ingest reads a file
+    with it where Spark's CSV reader would read other rows (spark/lakeload.py)."""
+    names = ", ".join(f"'c{i}': 'VARCHAR'" for i in range(columns))
+    return f"""read_csv($path, header = true, columns = {{{names}}}, auto_detect = false,
                   delim = ',', quote = '"', escape = '"', compression = $compression,
                   store_rejects = true, rejects_table = 'rg_rejects',
                   rejects_scan = 'rg_scans')"""
+
+
+def csv_sql(r: Reading) -> str:
+    header = csv_header(r.path, r.gz)
+    rows = csv_read(len(header))
     return wrap(csv_rows_sql(rows, header, r.names, r.key_available), r.src)
 
 

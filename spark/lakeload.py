@@ -9,7 +9,9 @@ and the URL redaction (readers.field_columns), the facts a file shows
 (capabilities.value_checks, shows_initialize) and the reason of an undecodable line (the
 format's `rejected`). What Spark does itself is the reading: a file's lines and their
 numbers, the text at JSON paths, CSV fields, Parquet columns (docs/spark.md lists where
-the two readers differ).
+the two readers differ). A CSV file Spark's reader would read otherwise than DuckDB's (a
+malformed row, a value over two lines, a broken gzip stream) is read by DuckDB's reader
+on the driver and handed over (`_duck_csv`).
 
 A Spark ingest writes the lake afresh from the files given: it is a full load, not an
 incremental one (identity.py's appends, moves and duplicates are the DuckDB ingest's).
@@ -17,8 +19,11 @@ incremental one (identity.py's appends, moves and duplicates are the DuckDB inge
 
 from __future__ import annotations
 
+import csv
+import io
 import json
 import re
+import tempfile
 from collections import Counter, defaultdict
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -35,6 +40,7 @@ from replaygate.ingest.config import Config
 from replaygate.ingest.contract import RECORD_TYPES, all_field_names
 from replaygate.ingest.errors import ReplaygateError
 from replaygate.ingest.redact import padded_keys
+from replaygate.ingest.results import unreadable
 
 from . import lake as lakes
 from . import transpile
@@ -70,6 +76,95 @@ def _gzip_break(src: readers.Source) -> _Break | None:
 
 
 @dataclass(frozen=True)
+class _CsvRead:
+    """A CSV file as DuckDB's reader reads it (readers.csv_read), on the driver: its data
+    rows (`pos`, `c0`, ...) and, as quarantine rows, the records it rejects (line,
+    reason)."""
+
+    rows: Any  # a pyarrow Table, or None: nothing read
+    rejected: list[tuple[int | None, str]]
+
+
+def _duck_csv(src: readers.Source, columns: int, broken: _Break | None) -> _CsvRead | None:
+    """DuckDB's read of a CSV file as the DuckDB ingest stages it (its complete lines;
+    before a gzip stream's break; again with LF line ends where the reader gives up on a
+    mix of line ends or a rejected record holds a CR), or None when Spark's CSV reader
+    gives the same rows: no record rejected (a column too many or too few, a quote left
+    open, bytes that are not UTF-8, a row over DuckDB's line size), no value over more
+    than one line (Spark's reader splits at each line end) and the stream whole."""
+    fmt = readers.FORMATS["csv"]
+    assert fmt.rejected is not None and fmt.bare_cr is not None
+    bare_cr = fmt.bare_cr
+    con = duckdb.connect()
+
+    def one(sql: str, args: dict[str, Any] | None = None) -> Any:
+        return con.execute(sql, args or {}).fetchall()[0][0]
+
+    try:
+        with tempfile.TemporaryDirectory(prefix="replaygate-") as tmp:
+            path, compression = src.path, readers.GZIP if src.gzip else "none"
+            if broken is not None:
+                if not broken.content:
+                    return _CsvRead(None, [])  # not one line before the break
+                path, compression = Path(tmp) / "part.csv", "none"
+                path.write_bytes(broken.content)
+            elif _waits(src):  # the last line waits for its line end
+                path, compression = Path(tmp) / "lines.csv", "none"
+                identity.copy_prefix(src.path, _complete(src.path), path)
+
+            def read(where: Path, how: str) -> None:
+                readers.clear_rejects(con)
+                sql = f"CREATE OR REPLACE TEMP TABLE rg_rows AS FROM {readers.csv_read(columns)}"
+                con.execute(sql, {"path": str(where), "compression": how})
+
+            def lf_only() -> None:
+                lf = Path(tmp) / "lf.csv"
+                identity.lf_only(path, compression == readers.GZIP, lf, bare_cr)
+                read(lf, "none")
+
+            try:
+                try:
+                    read(path, compression)
+                except duckdb.Error:
+                    lf_only()  # a mix of line ends DuckDB's reader gives up on
+                by_line = f"({readers.rejects_by_line_sql()})"
+                if one(f"SELECT coalesce(bool_or(has_cr), false) FROM {by_line}"):
+                    lf_only()  # a rejected record ends at a CR DuckDB's reader missed
+            except duckdb.Error as exc:
+                return _CsvRead(None, [(None, unreadable(exc))])
+            rejected = con.execute(
+                f"SELECT line, {fmt.rejected} FROM {by_line} ORDER BY line", {"lines": 0}
+            ).fetchall()
+            # A quoted value holding a line end.
+            spans = " OR ".join(f"regexp_matches(c{i}, '[\\r\\n]')" for i in range(columns))
+            if (
+                not rejected
+                and broken is None
+                and not one(f"SELECT count(*) FROM rg_rows WHERE {spans or 'false'}")
+            ):
+                return None
+            rows = con.sql("SELECT rowid + 1 AS pos, * FROM rg_rows ORDER BY rowid")
+            return _CsvRead(rows.to_arrow_table(), [(int(n), str(why)) for n, why in rejected])
+    finally:
+        con.close()
+
+
+def _complete(path: Path) -> int:
+    """The bytes of a plain file up to its last line end."""
+    with open(path, "rb") as fh:
+        end = fh.seek(0, 2)
+        while end > 0:
+            start = max(0, end - (1 << 16))
+            fh.seek(start)
+            chunk = fh.read(end - start)
+            nl = chunk.rfind(b"\n")
+            if nl >= 0:
+                return start + nl + 1
+            end = start
+    return 0
+
+
+@dataclass(frozen=True)
 class _File:
     file_id: int
     src: readers.Source
@@ -82,6 +177,8 @@ class _File:
     proxy: str | None = None
     # A gzip stream that breaks: its lines are handed to Spark from the driver.
     broken: _Break | None = None
+    # A CSV file Spark's reader would read otherwise than DuckDB's: DuckDB's read of it.
+    driver: _CsvRead | None = None
 
 
 def _waits(src: readers.Source) -> bool:
@@ -118,12 +215,27 @@ def _plan(paths: list[str]) -> tuple[list[_File], list[str], list[tuple[str, str
             continue
         if src.path.stat().st_size == 0:
             continue  # nothing to read (DuckDB's ingest: "empty")
-        header = tuple(readers.csv_header(src.path, src.gzip)) if src.format == "csv" else ()
         fid = len(files) + 1
         path = _spark_path(src.path)
-        broken = _gzip_break(src) if src.gzip and src.format == "jsonl" else None
-        files.append(_File(fid, src, shown, path, _waits(src), header, proxy_format(src), broken))
+        broken = _gzip_break(src) if src.gzip and src.format in ("jsonl", "csv") else None
+        header: tuple[str, ...] = ()
+        driver = None
+        if src.format == "csv":
+            header = tuple(_csv_header(src, broken))
+            driver = _duck_csv(src, len(header), broken)
+        files.append(
+            _File(fid, src, shown, path, _waits(src), header, proxy_format(src), broken, driver)
+        )
     return files, skipped, unreadable
+
+
+def _csv_header(src: readers.Source, broken: _Break | None) -> list[str]:
+    """A CSV file's first line's names (of a broken gzip stream: from its content before
+    the break)."""
+    if broken is None:
+        return readers.csv_header(src.path, src.gzip)
+    first = broken.content.split(b"\n", 1)[0].decode("utf-8-sig", "replace")
+    return next(csv.reader(io.StringIO(first)), [])
 
 
 def proxy_format(src: readers.Source) -> str | None:
@@ -276,17 +388,43 @@ def _proxy_keys(
     return out
 
 
-def _csv(spark: Any, files: list[_File]) -> Any:
+def _csv(spark: Any, files: list[_File]) -> tuple[Any, Any]:
+    """(the data rows of CSV files: file_id, pos, c0, ...; as quarantine rows, the
+    records DuckDB's reader rejects and a gzip stream's break). A file Spark's reader
+    would read otherwise than DuckDB's (`_File.driver`) is handed over as DuckDB read it
+    on the driver."""
+    import pyarrow as pa
     from pyspark.sql import functions as F
 
     n = len(files[0].header)
     schema = ", ".join(f"c{i} STRING" for i in range(n))
-    df = spark.read.csv(_uris(files), schema=schema, header=True, sep=",", quote='"', escape='"')
-    df = _numbered(spark, df, files)
+    parts = []
+    for f in files:
+        if f.driver is not None and f.driver.rows is not None:
+            rows = f.driver.rows
+            ids = pa.array([f.file_id] * rows.num_rows, pa.int64())
+            table = rows.add_column(0, "file_id", ids)
+            parts.append(spark.createDataFrame(table, f"file_id BIGINT, pos BIGINT, {schema}"))
+    read = [f for f in files if f.driver is None]
+    if read:
+        df = spark.read.csv(_uris(read), schema=schema, header=True, sep=",", quote='"', escape='"')
+        parts.append(_numbered(spark, df, read))
+    df = parts[0] if parts else spark.createDataFrame([], f"file_id BIGINT, pos BIGINT, {schema}")
+    for p in parts[1:]:
+        df = df.unionByName(p)
     # DuckDB's reader gives an empty field as NULL, quoted ("") or not.
-    return df.select(
+    df = df.select(
         "file_id", "pos", *[F.expr(f"nullif(c{i}, '')").alias(f"c{i}") for i in range(n)]
     )
+    refused = [
+        (f.file_id, line, None, None, why)
+        for f in files
+        if f.driver is not None
+        for line, why in f.driver.rejected
+    ]
+    refused += [(f.file_id, f.broken.line, None, None, f.broken.reason) for f in files if f.broken]
+    quarantine = "file_id BIGINT, line BIGINT, row BIGINT, record_type STRING, reason STRING"
+    return df, spark.createDataFrame(refused, quarantine)
 
 
 def _parquet(spark: Any, files: list[_File]) -> tuple[Any, set[str]]:
@@ -371,7 +509,8 @@ def ingest(spark: Any, paths: list[str], lake: str, config: Config) -> dict[str,
             quarantine.append(bad)
             rules = readers.json_lines_sql(view, names, key, keep)
         elif fmt_name == "csv":
-            rows = _csv(spark, group)
+            rows, bad = _csv(spark, group)
+            quarantine.append(bad)
             rules = readers.csv_rows_sql(view, list(cols), names, key, keep)
         elif fmt_name == "parquet":
             rows, present_cols = _parquet(spark, group)

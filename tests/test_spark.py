@@ -392,6 +392,25 @@ def _bad_inputs(dest: Path) -> Path:
     hostile.gzip_truncated(dest, 200)
     hostile.gzip_corrupt_midstream(dest, 200)
     hostile.gzip_bad_check(dest, 20)
+    # malformed CSV rows: a column too many, one too few, a quote left open (it makes
+    # the lines after it one row); a quoted value over two lines; a blank line
+    hostile.csv_unterminated_quote(dest)
+    row = "2026-11-29T07:45:0{}.000Z," + "a" * 64 + ",1,{}\n"
+    (dest / "sessions-malformed.csv").write_text(
+        "ts,session_hmac,generation,state\n" + row.format(1, "SESSION_ACTIVE")
+        + row.format(2, "SESSION_ACTIVE,extra") + row.format(3, "SESSION_ACTIVE")
+        + "2026-11-29T07:45:04.000Z," + "a" * 64 + ",1\n\n" + row.format(5, '"SESSION\nACTIVE"')
+        + row.format(6, "SESSION_ACTIVE")
+    )  # fmt: skip
+    # gzip streams of CSV cut short and with a failed data check
+    csv_rows = (
+        "ts,session_hmac,generation,state\n" + row.format(7, "SESSION_ACTIVE") * 300
+    ).encode()
+    packed = hostile.gz(csv_rows)
+    (dest / "sessions-cut.csv.gz").write_bytes(packed[: len(packed) // 2])
+    packed = bytearray(packed)
+    packed[-8] ^= 0xFF  # the first byte of its CRC-32
+    (dest / "sessions-badcrc.csv.gz").write_bytes(bytes(packed))
     # a line one byte over readers.MAX_LINE between two good ones
     over = b'{"pad": "' + b"a" * (MAX_LINE - 10) + b'"}'
     assert len(over) == MAX_LINE + 1
@@ -462,6 +481,21 @@ def test_spark_ingest_quarantines_bad_input_as_duckdb_does(fleet40, spark_lake):
     assert why["sessions-corrupt.jsonl.gz"].startswith("corrupt gzip: the stream breaks")
     assert why["sessions-badcrc.jsonl.gz"].startswith("corrupt gzip: its data check fails")
     assert why["sessions-long.jsonl"] == "line too long"
+    # Malformed CSV rows and broken gzip streams of CSV, with DuckDB's reasons and lines.
+    reasons: dict[str, set] = {}
+    for r in spark_q:
+        reasons.setdefault(r[0].rsplit("/", 1)[1], set()).add((r[1], r[-1]))
+    assert reasons["sessions-malformed.csv"] >= {
+        (3, "malformed CSV row: too many columns"),
+        (5, "malformed CSV row: missing columns"),
+    }
+    assert reasons["sessions-openquote.csv"] == {
+        (3, "malformed CSV row: unquoted value (a quote left open makes lines 3-5 one row)")
+    }
+    ((_, cut),) = reasons["sessions-cut.csv.gz"]
+    assert cut.startswith("truncated gzip: the stream breaks")
+    ((_, check),) = reasons["sessions-badcrc.csv.gz"]
+    assert check.startswith("corrupt gzip: its data check fails")
     # Each file's rows loaded and quarantined (and so, with the same blank lines, the
     # same loaded + quarantined + blank = lines as DuckDB's): _assert_lakes_equal.
     for f in where.rglob("*.parquet"):
