@@ -538,7 +538,8 @@ def ingest(spark: Any, paths: list[str], lake: str, config: Config) -> dict[str,
         }
         for rt in (rt for rt in RECORD_TYPES if rt.table in present_types):
             source = f"(SELECT * FROM {name}_staged WHERE rtype = '{rt.table}' AND bad IS NULL)"
-            checked = _sql(spark, validate.checked_sql(rt, source), args)
+            # Read by the records and by the quarantine: checked once, kept.
+            checked = _sql(spark, validate.checked_sql(rt, source), args).persist()
             checked.createOrReplaceTempView(f"{name}_checked_{rt.table}")
             quarantine.append(
                 spark.sql(
@@ -655,7 +656,9 @@ def _write_quarantine(
             F.col("record_type").cast("string"),
             F.col("reason").cast("string"),
         )
-        .coalesce(1)
+        # One file, gathered after the rows are found (the finding stays parallel; a
+        # coalesce would run every part's reading in one task).
+        .repartition(1)
         .persist()
     )
     df.write.mode("overwrite").parquet(lakes.path(lake, "quarantine"))
