@@ -51,15 +51,62 @@ def _communicate_without_reaping(proc: subprocess.Popen) -> tuple[bytes, bytes]:
     return chunks["out"], chunks["err"]
 
 
+_TICK = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
+
+
+def _jvm_cpu(root: int) -> dict[int, float]:
+    """CPU seconds so far of each Java process below `root` (/proc; empty elsewhere)."""
+    parents: dict[int, int] = {}
+    cpu: dict[int, float] = {}
+    for d in Path("/proc").glob("[0-9]*"):
+        try:
+            stat = (d / "stat").read_text()
+        except OSError:
+            continue
+        name = stat[stat.index("(") + 1 : stat.rindex(")")]
+        fields = stat[stat.rindex(")") + 2 :].split()
+        parents[int(d.name)] = int(fields[1])
+        if name == "java":
+            cpu[int(d.name)] = (int(fields[11]) + int(fields[12])) / _TICK
+    out = {}
+    for pid, secs in cpu.items():
+        p = pid
+        while p > 1 and p != root:
+            p = parents.get(p, 1)
+        if p == root:
+            out[pid] = secs
+    return out
+
+
+class _Watch(threading.Thread):
+    """While a step runs: the CPU of its Java processes (Spark's JVM, which the step
+    never waits for, so wait4 does not count it) and the range of the load average."""
+
+    def __init__(self, pid: int) -> None:
+        super().__init__(daemon=True)
+        self.pid, self.jvm, self.loads = pid, {}, [os.getloadavg()[0]]
+        self.done = threading.Event()
+
+    def run(self) -> None:
+        while not self.done.wait(1.0):
+            self.jvm.update(_jvm_cpu(self.pid))
+            self.loads.append(os.getloadavg()[0])
+
+
 def run_step(cmd: list[str], env: dict | None = None) -> dict:
     """Run a command: wall and CPU seconds and peak RSS (MB), from wait4 of that child,
-    and the load average before and after."""
+    the load average before and after and its range while it ran, and the CPU seconds
+    of the Java processes it started (`jvm_cpu_s`, when there were any)."""
     load0 = os.getloadavg()[0]
     t0 = time.perf_counter()
     proc = subprocess.Popen(
         cmd, env={**ENV, **(env or {})}, stdout=subprocess.PIPE, stderr=subprocess.PIPE
     )
+    watch = _Watch(proc.pid)
+    watch.start()
     out_b, err_b = _communicate_without_reaping(proc)
+    watch.done.set()
+    watch.join()
     _, status, usage = os.wait4(proc.pid, 0)
     proc.returncode = os.waitstatus_to_exitcode(status)
     secs = time.perf_counter() - t0
@@ -70,6 +117,8 @@ def run_step(cmd: list[str], env: dict | None = None) -> dict:
         "cpu_s": round(usage.ru_utime + usage.ru_stime, 2),
         "peak_mb": round(usage.ru_maxrss / 1024),
         "load": [round(load0, 1), round(os.getloadavg()[0], 1)],
+        "load_range": [round(min(watch.loads), 1), round(max(watch.loads), 1)],
+        **({"jvm_cpu_s": round(sum(watch.jvm.values()), 2)} if watch.jvm else {}),
         "out": out_b.decode(),
     }
 
@@ -450,6 +499,16 @@ def table(results: list[dict]) -> str:
     megabytes("— lake", "lake_mb")
     step("Spark analysis into a DuckDB file", "spark_analyse")
     megabytes("— DuckDB file", "spark_db_mb")
+    row(
+        "— Spark's JVM, CPU s: ingest / analysis",
+        lambda r: f"{r['spark_ingest']['jvm_cpu_s']} / {r['spark_analyse']['jvm_cpu_s']}",
+    )
+    row(
+        "— load average (1 min) while Spark ran: ingest / analysis",
+        lambda r: "{}–{} / {}–{}".format(
+            *r["spark_ingest"]["load_range"], *r["spark_analyse"]["load_range"]
+        ),
+    )
     row(
         "**Spark ÷ DuckDB** (wall: ingest; analysis)",
         lambda r: "{:.1f}x; {:.1f}x".format(

@@ -67,3 +67,42 @@ def test_analysis_step_times_the_gate_facts(tmp_path):
     assert r.returncode == 0, r.stderr
     out = json.loads(run.run_step([sys.executable, "-c", run.ANALYSE, str(db)])["out"])
     assert 0 < out["facts_s"] < out["analyse_s"]
+
+
+@pytest.mark.slow
+def test_a_step_counts_the_cpu_of_the_jvm_it_never_waits_for(tmp_path):
+    """Spark's JVM is a child the step's process never reaps, so wait4 misses its CPU:
+    run_step samples it (`jvm_cpu_s`), and the load average's range while it ran."""
+    import os
+    import shutil
+    import signal
+
+    if not shutil.which("java"):
+        pytest.skip("no java")
+    sys.path.insert(0, str(BENCH))
+    import run
+
+    spin = tmp_path / "Spin.java"
+    spin.write_text(
+        "class Spin { public static void main(String[] a) { long t = System.nanoTime(); "
+        "long x = 0; while (System.nanoTime() - t < 60_000_000_000L) x++; } }"
+    )
+    # A JVM started and left running: the step exits once it has used some CPU and
+    # been sampled, without waiting for it.
+    code = f"""
+import os, subprocess, time
+p = subprocess.Popen(["java", {str(spin)!r}], stdout=subprocess.DEVNULL,
+                     stderr=subprocess.DEVNULL)
+print(p.pid, flush=True)
+def cpu():
+    f = open(f"/proc/{{p.pid}}/stat").read().rsplit(")", 1)[1].split()
+    return (int(f[11]) + int(f[12])) / os.sysconf("SC_CLK_TCK")
+while cpu() < 0.5:
+    time.sleep(0.1)
+time.sleep(2.5)
+"""
+    r = run.run_step([sys.executable, "-c", code])
+    os.kill(int(r["out"].split()[0]), signal.SIGKILL)
+    assert r["jvm_cpu_s"] >= 0.5 > r["cpu_s"]
+    assert r["load_range"][0] <= r["load_range"][1]
+    assert "jvm_cpu_s" not in run.run_step([sys.executable, "-c", "pass"])
