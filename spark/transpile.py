@@ -759,6 +759,73 @@ class Table:
     view: bool = False
 
 
+def _hoisted(table: str, alias: str) -> str:
+    return f"{table}__{alias}"
+
+
+def _top_ctes(sql: str) -> tuple[exp.Expression, list[exp.CTE], set[str]]:
+    """A Spark query, its top-level CTEs and the names of those read more than once
+    (none when a CTE names its columns or holds a WITH of its own: left as it is)."""
+    tree = sqlglot.parse_one(sql, read="spark")
+    with_ = tree.args.get("with_")
+    ctes = list(with_.expressions) if with_ is not None else []
+    names = {c.alias for c in ctes}
+    reads: dict[str, int] = {}
+    for t in tree.find_all(exp.Table):
+        if t.name in names and not t.db:
+            reads[t.name] = reads.get(t.name, 0) + 1
+    if any(c.args["alias"].columns or c.this.args.get("with_") for c in ctes):
+        return tree, ctes, set()
+    return tree, ctes, {n for n, k in reads.items() if k > 1}
+
+
+def _renamed(table: str, node: exp.Expression, names: set[str]) -> exp.Expression:
+    """`node` with its reads of the CTEs `names` reading their hoisted tables."""
+
+    def swap(n: exp.Expression) -> exp.Expression:
+        if isinstance(n, exp.Table) and n.name in names and not n.db:
+            return exp.to_table(_hoisted(table, n.name)).as_(n.alias or n.name)
+        return n
+
+    return node.copy().transform(swap)
+
+
+def _with(table: str, body: exp.Expression, ctes: list[exp.CTE], shared: set[str]) -> str:
+    """`body` with the CTEs it may read that are not hoisted (`ctes`, in order) as its
+    WITH, every read of a hoisted one reading its table."""
+    kept = [
+        f"{c.alias} AS ({_renamed(table, c.this, shared).sql(dialect='spark')})"
+        for c in ctes
+        if c.alias not in shared
+    ]
+    sql = _renamed(table, body, shared).sql(dialect="spark")
+    return f"WITH {', '.join(kept)} {sql}" if kept else sql
+
+
+def _shared_ctes(table: str, sql: str) -> list[Table]:
+    """Spark inlines a CTE at every read of it, so a CTE read by CTEs that are read twice
+    is planned and computed once per path to it (a_missing's plan read its sources 146
+    times, with 130 broadcasts). Each top-level CTE read more than once is a step of its
+    own, materialised once before the statement (`<table>__<cte>`, read by Spark alone,
+    never copied back into the database)."""
+    _, ctes, shared = _top_ctes(sql)
+    return [
+        Table(_hoisted(table, c.alias), _with(table, c.this, ctes[:i], shared), view=True)
+        for i, c in enumerate(ctes)
+        if c.alias in shared
+    ]
+
+
+def _without_ctes(table: str, sql: str) -> str:
+    """The statement reading the hoisted CTEs of _shared_ctes (unchanged without)."""
+    tree, ctes, shared = _top_ctes(sql)
+    if not shared:
+        return sql
+    tree = tree.copy()
+    tree.set("with_", None)
+    return _with(table, tree, ctes, shared)
+
+
 def prepare_steps(statements: list[str]) -> list[Table]:
     """A prep file's statements as tables to materialise in order: `CREATE TABLE AS`, and
     `CREATE TEMP VIEW AS`, and `ALTER TABLE t ADD COLUMN c T` with the `UPDATE t SET c =
@@ -774,7 +841,9 @@ def prepare_steps(statements: list[str]) -> list[Table]:
             if query is None:
                 raise Untranslatable(f"CREATE {tree.kind} without AS")
             name = tree.this.name if isinstance(tree.this, exp.Table) else tree.this.this.name
-            out.append(Table(name, to_spark(query.sql(dialect="duckdb")), view=tree.kind == "VIEW"))
+            sql = to_spark(query.sql(dialect="duckdb"))
+            out += _shared_ctes(name, sql)
+            out.append(Table(name, _without_ctes(name, sql), view=tree.kind == "VIEW"))
         elif isinstance(tree, exp.Alter):
             for action in tree.args.get("actions", []):
                 if not isinstance(action, exp.ColumnDef):

@@ -179,6 +179,29 @@ def test_alter_and_update_become_a_new_version_of_the_table():
     assert "CAST(x > 0 AS BOOLEAN) AS y FROM a" in steps[1].sql
 
 
+def test_a_cte_read_twice_is_a_step_of_its_own():
+    """Spark inlines a CTE at each read: one read twice is materialised once, before the
+    statement, with the CTEs it reads that are read once kept inline."""
+    steps = transpile.prepare_steps(
+        [
+            "CREATE TABLE t AS WITH a AS (SELECT x FROM s), b AS (SELECT x FROM a), "
+            "c AS (SELECT x FROM b WHERE x > 1) SELECT * FROM c JOIN c AS d USING (x)"
+        ]
+    )
+    assert [(s.name, s.view) for s in steps] == [("t__c", True), ("t", False)]
+    assert steps[0].sql.startswith("WITH a AS (SELECT x FROM s), b AS (SELECT x FROM a) ")
+    assert "FROM t__c AS c JOIN t__c AS d" in steps[1].sql
+    # a_missing's CTEs read along several paths are steps of their own
+    (missing,) = (q for q in catalog.load("prep") if q.path.name == "05_missing.sql")
+    names = [s.name for s in transpile.prepare_steps(missing.statements())]
+    assert {"a_missing__acc", "a_missing__candidates"} <= set(names)
+    assert names[-1] == "a_missing"
+    single = transpile.prepare_steps(
+        ["CREATE TABLE u AS WITH a AS (SELECT 1 AS x) SELECT * FROM a"]
+    )
+    assert [s.name for s in single] == ["u"] and single[0].sql.startswith("WITH a AS")
+
+
 def test_every_rewrite_is_documented():
     doc = (ROOT / "docs" / "spark.md").read_text()
     for rw in transpile.REWRITES:
