@@ -9,6 +9,7 @@ rule and differ only in where the joins and groupings run.
 
 from __future__ import annotations
 
+import re
 import time
 from typing import Any
 
@@ -113,7 +114,6 @@ def analyse(
 def _analyse(
     spark: Any, lake: str, con: duckdb.DuckDBPyConnection, config: Config, keep: str
 ) -> Any:
-    from pyspark.sql import functions as F
 
     from replaygate.ingest.errors import ReplaygateError
 
@@ -152,6 +152,15 @@ def _analyse(
         if counts["decision_history"]:
             df = spark.createDataFrame(con.sql("SELECT * FROM decision_history").to_arrow_table())
             df.createOrReplaceTempView("decision_history")
+
+        def kept(name: str, df: Any) -> Any:
+            """`df` computed once and kept where `keep` says, as a fresh DataFrame."""
+            if keep == "memory":
+                return _checkpointed(df)
+            where = lakes.analysis_path(lake, name)
+            df.write.mode("overwrite").parquet(where)
+            return spark.read.parquet(where)
+
         # The prepare step, each table materialised in the lake's _analysis folder.
         versions: dict[str, int] = {}
         views: set[str] = set()
@@ -161,15 +170,7 @@ def _analyse(
                 versions[step.name] = k + 1
                 if step.view:
                     views.add(step.name)
-                if keep == "memory":
-                    df = spark.sql(step.sql).localCheckpoint()
-                    # Fresh column identities: a checkpoint keeps its source's, and a join
-                    # of the two (events with a_event_index) could not tell them apart.
-                    df = df.select(*[F.col(f"`{c}`").alias(c) for c in df.columns])
-                else:
-                    where = lakes.analysis_path(lake, step.name) + (f".{k}" if k else "")
-                    spark.sql(step.sql).write.mode("overwrite").parquet(where)
-                    df = spark.read.parquet(where)
+                df = kept(step.name + (f".{k}" if k else ""), spark.sql(step.sql))
                 df.createOrReplaceTempView(step.name)
                 frames[step.name] = df
         for name in versions:
@@ -190,6 +191,21 @@ def _analyse(
     return runner.summary(con)
 
 
+def _checkpointed(df: Any) -> Any:
+    """`df` computed once and kept in the executors (spilling to their local disks), as a
+    DataFrame with fresh column identities: a checkpoint keeps its source's, and a join
+    of the two (events with a_event_index) could not tell them apart."""
+    from pyspark.sql import functions as F
+
+    df = df.localCheckpoint()
+    return df.select(*[F.col(f"`{c}`").alias(c) for c in df.columns])
+
+
+def _used(args: dict[str, Any], sql: str) -> dict[str, Any]:
+    """The bound parameters a Spark statement names (`:name`)."""
+    return {k: v for k, v in args.items() if re.search(rf":{k}\b", sql)}
+
+
 def _run_detector(
     spark: Any,
     con: duckdb.DuckDBPyConnection,
@@ -199,6 +215,9 @@ def _run_detector(
     counts: dict[str, int],
     frames: dict[str, Any],
 ) -> None:
+    """One detector on Spark, its findings and coverage into DuckDB. Its CTEs read more
+    than once are computed first, once each (transpile.shared_ctes), and checkpointed
+    (kept in the executors, spilling to their local disks)."""
     from pyspark.sql import functions as F
 
     if name in NOT_YET:
@@ -209,6 +228,7 @@ def _run_detector(
         cannottell.record_coverage(con, name, cannottell.missing_label(missing[0]))
         return
     t0 = time.perf_counter()
+    shared: list[transpile.Table] = []
     plan = cannottell.plan(con, q)
     cannottell.record_cannot_tell(con, name, q, plan)
     n = 0
@@ -218,11 +238,17 @@ def _run_detector(
         for table, ids in plan.exclude.items():
             frames[table].filter(~F.col("file_id").isin(list(ids))).createOrReplaceTempView(table)
         try:
-            sql = transpile.to_spark(q.statements()[0])
-            rows = spark.sql(sql, args=params.bind(q, values)).toArrow()
+            args = params.bind(q, values)
+            shared, sql = transpile.shared_ctes(name, transpile.to_spark(q.statements()[0]))
+            for step in shared:
+                df = spark.sql(step.sql, args=_used(args, step.sql))
+                _checkpointed(df).createOrReplaceTempView(step.name)
+            rows = spark.sql(sql, args=_used(args, sql)).toArrow()
         finally:
             for table in plan.exclude:
                 frames[table].createOrReplaceTempView(table)
+            for step in shared:
+                spark.catalog.dropTempView(step.name)
         _settled(con).register("rg_spark_rows", rows)
         try:
             con.execute(

@@ -802,28 +802,24 @@ def _with(table: str, body: exp.Expression, ctes: list[exp.CTE], shared: set[str
     return f"WITH {', '.join(kept)} {sql}" if kept else sql
 
 
-def _shared_ctes(table: str, sql: str) -> list[Table]:
+def shared_ctes(table: str, sql: str) -> tuple[list[Table], str]:
     """Spark inlines a CTE at every read of it, so a CTE read by CTEs that are read twice
     is planned and computed once per path to it (a_missing's plan read its sources 146
-    times, with 130 broadcasts). Each top-level CTE read more than once is a step of its
-    own, materialised once before the statement (`<table>__<cte>`, read by Spark alone,
-    never copied back into the database)."""
-    _, ctes, shared = _top_ctes(sql)
-    return [
+    times, with 130 broadcasts). Returns each top-level CTE of the Spark statement `sql`
+    that is read more than once as a table to materialise first (`<table>__<cte>`, read
+    by Spark alone, never copied into the database), and the statement reading them
+    (unchanged when there are none)."""
+    tree, ctes, shared = _top_ctes(sql)
+    if not shared:
+        return [], sql
+    steps = [
         Table(_hoisted(table, c.alias), _with(table, c.this, ctes[:i], shared), view=True)
         for i, c in enumerate(ctes)
         if c.alias in shared
     ]
-
-
-def _without_ctes(table: str, sql: str) -> str:
-    """The statement reading the hoisted CTEs of _shared_ctes (unchanged without)."""
-    tree, ctes, shared = _top_ctes(sql)
-    if not shared:
-        return sql
     tree = tree.copy()
     tree.set("with_", None)
-    return _with(table, tree, ctes, shared)
+    return steps, _with(table, tree, ctes, shared)
 
 
 def prepare_steps(statements: list[str]) -> list[Table]:
@@ -841,9 +837,9 @@ def prepare_steps(statements: list[str]) -> list[Table]:
             if query is None:
                 raise Untranslatable(f"CREATE {tree.kind} without AS")
             name = tree.this.name if isinstance(tree.this, exp.Table) else tree.this.this.name
-            sql = to_spark(query.sql(dialect="duckdb"))
-            out += _shared_ctes(name, sql)
-            out.append(Table(name, _without_ctes(name, sql), view=tree.kind == "VIEW"))
+            shared, sql = shared_ctes(name, to_spark(query.sql(dialect="duckdb")))
+            out += shared
+            out.append(Table(name, sql, view=tree.kind == "VIEW"))
         elif isinstance(tree, exp.Alter):
             for action in tree.args.get("actions", []):
                 if not isinstance(action, exp.ColumnDef):
