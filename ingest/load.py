@@ -164,8 +164,9 @@ def _load_batch(
                     # (queries/incremental.py).
                     set_meta(con, "analysis_noted_through", str(version))
                 set_meta(con, "data_version", str(version))
-    except Unproven:
+    except Unproven as exc:
         report.quarantine_reasons, loader.raw_without_key = reasons, without_key
+        exc.loaded = {i for i, r in enumerate(results) if r is not None}
         raise
     return [r for r in results if r is not None]
 
@@ -231,19 +232,27 @@ def ingest(
                 plan.append(_stage(loader, src, n, d))
                 progress.file_done(size)
             con.execute("SET preserve_insertion_order = false")
+            retried = False
             while True:
                 try:
                     report.files.extend(_load_batch(con, loader, plan))
                     break
                 except Unproven as exc:
                     # A file read straight into its table did not load whole: the batch
-                    # rolled back; stage that file and load the batch again.
-                    i = plan.index(exc.staged)
-                    loader.staged_only.add(exc.staged.n)
-                    n, (src, _, d) = batch[i]
+                    # rolled back. Stage it and load the batch again; the second time,
+                    # also stage the files that were to be read straight in after it, so
+                    # a folder of files with a bad line here and there is loaded at most
+                    # three times, not once per bad file.
                     con.execute("RESET preserve_insertion_order")
-                    plan[i] = _stage(loader, src, n, d, exc.staged.file_id)
+                    for i, item in enumerate(plan):
+                        if not isinstance(item, Staged) or not item.direct:
+                            continue
+                        if item is exc.staged or (retried and i not in exc.loaded):
+                            loader.staged_only.add(item.n)
+                            n, (src, _, d) = batch[i]
+                            plan[i] = _stage(loader, src, n, d, item.file_id)
                     con.execute("SET preserve_insertion_order = false")
+                    retried = True
             loader.release()
     finally:
         con.execute("RESET preserve_insertion_order")

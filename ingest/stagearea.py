@@ -89,6 +89,7 @@ class Unproven(Exception):
     def __init__(self, staged: Staged) -> None:
         super().__init__(staged.shown)
         self.staged = staged
+        self.loaded: set[int] = set()  # the batch's files loaded before it (load.py)
 
 
 @dataclass

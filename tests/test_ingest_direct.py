@@ -127,14 +127,23 @@ def test_a_bad_file_in_a_batch_keeps_the_others_and_the_ids(tmp_path, monkeypatc
         (folder / f"sessions-{name}.jsonl").write_bytes(_file(kinds))
     gz = gzip.compress(_file(["unicode", "epoch ts"]), mtime=0)
     (folder / "sessions-d.jsonl.gz").write_bytes(gz)
+    for name, kinds in (("e", ["null"]), ("f", [])):
+        (folder / f"sessions-{name}.jsonl").write_bytes(_file(kinds))
+    tries: list[int] = []
+    real = load._load_batch
+
+    def counted(con, loader, plan):
+        tries.append(len(plan))
+        return real(con, loader, plan)
+
+    monkeypatch.setattr(load, "_load_batch", counted)
     spy = assert_same([[folder]], tmp_path, monkeypatch)
-    # a went in twice (the batch was tried again without b), c and d once; b was staged.
-    assert sorted(spy.direct) == [
-        "sessions-a.jsonl",
-        "sessions-a.jsonl",
-        "sessions-c.jsonl",
-        "sessions-d.jsonl.gz",
-    ]
+    # b did not load whole: staged, the batch tried again (a went in again, c and d too);
+    # then e did not: staged with the files after it (f), the batch tried a third time.
+    # At most three tries, however many files have a bad line.
+    direct = ["sessions-a.jsonl"] * 3 + ["sessions-c.jsonl"] * 2 + ["sessions-d.jsonl.gz"] * 2
+    assert sorted(spy.direct) == direct
+    assert tries == [6, 6, 6, 6]  # the direct ingest: three tries; the exact one: one
 
 
 @pytest.mark.slow
