@@ -6,12 +6,13 @@ prepare statement, detector and gate-facts statement, in one process.
 `DB` is an ingested database (`replaygate ingest --no-analyse`); it is analysed in place
 (`runner.analyse(force=True)`, or with `--incremental` what `watch` runs after an ingest:
 `runner.analyse()`). Every statement the analysis sends to DuckDB is timed
-(`time.process_time`: all threads of the process; `time.perf_counter`), and attributed
-to the detector that runs it, else to the table it creates (`a_missing`, ...), else to
-its first words. Peak RSS per step is sampled every 5 ms from /proc (a step shorter than
-that may show its predecessor's level); the whole process's peak is `ru_maxrss`. The
-process start, imports and the database's opening are not counted in the steps (they are
-in `process_cpu_s`). Not a timed test: numbers depend on the machine and its load.
+(`time.process_time`: all threads of the process; `time.perf_counter`) and attributed to
+the detector that runs it (or that it binds as `$detector`), else to the table it
+creates (`a_missing`, ...), else to its first words. Peak RSS per step is sampled every
+5 ms from /proc (a step shorter than that may show its predecessor's level); the whole
+process's peak is `ru_maxrss`. The process start, imports and the database's opening are
+not counted in the steps (they are in `process_cpu_s`). Not a timed test: numbers depend
+on the machine and its load.
 """
 
 from __future__ import annotations
@@ -68,8 +69,11 @@ class Timed:
         self.label: str | None = None
 
     def execute(self, sql: str, *args: Any, **kw: Any) -> Any:
+        bound = args[0] if args and isinstance(args[0], dict) else {}
         if self.label:
             label = self.label
+        elif isinstance(bound.get("detector"), str):  # a detector run outside the runner's
+            label = bound["detector"]  # own loop (incremental.analyse)
         else:
             m = _CREATE.search(sql)
             label = m.group(2) if m else " ".join(sql.split()[:3])

@@ -67,6 +67,19 @@ def test_analysis_step_times_the_gate_facts(tmp_path):
     assert r.returncode == 0, r.stderr
     out = json.loads(run.run_step([sys.executable, "-c", run.ANALYSE, str(db)])["out"])
     assert 0 < out["facts_s"] < out["analyse_s"]
+    # bench/analysis_steps.py on the same database: each statement of the analysis counted
+    # once, under its detector or the table it makes (the per-step tables of the doc)
+    steps_json = tmp_path / "steps.json"
+    r = subprocess.run(
+        [sys.executable, str(BENCH / "analysis_steps.py"), str(db), "--json", str(steps_json)],
+        capture_output=True, text=True, env=run.ENV,
+    )  # fmt: skip
+    assert r.returncode == 0, r.stderr[-2000:]
+    res = json.loads(steps_json.read_text())
+    steps = res["steps"]
+    assert res["mode"] == "full" and res["findings"] > 0
+    assert {"a_gate_facts", "a_stage_samples", "a_missing", "undelivered_result"} <= set(steps)
+    assert sum(s["cpu_s"] for s in steps.values()) <= res["analysis_cpu_s"] + 0.01
 
 
 @pytest.mark.slow
