@@ -544,3 +544,17 @@ def test_cli_spark_ingest_needs_a_lake(tmp_path):
     r = run_cli("ingest", tmp_path, "--engine", "spark")
     assert r.returncode == 1
     assert "--engine spark needs --lake" in r.stderr
+
+
+@pytest.mark.slow
+@pytest.mark.spark
+def test_the_jvm_compiler_is_still_on_after_the_spark_tests(spark, spark_lake):
+    """The shared session's JVM (runtime.SMALL_LOCAL, its compiler held to the first tier)
+    has room left in its code cache after the ingests and the analysis: a full cache turns
+    the compiler off and leaves the rest of the run interpreted."""
+    mf = spark._jvm.java.lang.management.ManagementFactory
+    pools = [p for p in mf.getMemoryPoolMXBeans() if "Code" in p.getName()]
+    assert pools
+    for p in pools:
+        peak, most = p.getPeakUsage().getUsed(), p.getPeakUsage().getMax()
+        assert most <= 0 or peak < most * 0.98, (p.getName(), peak, most)
