@@ -30,7 +30,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeGuard
 
-from replaygate.ingest.errors import ReplaygateError
+from replaygate.core.errors import ReplaygateError
 from replaygate.queries.outcome import Decision, Status
 
 from . import decisionlog

@@ -39,9 +39,9 @@ from typing import Any
 
 import duckdb
 
-from replaygate.ingest.config import Config
-from replaygate.ingest.db import get_meta
-from replaygate.ingest.errors import ReplaygateError
+from replaygate.core.config import Config
+from replaygate.core.db import get_meta
+from replaygate.core.errors import ReplaygateError
 from replaygate.queries.decisionfile import (
     ANCHOR_HEAD,
     ANCHOR_ROWS,

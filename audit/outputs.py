@@ -25,9 +25,9 @@ from pathlib import Path
 
 import duckdb
 
+from replaygate.core.errors import ReplaygateError
+from replaygate.core.lock import lock_path
 from replaygate.ingest import staging
-from replaygate.ingest.errors import ReplaygateError
-from replaygate.ingest.lock import lock_path
 
 from . import decisionlog
 

@@ -11,12 +11,12 @@ from typing import Any
 
 import duckdb
 
+from replaygate.core.config import Config
+from replaygate.core.db import one_row
+from replaygate.core.errors import ReplaygateError
+from replaygate.core.timefmt import iso_ms as _iso
 from replaygate.ingest import identity
-from replaygate.ingest.config import Config
-from replaygate.ingest.db import one_row
-from replaygate.ingest.errors import ReplaygateError
 from replaygate.ingest.readers import GZIP
-from replaygate.ingest.timefmt import iso_ms as _iso
 from replaygate.queries import catalog, escape, fieldguide, freshness, gatedefs, gates, runner
 
 from . import decisionlog

@@ -29,7 +29,7 @@ from collections import defaultdict
 from pathlib import Path
 from typing import Any
 
-from replaygate.ingest import config, db
+from replaygate.core import config, db
 from replaygate.queries import runner
 
 _PAGE = os.sysconf("SC_PAGE_SIZE")

@@ -30,7 +30,7 @@ from run import run_step as timed  # noqa: E402
 
 ANALYSE = """
 import json, sys, time
-from replaygate.ingest import db, config
+from replaygate.core import db, config
 from replaygate.queries import runner
 con = db.connect(sys.argv[1])
 t0 = time.perf_counter(); runner.analyse(con, config.Config(), force=sys.argv[2] == "force")

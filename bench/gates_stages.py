@@ -30,7 +30,7 @@ EVALUATE = """
 import json, sys, time
 if sys.argv[2]:
     sys.path.insert(0, sys.argv[2])
-from replaygate.ingest import db, config
+from replaygate.core import db, config
 from replaygate.queries import gates
 from replaygate import api
 con = db.connect(sys.argv[1], read_only=True)

@@ -19,8 +19,9 @@ import re
 import time
 from typing import Any
 
-from replaygate.ingest import config, db, identity, load, stageplan
-from replaygate.ingest.contract import RECORD_TYPES
+from replaygate.core import config, db
+from replaygate.core.contract import RECORD_TYPES
+from replaygate.ingest import identity, load, stageplan
 
 TABLES = {rt.table for rt in RECORD_TYPES}
 CPU: dict[str, float] = collections.defaultdict(float)

@@ -159,7 +159,7 @@ con.close()
 # request for one is the prepare step.
 ANALYSE = """
 import json, sys, time
-from replaygate.ingest import db, config
+from replaygate.core import db, config
 from replaygate.queries import runner, gates
 marks = {}
 load = runner.catalog.load

@@ -53,7 +53,7 @@ def main() -> None:
     args = ap.parse_args()
 
     os.environ.setdefault("REPLAYGATE_HMAC_KEY", "bench-key-not-secret")
-    from replaygate.ingest.config import Config
+    from replaygate.core.config import Config
     from replaygate.queries import runner
     from replaygate.sim.fleet import ALLOWLIST
     from replaygate.spark import analyse, runtime, transpile

@@ -16,14 +16,14 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from .errors import ReplaygateError
+from replaygate.core.errors import ReplaygateError
 
 if TYPE_CHECKING:
     from collections.abc import Callable
 
     import duckdb
 
-    from .config import Config
+    from replaygate.core.config import Config
 
 
 def _h(path: str) -> str:

@@ -24,9 +24,10 @@ from typing import Any
 
 import duckdb
 
+from replaygate.core.contract import BY_TABLE, RECORD_TYPES
+from replaygate.core.db import one_row
+
 from .adapters import PROBE_PRINCIPAL
-from .contract import BY_TABLE, RECORD_TYPES
-from .db import one_row
 
 INITIALIZE = "proxy.initialize"
 

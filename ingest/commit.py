@@ -16,9 +16,10 @@ from typing import Any
 
 import duckdb
 
+from replaygate.core.contract import RECORD_TYPES, RecordType
+from replaygate.core.db import one_row, set_meta
+
 from . import capabilities, identity, readers, validate
-from .contract import RECORD_TYPES, RecordType
-from .db import one_row, set_meta
 from .quarantine import Quarantine
 from .results import FileResult
 from .stagearea import Moved, Staged, Unproven

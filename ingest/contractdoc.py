@@ -6,13 +6,14 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
+from replaygate.core.contract import RECORD_TYPES, SQL_TYPES
+
 from .adapters import PROXIES
-from .contract import RECORD_TYPES, SQL_TYPES
 from .readers import formats_doc
 
 HEADER = """# Input contract (v1)
 
-Generated from `ingest/contract.py` and the format and proxy registries
+Generated from `core/contract.py` and the format and proxy registries
 (`ingest/readers.py`, `ingest/adapters.py`) by `python -m replaygate.ingest.contractdoc`; a
 test fails if this file and the code disagree. What each record means is in the seeds
 (shared spec); this page is what replaygate accepts and how it stores it.

@@ -9,8 +9,9 @@ import hashlib
 import os
 from pathlib import Path
 
+from replaygate.core.errors import ReplaygateError
+
 from . import readers
-from .errors import ReplaygateError
 from .results import unreadable
 
 

@@ -29,12 +29,13 @@ from collections.abc import Iterator
 
 import duckdb
 
+from replaygate.core.config import Config
+from replaygate.core.db import get_meta, memory_limit, one_row, set_meta, transaction
+from replaygate.core.errors import ReplaygateError
+
 from . import adapters, identity, readers
 from .commit import Commit, knowns
-from .config import Config
-from .db import get_meta, memory_limit, one_row, set_meta, transaction
 from .discovery import discover, display, readable
-from .errors import ReplaygateError
 from .results import (
     FileResult,
     IngestReport,

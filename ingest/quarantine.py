@@ -13,7 +13,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from .db import one_row
+from replaygate.core.db import one_row
+
 from .results import FileResult, reason_class
 from .stagearea import Staged, StagingArea
 

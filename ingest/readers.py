@@ -19,8 +19,16 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from replaygate.core.contract import (
+    BY_SCHEMA,
+    BY_TABLE,
+    RECORD_TYPES,
+    Field,
+    RecordType,
+    type_for_filename,
+)
+
 from . import adapters, capabilities
-from .contract import BY_SCHEMA, BY_TABLE, RECORD_TYPES, Field, RecordType, type_for_filename
 from .redact import hmac_sql, redact_url_sql
 from .validate import can_be_native
 

@@ -19,11 +19,13 @@ from typing import Any
 
 import duckdb
 
-from . import readers, timefmt, validate
-from .config import Config
-from .contract import ROLLOUT
-from .db import get_meta, one_row, set_meta, transaction
-from .errors import ReplaygateError
+from replaygate.core import timefmt
+from replaygate.core.config import Config
+from replaygate.core.contract import ROLLOUT
+from replaygate.core.db import get_meta, one_row, set_meta, transaction
+from replaygate.core.errors import ReplaygateError
+
+from . import readers, validate
 
 # The command's verbs and the contract's actions they write.
 ACTIONS = {

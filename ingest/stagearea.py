@@ -20,9 +20,10 @@ from typing import Any
 
 import duckdb
 
+from replaygate.core.config import Config
+from replaygate.core.contract import RecordType
+
 from . import identity, readers, staging
-from .config import Config
-from .contract import RecordType
 from .redact import padded_keys
 from .results import IngestReport
 

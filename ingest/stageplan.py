@@ -14,8 +14,9 @@ from __future__ import annotations
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
+from replaygate.core.db import one_row
+
 from . import identity, readers
-from .db import one_row
 from .discovery import display, sha256
 from .results import FileResult
 from .stagearea import Moved, Staged

@@ -15,9 +15,10 @@ from pathlib import Path
 
 import duckdb
 
+from replaygate.core.contract import RecordType, all_field_names
+from replaygate.core.db import one_row
+
 from . import identity, readers, validate
-from .contract import RecordType, all_field_names
-from .db import one_row
 from .results import unreadable
 from .stagearea import Staged, StagingArea
 

@@ -6,9 +6,9 @@ from typing import Any
 
 import duckdb
 
-from .contract import RECORD_TYPES
-from .db import one_row
-from .timefmt import iso_ms as _iso
+from replaygate.core.contract import RECORD_TYPES
+from replaygate.core.db import one_row
+from replaygate.core.timefmt import iso_ms as _iso
 
 
 def status(con: duckdb.DuckDBPyConnection) -> dict[str, Any]:

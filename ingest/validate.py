@@ -13,8 +13,8 @@ the others, so either way a value is loaded, or refused for the same reason, ali
 
 from __future__ import annotations
 
-from .contract import DERIVED, Field, RecordType
-from .timefmt import OUT_OF_RANGE
+from replaygate.core.contract import DERIVED, Field, RecordType
+from replaygate.core.timefmt import OUT_OF_RANGE
 
 
 def ts_sql(v: str) -> str:
@@ -23,7 +23,7 @@ def ts_sql(v: str) -> str:
     RFC 3339's lowercase `t`/`z` are read (DuckDB's cast knows only capitals), a leap
     second `23:59:60` is the last millisecond of its minute, an hour of 24 or an offset
     beyond a day is a bad value (the cast would roll them into another day) — the
-    rules of ingest/timefmt.py `parse`."""
+    rules of core/timefmt.py `parse`."""
 
     def cast(text: str) -> str:
         leap = f"regexp_replace({text}, '(:59:)60(\\.\\d*)?', '\\159.999')"

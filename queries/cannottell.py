@@ -28,8 +28,8 @@ from typing import Any
 
 import duckdb
 
-from replaygate.ingest.config import Config
-from replaygate.ingest.db import one_row
+from replaygate.core.config import Config
+from replaygate.core.db import one_row
 
 from . import catalog
 from .headers import UNITS

@@ -20,7 +20,7 @@ from .headers import Header
 from .headers import split as split  # the header lists' reader, as callers know it
 
 if TYPE_CHECKING:
-    from replaygate.ingest.config import Config
+    from replaygate.core.config import Config
 
 SQL_DIR = Path(__file__).parent / "sql"
 _PARAM = re.compile(r"\$([a-z_][a-z0-9_]*)")

@@ -19,9 +19,9 @@ from typing import Any
 import blake3
 import duckdb
 
-from replaygate.ingest import timefmt
-from replaygate.ingest.db import get_meta
-from replaygate.ingest.errors import ReplaygateError
+from replaygate.core import timefmt
+from replaygate.core.db import get_meta
+from replaygate.core.errors import ReplaygateError
 
 from .outcome import Decision
 
@@ -254,7 +254,7 @@ def checked(
 def checked_for_db(db: str | os.PathLike[str]) -> list[dict[str, Any]]:
     """`checked()` for a database file given by name (its anchor read if it can be
     opened now; a database a writer holds is checked against the chain alone)."""
-    from replaygate.ingest import db as dbm
+    from replaygate.core import db as dbm
 
     con = None
     if Path(db).exists():
@@ -272,7 +272,7 @@ def checked_for_db(db: str | os.PathLike[str]) -> list[dict[str, Any]]:
 def advance_anchor_to(con: duckdb.DuckDBPyConnection, rows: int, head: str | None) -> None:
     """Record the checked history's head in the database (only ever forward: the check
     refused a history that does not extend the recorded head)."""
-    from replaygate.ingest.db import set_meta
+    from replaygate.core.db import set_meta
 
     set_meta(con, ANCHOR_ROWS, str(rows))
     set_meta(con, ANCHOR_HEAD, head or "")
@@ -321,7 +321,7 @@ def load_table(con: duckdb.DuckDBPyConnection) -> int:
     if count and (rows, head) != (count, newest["sha256"]):
         advance_anchor_to(con, count, newest["sha256"])
     if data.endswith(b"\n") and (cache is None or cache["bytes"] != len(data)):
-        from replaygate.ingest.db import set_meta
+        from replaygate.core.db import set_meta
 
         set_meta(
             con,

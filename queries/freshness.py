@@ -17,8 +17,8 @@ from typing import Any
 
 import duckdb
 
-from replaygate.ingest.contract import RECORD_TYPES
-from replaygate.ingest.timefmt import iso_ms
+from replaygate.core.contract import RECORD_TYPES
+from replaygate.core.timefmt import iso_ms
 
 # A source this far behind the newest of the others (or the end of the window judged)
 # has stopped, or its files are not being collected.

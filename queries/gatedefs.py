@@ -12,8 +12,8 @@ import json
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
-from replaygate.ingest.config import Config
-from replaygate.ingest.errors import ReplaygateError
+from replaygate.core.config import Config
+from replaygate.core.errors import ReplaygateError
 
 from . import catalog
 from .outcome import Status

@@ -16,10 +16,10 @@ from typing import Any
 
 import duckdb
 
-from replaygate.ingest.config import Config
-from replaygate.ingest.db import one_row
-from replaygate.ingest.errors import ReplaygateError
-from replaygate.ingest.timefmt import iso_ms as _iso
+from replaygate.core.config import Config
+from replaygate.core.db import one_row
+from replaygate.core.errors import ReplaygateError
+from replaygate.core.timefmt import iso_ms as _iso
 
 from . import cannottell, catalog, freshness, named, params, runner
 from .filters import Filters

@@ -20,7 +20,7 @@ from typing import Any
 
 import duckdb
 
-from replaygate.ingest.db import one_row
+from replaygate.core.db import one_row
 
 from . import cannottell
 

@@ -18,9 +18,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import NoReturn
 
+from replaygate.core.contract import BY_TABLE
+from replaygate.core.errors import ReplaygateError
 from replaygate.ingest.capabilities import all_facts
-from replaygate.ingest.contract import BY_TABLE
-from replaygate.ingest.errors import ReplaygateError
 
 from .filters import DIMENSIONS
 from .outcome import Severity

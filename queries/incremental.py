@@ -34,8 +34,8 @@ from typing import Any
 
 import duckdb
 
-from replaygate.ingest.config import Config
-from replaygate.ingest.db import get_meta, one_row, set_meta
+from replaygate.core.config import Config
+from replaygate.core.db import get_meta, one_row, set_meta
 
 from . import cannottell, catalog, groups, params
 from .groups import Fallback

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from replaygate.ingest.config import Config
+from replaygate.core.config import Config
 
 from .catalog import Query
 from .gatedefs import GATES, min_samples

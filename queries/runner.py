@@ -13,12 +13,12 @@ from typing import Any, TypedDict, cast
 
 import duckdb
 
-from replaygate.ingest import config as cfg
-from replaygate.ingest.config import Config
-from replaygate.ingest.contract import RECORD_TYPES
-from replaygate.ingest.db import get_meta, one_row, set_meta, transaction
-from replaygate.ingest.errors import ReplaygateError
-from replaygate.ingest.timefmt import iso_ms as _iso
+from replaygate.core import config as cfg
+from replaygate.core.config import Config
+from replaygate.core.contract import RECORD_TYPES
+from replaygate.core.db import get_meta, one_row, set_meta, transaction
+from replaygate.core.errors import ReplaygateError
+from replaygate.core.timefmt import iso_ms as _iso
 
 from . import cannottell, catalog, decisionfile, groups, incremental, named, params
 from .outcome import Severity

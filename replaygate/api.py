@@ -21,18 +21,19 @@ import duckdb
 
 from replaygate import __version__
 from replaygate.audit import attest, decisionlog, outputs, reportdoc
-from replaygate.ingest import cdobjects, db, lock, rolloutlog, staging
-from replaygate.ingest import config as cfg
+from replaygate.core import config as cfg
+from replaygate.core import db, lock
+from replaygate.core.config import Config
+from replaygate.core.contract import RECORD_TYPES
+from replaygate.core.errors import ReplaygateError
+from replaygate.core.timefmt import parse as parse_iso
+from replaygate.ingest import cdobjects, rolloutlog, staging
 from replaygate.ingest.adapters import check_sources
 from replaygate.ingest.adapters import sources as proxy_sources
 from replaygate.ingest.capabilities import LABELS as CAPABILITY_LABELS
-from replaygate.ingest.config import Config
-from replaygate.ingest.contract import RECORD_TYPES
-from replaygate.ingest.errors import ReplaygateError
 from replaygate.ingest.load import FileResult, IngestReport, ingest
 from replaygate.ingest.readers import formats_help
 from replaygate.ingest.status import status as data_status
-from replaygate.ingest.timefmt import parse as parse_iso
 from replaygate.queries import (
     catalog,
     escape,

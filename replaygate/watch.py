@@ -329,7 +329,7 @@ class Watcher:
 
     # -- storage ---------------------------------------------------------------------------
     def own(self) -> None:
-        """Take the database's writer lock for as long as watch runs (ingest/lock.py): a
+        """Take the database's writer lock for as long as watch runs (core/lock.py): a
         write beside watch would be lost at its next publish, so others are refused."""
         if self.lock is None:
             self.lock = dblock.acquire(self.db, dblock.WATCH, wait=0)

@@ -12,9 +12,9 @@ from typing import Any
 import numpy as np
 
 from replaygate.audit import outputs
+from replaygate.core.config import Config
+from replaygate.core.errors import ReplaygateError
 from replaygate.ingest import staging
-from replaygate.ingest.config import Config
-from replaygate.ingest.errors import ReplaygateError
 
 from . import bulk, writers
 from .faults import CATALOGUE

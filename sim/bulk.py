@@ -29,7 +29,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from replaygate.ingest.contract import BY_TABLE
+from replaygate.core.contract import BY_TABLE
 
 from .fleet import T0, Fleet, origin_class
 from .scenarios import normal_session, refused_origin, sessionless

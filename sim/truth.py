@@ -9,7 +9,7 @@ from __future__ import annotations
 import math
 from collections import Counter
 
-from replaygate.ingest.config import Config
+from replaygate.core.config import Config
 from replaygate.queries.gatedefs import min_samples
 
 COUNT_GATES = {

@@ -20,7 +20,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from replaygate.ingest.contract import BY_TABLE, RecordType
+from replaygate.core.contract import BY_TABLE, RecordType
 
 CHUNK = 20_000
 

@@ -15,10 +15,10 @@ from typing import Any
 
 import duckdb
 
-from replaygate.ingest import db as dbm
-from replaygate.ingest.config import Config
-from replaygate.ingest.contract import RECORD_TYPES
-from replaygate.ingest.db import get_meta, set_meta, transaction
+from replaygate.core import db as dbm
+from replaygate.core.config import Config
+from replaygate.core.contract import RECORD_TYPES
+from replaygate.core.db import get_meta, set_meta, transaction
 from replaygate.queries import cannottell, catalog, decisionfile, incremental, params, runner
 
 from . import lake as lakes
@@ -115,7 +115,7 @@ def _analyse(
     spark: Any, lake: str, con: duckdb.DuckDBPyConnection, config: Config, keep: str
 ) -> Any:
 
-    from replaygate.ingest.errors import ReplaygateError
+    from replaygate.core.errors import ReplaygateError
 
     for q in catalog.load("prep"):
         try:

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import duckdb
 
-from replaygate.ingest.contract import DERIVED, PROVENANCE, RECORD_TYPES, SQL_TYPES
+from replaygate.core.contract import DERIVED, PROVENANCE, RECORD_TYPES, SQL_TYPES
 
 # DuckDB storage types -> Spark's (contract.SQL_TYPES and the bookkeeping columns).
 _SPARK_TYPES = {
@@ -31,12 +31,12 @@ _SPARK_TYPES = {
 assert set(SQL_TYPES.values()) <= set(_SPARK_TYPES)
 
 PARTITION = "day"
-# Bookkeeping tables of ingest/db.py that travel with the lake.
+# Bookkeeping tables of core/db.py that travel with the lake.
 BOOKKEEPING = ("files", "quarantine", "file_facts")
 
 
 def record_columns(table: str) -> list[tuple[str, str]]:
-    """(column, DuckDB type) of a record table, as ingest/db.py creates it."""
+    """(column, DuckDB type) of a record table, as core/db.py creates it."""
     rt = next(r for r in RECORD_TYPES if r.table == table)
     cols = list(PROVENANCE)
     cols += [(f.name, f.sql_type) for f in rt.stored_fields]

@@ -34,11 +34,11 @@ from urllib.parse import unquote, urlparse
 
 import duckdb
 
+from replaygate.core import db as dbm
+from replaygate.core.config import Config
+from replaygate.core.contract import RECORD_TYPES, all_field_names
+from replaygate.core.errors import ReplaygateError
 from replaygate.ingest import adapters, capabilities, discovery, identity, readers, validate
-from replaygate.ingest import db as dbm
-from replaygate.ingest.config import Config
-from replaygate.ingest.contract import RECORD_TYPES, all_field_names
-from replaygate.ingest.errors import ReplaygateError
 from replaygate.ingest.redact import padded_keys
 from replaygate.ingest.results import unreadable
 

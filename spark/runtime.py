@@ -7,11 +7,11 @@ import os
 import shutil
 from typing import Any
 
-from replaygate.ingest.errors import ReplaygateError
+from replaygate.core.errors import ReplaygateError
 
 # What the translated SQL relies on, whatever the cluster's defaults.
 _SETTINGS = {
-    # Timestamps are UTC instants, as in DuckDB (ingest/db.py sets TimeZone = 'UTC').
+    # Timestamps are UTC instants, as in DuckDB (core/db.py sets TimeZone = 'UTC').
     "spark.sql.session.timeZone": "UTC",
     # DuckDB's TRY_CAST and try() give NULL for a bad value; non-ANSI Spark does too.
     "spark.sql.ansi.enabled": "false",

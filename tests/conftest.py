@@ -15,8 +15,8 @@ import pytest
 os.environ["REPLAYGATE_HMAC_KEY"] = "test-key-not-secret"
 os.environ.pop("REPLAYGATE_DB", None)
 
-from replaygate.ingest import db as dbm  # noqa: E402
-from replaygate.ingest.config import Config  # noqa: E402
+from replaygate.core import db as dbm  # noqa: E402
+from replaygate.core.config import Config  # noqa: E402
 from replaygate.ingest.load import ingest  # noqa: E402
 from replaygate.queries import runner  # noqa: E402
 from replaygate.sim import simulate  # noqa: E402

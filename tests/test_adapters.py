@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from replaygate.ingest import db as dbm
-from replaygate.ingest.config import Config
+from replaygate.core import db as dbm
+from replaygate.core.config import Config
 from replaygate.ingest.load import ingest
 from replaygate.ingest.redact import hmac_hex
 
@@ -195,7 +195,7 @@ def test_an_unmarked_request_or_a_logged_principal_is_not_the_probe(tmp_path):
 
 
 def test_the_probes_header_in_a_users_own_nginx_key(tmp_path):
-    from replaygate.ingest.config import from_mapping
+    from replaygate.core.config import from_mapping
 
     def keyed(j):
         j["user_agent"] = "node"

@@ -7,9 +7,9 @@ import json
 
 import pytest
 
-from replaygate.ingest import db as dbm
+from replaygate.core import db as dbm
+from replaygate.core.config import Config
 from replaygate.ingest.capabilities import all_facts
-from replaygate.ingest.config import Config
 from replaygate.ingest.load import ingest
 from replaygate.queries import cannottell, catalog, runner
 from replaygate.queries.outcome import Severity

@@ -13,9 +13,9 @@ import pytest
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
-from replaygate.ingest import db as dbm
+from replaygate.core import db as dbm
+from replaygate.core.config import Config
 from replaygate.ingest.capabilities import optional_facts
-from replaygate.ingest.config import Config
 from replaygate.ingest.load import ingest
 from replaygate.queries import runner
 from replaygate.sim import simulate

@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from replaygate.ingest import db as dbm
-from replaygate.ingest.config import Config
+from replaygate.core import db as dbm
+from replaygate.core.config import Config
 from replaygate.ingest.load import ingest
 
 CAPTURED = Path(__file__).parent / "fixtures" / "proxy" / "captured"
@@ -115,7 +115,7 @@ def test_the_conformance_probe_refused_passes_the_origin_gate_once_configured(tm
     never `invalid_origin_accepted`; only the ungated low `origin_refused_not_403` (the
     specification asks for 403); the Origin gate passes (unconfigured it is
     `insufficient` and nothing is found, tests/test_e2e_conformance.py)."""
-    from replaygate.ingest.config import from_mapping
+    from replaygate.core.config import from_mapping
     from replaygate.queries import gates, runner
 
     path = CAPTURED / FILES[0]

@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 
 from replaygate.api import load_config
-from replaygate.ingest import config as cfg
-from replaygate.ingest.errors import ReplaygateError
+from replaygate.core import config as cfg
+from replaygate.core.errors import ReplaygateError
 from replaygate.queries.gatedefs import min_samples
 from replaygate.queries.params import glob_to_like
 
@@ -73,7 +73,7 @@ def test_glob_to_like_escapes():
 def test_an_hmac_key_that_is_not_utf8_is_used_byte_for_byte(monkeypatch, tmp_path):
     import os
 
-    from replaygate.ingest.config import Config
+    from replaygate.core.config import Config
     from replaygate.ingest.redact import hmac_hex
 
     raw = b"\xff\xfe-random-key-\x80"
@@ -81,7 +81,7 @@ def test_an_hmac_key_that_is_not_utf8_is_used_byte_for_byte(monkeypatch, tmp_pat
     conf = Config(hmac_key_env="RG_TEST_KEY")
     assert conf.hmac_key() == raw
     # And an ingest with it hashes ids with exactly those bytes, as the servers do.
-    from replaygate.ingest import db as dbm
+    from replaygate.core import db as dbm
     from replaygate.ingest.load import ingest
 
     log = tmp_path / "proxy-ids.jsonl"

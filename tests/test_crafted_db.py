@@ -1,6 +1,6 @@
 """A database given to --db may have been made by someone else: its views and macros
 never read local files, DuckDB never fetches extensions for it, and its configuration
-cannot be changed from inside (ingest/db.py)."""
+cannot be changed from inside (core/db.py)."""
 
 from __future__ import annotations
 
@@ -9,8 +9,8 @@ import shutil
 import duckdb
 import pytest
 
-from replaygate.ingest import db as dbm
-from replaygate.ingest.errors import ReplaygateError
+from replaygate.core import db as dbm
+from replaygate.core.errors import ReplaygateError
 
 from .conftest import run_cli
 

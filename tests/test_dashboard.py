@@ -414,7 +414,7 @@ def test_the_sample_fleet_has_blind_files_that_bear_on_the_gates(sample_db):
     them), some gates have units they cannot tell because of them, reinit_after_404 (the
     gate whose copy once kept blind files) among them; and every stage of it is checked."""
     from replaygate import api
-    from replaygate.ingest import db as dbm
+    from replaygate.core import db as dbm
 
     from .conftest import SAMPLE_CONF
 
@@ -435,8 +435,8 @@ def test_gate_measures_from_the_records_equal_the_decision(sample_db, stage):
     # Under a stage alone the dashboard takes the decision's gates as its measures; the
     # measures recomputed from the records (every other filter) must agree with them.
     from replaygate import api
+    from replaygate.core import db as dbm
     from replaygate.dashboard import model as dashmodel
-    from replaygate.ingest import db as dbm
     from replaygate.queries import named
     from replaygate.queries.filters import Filters
 
@@ -465,7 +465,7 @@ def test_unfiltered_measures_count_every_gate_fact(sample_db):
     # too: a gate counting findings (`fails(...)`) counts every gated finding of its
     # detectors.
     from replaygate import api
-    from replaygate.ingest import db as dbm
+    from replaygate.core import db as dbm
     from replaygate.queries import gates, named
     from replaygate.queries.filters import Filters
 

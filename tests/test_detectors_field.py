@@ -4,7 +4,7 @@ server's ledgers and proxy logs alone (basis server)."""
 
 from __future__ import annotations
 
-from replaygate.ingest import db as dbm
+from replaygate.core import db as dbm
 from replaygate.queries import catalog, runner
 from replaygate.queries.gatedefs import GATES
 

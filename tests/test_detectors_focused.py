@@ -8,8 +8,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from replaygate.ingest import db as dbm
-from replaygate.ingest.config import Config, from_mapping
+from replaygate.core import db as dbm
+from replaygate.core.config import Config, from_mapping
 from replaygate.ingest.load import ingest
 from replaygate.queries import gates as gm
 from replaygate.queries import runner

@@ -18,8 +18,8 @@ def test_proceeded_while_rollback_with_releases(tmp_path):
     bare stage and its release; the finding is filed under the stage acted on, and an
     ack by `--stage S --release R` names it."""
     from replaygate.audit import decisionlog
-    from replaygate.ingest import db as dbm
-    from replaygate.ingest.config import Config
+    from replaygate.core import db as dbm
+    from replaygate.core.config import Config
     from replaygate.ingest.load import ingest
     from replaygate.queries import runner
 
@@ -56,8 +56,8 @@ def test_proceeded_while_rollback_with_releases(tmp_path):
 
 
 def test_stage_names_cannot_forge_a_stage_at_release_key():
+    from replaygate.core.errors import ReplaygateError
     from replaygate.ingest import rolloutlog
-    from replaygate.ingest.errors import ReplaygateError
 
     rec = rolloutlog.record("start", release=None, stage="canary@2.5.0", ts="2026-11-28T00:00:00Z")
     with pytest.raises(ReplaygateError, match="stage: must not contain @"):

@@ -4,8 +4,8 @@ initializes, reconnects, client identity for re-init, redacted logs, undelivered
 
 from __future__ import annotations
 
-from replaygate.ingest import db as dbm
-from replaygate.ingest.config import Config, from_mapping
+from replaygate.core import db as dbm
+from replaygate.core.config import Config, from_mapping
 from replaygate.queries import gates as gm
 
 from .test_detectors_focused import T, evaluated_stage, findings, px, stage_start

@@ -7,8 +7,8 @@ from __future__ import annotations
 
 import pytest
 
-from replaygate.ingest import db as dbm
-from replaygate.ingest.config import Config
+from replaygate.core import db as dbm
+from replaygate.core.config import Config
 from replaygate.queries import gates as gm
 
 from .test_detectors_focused import (

@@ -15,8 +15,8 @@ from pathlib import Path
 
 import pytest
 
-from replaygate.ingest import db as dbm
-from replaygate.ingest.config import Config
+from replaygate.core import db as dbm
+from replaygate.core.config import Config
 from replaygate.ingest.load import ingest
 from replaygate.queries import runner
 from replaygate.sim import simulate

@@ -426,8 +426,8 @@ def traffic(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def analysed(traffic):
-    from replaygate.ingest import db as dbm
-    from replaygate.ingest.config import from_mapping
+    from replaygate.core import db as dbm
+    from replaygate.core.config import from_mapping
     from replaygate.ingest.load import ingest
     from replaygate.queries import runner
 
@@ -545,8 +545,8 @@ def test_a_differently_keyed_nginx_format_finds_no_missing_reinit(traffic):
     """The second nginx log_format names the answer's session header
     `resp_mcp_session_id`: the re-initialize after the 404 is seen, so no reinit_missing
     and no `cannot_tell` either."""
-    from replaygate.ingest import db as dbm
-    from replaygate.ingest.config import from_mapping
+    from replaygate.core import db as dbm
+    from replaygate.core.config import from_mapping
     from replaygate.ingest.load import ingest
     from replaygate.queries import runner
 

@@ -195,8 +195,8 @@ def traffic(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def analysed(traffic):
-    from replaygate.ingest import db as dbm
-    from replaygate.ingest.config import from_mapping
+    from replaygate.core import db as dbm
+    from replaygate.core.config import from_mapping
     from replaygate.ingest.load import ingest
     from replaygate.queries import runner
 

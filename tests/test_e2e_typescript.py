@@ -256,8 +256,8 @@ def traffic(tmp_path_factory):
 
 
 def _analyse(d: Path, name: str, config: dict):
-    from replaygate.ingest import db as dbm
-    from replaygate.ingest.config import from_mapping
+    from replaygate.core import db as dbm
+    from replaygate.core.config import from_mapping
     from replaygate.ingest.load import ingest
     from replaygate.queries import gates, runner
 

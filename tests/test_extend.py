@@ -65,8 +65,8 @@ DRIVER = textwrap.dedent(
     from replaygate.queries import catalog
     catalog.SQL_DIR = Path(sys.argv[1])
 
-    from replaygate.ingest import db as dbm
-    from replaygate.ingest.config import Config
+    from replaygate.core import db as dbm
+    from replaygate.core.config import Config
     from replaygate.ingest.load import ingest
     from replaygate.queries import catalogdoc, named
     from replaygate.dashboard import model as dashmodel
@@ -104,7 +104,7 @@ def test_a_toy_detector_and_gate_are_one_file_each(tmp_path):
     shutil.copytree(catalog.SQL_DIR, sql)
     (sql / "detectors" / "toy_slowest_request.sql").write_text(TOY_DETECTOR)
     (sql / "gates" / "99_toy_slowest_requests.sql").write_text(TOY_GATE)
-    from replaygate.ingest.config import Config
+    from replaygate.core.config import Config
 
     fleet = tmp_path / "fleet"
     simulate(fleet, seed=3, sessions=120, config=Config(origin_allowlist=ALLOWLIST))

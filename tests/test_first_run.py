@@ -12,8 +12,8 @@ import urllib.request
 import click
 import pytest
 
-from replaygate.ingest import config as cfg
-from replaygate.ingest.errors import ReplaygateError
+from replaygate.core import config as cfg
+from replaygate.core.errors import ReplaygateError
 
 from .conftest import ROOT, SAMPLE
 from .conftest import run_cli as run
@@ -199,7 +199,7 @@ def test_a_different_local_file_is_named_not_silently_used(sample_db, tmp_path):
 
 
 def test_the_stored_configuration_round_trips_and_is_checked(tmp_path):
-    from replaygate.ingest import db as dbm
+    from replaygate.core import db as dbm
     from replaygate.queries import runner
 
     conf = cfg.load(SAMPLE / "replaygate.toml")

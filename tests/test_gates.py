@@ -11,7 +11,7 @@ import pytest
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
-from replaygate.ingest.config import from_mapping
+from replaygate.core.config import from_mapping
 from replaygate.queries import gates as gm
 from replaygate.queries.outcome import Decision, Status
 
@@ -179,7 +179,7 @@ def test_decisions_carry_their_codes():
 
 def _only(tmp_path, names: list[str]):
     """A database loaded with only the sample fleet's files named, analysed."""
-    from replaygate.ingest import db as dbm
+    from replaygate.core import db as dbm
     from replaygate.ingest.load import ingest
     from replaygate.queries import runner
 
@@ -279,8 +279,8 @@ def _same(every: list[dict], alone: list[dict]) -> None:
 def test_all_stages_read_at_once_equal_each_stage_alone(sample_db):
     """`--all-stages` judges every stage in one set-based pass (100,000 stages must not
     take hours); the result is the per-stage evaluation's, byte for byte."""
-    from replaygate.ingest import db as dbm
-    from replaygate.ingest.config import load
+    from replaygate.core import db as dbm
+    from replaygate.core.config import load
 
     from .conftest import SAMPLE_CONF
 
@@ -345,7 +345,7 @@ def _rollouts():
 def test_the_set_based_evaluation_equals_each_stage_alone_on_any_rollout(
     quiet_fleet, tmp_path_factory, log
 ):
-    from replaygate.ingest import db as dbm
+    from replaygate.core import db as dbm
     from replaygate.ingest.load import ingest
     from replaygate.queries import runner
 
@@ -378,8 +378,8 @@ def test_a_hundred_thousand_stages_are_gated_in_bounded_time(tmp_path, monkeypat
     import datetime as dt
     import time
 
-    from replaygate.ingest import db as dbm
-    from replaygate.ingest.config import Config
+    from replaygate.core import db as dbm
+    from replaygate.core.config import Config
 
     from .conftest import run_cli
 

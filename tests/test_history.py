@@ -14,11 +14,11 @@ import pytest
 
 from replaygate import api
 from replaygate.audit import decisionlog, reportdoc
+from replaygate.core import config as cfg
+from replaygate.core import db as dbm
+from replaygate.core.config import Config
+from replaygate.core.errors import ReplaygateError
 from replaygate.dashboard import report as render
-from replaygate.ingest import config as cfg
-from replaygate.ingest import db as dbm
-from replaygate.ingest.config import Config
-from replaygate.ingest.errors import ReplaygateError
 from replaygate.ingest.load import ingest
 from replaygate.queries import runner
 from replaygate.queries.gatedefs import effective_settings
@@ -226,8 +226,8 @@ def test_appends_from_several_processes_keep_one_chain(tmp_path):
     db = tmp_path / "h.duckdb"
     dbm.connect(str(db)).close()
     code = (
-        "import sys; from replaygate.ingest import db as dbm; "
-        "from replaygate.ingest.config import Config; from replaygate.audit import decisionlog; "
+        "import sys; from replaygate.core import db as dbm; "
+        "from replaygate.core.config import Config; from replaygate.audit import decisionlog; "
         "con = dbm.connect(sys.argv[1], read_only=True); "
         "doc = {'stages': [{'stage': sys.argv[2], 'decision': 'HOLD', 'reasons': [], "
         "'gates': []}]}; "
@@ -412,8 +412,8 @@ def test_analysis_reads_the_history_without_importing_pandas(tmp_path, sample_db
     decisionlog.record_evaluation(con, _doc("s", "HOLD"), Config(), "gates", now=_at(2))
     con.close()
     code = (
-        "import sys; from replaygate.ingest import db as dbm; "
-        "from replaygate.ingest.config import Config; from replaygate.queries import runner; "
+        "import sys; from replaygate.core import db as dbm; "
+        "from replaygate.core.config import Config; from replaygate.queries import runner; "
         "con = dbm.connect(sys.argv[1]); runner.analyse(con, Config(), force=True); "
         "rows = con.execute('SELECT stage, decision, reasons::VARCHAR FROM decision_history "
         "ORDER BY seq').fetchall(); print(rows); assert 'pandas' not in sys.modules"

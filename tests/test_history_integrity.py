@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 
 from replaygate.audit import decisionlog
-from replaygate.ingest import db as dbm
-from replaygate.ingest.config import Config
+from replaygate.core import db as dbm
+from replaygate.core.config import Config
 from replaygate.queries import decisionfile, runner
 
 from .conftest import SAMPLE, run_cli

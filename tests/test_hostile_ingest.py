@@ -12,11 +12,11 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from replaygate.ingest import config as cfg
-from replaygate.ingest import db as dbm
+from replaygate.core import config as cfg
+from replaygate.core import db as dbm
+from replaygate.core.config import Config
+from replaygate.core.errors import ReplaygateError
 from replaygate.ingest import identity, load, readers
-from replaygate.ingest.config import Config
-from replaygate.ingest.errors import ReplaygateError
 from replaygate.ingest.load import ingest
 
 from . import hostile
@@ -408,7 +408,7 @@ def _peak_mb_of_ingest(tmp_path, path) -> tuple[int, list[tuple]]:
     # The process's own high-water mark (VmHWM of its address space): a child's ru_maxrss
     # also counts the parent's resident set at the fork, which grows as the suite runs.
     code = (
-        "import sys; from replaygate.ingest import db; from replaygate.ingest.config import "
+        "import sys; from replaygate.core import db; from replaygate.core.config import "
         "Config; from replaygate.ingest.load import ingest; "
         "ingest(db.connect(sys.argv[1]), [sys.argv[2]], Config()); "
         "print([l.split()[1] for l in open('/proc/self/status') if l.startswith('VmHWM')][0])"

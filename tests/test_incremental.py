@@ -14,11 +14,11 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from replaygate.ingest import config as cfg
-from replaygate.ingest import db as dbm
+from replaygate.core import config as cfg
+from replaygate.core import db as dbm
+from replaygate.core.contract import RECORD_TYPES
+from replaygate.core.db import get_meta
 from replaygate.ingest import identity
-from replaygate.ingest.contract import RECORD_TYPES
-from replaygate.ingest.db import get_meta
 from replaygate.ingest.load import ingest
 from replaygate.queries import incremental, runner
 
@@ -413,7 +413,7 @@ def test_analysis_after_appends_follows_what_changed_and_equals_a_full_one(tmp_p
         runner.analyse(con, CONF)
     assert get_meta(con, "analysis_mode") == "full" and runner.is_current(con, CONF)
     # A change nobody noted (a database last written by an older version): a full one.
-    from replaygate.ingest.db import set_meta
+    from replaygate.core.db import set_meta
 
     set_meta(con, "data_version", str(int(get_meta(con, "data_version")) + 1))
     runner.analyse(con, CONF)

@@ -13,10 +13,10 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from replaygate.ingest import db as dbm
+from replaygate.core import db as dbm
+from replaygate.core.config import Config
+from replaygate.core.contract import RECORD_TYPES
 from replaygate.ingest import load as loadmod
-from replaygate.ingest.config import Config
-from replaygate.ingest.contract import RECORD_TYPES
 from replaygate.ingest.load import ingest
 from replaygate.ingest.redact import hmac_hex
 
@@ -395,7 +395,7 @@ def test_sql_hmac_matches_python(con):
 
 
 def test_read_only_connection_to_missing_db_is_an_error(tmp_path):
-    from replaygate.ingest.errors import ReplaygateError
+    from replaygate.core.errors import ReplaygateError
 
     with pytest.raises(ReplaygateError):
         dbm.connect(str(tmp_path / "nope.duckdb"), read_only=True)

@@ -18,7 +18,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from replaygate.ingest import db as dbm
+from replaygate.core import db as dbm
 from replaygate.ingest import load
 
 from .test_ingest_fast import CONFIG, KINDS, H, Spy, _file, _tables

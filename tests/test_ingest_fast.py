@@ -17,10 +17,10 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from replaygate.ingest import db as dbm
+from replaygate.core import db as dbm
+from replaygate.core.config import Config
+from replaygate.core.contract import RECORD_TYPES
 from replaygate.ingest import load
-from replaygate.ingest.config import Config
-from replaygate.ingest.contract import RECORD_TYPES
 
 from . import hostile
 from .conftest import SAMPLE

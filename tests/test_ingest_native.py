@@ -12,9 +12,9 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from replaygate.ingest import db as dbm
+from replaygate.core import db as dbm
+from replaygate.core.config import Config
 from replaygate.ingest import readers
-from replaygate.ingest.config import Config
 from replaygate.ingest.load import ingest
 
 UTC = dt.UTC
@@ -163,7 +163,7 @@ def _with_build(build):
 
 @pytest.mark.parametrize("duckdb_type", ["TIMESTAMP", "FLOAT", "HUGEINT", "VARCHAR"])
 def test_other_types_are_read_as_text(duckdb_type):
-    from replaygate.ingest.contract import BY_TABLE
+    from replaygate.core.contract import BY_TABLE
     from replaygate.ingest.validate import can_be_native
 
     fields = {f.name: f for f in BY_TABLE["proxy"].fields}

@@ -5,8 +5,9 @@ from __future__ import annotations
 
 import pytest
 
-from replaygate.ingest import db, load
-from replaygate.ingest.config import Config
+from replaygate.core import db
+from replaygate.core.config import Config
+from replaygate.ingest import load
 
 GIB = 1 << 30
 

@@ -186,8 +186,8 @@ def test_what_nginx_logs_of_each_hang_up(logged):
 
 
 def test_the_adapter_reads_who_ended_each_request(logged, tmp_path):
-    from replaygate.ingest import db as dbm
-    from replaygate.ingest.config import Config
+    from replaygate.core import db as dbm
+    from replaygate.core.config import Config
     from replaygate.ingest.load import ingest
     from replaygate.queries import runner
 

@@ -18,8 +18,8 @@ from pathlib import Path
 
 import pytest
 
-from replaygate.ingest import lock as dblock
-from replaygate.ingest.config import Config
+from replaygate.core import lock as dblock
+from replaygate.core.config import Config
 from replaygate.notify import Notifier, check_url
 from replaygate.watch import Cycle, Watcher, check, heartbeat_path
 
@@ -291,7 +291,7 @@ def test_without_an_earlier_state_the_first_cycle_announces_nothing(tmp_path):
 
     logs = tmp_path / "logs"
     _plain_copy(logs)
-    from replaygate.ingest.config import load
+    from replaygate.core.config import load
 
     lines: list[str] = []
     w = Watcher([str(logs)], str(tmp_path / "f.duckdb"), load(CONF), say=lines.append)

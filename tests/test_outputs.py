@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 
 from replaygate.audit import outputs
-from replaygate.ingest.config import Config
-from replaygate.ingest.lock import lock_path
+from replaygate.core.config import Config
+from replaygate.core.lock import lock_path
 from replaygate.watch import Cycle, Watcher, heartbeat_path
 
 from .conftest import SAMPLE

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from replaygate.ingest import db as dbm
+from replaygate.core import db as dbm
 
 from .test_cannot_tell import CASES, CONF, run
 from .test_detectors_focused import S2, S, T, active, px, ses

@@ -100,8 +100,8 @@ def probed(tmp_path_factory):
 
 
 def _analyse(d: Path, **settings):
-    from replaygate.ingest import db as dbm
-    from replaygate.ingest.config import from_mapping
+    from replaygate.core import db as dbm
+    from replaygate.core.config import from_mapping
     from replaygate.ingest.load import ingest
     from replaygate.queries import runner
 

@@ -12,9 +12,9 @@ from pathlib import Path
 
 import pytest
 
-from replaygate.ingest import db as dbm
-from replaygate.ingest.config import from_mapping
-from replaygate.ingest.errors import ReplaygateError
+from replaygate.core import db as dbm
+from replaygate.core.config import from_mapping
+from replaygate.core.errors import ReplaygateError
 from replaygate.ingest.load import ingest
 from replaygate.queries import gates, runner
 

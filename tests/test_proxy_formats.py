@@ -8,10 +8,10 @@ import json
 
 import pytest
 
+from replaygate.core import db as dbm
+from replaygate.core.config import Config, from_mapping
+from replaygate.core.errors import ReplaygateError
 from replaygate.ingest import adapters
-from replaygate.ingest import db as dbm
-from replaygate.ingest.config import Config, from_mapping
-from replaygate.ingest.errors import ReplaygateError
 from replaygate.ingest.load import ingest
 from replaygate.queries import runner
 

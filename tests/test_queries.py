@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from replaygate.ingest.contract import BY_TABLE
+from replaygate.core.contract import BY_TABLE
 from replaygate.queries import catalog
 from replaygate.queries.gatedefs import GATES
 

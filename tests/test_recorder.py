@@ -332,7 +332,7 @@ def test_a_stream_the_server_ended_is_a_server_close(tmp_path):
     """A response that ended whole before its result was closed by the server on purpose
     (SEP-1699 polling); a client that left is client_disconnect. Both are values of the
     contract's close_reason."""
-    from replaygate.ingest.contract import STREAMS
+    from replaygate.core.contract import STREAMS
 
     closed = _stream_rows(tmp_path / "a", [PRIMING])
     assert [(r["state"], r.get("close_reason")) for r in closed] == [

@@ -11,10 +11,10 @@ from pathlib import Path
 
 import pytest
 
+from replaygate.core import db as dbm
+from replaygate.core.config import Config
+from replaygate.core.errors import ReplaygateError
 from replaygate.ingest import adapters, readers
-from replaygate.ingest import db as dbm
-from replaygate.ingest.config import Config
-from replaygate.ingest.errors import ReplaygateError
 from replaygate.ingest.load import discover, ingest
 
 ROOT = Path(__file__).resolve().parent.parent

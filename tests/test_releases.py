@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import json
 
-from replaygate.ingest import db as dbm
+from replaygate.core import db as dbm
 from replaygate.ingest.load import ingest
 from replaygate.queries import gates as gm
 from replaygate.queries import runner
@@ -120,7 +120,7 @@ def test_two_releases_with_the_same_stage_names_stay_apart(tmp_path):
 def test_stage_is_resolved_by_name_and_release(tmp_path):
     import pytest
 
-    from replaygate.ingest.errors import ReplaygateError
+    from replaygate.core.errors import ReplaygateError
 
     con = _two_releases(tmp_path)
     assert gm.resolve_stage(con, "canary", "v1") == "canary@v1"

@@ -21,7 +21,7 @@ import pytest
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
-from replaygate.ingest.config import Config
+from replaygate.core.config import Config
 from replaygate.queries import catalog, named, params, runner
 
 from .conftest import build
@@ -177,7 +177,7 @@ def test_an_analysis_keeps_tables_only_and_readers_see_the_receipts(tmp_path, mo
     """The prepared views are temporary (a database that defines views is refused): a
     database analysed by an earlier version loses the tables they replaced, is not current
     for other SQL, and another connection reads a session's receipts as the analysis does."""
-    from replaygate.ingest import db as dbm
+    from replaygate.core import db as dbm
     from replaygate.queries import named
 
     con, _, _ = build(tmp_path, seed=5, sessions=60, fmt="jsonl")

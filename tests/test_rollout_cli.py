@@ -19,9 +19,9 @@ from pathlib import Path
 
 import pytest
 
-from replaygate.ingest import db as dbm
+from replaygate.core import db as dbm
+from replaygate.core.errors import ReplaygateError
 from replaygate.ingest import rolloutlog
-from replaygate.ingest.errors import ReplaygateError
 
 from .conftest import ROOT, SAMPLE_CONF, run_cli
 
@@ -161,7 +161,7 @@ def _origin_line(ts, status):
 
 def test_wait_ingests_before_each_evaluation_until_rollback(tmp_path):
     from replaygate import gatewait
-    from replaygate.ingest.config import Config
+    from replaygate.core.config import Config
 
     logs = tmp_path / "logs"
     logs.mkdir()
@@ -187,7 +187,7 @@ def test_wait_ingests_before_each_evaluation_until_rollback(tmp_path):
 
 def test_wait_evaluates_every_interval_until_the_time_is_up(tmp_path):
     from replaygate import gatewait
-    from replaygate.ingest.config import Config
+    from replaygate.core.config import Config
 
     log = tmp_path / "rollout.jsonl"
     log.write_text(_rollout_line("2026-11-30T00:00:00Z", "canary", "start"))
@@ -388,7 +388,7 @@ def test_serve_holds_under_abuse_and_while_the_database_is_busy(sample_db, tmp_p
 
 
 def test_serve_connection_cap_and_idle_timeout(sample_db, tmp_path):
-    from replaygate.ingest.config import load as load_config
+    from replaygate.core.config import load as load_config
     from replaygate.serve import make_server
 
     db = tmp_path / "served.duckdb"
@@ -497,7 +497,7 @@ def test_no_release_is_spelled_the_same_everywhere_and_unstarted_stages_are_refu
 def test_serve_does_not_analyse_its_own_history_appends(sample_db, tmp_path, monkeypatch):
     from replaygate import api
     from replaygate.audit import decisionlog
-    from replaygate.ingest.config import load as load_config
+    from replaygate.core.config import load as load_config
     from replaygate.serve import make_server
 
     db = tmp_path / "served.duckdb"
@@ -530,8 +530,8 @@ def test_serve_does_not_analyse_its_own_history_appends(sample_db, tmp_path, mon
         # Another writer's append to the history is: the findings that read it catch up.
         script = (
             "import sys\n"
-            "from replaygate.ingest import db as dbm\n"
-            "from replaygate.ingest.config import load\n"
+            "from replaygate.core import db as dbm\n"
+            "from replaygate.core.config import load\n"
             "from replaygate import api\n"
             "con = dbm.connect(sys.argv[1], read_only=True)\n"
             "conf = load(sys.argv[2])\n"
@@ -557,7 +557,7 @@ def test_serve_evaluates_once_per_data_version_not_once_per_request(
     from concurrent.futures import ThreadPoolExecutor
 
     from replaygate import api
-    from replaygate.ingest.config import load as load_config
+    from replaygate.core.config import load as load_config
     from replaygate.serve import make_server
 
     db = tmp_path / "served.duckdb"
@@ -609,8 +609,8 @@ def test_records_written_into_the_database_are_filed_and_noted_as_ingest_files_t
     nobody accounted for."""
     import dataclasses
 
+    from replaygate.core.config import Config
     from replaygate.ingest import readers
-    from replaygate.ingest.config import Config
     from replaygate.ingest.load import ingest
     from replaygate.queries import incremental
 

@@ -228,8 +228,8 @@ def test_a_blind_resend_is_suspected_not_gated(tmp_path):
 
 
 def test_suspected_duplicates_do_not_count_in_the_gate(tmp_path):
-    from replaygate.ingest import db as dbm
-    from replaygate.ingest.config import Config
+    from replaygate.core import db as dbm
+    from replaygate.core.config import Config
     from replaygate.queries import gates
 
     rollout = [{"ts": T - 1000, "stage": "w", "action": "start", "scope": "write"}]

@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from replaygate.ingest import config as cfg
+from replaygate.core import config as cfg
 from replaygate.sim import simulate
 from replaygate.sim.faults import CATALOGUE
 
@@ -67,7 +67,7 @@ def test_fault_selection(tmp_path):
 
 
 def test_unknown_fault_is_an_error(tmp_path):
-    from replaygate.ingest.errors import ReplaygateError
+    from replaygate.core.errors import ReplaygateError
 
     with pytest.raises(ReplaygateError, match="unknown fault"):
         simulate(tmp_path / "t", faults="no_such_fault")

@@ -39,7 +39,7 @@ def test_auto_picks_the_engine_by_size(tmp_path, monkeypatch):
 
 
 def test_unknown_engine_is_an_error(tmp_path):
-    from replaygate.ingest.errors import ReplaygateError
+    from replaygate.core.errors import ReplaygateError
 
     with pytest.raises(ReplaygateError, match="unknown engine"):
         simulate(tmp_path / "t", engine="gpu")

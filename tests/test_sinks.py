@@ -206,8 +206,8 @@ def test_history_and_ack_lines_carry_no_escape_sequence(tmp_path):
     (timeline and `--at`) print them on one line without an escape sequence, a carriage
     return or a bidi override that could rewrite what the operator reads."""
     from replaygate.audit import decisionlog
-    from replaygate.ingest import db as dbm
-    from replaygate.ingest.config import Config
+    from replaygate.core import db as dbm
+    from replaygate.core.config import Config
 
     from .conftest import run_cli as run
     from .test_history import _at, _doc

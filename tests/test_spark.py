@@ -23,7 +23,7 @@ from .conftest import FLEET_CONFIG, ROOT, findings_of, run_cli
 
 transpile = pytest.importorskip("replaygate.spark.transpile", reason="the spark extra (sqlglot)")
 
-from replaygate.ingest.contract import RECORD_TYPES  # noqa: E402
+from replaygate.core.contract import RECORD_TYPES  # noqa: E402
 from replaygate.ingest.readers import MAX_LINE  # noqa: E402
 from replaygate.spark import analyse, lake  # noqa: E402
 from replaygate.spark import lakeload as spark_ingest  # noqa: E402
@@ -229,7 +229,7 @@ def fleet40(tmp_path_factory):
     """The shared fleet (its Caddy, nginx and Envoy logs among its files) and a folder of
     bad input beside it, ingested together by DuckDB and analysed there; and the lake
     exported from that database (spark/lake.py `export`: the columns a lake has)."""
-    from replaygate.ingest import db as dbm
+    from replaygate.core import db as dbm
     from replaygate.ingest.load import ingest
     from replaygate.queries import runner
     from replaygate.sim import simulate
@@ -296,7 +296,7 @@ def test_spark_findings_coverage_and_decisions_equal_duckdb(spark, fleet40, spar
     analysed by DuckDB and by Spark (the lake of the Spark ingest, its Caddy, nginx and
     Envoy logs read by the Spark form of the proxy adapters): the same findings,
     coverage, cannot-tell and decisions."""
-    from replaygate.ingest import db as dbm
+    from replaygate.core import db as dbm
 
     con, truth, _, _, _ = fleet40
     lake_dir, _ = spark_lake

@@ -6,7 +6,7 @@ from datetime import UTC, datetime, timedelta, timezone
 
 import duckdb
 
-from replaygate.ingest.timefmt import iso_ms
+from replaygate.core.timefmt import iso_ms
 
 
 def test_formats_utc_with_milliseconds():
@@ -49,7 +49,7 @@ INVALID = [
 
 
 def test_rfc3339_edge_forms_read_alike_in_python_and_in_sql():
-    from replaygate.ingest.timefmt import parse
+    from replaygate.core.timefmt import parse
     from replaygate.ingest.validate import ts_sql
 
     con = duckdb.connect()

@@ -168,7 +168,7 @@ def test_overrun_cycles_are_skipped_and_said(tmp_path, monkeypatch):
     import types
 
     from replaygate import watch as watch_module
-    from replaygate.ingest.config import Config
+    from replaygate.core.config import Config
     from replaygate.watch import Cycle, Watcher
 
     lines: list[str] = []

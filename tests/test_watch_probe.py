@@ -69,7 +69,7 @@ def test_watch_runs_probes_and_ingests_their_evidence(tmp_path):
     assert watch.returncode == 0, errs
     (line,) = [x for x in out.splitlines() if " probe #" in x]
     assert "probe #1 FAIL: resume FAIL" in line and "requests" in line, out
-    from replaygate.ingest import db as dbm
+    from replaygate.core import db as dbm
 
     con = dbm.connect(str(db), read_only=True)
     with contextlib.closing(con):

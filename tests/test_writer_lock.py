@@ -1,4 +1,4 @@
-"""One writer per database (ingest/lock.py): a write beside `watch` is refused with one
+"""One writer per database (core/lock.py): a write beside `watch` is refused with one
 line instead of vanishing at watch's next publish; the lock dies with its holder."""
 
 from __future__ import annotations
@@ -13,9 +13,9 @@ from pathlib import Path
 import duckdb
 import pytest
 
-from replaygate.ingest import db as dbm
-from replaygate.ingest import lock
-from replaygate.ingest.config import Config
+from replaygate.core import db as dbm
+from replaygate.core import lock
+from replaygate.core.config import Config
 from replaygate.watch import Watcher
 
 from .procs import stop, watch_cycle
@@ -106,7 +106,7 @@ def test_in_process_writers_meet_the_same_lock(tmp_path):
 def test_a_writer_killed_by_sigkill_leaves_no_lock(tmp_path):
     db = tmp_path / "k.duckdb"
     code = (
-        "import sys, time; from replaygate.ingest import db as dbm; "
+        "import sys, time; from replaygate.core import db as dbm; "
         "con = dbm.connect(sys.argv[1], role='ingest'); print('held', flush=True); "
         "time.sleep(60)"
     )

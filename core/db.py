@@ -103,7 +103,7 @@ def connect(
     path: str | None = None, read_only: bool = False, role: str | None = None
 ) -> duckdb.DuckDBPyConnection:
     """A connection to a database file. With a `role` (`ingest`, `rollout`, `record`,
-    `watch`: a write of data) it holds the database's writer lock (ingest/lock.py) until
+    `watch`: a write of data) it holds the database's writer lock (core/lock.py) until
     `close(con)` or until the connection is gone. Without one it may write only derived
     tables (the analysis), which DuckDB's own file lock serialises."""
     path = path or default_db_path()
