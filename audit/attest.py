@@ -162,12 +162,7 @@ def fingerprint(public_key: Ed25519PublicKey) -> str:
 
 # -- the statement ---------------------------------------------------------------------
 
-STATUS_WORD = {
-    Status.PASS: "PASSED",
-    Status.INSUFFICIENT: "WARNED",
-    Status.FAIL: "FAILED",
-    Status.NOT_APPLICABLE: "SKIPPED",
-}
+STATUS_WORD = {s: s.verdict for s in Status}
 
 
 def history_head(data: bytes) -> dict[str, Any]:
