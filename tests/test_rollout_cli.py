@@ -601,7 +601,7 @@ def test_serve_evaluates_once_per_data_version_not_once_per_request(
 
 
 def test_records_written_into_the_database_are_filed_and_noted_as_ingest_files_them(
-    tmp_path, monkeypatch
+    tmp_path, monkeypatch, request
 ):
     """The files row of records `rollout --db` writes names the format the registry
     reads them with (as a loaded rollout log's row does), and the write is noted for the
@@ -615,9 +615,18 @@ def test_records_written_into_the_database_are_filed_and_noted_as_ingest_files_t
     from replaygate.queries import incremental
 
     # The JSON Lines format registered under another name: whatever the registry calls it.
-    renamed = dataclasses.replace(readers.FORMATS["jsonl"], name="json-lines")
-    monkeypatch.delitem(readers.FORMATS, "jsonl")
-    monkeypatch.setitem(readers.FORMATS, "json-lines", renamed)
+    # Renamed in place and put back as it was, order included (the registry's order is
+    # what docs/contract.md lists, and identity.py holds the same dict).
+    saved = dict(readers.FORMATS)
+    request.addfinalizer(lambda: (readers.FORMATS.clear(), readers.FORMATS.update(saved)))
+    renamed = dataclasses.replace(saved["jsonl"], name="json-lines")
+    readers.FORMATS.clear()
+    readers.FORMATS.update(
+        {
+            ("json-lines" if k == "jsonl" else k): renamed if k == "jsonl" else f
+            for k, f in saved.items()
+        }
+    )
     monkeypatch.setattr(readers, "PROXY_LOG_FORMAT", "json-lines")
 
     def meta(key):  # read whole: an unread result blocks the connection
