@@ -45,21 +45,22 @@ WITH units AS (
 ),
 -- Each unit and proxy record with what its session tells: its cohort (`known`: a session
 -- of a_sessions) and the dimensions the dashboard filters by (a_sessions joined once).
--- A proxy record is the fact 'proxy_records' (its own columns NULL on the other units).
 located AS (
-    SELECT x.*, a.session_hmac IS NOT NULL AS known, a.cohort,
-           record_revision(x.session_hmac, a.protocol_version) AS revision,
+    SELECT u.*, a.session_hmac IS NOT NULL AS known, a.cohort,
+           record_revision(u.session_hmac, a.protocol_version) AS revision,
            a.server_instance AS server, a.client_name AS client,
            is_baseline(a.session_hmac, a.cohort) AS baseline,
-           is_probe(a.client_name, coalesce(a.principal, x.principal)) AS probe
-    FROM (
-        SELECT * FROM units
-        UNION ALL BY NAME
-        SELECT 'proxy_records' AS fact, ts, session_hmac, status, method, origin,
-               raw_session_id, file_id, pos, last_event_id, principal
-        FROM proxy
-    ) x
-    LEFT JOIN a_sessions a ON a.session_hmac = x.session_hmac
+           is_probe(a.client_name, coalesce(a.principal, u.principal)) AS probe
+    FROM units u LEFT JOIN a_sessions a ON a.session_hmac = u.session_hmac
+),
+located_proxy AS (
+    SELECT p.ts, p.session_hmac, p.status, p.method, p.origin, p.raw_session_id, p.file_id,
+           p.pos, p.last_event_id, a.session_hmac IS NOT NULL AS known, a.cohort,
+           record_revision(p.session_hmac, a.protocol_version) AS revision,
+           a.server_instance AS server, a.client_name AS client,
+           is_baseline(a.session_hmac, a.cohort) AS baseline,
+           is_probe(a.client_name, coalesce(a.principal, p.principal)) AS probe
+    FROM proxy p LEFT JOIN a_sessions a ON a.session_hmac = p.session_hmac
 ),
 -- The windows of records without a known session (`stage_key(false, NULL)`) are cut at the
 -- next start of any stage (01_stages.sql), so they do not overlap: the only one that can
@@ -70,8 +71,10 @@ open_windows AS (
     SELECT stage, start_ts, end_ts FROM a_stage_windows
     WHERE key = stage_key(false, NULL) AND coalesce(end_ts, 'infinity'::TIMESTAMPTZ) > start_ts
 ),
--- Each unit and proxy record in the stage it is attributed to (one statement of it).
-staged AS (
+-- Units and proxy records are staged by the same rule (attributed, in_window, open_windows),
+-- each by its own join: one join over both (UNION ALL BY NAME) cost 15-20 % more CPU and
+-- 0.3 GB more memory at 1M events.
+staged_units AS (
     SELECT u.* EXCLUDE (known, cohort), w.stage
     FROM located u
     LEFT JOIN a_stage_windows w
@@ -89,7 +92,19 @@ records AS (
            NULL::BOOLEAN AS raw_session_id, NULL::BOOLEAN AS reconnect,
            NULL::BIGINT AS file_id, NULL::VARCHAR AS cause,
            revision, server, client, baseline, probe
-    FROM staged WHERE fact <> 'proxy_records'
+    FROM staged_units
+),
+proxied AS (
+    SELECT p.* EXCLUDE (known, cohort), w.stage
+    FROM located_proxy p
+    LEFT JOIN a_stage_windows w
+      ON attributed(w.key, w.start_ts, w.end_ts, true, p.cohort, p.ts)
+    WHERE p.known
+    UNION ALL
+    SELECT p.* EXCLUDE (known, cohort),
+           CASE WHEN in_window(p.ts, w.start_ts, w.end_ts) THEN w.stage END
+    FROM (SELECT * FROM located_proxy WHERE NOT known) p
+    ASOF LEFT JOIN open_windows w ON p.ts >= w.start_ts
 ),
 requests AS (
     -- a session's earlier GETs within the stage it is counted in
@@ -100,7 +115,7 @@ requests AS (
                                    file_id, pos))
                AS reconnect,
            file_id, NULL::VARCHAR AS cause, revision, server, client, baseline, probe
-    FROM staged WHERE fact = 'proxy_records'
+    FROM proxied
 ),
 found AS (
     SELECT 'findings' AS fact, f.stage, f.ts, f.session_hmac, NULL::DOUBLE AS secs,
