@@ -183,6 +183,10 @@ class Commit(Quarantine):
         assert rt is not None and staged.direct is not None  # read as one record type
         cols, exprs = validate.target_columns(rt)
         ordered = staged.fmt.lines
+        loads = "rtype = $t AND bad IS NULL AND reason IS NULL"
+        if staged.counted:
+            # No count to hold the insert to: a row it would leave out fails it instead.
+            loads = f"CASE WHEN {loads} THEN true ELSE error('a row does not load') END"
         try:
             if ordered:
                 # The rows are numbered in the reader's order (readers.jsonl_direct_sql).
@@ -192,7 +196,7 @@ class Commit(Quarantine):
                     f"""INSERT INTO {rt.table} ({", ".join(cols)})
                     SELECT {", ".join(exprs)}
                     FROM (SELECT * REPLACE (pos + $shift AS pos) FROM ({staged.direct}))
-                    WHERE rtype = $t AND bad IS NULL AND reason IS NULL""",
+                    WHERE {loads}""",
                     {**staged.direct_params, "file_id": file_id, "t": rt.table, **shift(staged)},
                 )
             )[0]
@@ -200,7 +204,9 @@ class Commit(Quarantine):
                 self._exec("SET preserve_insertion_order = false")
         except duckdb.Error as exc:
             raise Unproven(staged) from exc
-        if n != staged.rows_staged:
+        if staged.counted and n:
+            staged.rows_staged = staged.lines = n
+        if n != staged.rows_staged or not n:
             raise Unproven(staged)
         result.rows[rt.table] = n
         self._note_changes(rt, file_id, staged.shift)

@@ -308,22 +308,41 @@ def csv_header(path: Path, gz: bool) -> list[str]:
     return next(csv.reader(io.StringIO(first)), [])
 
 
-def csv_read(columns: int) -> str:
+def csv_read(columns: int, rejects: bool = True) -> str:
     """DuckDB's read of a CSV file's data rows (`$path`, `$compression`): `columns`
     columns as text named by position (`c0`, `c1`, ...), the records it rejects kept in
     `rg_rejects` with their lines (rejects_by_line_sql). The Spark ingest reads a file
-    with it where Spark's CSV reader would read other rows (spark/lakeload.py)."""
+    with it where Spark's CSV reader would read other rows (spark/lakeload.py).
+    Without `rejects`, the same read fails on the first record it would reject."""
     names = ", ".join(f"'c{i}': 'VARCHAR'" for i in range(columns))
+    keep = (
+        ",\n                  store_rejects = true, rejects_table = 'rg_rejects',"
+        "\n                  rejects_scan = 'rg_scans'"
+        if rejects
+        else ""
+    )
     return f"""read_csv($path, header = true, columns = {{{names}}}, auto_detect = false,
-                  delim = ',', quote = '"', escape = '"', compression = $compression,
-                  store_rejects = true, rejects_table = 'rg_rejects',
-                  rejects_scan = 'rg_scans')"""
+                  delim = ',', quote = '"', escape = '"', compression = $compression{keep})"""
 
 
 def csv_sql(r: Reading) -> str:
     header = csv_header(r.path, r.gz)
     rows = csv_read(len(header))
     return wrap(csv_rows_sql(rows, header, r.names, r.key_available), r.src)
+
+
+def csv_direct_sql(r: Reading) -> str | None:
+    """CSV read straight into its table: csv_sql's rows with `pos`, each row's data row
+    (numbered in the reader's order, which the load holds for this read), read without
+    keeping rejects, so a record the line-exact read would reject fails the read (the
+    file is then staged). None for a file with a `schema` column: a row of it may name
+    another record type, which only the staged read sorts out."""
+    header = csv_header(r.path, r.gz)
+    if r.typed is None or "schema" in {name.strip() for name in header}:
+        return None
+    rows = csv_read(len(header), rejects=False)
+    keep = "row_number() OVER () AS pos, "
+    return wrap(csv_rows_sql(rows, header, r.names, r.key_available, keep), r.src)
 
 
 def csv_rows_sql(
@@ -617,6 +636,7 @@ register(
         "CSV",
         {".csv": None},
         csv_sql,
+        direct=csv_direct_sql,
         header=True,
         row_positions=True,
         # A record an open quote joined over several lines names them (rejects_by_line_sql).

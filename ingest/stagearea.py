@@ -68,6 +68,9 @@ class Staged:
     # table inside the transaction (readers.Format.direct), binding `direct_params`.
     direct: str | None = None
     direct_params: dict[str, Any] = field(default_factory=dict)
+    # The direct read's rows are counted by its insert, which loads every row the reader
+    # gives or fails (not known before: a CSV file's data rows are not its lines).
+    counted: bool = False
 
     @property
     def read(self) -> bool:

@@ -166,9 +166,12 @@ class Reads(StagingArea):
     ) -> bool:
         """Whether the file is read straight into its table inside the transaction
         instead of staged (readers.Format.direct): a file of one record type whose rows
-        are to be proven by count, `lines` lines for a text format (the scan's count,
-        for a file _fast allows), else the rows its reader gives. The load keeps the
-        rows only when every one of them loaded; any other file is staged (commit.py)."""
+        are to be proven by count, `lines` lines for a text format of lines (the scan's
+        count, for a file _fast allows), the rows its reader gives for a format of rows,
+        and for a text format of data rows (CSV, also only a file _fast allows) the rows
+        the insert loads, which fails on any row it would not load (`Staged.counted`).
+        The load keeps the rows only when every one of them loaded; any other file is
+        staged (commit.py)."""
         fmt = staged.fmt
         if fmt.direct is None or staged.n in self.staged_only or (fmt.lines and lines is None):
             return False
@@ -182,7 +185,7 @@ class Reads(StagingArea):
                 return False
             sql = validate.checked_sql(typed, f"({inner})", reading.native)
             params = self._read_params(sql, read_path, compression)
-            if lines is None:
+            if not fmt.lines:
                 # A format of rows, not lines: counted by its reader (from metadata).
                 lines = one_row(self._exec(f"SELECT count(*) FROM ({inner})", params))[0]
         except duckdb.Error:
@@ -191,7 +194,10 @@ class Reads(StagingArea):
             return False
         staged.direct, staged.direct_params = sql, params
         staged.typed = typed
-        staged.rows_staged = staged.lines = lines
+        # Data rows of text (CSV: a quoted field may hold a line end) are counted by the
+        # insert, which loads every row the reader gives or fails.
+        staged.counted = fmt.lines and fmt.row_positions
+        staged.rows_staged = staged.lines = 0 if staged.counted else lines
         return True
 
     def _stage_fast(

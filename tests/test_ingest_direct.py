@@ -8,7 +8,9 @@ the direct read may only change speed.
 
 from __future__ import annotations
 
+import csv
 import gzip
+import io
 from pathlib import Path
 
 import duckdb
@@ -214,3 +216,93 @@ def test_generated_batches(files, appended, tmp_path_factory, monkeypatch):
     spy = assert_same([[folder], [folder]], tmp, monkeypatch, grow)
     clean = [i for i, (kinds, _) in enumerate(files) if all(k == "clean" for k in kinds)]
     assert len(spy.direct) >= len(clean)
+
+
+def _events_csv(n: int, bad: set[int] = frozenset(), start: int = 0, header: bool = True) -> bytes:
+    """An events CSV file: a header and `n` rows (`bad`: rows of an unknown kind); some
+    fields quoted, one holding a comma and a line end, some empty."""
+    buf = io.StringIO()
+    w = csv.writer(buf, lineterminator="\n")
+    cols = ["ts", "session_hmac", "generation", "stream_id", "event_id", "seq", "kind"]
+    if header:
+        w.writerow([*cols, "disposition", "jsonrpc_id"])
+    for j in range(start, start + n):
+        kind = "nope" if j in bad else "message"
+        rpc = "" if j % 3 else f"r,{j}\nnext" if j % 5 == 0 else f"r{j}"
+        ts = f"2026-11-29T07:00:{j % 60:02d}.{j % 1000:03d}Z"
+        w.writerow([ts, H, 1, f"s{j % 7}", f"e{j}", j + 1, kind, "sent", rpc])
+    return buf.getvalue().encode()
+
+
+@pytest.mark.slow
+def test_csv_read_straight_in_equals_the_line_exact_load(tmp_path, monkeypatch):
+    """A clean CSV file (plain, gzipped, fields holding line ends) goes straight into its
+    table, with the data rows as positions; one with a refused row, a record the reader
+    rejects, a `schema` column or no row is staged; all as the line-exact load has them."""
+    clean, mixed = tmp_path / "clean", tmp_path / "mixed"
+    clean.mkdir()
+    mixed.mkdir()
+    (clean / "events-clean.csv").write_bytes(_events_csv(400))
+    (clean / "events-zipped.csv.gz").write_bytes(gzip.compress(_events_csv(50), mtime=0))
+    (mixed / "events-bad.csv").write_bytes(_events_csv(300, {0, 123, 299}))
+    torn = _events_csv(30).replace(b"\ns3,", b"\ns3,extra,", 1)  # one record too wide
+    (mixed / "events-torn.csv").write_bytes(torn)
+    text = _events_csv(20).decode().splitlines(keepends=True)
+    text[0] = "schema," + text[0]
+    text[1:] = [f"mcpSseEvent.v1,{line}" if line[:4] == "2026" else line for line in text[1:]]
+    (mixed / "events-schema.csv").write_text("".join(text))
+    (mixed / "events-header-only.csv").write_bytes(_events_csv(0))
+    spy = assert_same([[clean], [clean, mixed]], tmp_path, monkeypatch)
+    # Not vacuous: the clean files went straight in, once; the others were staged.
+    assert sorted(spy.direct) == ["events-clean.csv", "events-zipped.csv.gz"]
+    con = duckdb.connect(str(tmp_path / "direct.duckdb"), read_only=True)
+    try:
+        q = con.execute(
+            "SELECT \"row\" FROM quarantine WHERE path LIKE '%events-bad%' ORDER BY 1"
+        ).fetchall()
+        assert [r[0] for r in q] == [1, 124, 300]
+        pos = con.execute(
+            "SELECT min(pos), max(pos), count(DISTINCT pos), max(jsonrpc_id) FILTER (pos = 1) "
+            "FROM events JOIN files USING (file_id) WHERE name = 'events-clean.csv'"
+        ).fetchone()
+        assert pos == (1, 400, 400, "r,0\nnext")
+        lines = con.execute(
+            "SELECT lines, rows_loaded FROM files WHERE name = 'events-clean.csv'"
+        ).fetchone()
+        # The file's lines as its identity counts them: the header, 400 rows, 27 of
+        # them holding a line end.
+        assert lines == (428, 400)
+    finally:
+        con.close()
+
+
+@pytest.mark.slow
+def test_csv_grown_rotated_and_reingested(tmp_path, monkeypatch):
+    """A CSV log grown twice (new rows read straight in, then rows with a refused one,
+    staged), rotated and compressed: read exactly once, re-ingest adds nothing."""
+    folder = tmp_path / "in"
+    folder.mkdir()
+    log = folder / "events-live.csv"
+    parts = [_events_csv(40), _events_csv(25, start=40, header=False)]
+    parts.append(_events_csv(10, {67}, start=65, header=False))
+
+    def grow(i: int) -> None:
+        if i < len(parts):
+            with open(log, "ab") as fh:
+                fh.write(parts[i])
+        elif i == len(parts):
+            (folder / "events-live.csv.1.gz").write_bytes(gzip.compress(log.read_bytes()))
+            log.unlink()
+
+    spy = assert_same([[folder]] * (len(parts) + 2), tmp_path, monkeypatch, grow)
+    assert spy.direct.count("events-live.csv") == 2
+    con = duckdb.connect(str(tmp_path / "direct.duckdb"), read_only=True)
+    try:
+        rows, quarantined = con.execute(
+            "SELECT rows_loaded, rows_quarantined FROM files WHERE status = 'loaded'"
+        ).fetchone()
+        assert (rows, quarantined) == (74, 1)
+        pos = con.execute("SELECT list(pos ORDER BY pos) FROM events").fetchone()[0]
+        assert pos == [p for p in range(1, 76) if p != 68]
+    finally:
+        con.close()
