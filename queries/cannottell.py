@@ -243,6 +243,9 @@ def markdown_table() -> list[str]:
         groups = facts(q)
         if groups:
             shown = ", ".join(" or ".join(f"`{a}`" for a in g) for g in groups)
+        elif q.header.list("undecided"):
+            # required fields only, but the detector itself returns units it cannot judge
+            shown = "— (per unit: " + ", ".join(q.header.list("undecided")) + ")"
         elif "facts" in q.header:
             shown = "— (required fields only)"
         else:

@@ -156,15 +156,6 @@ CASES = {
         {"proxy": [px(0, "GET", 405, protocol_version="2026-07-28", last_event_id="1:1")]},
         ["proxy.protocol_version"],
     ),
-    "reconnect_storm": (
-        {
-            "proxy": [
-                px(i * 150, "GET", 200, last_event_id="1:1", session_hmac=S, protocol_version=V)
-                for i in range(51)
-            ]
-        },
-        ["proxy.last_event_id"],
-    ),
     "reinit_missing": (
         {
             "proxy": [

@@ -406,3 +406,63 @@ def test_session_after_terminal_undecided_by_an_append_without_a_session(tmp_pat
     assert [(Path(t["file"]).name, t["missing"], t["units"]) for t in told] == [
         ("proxy-b.jsonl", "use after the end", 1)
     ]
+
+
+# -- reconnect_storm: a log without Last-Event-ID still shows its 429/503 and re-opens ----
+
+# The default budget is 5 reconnects/s: 50 in a 10-second window.
+_SEEN = px(0, "GET", 200, session_hmac=S2, last_event_id="1:1", protocol_version=V)
+
+
+def _storm(tmp_path, **logs):
+    found, _ = run(tmp_path, **logs)
+    return found.get("reconnect_storm", 0), _cannot_tell(tmp_path).get("reconnect_storm", [])
+
+
+def test_reconnect_storm_counts_the_refusals_a_log_without_cursors_shows(tmp_path):
+    # proxy-b logs no Last-Event-ID (proxy-a does): its 60 requests answered 503 in one
+    # window are reconnects whatever a cursor would say; so is every log's when none
+    # shows cursors. A finding, not a whole log left out as `cannot_tell`.
+    refused = [px(i * 100, "POST", 503, protocol_version=V) for i in range(60)]
+    assert _storm(tmp_path / "two", **{"proxy-a": [_SEEN], "proxy-b": refused}) == (1, [])
+    assert _storm(tmp_path / "one", **{"proxy-b": refused}) == (1, [])
+    # 51 first GETs of as many sessions, no log showing cursors: each may have resumed.
+    opens = [px(i, "GET", 200, session_hmac=f"{i:064x}", protocol_version=V) for i in range(51)]
+    assert _storm(tmp_path / "opens", **{"proxy-b": opens}) == (
+        0,
+        [("proxy-b.jsonl", "Last-Event-ID", 1)],
+    )
+
+
+def test_reconnect_storm_a_window_only_unseen_cursors_could_tip_is_cannot_tell(tmp_path):
+    # 40 re-opens of one session's stream (seen by proxy-b without cursors) and 20 first
+    # GETs of other sessions in proxy-b, each of which may have carried Last-Event-ID: 40
+    # reconnects are within the budget of 50, 60 are over it. The window cannot be told,
+    # naming the log and what it lacks; a later window of 20 such GETs stays a pass.
+    reopen = [px(i * 100, "GET", 200, session_hmac=S, protocol_version=V) for i in range(41)]
+    first = [
+        px(5000 + i, "GET", 200, session_hmac=f"{i:064x}", protocol_version=V) for i in range(20)
+    ]
+    later = [
+        px(HOUR + i, "GET", 200, session_hmac=f"{i + 100:064x}", protocol_version=V)
+        for i in range(20)
+    ]
+    assert _storm(tmp_path, **{"proxy-a": [_SEEN], "proxy-b": reopen + first + later}) == (
+        0,
+        [("proxy-b.jsonl", "Last-Event-ID", 1)],
+    )
+
+
+def test_reconnect_storm_with_cursors_shown_the_same_window_is_decided(tmp_path):
+    # The same first GETs in a log that shows cursors (none carried one): 40 reconnects,
+    # a pass; with a cursor each, 60: a finding.
+    reopen = [
+        px(i * 100, "GET", 200, session_hmac=S, protocol_version=V, last_event_id=None)
+        for i in range(41)
+    ]
+    first = [
+        px(5000 + i, "GET", 200, session_hmac=f"{i:064x}", protocol_version=V) for i in range(20)
+    ]
+    cursor = [dict(r, last_event_id="1:1") for r in first]
+    assert _storm(tmp_path / "none", proxy=[_SEEN, *reopen, *first]) == (0, [])
+    assert _storm(tmp_path / "all", proxy=[_SEEN, *reopen, *cursor]) == (1, [])

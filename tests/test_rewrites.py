@@ -254,6 +254,9 @@ def _proxy_con(rows: list[tuple]) -> duckdb.DuckDBPyConnection:
         "CREATE TABLE proxy (file_id BIGINT, pos BIGINT, ts TIMESTAMPTZ, method VARCHAR, "
         "status BIGINT, session_hmac VARCHAR, last_event_id VARCHAR)"
     )
+    # Both logs show Last-Event-ID (reconnect_storm reads which logs can).
+    con.execute("CREATE TABLE files AS FROM (VALUES (1, 'a'), (2, 'b')) f(file_id, path)")
+    con.execute("CREATE TABLE file_facts AS SELECT file_id, 'proxy.last_event_id' fact FROM files")
     if rows:
         con.executemany(
             "INSERT INTO proxy VALUES ($1, $2, make_timestamptz($3 * 1000), $4, $5, $6, $7)",

@@ -8,20 +8,49 @@
 --   shed load with 503 and Retry-After on the server.
 -- severity: high
 -- needs: proxy
--- facts: proxy.last_event_id
+-- facts: none
+-- undecided: Last-Event-ID
 -- units: proxy WHERE method = 'GET' OR status IN (429, 503) BY reconnect_window(ts)
 -- params: reconnect_budget_qps
 -- unit: 10-second window
 -- page: sessions
-SELECT 'high' AS severity, reconnect_window_start(bucket) AS ts,
-       json_object('reconnects', count(*),
-                   'budget_per_window', $reconnect_budget_qps * reconnect_window_s(),
-                   'qps', count(*) / reconnect_window_s(),
-                   'by_status', histogram(status)) AS detail
-FROM (
-    SELECT *, reconnect_window(ts) AS bucket
+-- A proxy log that cannot show Last-Event-ID (file_facts) is judged for what it shows: its
+-- 429/503 answers and its GETs re-opening a session's stream count as in any log. Only its
+-- other GETs (a session's first, one without a session) may have carried a cursor: a
+-- window over the budget with them and within it without them is `cannot_tell`, naming
+-- the first such log by path; a window over the budget without them is a finding.
+WITH r AS (
+    SELECT reconnect_window(ts) AS bucket, file_id, status, method = 'GET' AS is_get,
+           coalesce(is_reconnect(method, last_event_id, status, gets_before), false) AS known
     FROM (SELECT *, prior_gets(method, session_hmac, ts, file_id, pos) AS gets_before FROM proxy)
-    WHERE is_reconnect(method, last_event_id, status, gets_before)
+),
+counted AS (
+    SELECT bucket, count(*) AS n, histogram(status) AS by_status
+    FROM r
+    WHERE known
+    GROUP BY bucket
+),
+-- per window, the GETs of logs that cannot show Last-Event-ID not shown to be reconnects
+open_gets AS (
+    SELECT r.bucket, count(*) AS maybe, arg_min(r.file_id, f.path) AS file_id
+    FROM r JOIN files f USING (file_id)
+    WHERE r.is_get AND NOT r.known
+      AND r.file_id NOT IN (SELECT file_id FROM file_facts WHERE fact = 'proxy.last_event_id')
+    GROUP BY r.bucket
 )
-GROUP BY bucket
-HAVING count(*) > $reconnect_budget_qps * reconnect_window_s()
+SELECT 'high' AS severity, reconnect_window_start(bucket) AS ts,
+       json_object('reconnects', n,
+                   'budget_per_window', $reconnect_budget_qps * reconnect_window_s(),
+                   'qps', n / reconnect_window_s(),
+                   'by_status', by_status) AS detail
+FROM counted
+WHERE n > $reconnect_budget_qps * reconnect_window_s()
+UNION ALL
+SELECT 'cannot_tell' AS severity, reconnect_window_start(o.bucket) AS ts,
+       json_object('missing', 'Last-Event-ID', 'file_id', o.file_id,
+                   'reconnects', coalesce(c.n, 0),
+                   'budget_per_window', $reconnect_budget_qps * reconnect_window_s(),
+                   'gets_cursor_unknown', o.maybe) AS detail
+FROM open_gets o LEFT JOIN counted c USING (bucket)
+WHERE coalesce(c.n, 0) <= $reconnect_budget_qps * reconnect_window_s()
+  AND coalesce(c.n, 0) + o.maybe > $reconnect_budget_qps * reconnect_window_s()
