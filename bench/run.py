@@ -294,34 +294,66 @@ def ingest_step(d: Path, db: Path, batches: int, env: dict | None = None) -> dic
 # The Spark path's driver (Spark in local mode runs its executors in the driver's JVM):
 # the analysis brings the record tables through it into the DuckDB file. Spark's 200
 # shuffle partitions are a cluster's: on two cores each is a task of its own to schedule.
-SPARK_ENV = dict(
-    ENV,
-    PYSPARK_SUBMIT_ARGS="--driver-memory 4g --conf spark.sql.shuffle.partitions=8 pyspark-shell",
-)
+SPARK_DRIVER_MEMORY = "4g"
 
 
-def spark_steps(d: Path, work: Path, n: int, master: str, res: dict, save) -> None:
+def spark_env(driver_memory: str = SPARK_DRIVER_MEMORY) -> dict:
+    return dict(
+        ENV,
+        PYSPARK_SUBMIT_ARGS=f"--driver-memory {driver_memory} "
+        "--conf spark.sql.shuffle.partitions=8 pyspark-shell",
+    )
+
+
+SPARK_STEPS = ("ingest", "analysis")
+
+
+def _megabytes(path: Path) -> int:
+    return round(sum(f.stat().st_size for f in path.rglob("*") if f.is_file()) / 1e6)
+
+
+def spark_steps(
+    d: Path,
+    work: Path,
+    n: int,
+    master: str,
+    res: dict,
+    save,
+    steps: tuple[str, ...] = SPARK_STEPS,
+    driver_memory: str = SPARK_DRIVER_MEMORY,
+    keep: bool = False,
+) -> None:
     """`replaygate ingest --engine spark` of the fleet into a lake, then `replaygate
     findings --engine spark` of the lake into a DuckDB file, each a process of its own
     (its time includes starting Spark). CPU seconds are the Python process's and its
-    waited children's: the JVM's own CPU is counted only where it is a child reaped."""
+    waited children's: the JVM's own CPU is counted only where it is a child reaped.
+    `steps`: one of the two alone (a large fleet's ingest and analysis measured at
+    different times): the ingest alone keeps its lake, the analysis alone analyses the
+    lake an earlier ingest left in `work`."""
     lake, db = work / f"lake-{n}", work / f"spark-{n}.duckdb"
-    shutil.rmtree(lake, ignore_errors=True)
-    db.unlink(missing_ok=True)
+    env = spark_env(driver_memory)
+    res["spark_master"], res["spark_driver_memory"] = master, driver_memory
     spark = ["--engine", "spark", "--lake", str(lake), "--spark-master", master]
-    print(f"{n:,} events: Spark ingest ({master}) ...", file=sys.stderr, flush=True)
-    cmd = [PY, "-m", "replaygate", "ingest", str(d), *spark, "--json"]
-    res["spark_ingest"] = _keep(run_step(cmd, SPARK_ENV))
-    res["lake_mb"] = round(sum(f.stat().st_size for f in lake.rglob("*") if f.is_file()) / 1e6)
-    save(res)
-    print(f"{n:,} events: Spark analysis ({master}) ...", file=sys.stderr, flush=True)
-    cmd = [PY, "-m", "replaygate", "findings", *spark, "--db", str(db), "--json"]
-    res["spark_analyse"] = _keep(run_step(cmd, SPARK_ENV))
-    res["spark_db_mb"] = round(db.stat().st_size / 1e6)
-    res["spark_master"] = master
-    save(res)
-    shutil.rmtree(lake, ignore_errors=True)
-    db.unlink(missing_ok=True)
+    if "ingest" in steps:
+        shutil.rmtree(lake, ignore_errors=True)
+        print(f"{n:,} events: Spark ingest ({master}) ...", file=sys.stderr, flush=True)
+        cmd = [PY, "-m", "replaygate", "ingest", str(d), *spark, "--json"]
+        res["spark_ingest"] = _keep(run_step(cmd, env))
+        res["lake_mb"] = _megabytes(lake)
+        save(res)
+    elif not lake.is_dir():
+        raise SystemExit(f"no lake at {lake}: run the Spark ingest first (--spark-only ingest)")
+    if "analysis" in steps:
+        db.unlink(missing_ok=True)
+        print(f"{n:,} events: Spark analysis ({master}) ...", file=sys.stderr, flush=True)
+        cmd = [PY, "-m", "replaygate", "findings", *spark, "--db", str(db), "--json"]
+        res["spark_analyse"] = _keep(run_step(cmd, env))
+        res["spark_db_mb"] = round(db.stat().st_size / 1e6)
+        res["lake_mb"] = _megabytes(lake)  # with the prepared tables under _analysis/
+        save(res)
+    if not keep and "analysis" in steps:
+        shutil.rmtree(lake, ignore_errors=True)
+        db.unlink(missing_ok=True)
 
 
 def bench_size(
@@ -334,6 +366,8 @@ def bench_size(
     batches: int = 1,
     load_only: bool = False,
     spark: str | None = None,
+    spark_only: tuple[str, ...] = (),
+    driver_memory: str = SPARK_DRIVER_MEMORY,
 ) -> dict:
     """Measure one size; `save(res)` is called after every step, so a long run that is
     stopped or breaks keeps what it measured. `load_only`: the bare read and the ingest,
@@ -369,7 +403,10 @@ def bench_size(
                 raise SystemExit(f"splitting {d} into batches failed")
             d = d.with_name(f"{d.name}-{batches}batches")
         res["batches"] = batches
-    res["input_mb"] = round(sum(f.stat().st_size for f in d.rglob("*") if f.is_file()) / 1e6)
+    res["input_mb"] = _megabytes(d)
+    if spark_only:  # the Spark path alone, on a fleet whose DuckDB figures exist
+        spark_steps(d, work, n, spark or "local[2]", res, save, spark_only, driver_memory, keep)
+        return res
     bare_db, ours_db = work / f"bare-{n}.duckdb", work / f"ours-{n}.duckdb"
     for p in (bare_db, ours_db):
         p.unlink(missing_ok=True)
@@ -413,7 +450,7 @@ def bench_size(
         r = run_step([PY, "-c", PAGES, str(ours_db), str(ROOT / "dashboard" / "app.py")])
         res["pages"] = json.loads(r["out"])
     if spark:
-        spark_steps(d, work, n, spark, res, save)
+        spark_steps(d, work, n, spark, res, save, driver_memory=driver_memory, keep=keep)
     if not keep:
         ours_db.unlink(missing_ok=True)
     return res
@@ -574,7 +611,24 @@ def main() -> None:
         help="also the Spark path (`--engine spark` ingest and analysis) on this master "
         "(default local[2]: Spark in local mode on this machine)",
     )
+    ap.add_argument(
+        "--spark-only",
+        nargs="?",
+        const="both",
+        choices=["ingest", "analysis", "both"],
+        help="the Spark path alone, no DuckDB steps; `ingest` keeps its lake in --out for "
+        "a later `analysis` (a large fleet's two steps measured apart)",
+    )
+    ap.add_argument(
+        "--spark-driver-memory",
+        default=SPARK_DRIVER_MEMORY,
+        help=f"the Spark driver's heap (local mode: the executors' too; default "
+        f"{SPARK_DRIVER_MEMORY})",
+    )
     args = ap.parse_args()
+    spark_only = (
+        SPARK_STEPS if args.spark_only == "both" else (args.spark_only,) if args.spark_only else ()
+    )
     sizes = args.sizes or args.sizes_opt or [1_000_000, 10_000_000]
     work = Path(args.out)
     work.mkdir(parents=True, exist_ok=True)
@@ -595,12 +649,14 @@ def main() -> None:
                 args.batches,
                 args.load_only,
                 args.spark,
+                spark_only,
+                args.spark_driver_memory,
             )
         )
         (work / "results.json").write_text(json.dumps(results, indent=1))
     print(f"machine: {os.cpu_count()} cores, load average now {os.getloadavg()[0]:.1f}")
     print(table(results))
-    if not args.load_only:
+    if not args.load_only and not spark_only:
         print(growth(results))
 
 

@@ -119,3 +119,46 @@ time.sleep(2.5)
     assert r["jvm_cpu_s"] >= 0.5 > r["cpu_s"]
     assert r["load_range"][0] <= r["load_range"][1]
     assert "jvm_cpu_s" not in run.run_step([sys.executable, "-c", "pass"])
+
+
+def test_spark_only_measures_the_spark_steps_apart(tmp_path, monkeypatch):
+    # `--spark-only ingest` then `--spark-only analysis`: a large fleet's two Spark steps
+    # measured at different times, by the bench's own steps, no DuckDB step run; the
+    # ingest keeps its lake for the analysis, the driver's heap is the one asked for.
+    import json
+
+    sys.path.insert(0, str(BENCH))
+    import run
+
+    n = 5
+    fleet = run.fleet_dir(tmp_path, n, "parquet")
+    fleet.mkdir()
+    (fleet / "truth.json").write_text(json.dumps({"events": n}))
+    ran = []
+
+    def step(cmd, env=None):  # what a Spark step leaves behind, without Spark
+        ran.append((cmd[3], env["PYSPARK_SUBMIT_ARGS"]))
+        where = Path(cmd[cmd.index("--lake") + 1])
+        if cmd[3] == "ingest":
+            (where / "events").mkdir(parents=True)
+            (where / "events" / "part-0.parquet").write_bytes(b"x" * 2_000_000)
+        else:
+            Path(cmd[cmd.index("--db") + 1]).write_bytes(b"x" * 3_000_000)
+        return {"seconds": 1.0, "cpu_s": 0.5, "peak_mb": 10, "out": "{}"}
+
+    monkeypatch.setattr(run, "run_step", step)
+    lake = tmp_path / f"lake-{n}"
+    with pytest.raises(SystemExit, match="no lake"):
+        run.bench_size(n, tmp_path, "parquet", False, False, spark_only=("analysis",))
+    res = run.bench_size(
+        n, tmp_path, "parquet", False, False, spark_only=("ingest",), driver_memory="6g"
+    )
+    assert [r[0] for r in ran] == ["ingest"] and "--driver-memory 6g " in ran[0][1]
+    assert "bare_read" not in res and "ingest" not in res and "spark_analyse" not in res
+    assert res["spark_ingest"]["seconds"] == 1.0 and res["lake_mb"] == 2
+    assert res["spark_driver_memory"] == "6g" and res["spark_master"] == "local[2]"
+    assert lake.is_dir()  # kept for the analysis
+    res = run.bench_size(n, tmp_path, "parquet", False, False, spark_only=("analysis",))
+    assert [r[0] for r in ran] == ["ingest", "findings"] and "--driver-memory 4g " in ran[1][1]
+    assert "spark_ingest" not in res and res["spark_db_mb"] == 3
+    assert not lake.exists()  # the analysis alone, not kept: the lake is gone after it
