@@ -56,11 +56,14 @@ SESSION_PREP = {
 # Prepared tables with one output row per input row (of `proxy`): recomputed for the
 # affected sessions' rows and for the new rows without a session.
 ROW_PREP = {"a_proxy_staged": "proxy"}
-# (`delete_fabricated`, `reinit_missing`, `auth_subject_mismatch`, `priming_lost`,
-# `resume_without_cursor` and `session_after_terminal` are not: a file that cannot show a
-# fact others show, of rows of no session or of other sessions, can make a session's unit
-# `cannot_tell` (a_blind_spans, a_blind_sessions, a_blind_clients), and what was undecided
-# is counted per file, not per session.)
+# (`delete_fabricated`, `reinit_missing`, `auth_subject_mismatch` and
+# `session_after_terminal` are not: a proxy log that cannot show a fact others show, of
+# rows of no session or of other sessions, can make a session's unit `cannot_tell`
+# (a_blind_spans, a_blind_clients). `priming_lost` and `resume_without_cursor` are: their
+# units are undecided by the session's own ledger rows in a sessions file that cannot
+# show its resumability (a_resumability_unknown), and which sessions files those are is
+# checked unchanged (SESSION_BLIND); their undecided units are kept per session
+# (runner's `cannot_tell_units`) and counted again.)
 SESSION_DETECTORS = {
     "cross_stream_acceptance",
     "cursor_misrouted",
@@ -68,9 +71,11 @@ SESSION_DETECTORS = {
     "dropped_terminal",
     "duplicate_delivery_accepted",
     "missing_protocol_version",
+    "priming_lost",
     "replay_after_ack",
     "replay_buffer_exhausted",
     "replay_gap",
+    "resume_without_cursor",
     "retry_not_honored",
     "rollback_cursor_dropped",
     "rollback_post_storm",
@@ -80,6 +85,13 @@ SESSION_DETECTORS = {
     "state_violation",
     "unrecovered_stream",
 }
+# What the session-local detectors read of partial blindness beyond a session's own rows:
+# which sessions files cannot show which fact (a_blind_spans). A change of it can change
+# the verdict of sessions that received no rows: the analysis is then a full one.
+SESSION_BLIND = "SELECT fact, file_id FROM a_blind_spans WHERE tbl = 'sessions' ORDER BY ALL"
+# Set once an analysis keeps its undecided units (runner's `cannot_tell_units`): an
+# incremental one needs those of the sessions it does not recompute.
+UNITS_META = "cannot_tell_units"
 # Above this share of the fleet's sessions a full analysis is as cheap.
 MAX_SHARE = 0.25
 SCOPE = "rg_scope"
@@ -122,6 +134,8 @@ def possible(
         return False
     if get_meta(con, "analysis_noted_through") != get_meta(con, "data_version", "0"):
         return False  # an ingest that did not note its changes (an older version) ran since
+    if get_meta(con, UNITS_META) is None:
+        return False  # analysed by a version that did not keep its undecided units
     try:
         pending = one_row(con.execute("SELECT count(DISTINCT session_hmac) FROM analysis_pending"))[
             0
@@ -151,11 +165,12 @@ def analyse(
     config: Config,
     counts: dict[str, int],
     blind: dict[str, cannottell.Plan] | None = None,
-    finish: Callable[[], None] | None = None,
+    finish: Callable[[list[str]], None] | None = None,
 ) -> None:
     """Recompute for the pending sessions (inside the caller's transaction). `blind`: the
     plans of `plans()`, as `possible()` accepted them; `finish`: what to run after the
-    detectors while the scope of the pending sessions is still there (gate_facts)."""
+    detectors while the scope of the pending sessions is still there (gate_facts), given
+    the detectors whose undecided units are to be counted again."""
     blind = plans(con, counts, params.from_config(config)) if blind is None else blind
     values = params.from_config(config)
     con.execute(
@@ -164,7 +179,12 @@ def analyse(
     )
     _drop_scope(con)
     con.execute(f"CREATE SCHEMA {SCOPE}")
+    recount: list[str] = []
     try:
+        try:
+            blind_before = con.execute(SESSION_BLIND).fetchall()
+        except duckdb.CatalogException as e:
+            raise Fallback("no partial blindness recorded") from e
         for table in ("sessions", "streams", "events", "inbox", "dispatches", "proxy"):
             _scoped_view(con, table)
         for q in catalog.load("prep"):
@@ -189,6 +209,8 @@ def analyse(
             else:
                 for stmt in q.statements():
                     con.execute(stmt)
+        if con.execute(SESSION_BLIND).fetchall() != blind_before:
+            raise Fallback("a sessions file shows other facts than it did")
         for name, q in catalog.detectors().items():
             if cannottell.missing_needs(q, counts):
                 continue
@@ -197,13 +219,19 @@ def analyse(
             plan = blind.get(name)
             labels = list(q.header.list("undecided"))
             if labels:
-                # What it found it could not judge last time is found again below.
+                # What it found it could not judge last time is found again below (of the
+                # pending sessions, for a session-local detector) and counted again.
                 for table in ("cannot_tell", "cannot_tell_stages"):
                     con.execute(
                         f"DELETE FROM main.{table} "
                         "WHERE detector = $d AND list_contains($l, missing)",
                         {"d": name, "l": labels},
                     )
+                local = f"AND {_IN_SCOPE}" if name in SESSION_DETECTORS else ""
+                con.execute(
+                    f"DELETE FROM main.cannot_tell_units WHERE detector = $d {local}", {"d": name}
+                )
+                recount.append(name)
             if plan is not None:
                 # The same files are left out as in the last analysis (possible()); the
                 # counts of what they hide grew with them.
@@ -255,7 +283,7 @@ def analyse(
                 {"d": name, "n": n, "s": time.perf_counter() - t0},
             )
         if finish is not None:
-            finish()
+            finish(recount)
     finally:
         # After a failed statement the transaction is aborted and the caller rolls back.
         with contextlib.suppress(duckdb.Error):

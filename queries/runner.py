@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Iterable
+from collections.abc import Collection, Iterable
 from typing import Any, TypedDict, cast
 
 import duckdb
@@ -106,6 +106,14 @@ CREATE TABLE IF NOT EXISTS cannot_tell_stages (detector VARCHAR, file VARCHAR,
 -- Files left out of a detector's input because they cannot show a fact it needs (the
 -- gates count only the units its detectors could judge).
 CREATE TABLE IF NOT EXISTS blind_files (detector VARCHAR, source VARCHAR, file_id BIGINT);
+-- The units counted in cannot_tell because their detector returned them undecided, one row
+-- per unit and stage: an incremental analysis replaces those of the sessions it recomputes
+-- and counts them all again (a count alone cannot lose the units of one session).
+CREATE TABLE IF NOT EXISTS cannot_tell_units (
+    detector VARCHAR, stage VARCHAR, missing VARCHAR, file_id BIGINT,
+    session_hmac VARCHAR, generation BIGINT, stream_id VARCHAR, event_id VARCHAR,
+    dispatch_id VARCHAR, idempotency_key VARCHAR, ts TIMESTAMPTZ
+);
 """
 
 
@@ -247,6 +255,7 @@ def _history_only(
     """Only the decision history moved on: re-run just the detectors that read it."""
     with transaction(con):
         prepared_views(con)
+        rerun: list[str] = []
         for name, q in catalog.detectors().items():
             if "decision_history" not in q.needs:
                 continue
@@ -256,10 +265,12 @@ def _history_only(
                 "cannot_tell",
                 "cannot_tell_stages",
                 "blind_files",
+                "cannot_tell_units",
             ):
                 con.execute(f"DELETE FROM {table} WHERE detector = $d", {"d": name})
             _run_detector(con, name, q, values, counts)
-        _assign_stages(con)
+            rerun.append(name)
+        _assign_stages(con, rerun)
         _gate_facts(con, values)
         set_meta(con, "history_stamp", version)
 
@@ -302,8 +313,8 @@ def _incrementally(con: duckdb.DuckDBPyConnection, config: Config, counts: dict[
         with transaction(con):
             values = params.from_config(config)
 
-            def finish() -> None:  # before the scope of the changed sessions goes
-                _assign_stages(con)
+            def finish(recount: list[str]) -> None:  # before the scope of the changed sessions goes
+                _assign_stages(con, recount)
                 incremental.gate_facts(con, _facts_statements(values))
 
             incremental.analyse(con, config, counts, blind, finish)
@@ -359,24 +370,41 @@ PROBE_PARAMS = ("probe_facts", "probe_detectors")
 UNDECIDED = "cannot_tell"
 
 
-def _split_undecided(con: duckdb.DuckDBPyConnection) -> None:
+def _split_undecided(con: duckdb.DuckDBPyConnection, recount: Collection[str] | None) -> None:
     """Units a detector returned as undecided are `cannot_tell`, per file and per stage like
-    the units of a file that cannot show a fact, and never findings (nor coverage rows)."""
+    the units of a file that cannot show a fact, and never findings (nor coverage rows).
+    They are kept, a row per unit and stage, in `cannot_tell_units`; `recount`: the
+    detectors whose undecided counts are counted again from it, their kept units of
+    sessions not recomputed included (incremental.py); None: every detector's, from this
+    run's units alone."""
     # (a unit in the windows of two stages was staged twice: once per stage, once in all)
-    undecided = f"""SELECT detector, stage, json_extract_string(detail, '$.missing') AS missing,
-                           TRY_CAST(json_extract(detail, '$.file_id') AS BIGINT) AS file_id,
-                           ({", ".join(UNIT_COLUMNS)}, ts) AS unit
+    if recount is None:
+        con.execute("DELETE FROM cannot_tell_units")
+        set_meta(con, incremental.UNITS_META, "kept")
+    con.execute(f"""INSERT INTO cannot_tell_units
+                    SELECT detector, stage, json_extract_string(detail, '$.missing'),
+                           TRY_CAST(json_extract(detail, '$.file_id') AS BIGINT),
+                           {", ".join(UNIT_COLUMNS)}, ts
+                    FROM findings WHERE severity = '{UNDECIDED}'""")
+    units = f"""SELECT detector, stage, missing, file_id, ({", ".join(UNIT_COLUMNS)}, ts) AS unit
+                FROM cannot_tell_units
+                WHERE $all OR list_contains($recount, detector)"""
+    which = {"all": recount is None, "recount": list(recount or ())}
+    con.execute(
+        f"""INSERT INTO cannot_tell
+            SELECT u.detector, coalesce(f.path, '?'), u.missing, count(DISTINCT u.unit)
+            FROM ({units}) u LEFT JOIN files f USING (file_id) GROUP BY ALL""",
+        which,
+    )
+    con.execute(
+        f"""INSERT INTO cannot_tell_stages
+            SELECT u.detector, coalesce(f.path, '?'), u.missing, u.stage, count(DISTINCT u.unit)
+            FROM ({units}) u LEFT JOIN files f USING (file_id)
+            WHERE u.stage IS NOT NULL GROUP BY ALL""",
+        which,
+    )
+    undecided = f"""SELECT detector, ({", ".join(UNIT_COLUMNS)}, ts) AS unit
                     FROM findings WHERE severity = '{UNDECIDED}'"""
-    if not one_row(con.execute(f"SELECT count(*) FROM ({undecided})"))[0]:
-        return
-    con.execute(f"""INSERT INTO cannot_tell
-                    SELECT u.detector, coalesce(f.path, '?'), u.missing, count(DISTINCT u.unit)
-                    FROM ({undecided}) u LEFT JOIN files f USING (file_id) GROUP BY ALL""")
-    con.execute(f"""INSERT INTO cannot_tell_stages
-                    SELECT u.detector, coalesce(f.path, '?'), u.missing, u.stage,
-                           count(DISTINCT u.unit)
-                    FROM ({undecided}) u LEFT JOIN files f USING (file_id)
-                    WHERE u.stage IS NOT NULL GROUP BY ALL""")
     con.execute(f"""UPDATE coverage c SET rows = c.rows - u.n
                     FROM (SELECT detector, count(DISTINCT unit) AS n FROM ({undecided})
                           GROUP BY detector) u
@@ -384,7 +412,8 @@ def _split_undecided(con: duckdb.DuckDBPyConnection) -> None:
     con.execute(f"DELETE FROM findings WHERE severity = '{UNDECIDED}'")
 
 
-def _assign_stages(con: duckdb.DuckDBPyConnection) -> None:
+def _assign_stages(con: duckdb.DuckDBPyConnection, recount: Collection[str] | None = None) -> None:
+    """`recount`: see _split_undecided."""
     # The same attribution as every gate sample (stage_key in macros.sql), except for a
     # finding about a stage by name (detail.filed_under: the stage a rollout action acted
     # on), which is filed under that stage whatever window its time falls in.
@@ -401,7 +430,7 @@ def _assign_stages(con: duckdb.DuckDBPyConnection) -> None:
     con.execute("DELETE FROM findings")
     con.execute("INSERT INTO findings BY NAME SELECT * FROM rg_staged")
     con.execute("DROP TABLE rg_staged")
-    _split_undecided(con)
+    _split_undecided(con, recount)
 
 
 def summary(con: duckdb.DuckDBPyConnection) -> Summary:

@@ -568,3 +568,162 @@ def test_report_hashes_what_was_read_of_a_grown_file(tmp_path):
     (row,) = reportdoc._inputs(con)
     assert row["sha256"] is None
     con.close()
+
+
+def _stream_row(ms: int, session: str, stream: str, state: str, method: str = "", **cols) -> bytes:
+    ts = datetime.fromtimestamp(ms / 1000, UTC).isoformat().replace("+00:00", "Z")
+    cells = [ts, session, 1, stream, state, method, cols.get("request_id", "")]
+    cells += ["", "", "", cols.get("last_sent", ""), "", cols.get("resume_from", "")]
+    cells += ["", cols.get("close_reason", ""), ""]
+    return (",".join(map(str, cells)) + "\n").encode()
+
+
+def _event_row(ms: int, session: str, stream: str, seq: int, kind: str = "message") -> bytes:
+    row = {"ts": ms, "session_hmac": session, "generation": 1, "stream_id": stream,
+           "event_id": f"{stream}:{seq}", "seq": seq, "kind": kind, "disposition": "sent",
+           "message_digest": f"{seq:064x}", "buffer_depth": 0}  # fmt: skip
+    return json.dumps(row).encode() + b"\n"
+
+
+def _ledger_row(first: dict, session: str, ms: int, **changes) -> bytes:
+    ts = datetime.fromtimestamp(ms / 1000, UTC).isoformat().replace("+00:00", "Z")
+    return json.dumps(dict(first, session_hmac=session, ts=ts, **changes)).encode() + b"\n"
+
+
+def _undecided_state(con) -> dict:
+    """What the detectors' findings and undecided units make of an analysis (lighter than
+    _analysis_state: no prepared tables, no gate evaluation)."""
+    out = {}
+    rows = con.execute("SELECT * EXCLUDE (detail), detail FROM findings").fetchall()
+    out["findings"] = sorted((r[:-1] + (_canonical(r[-1]),) for r in rows), key=repr)
+    out["coverage"] = con.execute(
+        "SELECT detector, status, rows FROM coverage ORDER BY 1"
+    ).fetchall()
+    for t in ("cannot_tell", "cannot_tell_stages", "cannot_tell_units"):
+        out[t] = sorted(con.execute(f"SELECT * FROM {t}").fetchall(), key=repr)
+    for t in ("a_gate_facts", "a_stage_samples"):
+        out[t] = sorted(con.execute(f"SELECT * FROM {t}").fetchall(), key=repr)
+    return out
+
+
+@pytest.mark.slow
+def test_resumability_detectors_follow_the_touched_sessions_after_appends(tmp_path):
+    # priming_lost and resume_without_cursor are recomputed for the sessions that received
+    # rows; their units undecided by a sessions file blind to resumability are kept per
+    # session and counted again. Appends to new sessions (decided and undecided) and an
+    # old undecided one, then to an old decided one with late ledger lines that move
+    # sessions out of their stage, each equal to a full analysis; then one that makes the
+    # blind file show resumability (deciding sessions that received nothing): a full one.
+    live = tmp_path / "live"
+    shutil.copytree(SAMPLE, live, ignore=shutil.ignore_patterns("*.md", "*.json", "*.toml", "*.gz"))
+    _write(live / "streams.csv", _content("streams.csv.gz"))
+    _write(live / "events.jsonl", _content("events.jsonl.gz"))
+    con = dbm.connect(str(tmp_path / "t.duckdb"))
+    ingest(con, [live], CONF)
+    runner.analyse(con, CONF)
+    found = dict(
+        con.execute(
+            """SELECT detector, min(session_hmac) FROM findings
+               WHERE detector IN ('priming_lost', 'resume_without_cursor') GROUP BY ALL"""
+        ).fetchall()
+    )
+    primed, resumed = found["priming_lost"], found["resume_without_cursor"]
+    (unknown,) = con.execute("SELECT session_hmac FROM a_resumability_unknown").fetchone()
+    blind_row = json.loads((live / "sessions-blind.jsonl").read_bytes().splitlines()[0])
+    ledger_row = next(
+        json.loads(line)
+        for line in (live / "sessions.jsonl").read_bytes().splitlines()
+        if primed in str(line)
+    )
+    t = 1795841100000  # 2026-11-28T04:45:00Z, inside write-10pct's window
+    new, new_blind, late_blind = "e1" * 32, "e2" * 32, "e3" * 32
+    earlier = t - 3_600_000 * 4  # before either session's first ledger line
+    steps = [
+        # new sessions: one that loses its priming and one that re-opens without a cursor;
+        # one only in the blind file; a new stream of an old session the blind file hides
+        {
+            "sessions.jsonl": _ledger_row(ledger_row, new, t, rollout_stage="write-10pct"),
+            "sessions-blind.jsonl": _ledger_row(blind_row, new_blind, t),
+            "events.jsonl": _event_row(t + 100, new, "2", 1)
+            + _event_row(t + 2100, new, "2", 2)
+            + _event_row(t + 100, new_blind, "2", 1),
+            "streams.csv": _stream_row(t + 1, new, "1", "STREAM_OPEN", "POST")
+            + _stream_row(t + 400, new, "1", "DISCONNECTED")
+            + _stream_row(t + 50, new, "2", "STREAM_OPEN", "POST")
+            + _stream_row(t + 2000, new, "2", "DISCONNECTED", last_sent="2:1")
+            + _stream_row(t + 3000, new, "2", "RESUME_PENDING")
+            + _stream_row(t + 1, new_blind, "1", "STREAM_OPEN", "POST")
+            + _stream_row(t + 400, new_blind, "1", "DISCONNECTED")
+            + _stream_row(t, unknown, "9", "STREAM_OPEN", "POST")
+            + _stream_row(t + 500, unknown, "9", "DISCONNECTED"),
+        },
+        # an old decided session's new stream breaks; a late ledger line of each kind puts
+        # an old session into another stage's cohort
+        {
+            "streams.csv": _stream_row(t, primed, "9", "STREAM_OPEN", "POST")
+            + _stream_row(t + 500, primed, "9", "DISCONNECTED", close_reason="client_gone"),
+            "sessions.jsonl": _ledger_row(
+                ledger_row, primed, earlier, rollout_stage="shadow-10pct"
+            ),
+            "sessions-blind.jsonl": _ledger_row(
+                blind_row, unknown, earlier, rollout_stage="shadow-10pct"
+            ),
+        },
+        # the blind file now shows resumability: the undecided sessions are decided
+        {
+            "sessions-blind.jsonl": _ledger_row(
+                blind_row, late_blind, t, resumable=True, protocol_version="2025-11-25"
+            )
+        },
+    ]
+    states = []
+    for step, rows in enumerate(steps):
+        if step == 0:
+            # What is not recomputed stays as it was (findings of sessions that receive
+            # nothing, altered here): the detectors run for the touched sessions alone.
+            untouched = {"p": primed, "r": resumed}
+            mine = """session_hmac IN ($p, $r)
+                      AND detector IN ('priming_lost', 'resume_without_cursor')"""
+            before = con.execute(
+                f"SELECT detector, session_hmac, detail FROM findings WHERE {mine}", untouched
+            ).fetchall()
+            con.execute(f"""UPDATE findings SET detail = '{{"kept": 1}}' WHERE {mine}""", untouched)
+        for name, data in rows.items():
+            with open(live / name, "ab") as fh:
+                fh.write(data)
+        ingest(con, [live], CONF)
+        runner.analyse(con, CONF)
+        assert get_meta(con, "analysis_mode") == ("full" if step == 2 else "incremental"), step
+        if step == 0:
+            kept = con.execute(
+                "SELECT DISTINCT detector FROM findings WHERE detail->>'kept' = '1' ORDER BY 1"
+            ).fetchall()
+            assert kept == [("priming_lost",), ("resume_without_cursor",)]
+            for detector, session, detail in before:
+                con.execute(
+                    "UPDATE findings SET detail = $x WHERE detector = $d AND session_hmac = $s",
+                    {"x": detail, "d": detector, "s": session},
+                )
+        states.append(
+            con.execute(
+                """SELECT detector, session_hmac, stream_id, stage FROM findings
+                   WHERE detector IN ('priming_lost', 'resume_without_cursor')
+                   UNION ALL
+                   SELECT detector, file, missing || ':' || units, stage FROM cannot_tell_stages
+                   WHERE detector IN ('priming_lost', 'resume_without_cursor') ORDER BY ALL"""
+            ).fetchall()
+        )
+        if step < 2:
+            after_append = _undecided_state(con)
+            runner.analyse(con, CONF, force=True)
+            assert after_append == _undecided_state(con), step
+    con.close()
+    undecided = [[r[2].rsplit(":", 1)[1] for r in s if r[1].endswith(".jsonl")] for s in states]
+    assert undecided == [["3"], ["1"], []]
+    assert {("priming_lost", new, "1"), ("resume_without_cursor", new, "2")} <= {
+        r[:3] for r in states[0]
+    }
+    assert ("priming_lost", primed, "9", None) in states[1]
+    assert {("priming_lost", unknown, "9"), ("priming_lost", new_blind, "1")} <= {
+        r[:3] for r in states[2]
+    }
