@@ -199,10 +199,11 @@ def analyse(
                     {"t": base},
                 )
                 con.execute(
-                    f"""INSERT INTO {SCOPE}.{base}
-                        SELECT t.* FROM {_base(con, base)} t
-                        JOIN rg_new_rows r ON t.file_id = r.file_id AND t.pos > r.from_pos
-                        WHERE t.session_hmac IS NULL"""
+                    f"""INSERT INTO {SCOPE}.{base} SELECT * FROM {_base(con, base)}
+                        WHERE rowid IN (SELECT t.rowid FROM {_base(con, base)} t
+                                        JOIN rg_new_rows r
+                                          ON t.file_id = r.file_id AND t.pos > r.from_pos
+                                        WHERE t.session_hmac IS NULL)"""
                 )
                 _scoped_prep(con, q)
                 _scoped_view(con, base)
@@ -339,10 +340,13 @@ _IN_SCOPE = "session_hmac IN (SELECT session_hmac FROM rg_affected)"
 
 def _scoped_view(con: duckdb.DuckDBPyConnection, table: str, source: str | None = None) -> None:
     # A table, not a view: every scoped query after it reads the affected sessions' rows
-    # without scanning the whole table again.
+    # without scanning the whole table again. The rows are found by their session column
+    # alone, then fetched by row id: filtering every column of every row by the session
+    # read the whole table (4-5x the CPU at 1M events).
+    base = _base(con, source or table)
     con.execute(
-        f"""CREATE OR REPLACE TABLE {SCOPE}.{table} AS SELECT * FROM {_base(con, source or table)}
-            WHERE {_IN_SCOPE}"""
+        f"""CREATE OR REPLACE TABLE {SCOPE}.{table} AS SELECT * FROM {base}
+            WHERE rowid IN (SELECT rowid FROM {base} WHERE {_IN_SCOPE})"""
     )
 
 
@@ -403,11 +407,13 @@ def gate_facts(
         if not _has(con, SCOPE, table):
             _scoped_view(con, table)
         con.execute(
-            f"""INSERT INTO {SCOPE}.{table} SELECT t.* FROM {_base(con, table)} t
-                JOIN (SELECT file_id, min(from_pos) AS from_pos FROM analysis_pending_rows
-                      WHERE tbl = $t GROUP BY file_id) r
-                  ON t.file_id = r.file_id AND t.pos > r.from_pos
-                WHERE t.session_hmac IS NULL""",
+            f"""INSERT INTO {SCOPE}.{table} SELECT * FROM {_base(con, table)}
+                WHERE rowid IN (
+                    SELECT t.rowid FROM {_base(con, table)} t
+                    JOIN (SELECT file_id, min(from_pos) AS from_pos FROM analysis_pending_rows
+                          WHERE tbl = $t GROUP BY file_id) r
+                      ON t.file_id = r.file_id AND t.pos > r.from_pos
+                    WHERE t.session_hmac IS NULL)""",
             {"t": table},
         )
     # The whole of what the facts join their units to (up to date for the pending
