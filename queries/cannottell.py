@@ -68,20 +68,35 @@ class Plan:
     args: dict[str, Any] = field(default_factory=dict)
 
 
-def _files_of(con: duckdb.DuckDBPyConnection, table: str) -> list[tuple[int, str]]:
+# What plans made at one time share (plans of every detector: each record table's files
+# are looked up once, not once per detector that reads it).
+Seen = dict[str, Any]
+
+
+def _files_of(
+    con: duckdb.DuckDBPyConnection, table: str, seen: Seen | None = None
+) -> list[tuple[int, str]]:
+    if seen is not None and f"files:{table}" in seen:
+        return list(seen[f"files:{table}"])
     rows: list[tuple[int, str]] = con.execute(
         f"""SELECT f.file_id, f.path FROM files f
             WHERE f.status = 'loaded' AND EXISTS (
                 SELECT 1 FROM {table} t WHERE t.file_id = f.file_id)
             ORDER BY f.path"""
     ).fetchall()
+    if seen is not None:
+        seen[f"files:{table}"] = list(rows)
     return rows
 
 
-def _shown(con: duckdb.DuckDBPyConnection) -> dict[int, set[str]]:
+def _shown(con: duckdb.DuckDBPyConnection, seen: Seen | None = None) -> dict[int, set[str]]:
+    if seen is not None and "shown" in seen:
+        return dict(seen["shown"])
     out: dict[int, set[str]] = {}
     for fid, fact in con.execute("SELECT file_id, fact FROM file_facts").fetchall():
         out.setdefault(fid, set()).add(fact)
+    if seen is not None:
+        seen["shown"] = dict(out)
     return out
 
 
@@ -114,23 +129,26 @@ def _count(
 
 
 def plan(
-    con: duckdb.DuckDBPyConnection, q: catalog.Query, values: dict[str, Any] | None = None
+    con: duckdb.DuckDBPyConnection,
+    q: catalog.Query,
+    values: dict[str, Any] | None = None,
+    seen: Seen | None = None,
 ) -> Plan:
     """`values`: the configuration's bound values (params.from_config), for a units
-    predicate that names one."""
+    predicate that names one; `seen`: shared by plans made of the same data at once."""
     groups = facts(q)
     u = units(q)
     p = Plan({}, [], args=unit_args(u, values))
     if not groups:
         return p
-    shown = _shown(con)
+    shown = _shown(con, seen)
     # Record types that judge the detector's other units (its other bases): while one is
     # loaded, blind files of the units table never stop it from running.
     others = catalog.split(q.header.get("other_bases", ""))
-    judged_elsewhere = any(_files_of(con, t) for t in others)
+    judged_elsewhere = any(_files_of(con, t, seen) for t in others)
     for group in groups:
         table = group[0].split(".", 1)[0]
-        files = _files_of(con, table)
+        files = _files_of(con, table, seen)
         blind = [(fid, path) for fid, path in files if not shown.get(fid, set()) & set(group)]
         if not blind:
             continue

@@ -112,8 +112,9 @@ def plans(
 ) -> dict[str, cannottell.Plan]:
     """What each detector that runs and declares facts may look at (cannottell.py);
     `values`: the configuration's bound values (params.from_config)."""
+    seen: cannottell.Seen = {}
     return {
-        name: cannottell.plan(con, q, values)
+        name: cannottell.plan(con, q, values, seen)
         for name, q in catalog.detectors().items()
         if cannottell.facts(q) and not cannottell.missing_needs(q, counts)
     }
@@ -180,6 +181,7 @@ def analyse(
     _drop_scope(con)
     con.execute(f"CREATE SCHEMA {SCOPE}")
     recount: list[str] = []
+    seconds: dict[str, float] = {}
     try:
         try:
             blind_before = con.execute(SESSION_BLIND).fetchall()
@@ -276,12 +278,16 @@ def analyse(
                     )
                 finally:
                     cannottell.unshadow(con, made)
-            n = one_row(
-                con.execute("SELECT count(*) FROM main.findings WHERE detector = $d", {"d": name})
-            )[0]
+            seconds[name] = time.perf_counter() - t0
+        # Each detector that ran: its findings now, counted in one statement.
+        if seconds:
             con.execute(
-                "UPDATE coverage SET rows = $n, seconds = $s WHERE detector = $d",
-                {"d": name, "n": n, "s": time.perf_counter() - t0},
+                """UPDATE coverage c SET rows = coalesce(f.n, 0), seconds = s.seconds
+                   FROM (SELECT unnest($names) AS detector, unnest($seconds) AS seconds) s
+                   LEFT JOIN (SELECT detector, count(*) AS n FROM main.findings GROUP BY ALL) f
+                     USING (detector)
+                   WHERE c.detector = s.detector""",
+                {"names": list(seconds), "seconds": list(seconds.values())},
             )
         if finish is not None:
             finish(recount)
