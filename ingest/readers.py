@@ -254,36 +254,59 @@ def _value_only(f: Field) -> bool:
     return f.type in ("int", "float") and not f.secret and f.max_len is None and not f.forbid
 
 
+# A number DuckDB's JSON reader, reading a field as VARCHAR, spells otherwise than
+# `json_extract_string` does: one it holds as a DOUBLE written with an exponent (`1e-07`,
+# `1.5e-05`, `-1.5e+300`; json_extract_string: `1e-7`, `0.000015`, `-1.5e300`).
+_EXPONENT = r"-?[0-9]+(\.[0-9]+)?e[+-][0-9]+"
+
+
+def _spelled_otherwise(column: str) -> str:
+    """SQL: whether a field read as VARCHAR may be a number the reader spells otherwise
+    than json_extract_string (_EXPONENT; the pattern only for text holding `e-`/`e+`)."""
+    c = f'"{column}"'
+    return (
+        f"CASE WHEN contains({c}, 'e-') OR contains({c}, 'e+') "
+        f"THEN regexp_full_match({c}, '{_EXPONENT}') ELSE false END"
+    )
+
+
 def jsonl_fast_sql(r: Reading, keep: str = "") -> str | None:
     """JSON Lines of contract records through DuckDB's JSON reader: one parse per line
     instead of raw lines parsed again by `json_extract_string`; the same staged rows as
-    jsonl_sql for a file it reads whole. Each field is read as JSON and extracted as
-    `json_extract_string` extracts it, so its text is the same (a number's too: read as
-    VARCHAR, the reader would spell `1e-7` as `1e-07`). None for a proxy log that is not
-    read as contract records.
+    jsonl_sql for a file it reads whole. Each field is read as VARCHAR, which gives the
+    text `json_extract_string` gives (a string's, a nested value's, a bool's, an
+    integer's) except for a number the reader spells with an exponent (_EXPONENT). That
+    changes nothing for a number field whose value and reason depend on its text only
+    through the DOUBLE it casts to (_value_only), nor for an enum (no allowed value is a
+    number: such a value is refused either way, for the same reason); a row where any
+    other field (a text, a timestamp, a bool) holds such a number is left to the
+    line-exact read (`rg_unsure`). None for a proxy log that is not read as contract
+    records.
 
     It proves nothing about lines by itself: the reader skips blank lines, takes a
     `null` line for a record of NULLs and a tab before a record for whitespace, where
     the line-exact reader counts, refuses or quarantines them, and it fails on anything
     it cannot read. The load keeps its rows only for a file without a tab or a CR whose
-    every line gave one row and no row of nothing but NULLs (`rg_empty`); every other
-    file is read again by jsonl_sql (stagereads.py). `keep`: columns added to each row
-    (jsonl_direct_sql's position)."""
+    every line gave one row and no row it is unsure of (`rg_unsure`: nothing but NULLs,
+    or a number spelled otherwise); every other file is read again by jsonl_sql
+    (stagereads.py). `keep`: columns added to each row (jsonl_direct_sql's position)."""
     if _proxy_shape(r) is not None:
         return None
     names = r.names
     fields = {f.name: f for f in r.typed.fields} if r.typed else {}
-    # A number field is read as VARCHAR (cheaper): its checks and its stored value
-    # depend only on the DOUBLE its text casts to (validate.cast_sql), the same for both
-    # spellings. Not a timestamp: `0.000015` and `1.5e-05` take different branches.
-    num = {n for n in names if n in fields and _value_only(fields[n])}
-    columns = ", ".join(f"'{n}': '{'VARCHAR' if n in num else 'JSON'}'" for n in ["schema", *names])
-    values = {n: f'"{n}"' if n in num else f"json_extract_string(\"{n}\", '$')" for n in names}
+    sure = {
+        n for n in names if n in fields and (_value_only(fields[n]) or fields[n].type == "enum")
+    }
+    columns = ", ".join(f"'{n}': 'VARCHAR'" for n in ["schema", *names])
+    values = {n: f'"{n}"' for n in names}
     cols = ",\n        ".join(field_columns(values, names, r.key_available))
     empty = " AND ".join(f'"{n}" IS NULL' for n in ["schema", *names])
+    unsure = " OR ".join(
+        [f"({empty})", *(_spelled_otherwise(n) for n in ["schema", *names] if n not in sure)]
+    )
     inner = f"""
-    SELECT {keep}false AS blank, NULL AS parse_bad, json_extract_string("schema", '$') AS schema,
-        {empty} AS rg_empty,
+    SELECT {keep}false AS blank, NULL AS parse_bad, "schema" AS schema,
+        {unsure} AS rg_unsure,
         {cols}
     FROM read_json($path, columns = {{{columns}}}, format = 'newline_delimited',
                    records = true, compression = $compression)"""
@@ -296,8 +319,9 @@ def jsonl_direct_sql(r: Reading) -> str | None:
     line order only for a file of one row per line, as the load proves (stagereads.py,
     commit.py: every line one loaded row, or the file is staged and read line by line)."""
     fast = jsonl_fast_sql(r, keep="row_number() OVER () AS pos, ")
-    # A row of nothing but NULLs may be a `null` line: left out, so the file is staged.
-    return None if fast is None else f"SELECT * FROM ({fast}) WHERE NOT rg_empty"
+    # A row of nothing but NULLs may be a `null` line, one with a number spelled otherwise
+    # is read otherwise: left out, so the file is staged.
+    return None if fast is None else f"SELECT * FROM ({fast}) WHERE NOT rg_unsure"
 
 
 def csv_header(path: Path, gz: bool) -> list[str]:

@@ -211,8 +211,9 @@ class Reads(StagingArea):
     ) -> bool:
         """Stage a file of `lines` lines with its format's fast reader, and keep the rows
         only if they are what the line-exact reader would stage: the read succeeded and
-        gave one row per line (so a row's rowid is its line) and no row that could be a
-        `null` line. False (nothing staged) when the file must be read line by line."""
+        gave one row per line (so a row's rowid is its line) and no row it is unsure of
+        (readers.jsonl_fast_sql: one that could be a `null` line, or a number it spells
+        otherwise). False (nothing staged) when the file must be read line by line."""
         fmt = readers.FORMATS[src.format]
         if fmt.fast is None:
             return False
@@ -228,10 +229,10 @@ class Reads(StagingArea):
             # its object size): the line-exact reader tells which lines, and why.
             self._exec(f"DROP TABLE IF EXISTS {table}")
             return False
-        rows, empty = one_row(
-            self._exec(f"SELECT count(*), count(*) FILTER (WHERE rg_empty) FROM {table}")
+        rows, unsure = one_row(
+            self._exec(f"SELECT count(*), count(*) FILTER (WHERE rg_unsure) FROM {table}")
         )
-        if rows != lines or empty:
+        if rows != lines or unsure:
             self._exec(f"DROP TABLE {table}")
             return False
         # What the line reader leaves for the load: no line rejected.
