@@ -214,7 +214,8 @@ def test_generated_batches(files, appended, tmp_path_factory, monkeypatch):
                     fh.write(_file(appended))
 
     spy = assert_same([[folder], [folder]], tmp, monkeypatch, grow)
-    clean = [i for i, (kinds, _) in enumerate(files) if all(k == "clean" for k in kinds)]
+    # Files of the same content are one file read once (the others are duplicates).
+    clean = {_file(kinds) for kinds, _ in files if all(k == "clean" for k in kinds)}
     assert len(spy.direct) >= len(clean)
 
 
