@@ -396,6 +396,9 @@ _EDGE_CASES = [
     "DELETE FROM inbox WHERE hash(session_hmac, stream_id) % 13 = 0 AND verdict = 'accepted'",
     "DELETE FROM inbox WHERE hash(session_hmac, stream_id) % 11 = 1 AND seq > 2",
     "DELETE FROM inbox WHERE hash(session_hmac, stream_id) % 5 = 2 AND seq = 2",
+    # a seq accepted twice where another is missing: as many receipts as the seqs they span
+    """UPDATE inbox SET seq = seq - 1 WHERE hash(session_hmac, stream_id) % 17 = 3 AND seq = 3
+       AND verdict = 'accepted' AND receipt_placed(origin_stream_id, seq, kind)""",
     """UPDATE streams SET session_hmac = NULL WHERE (session_hmac, generation, stream_id) IN
        (SELECT (session_hmac, generation, stream_id) FROM streams
         WHERE state = 'RESUME_PENDING' AND hash(stream_id, session_hmac) % 4 = 0)""",
@@ -450,6 +453,21 @@ def test_prepare_rewrite_gives_the_replaced_tables(fleet_db, file, changed):
             assert kinds[1] > 0
             if changed:
                 assert kinds[0] > 0
+                # a hole in a stream with as many receipts as the seqs they span (one twice)
+                hidden = con.execute(
+                    """SELECT count(*) FROM a_missing m
+                       JOIN (SELECT session_hmac, generation, origin_stream_id AS stream_id,
+                                    max(seq) AS hi
+                             FROM a_inbox
+                             WHERE verdict = 'accepted' AND seq IS NOT NULL
+                               AND origin_stream_id IS NOT NULL
+                             GROUP BY ALL
+                             HAVING count(*) = max(seq) - min(seq) + 1
+                                AND count(DISTINCT seq) < count(*)) s
+                       USING (session_hmac, generation, stream_id)
+                       WHERE m.seq < s.hi"""
+                ).fetchone()[0]
+                assert hidden > 0
         if file == "11_resumes.sql":
             # cursors placed through the event index, and (with the changes) resumes of a
             # stream whose rows name no session

@@ -14,80 +14,88 @@ CREATE OR REPLACE TABLE a_missing AS
 -- events of an uncut reference call (never priming or heartbeats). Other clients' seqs may
 -- skip a heartbeat, or leave an event unplaced: their sessions need the event log.
 -- (a_inbox_sessions: the sessions of `inbox`, which are a_inbox's)
-WITH unjudged AS (
+-- Nothing of the size of the receipts or the event log is kept between the parts of this
+-- statement: the accepted receipts are read again where they are needed (a kept copy of
+-- them, and of the event index read twice, spilled at 10M events), their distinct seqs are
+-- counted under a 64-bit hash of the stream, and the event log is read once, for the
+-- streams with a hole or a completed end.
+WITH unjudged AS MATERIALIZED (
     SELECT session_hmac, generation
     FROM a_inbox_sessions
     ANTI JOIN events e USING (session_hmac, generation)
     WHERE session_hmac NOT IN (SELECT session_hmac FROM a_sessions
                                WHERE is_probe(client_name, principal))
 ),
-acc AS (
-    SELECT DISTINCT session_hmac, generation, origin_stream_id AS stream_id, seq
+acc AS NOT MATERIALIZED (
+    SELECT session_hmac, generation, origin_stream_id AS stream_id, seq
     FROM a_inbox
     ANTI JOIN unjudged USING (session_hmac, generation)
     WHERE verdict = 'accepted' AND seq IS NOT NULL AND origin_stream_id IS NOT NULL
 ),
 acc_stats AS (
     SELECT session_hmac, generation, stream_id, min(seq) AS lo, max(seq) AS hi,
-           count(*) AS n
+           count(*) AS n, hash(session_hmac, generation, stream_id) AS k
     FROM acc GROUP BY ALL
 ),
-completed AS (
-    SELECT DISTINCT session_hmac, generation, stream_id
-    FROM streams SEMI JOIN a_inbox_sessions USING (session_hmac, generation)
-    WHERE is_completed(state, close_reason)
+-- Each stream's distinct seqs counted under a 64-bit hash of its key (narrow rows). A stream
+-- has a hole when its seqs span more than it has distinct ones; a hash shared by two streams
+-- shows in its receipt count and makes both candidates (the holes below are exact).
+by_hash AS (
+    SELECT k, min(seq) AS lo, max(seq) AS hi, count(*) AS distinct_seqs, sum(n) AS n
+    FROM (SELECT hash(session_hmac, generation, stream_id) AS k, seq, count(*) AS n
+          FROM acc GROUP BY ALL)
+    GROUP BY k
 ),
-produced AS (
-    SELECT session_hmac, generation, stream_id, max(seq) AS last_seq
-    FROM a_event_index GROUP BY ALL
-),
--- Most streams are whole: only those with a hole or an unaccepted tail go further.
-candidates AS (
-    SELECT session_hmac, generation, stream_id, a.hi
-    FROM acc_stats a
-    WHERE a.hi - a.lo + 1 > a.n
-    UNION
-    SELECT c.session_hmac, c.generation, c.stream_id, a.hi
-    FROM completed c
-    JOIN produced p USING (session_hmac, generation, stream_id)
-    LEFT JOIN acc_stats a USING (session_hmac, generation, stream_id)
-    WHERE p.last_seq > coalesce(a.hi, -1)
+gappy AS (
+    SELECT a.session_hmac, a.generation, a.stream_id
+    FROM acc_stats a JOIN by_hash h USING (k)
+    WHERE h.hi - h.lo + 1 > h.distinct_seqs OR h.n <> a.n
 ),
 steps AS (
-    SELECT acc.*, lag(acc.seq) OVER (PARTITION BY acc.session_hmac, acc.generation,
-                                     acc.stream_id ORDER BY acc.seq) AS prev
-    FROM acc SEMI JOIN candidates c USING (session_hmac, generation, stream_id)
+    SELECT *, lag(seq) OVER (PARTITION BY session_hmac, generation, stream_id ORDER BY seq) AS prev
+    FROM (SELECT DISTINCT * FROM acc SEMI JOIN gappy USING (session_hmac, generation, stream_id))
 ),
 holes AS (
     SELECT session_hmac, generation, stream_id, unnest(range(prev + 1, seq)) AS seq
     FROM steps
     WHERE seq > prev + 1
 ),
--- The completed candidates (a few streams) before the event log is read: joined to the
--- candidates and then to every completed stream, the planner built its hash table on the
--- event log (1M rows at 1M events).
-completed_candidates AS (
-    SELECT c.* FROM candidates c SEMI JOIN completed k USING (session_hmac, generation, stream_id)
+-- What the event log is read for, per stream: the seqs after its last accepted one (a
+-- completed stream) and its holes.
+completed AS (
+    SELECT DISTINCT session_hmac, generation, stream_id
+    FROM streams SEMI JOIN a_inbox_sessions USING (session_hmac, generation)
+    WHERE is_completed(state, close_reason)
 ),
-tail AS (
-    SELECT e.session_hmac, e.generation, e.stream_id, e.seq
+targets AS (
+    SELECT session_hmac, generation, stream_id, max(tail_after) AS tail_after,
+           list(seq ORDER BY seq) FILTER (WHERE seq IS NOT NULL) AS hole_seqs
+    FROM (SELECT c.session_hmac, c.generation, c.stream_id, coalesce(a.hi, -1) AS tail_after,
+                 NULL::BIGINT AS seq
+          FROM completed c LEFT JOIN acc_stats a USING (session_hmac, generation, stream_id)
+          UNION ALL
+          SELECT session_hmac, generation, stream_id, NULL, seq FROM holes)
+    GROUP BY ALL
+),
+-- The event log read once: the tail of each completed stream and the events of the holes.
+ev AS (
+    SELECT e.*, e.seq > t.tail_after AS in_tail
     FROM a_event_index e
-    JOIN completed_candidates c USING (session_hmac, generation, stream_id)
-    WHERE e.seq > coalesce(c.hi, -1)
+    JOIN targets t USING (session_hmac, generation, stream_id)
+    WHERE e.seq > t.tail_after OR list_contains(t.hole_seqs, e.seq)
 ),
 missing AS (
     SELECT * FROM holes
     UNION
-    SELECT * FROM tail
+    SELECT session_hmac, generation, stream_id, seq FROM ev WHERE in_tail
 )
 SELECT m.session_hmac, m.generation, m.stream_id, m.seq,
        e.kind, coalesce(e.cumulative, false) AS cumulative, e.first_ts, e.event_id
 FROM missing m
--- The event of each missing seq, looked up for those seqs alone; of two event ids logged
--- with one seq, the first logged, then the lower id (not whichever the scan met first).
+-- The event of each missing seq; of two event ids logged with one seq, the first logged, then
+-- the lower id (not whichever the scan met first).
 LEFT JOIN (SELECT DISTINCT ON (session_hmac, generation, stream_id, seq) *
-           FROM a_event_index
-           SEMI JOIN missing USING (session_hmac, generation, stream_id, seq)
+           FROM ev
            ORDER BY session_hmac, generation, stream_id, seq, first_ts, event_id) e
     USING (session_hmac, generation, stream_id, seq)
 WHERE loss_counted(e.kind);
