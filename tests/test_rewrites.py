@@ -34,6 +34,7 @@ REWRITTEN = (
     "reinit_missing",
     "reconnect_storm",
     "undelivered_result",
+    "duplicate_delivery_accepted",
 )
 # Prepared tables now kept as views over the records and a small table (the files of the
 # tables they replaced, in order: each may read the one before).
