@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import re
 import time
+from pathlib import Path
 from typing import Any
 
 import duckdb
@@ -80,14 +81,72 @@ def _replace(con: duckdb.DuckDBPyConnection, table: str, arrow: Any) -> None:
         con.unregister("rg_spark_rows")
 
 
-def _copy_prepared(con: duckdb.DuckDBPyConnection, name: str, arrow: Any) -> None:
+def local_folder(location: str) -> Path | None:
+    """A lake location as a folder of this machine's file system that DuckDB can read
+    itself (a path, a `file:` URI, `dbfs:/` through Databricks' /dbfs mount), or None (an
+    object store: its tables come through the driver)."""
+    if location.startswith("file://"):
+        return Path(location[len("file://") :])
+    if location.startswith("file:"):
+        return Path(location[len("file:") :])
+    if location.startswith("dbfs:/"):
+        mount = Path("/dbfs") / location[len("dbfs:/") :].lstrip("/")
+        return mount if Path("/dbfs").is_dir() else None
+    if re.match(r"^[A-Za-z][A-Za-z0-9+.-]+://", location):
+        return None
+    return Path(location)
+
+
+def parquet_files(folder: Path) -> list[str]:
+    """The Parquet files of a table folder as Spark reads it: below it, none under a
+    folder or of a name starting with `_` or `.` (Spark's hidden files: `_SUCCESS`,
+    `_temporary/` of an unfinished write, checksums)."""
+    if not folder.is_dir():
+        return []
+    return sorted(
+        str(f)
+        for f in folder.rglob("*.parquet")
+        if f.is_file()
+        and not any(part.startswith(("_", ".")) for part in f.relative_to(folder).parts)
+    )
+
+
+# Parquet files read by DuckDB ($files); the partition folders (day=...) are not columns.
+_PARQUET = "read_parquet($files, union_by_name = true, hive_partitioning = false)"
+
+
+def _replace_from_lake(con: duckdb.DuckDBPyConnection, table: str, files: list[str]) -> None:
+    """A table's rows read by DuckDB from the lake's Parquet files, into the table as
+    core/db.py made it (its columns, types and order): the rows never pass through Spark's
+    driver. A column the files lack (a lake of an older version) is NULL, as Spark's
+    reading of it (`_read_table`) makes it."""
+    con.execute(f"DELETE FROM {table}").fetchall()
+    if not files:
+        return
+    src = _PARQUET
+    present = {
+        r[0] for r in con.execute(f"DESCRIBE SELECT * FROM {src}", {"files": files}).fetchall()
+    }
+    cols = ", ".join(f'"{c}"' for c, _ in _duck_columns(con, table) if c in present)
+    con.execute(
+        f"INSERT INTO {table} ({cols}) SELECT {cols} FROM {src}", {"files": files}
+    ).fetchall()
+
+
+def _copy_prepared(con: duckdb.DuckDBPyConnection, name: str, rows: Any) -> None:
     """A prepared table as DuckDB holds it: Spark's stand-in for an infinite timestamp
-    (transpile.infinity) is infinity again."""
-    _settled(con).register("rg_spark_rows", arrow)
-    try:
-        con.execute(f"CREATE OR REPLACE TABLE {name} AS SELECT * FROM rg_spark_rows").fetchall()
-    finally:
-        con.unregister("rg_spark_rows")
+    (transpile.infinity) is infinity again. `rows`: the Parquet files Spark kept it in
+    (read by DuckDB itself) or, where DuckDB cannot read them, its rows (Arrow)."""
+    if isinstance(rows, list):
+        con.execute(
+            f"CREATE OR REPLACE TABLE {name} AS SELECT * FROM {_PARQUET}", {"files": rows}
+        ).fetchall()
+    else:
+        _settled(con).register("rg_spark_rows", rows)
+        try:
+            con.execute(f"CREATE OR REPLACE TABLE {name} AS SELECT * FROM rg_spark_rows").fetchall()
+        finally:
+            con.unregister("rg_spark_rows")
     for col, kind in _duck_columns(con, name):
         if kind == "TIMESTAMPTZ":
             con.execute(
@@ -137,21 +196,31 @@ def _analyse(
             for stmt in q.statements():
                 if transpile.is_macro(stmt):
                     con.execute(stmt)
-        # The records and the bookkeeping, as DuckDB's readers of the file expect them.
-        for table in lakes.BOOKKEEPING:
-            df = _read_table(spark, lakes.path(lake, table), _duck_columns(con, table))
+        # The records and the bookkeeping, as DuckDB's readers of the file expect them:
+        # read by DuckDB from the lake's files where it can reach them, not collected
+        # through the driver (at 10M events that is gigabytes in the driver's process).
+        local = local_folder(lake)
+        for table in (*lakes.BOOKKEEPING, *(rt.table for rt in RECORD_TYPES)):
+            where = lakes.path(lake, table)
+            columns = (
+                _duck_columns(con, table)
+                if table in lakes.BOOKKEEPING
+                else lakes.record_columns(table)
+            )
+            df = _read_table(spark, where, columns)
             df.createOrReplaceTempView(table)
-            _replace(con, table, df.toArrow())
-        for rt in RECORD_TYPES:
-            df = _read_table(spark, lakes.path(lake, rt.table), lakes.record_columns(rt.table))
-            df.createOrReplaceTempView(rt.table)
-            frames[rt.table] = df
-            _replace(con, rt.table, df.toArrow())
+            frames[table] = df
+            if local is not None:
+                _replace_from_lake(con, table, parquet_files(Path(lakes.path(str(local), table))))
+            else:
+                _replace(con, table, df.toArrow())
         counts = runner.table_counts(con)
         counts["decision_history"] = decisionfile.load_table(con)
         if counts["decision_history"]:
             df = spark.createDataFrame(con.sql("SELECT * FROM decision_history").to_arrow_table())
             df.createOrReplaceTempView("decision_history")
+
+        kept_in: dict[str, str] = {}  # a prepared table's folder in the lake (keep="lake")
 
         def kept(name: str, df: Any) -> Any:
             """`df` computed once and kept where `keep` says, as a fresh DataFrame."""
@@ -170,11 +239,20 @@ def _analyse(
                 versions[step.name] = k + 1
                 if step.view:
                     views.add(step.name)
-                df = kept(step.name + (f".{k}" if k else ""), spark.sql(step.sql))
+                label = step.name + (f".{k}" if k else "")
+                df = kept(label, spark.sql(step.sql))
+                if keep == "lake":
+                    kept_in[step.name] = lakes.analysis_path(lake, label)
                 df.createOrReplaceTempView(step.name)
                 frames[step.name] = df
         for name in versions:
-            if name not in views:  # DuckDB reads the views' sources (queries/sql/prep)
+            if name in views:  # DuckDB reads the views' sources (queries/sql/prep)
+                continue
+            folder = local_folder(kept_in[name]) if name in kept_in else None
+            files = parquet_files(folder) if folder is not None else []
+            if files:  # its last version's files, read by DuckDB
+                _copy_prepared(con, name, files)
+            else:
                 _copy_prepared(con, name, frames[name].toArrow())
         for table in ("findings", "coverage", "cannot_tell", "cannot_tell_stages", "blind_files"):
             con.execute(f"DELETE FROM {table}").fetchall()

@@ -289,9 +289,32 @@ def _decisions(con) -> dict:
     return out
 
 
+@pytest.fixture(scope="module")
+def spark_analysed(spark, spark_lake, tmp_path_factory):
+    """One Spark analysis of the Spark-ingested lake (as the CLI runs it: the prepared
+    tables kept in the lake), into a DuckDB file; with the columns and row count of every
+    DataFrame collected through the driver as Arrow (`toArrow`, `toPandas`) meanwhile."""
+    from pyspark.sql.pandas.conversion import PandasConversionMixin
+
+    lake_dir, _ = spark_lake
+    db = tmp_path_factory.mktemp("spark-analysis") / "spark.duckdb"
+    collected: list[tuple[tuple[str, ...], int]] = []
+    real = PandasConversionMixin._collect_as_arrow
+
+    def spy(self, *args, **kwargs):
+        batches = real(self, *args, **kwargs)
+        collected.append((tuple(self.columns), sum(b.num_rows for b in batches)))
+        return batches
+
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(PandasConversionMixin, "_collect_as_arrow", spy)
+        analyse.analyse(spark, str(lake_dir), str(db), FLEET_CONFIG, "lake")
+    return db, collected
+
+
 @pytest.mark.slow
 @pytest.mark.spark
-def test_spark_findings_coverage_and_decisions_equal_duckdb(spark, fleet40, spark_lake, tmp_path):
+def test_spark_findings_coverage_and_decisions_equal_duckdb(fleet40, spark_analysed):
     """The simulated fleet with every fault (seed 7) and the bad input, ingested and
     analysed by DuckDB and by Spark (the lake of the Spark ingest, its Caddy, nginx and
     Envoy logs read by the Spark form of the proxy adapters): the same findings,
@@ -299,19 +322,82 @@ def test_spark_findings_coverage_and_decisions_equal_duckdb(spark, fleet40, spar
     from replaygate.core import db as dbm
 
     con, truth, _, _, _ = fleet40
-    lake_dir, _ = spark_lake
     # The fleet is small, but every fault is in it and finds what it causes.
     expected = {e["detector"] for f in truth["faults"] for e in f["expect"]}
     found = {r[0] for r in con.execute("SELECT DISTINCT detector FROM findings").fetchall()}
     assert truth["faults"] and expected <= found
-    analyse.analyse(spark, str(lake_dir), str(tmp_path / "spark.duckdb"), FLEET_CONFIG, "memory")
-    other = dbm.connect(str(tmp_path / "spark.duckdb"))
+    other = dbm.connect(str(spark_analysed[0]))
     assert _findings(other) == _findings(con)
     q = "SELECT detector, status, rows FROM coverage ORDER BY detector"
     assert other.execute(q).fetchall() == con.execute(q).fetchall()
     q = "SELECT * FROM cannot_tell_stages ORDER BY ALL"
     assert other.execute(q).fetchall() == con.execute(q).fetchall()
     assert _decisions(other) == _decisions(con)
+
+
+@pytest.mark.slow
+@pytest.mark.spark
+def test_spark_analysis_reads_the_lake_into_duckdb_not_through_the_driver(
+    fleet40, spark_lake, spark_analysed
+):
+    """The record tables, the bookkeeping and the prepared tables reach the DuckDB file by
+    DuckDB reading the lake's Parquet files (at 10M events, gigabytes the driver's process
+    would otherwise hold): no DataFrame of theirs is collected as Arrow, the findings
+    alone are. The file's tables have core/db.py's columns, types and order (those of
+    DuckDB's own engine) and hold the lake's rows."""
+    from replaygate.core import db as dbm
+
+    con = fleet40[0]
+    lake_dir, _ = spark_lake
+    db, collected = spark_analysed
+    other = dbm.connect(str(db))
+    tables = [rt.table for rt in RECORD_TYPES] + list(lake.BOOKKEEPING)
+    in_db = {r[0] for r in other.execute("SELECT table_name FROM duckdb_tables()").fetchall()}
+    prepared = [p.name for p in (lake_dir / "_analysis").iterdir() if p.name in in_db]
+    assert "a_stages" in prepared and "a_event_repeats" in prepared
+
+    def columns(c, table):
+        return c.execute(f"DESCRIBE {table}").fetchall()
+
+    shapes = {tuple(r[0] for r in columns(other, t)) for t in tables + prepared}
+    assert collected and not [c for c, _ in collected if c in shapes]
+    found = {r[0] for r in columns(other, "findings")}
+    assert all(set(c) <= found for c, _ in collected)  # the detectors' findings
+    for table in tables:
+        assert columns(other, table) == columns(con, table), table
+    for table in [rt.table for rt in RECORD_TYPES]:
+        files = analyse.parquet_files(Path(lake.path(str(lake_dir), table)))
+        src = "read_parquet($f, union_by_name = true, hive_partitioning = false)"
+        cols = ", ".join(f'"{r[0]}"' for r in columns(con, table))
+        q = f"SELECT {cols} FROM {src} ORDER BY ALL" if files else None
+        lake_rows = other.execute(q, {"f": files}).fetchall() if q else []
+        assert other.execute(f"SELECT * FROM {table} ORDER BY ALL").fetchall() == lake_rows
+        assert lake_rows or table not in {"events", "sessions"}, table
+
+
+def test_a_lake_is_read_by_duckdb_where_it_is_a_folder_here(tmp_path):
+    """Which lakes DuckDB reads itself (a folder here) and which files of a table folder
+    it reads: those Spark reads, none hidden (`_SUCCESS`, an unfinished `_temporary/`)."""
+    assert analyse.local_folder("/data/lake") == Path("/data/lake")
+    assert analyse.local_folder("rel/lake") == Path("rel/lake")
+    assert analyse.local_folder("file:///data/lake") == Path("/data/lake")
+    assert analyse.local_folder("file:/data/lake") == Path("/data/lake")
+    assert analyse.local_folder("s3a://bucket/lake") is None
+    assert analyse.local_folder("abfss://c@a.dfs.core.windows.net/lake") is None
+    assert analyse.local_folder("dbfs:/lake") == (
+        Path("/dbfs/lake") if Path("/dbfs").is_dir() else None
+    )
+    table = tmp_path / "events"
+    for f in ("day=2026-11-29/part-0.parquet", "day=2026-11-30/part-1.parquet",
+              "_SUCCESS", "_temporary/0/part-9.parquet", "day=2026-11-29/.part-0.parquet.crc",
+              ".hidden.parquet"):  # fmt: skip
+        (table / f).parent.mkdir(parents=True, exist_ok=True)
+        (table / f).write_bytes(b"")
+    assert analyse.parquet_files(table) == [
+        str(table / "day=2026-11-29/part-0.parquet"),
+        str(table / "day=2026-11-30/part-1.parquet"),
+    ]
+    assert analyse.parquet_files(tmp_path / "absent") == []
 
 
 # -- the ingest on Spark ----------------------------------------------------------------
