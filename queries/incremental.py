@@ -9,7 +9,10 @@ tables with one row out per row in (ROW_PREP) are recomputed for those sessions'
 and for the new rows without a session (ingest notes where each file's new rows start,
 in `analysis_pending_rows`). `duplicate_dispatch`, whose findings belong to groups of
 dispatches across sessions, recomputes the groups that hold a changed dispatch
-(groups.py). Everything else (stage windows, per-stage samples, source
+(groups.py). `undelivered_result` also judges empty answers logged without a session,
+placed by time on other sessions' streams: it recomputes the noted sessions with those
+whose last findings were near such an answer, and every such answer (NEAR_SESSIONS).
+Everything else (stage windows, per-stage samples, source
 counts, idempotency keys, fleet-wide rates, proxy-log checks) is recomputed whole, as
 in a full analysis. Stages are then assigned to all findings as always.
 
@@ -56,7 +59,8 @@ SESSION_PREP = {
 # Prepared tables with one output row per input row (of `proxy`): recomputed for the
 # affected sessions' rows and for the new rows without a session.
 ROW_PREP = {"a_proxy_staged": "proxy"}
-# (`delete_fabricated`, `reinit_missing`, `auth_subject_mismatch` and
+# (`undelivered_result` is session-local but for its rows without a session:
+# NEAR_SESSIONS. `delete_fabricated`, `reinit_missing`, `auth_subject_mismatch` and
 # `session_after_terminal` are not: a proxy log that cannot show a fact others show, of
 # rows of no session or of other sessions, can make a session's unit `cannot_tell`
 # (a_blind_spans, a_blind_clients). `priming_lost` and `resume_without_cursor` are: their
@@ -89,6 +93,32 @@ SESSION_DETECTORS = {
 # which sessions files cannot show which fact (a_blind_spans). A change of it can change
 # the verdict of sessions that received no rows: the analysis is then a full one.
 SESSION_BLIND = "SELECT fact, file_id FROM a_blind_spans WHERE tbl = 'sessions' ORDER BY ALL"
+# Session-local detectors that also judge rows without a session, which the units of
+# sessions near them in time bear on: their scoped run reads those rows too (`rows`, a
+# predicate on the rows of their table) and returns their findings without a session;
+# the sessions whose last findings were near such a row (`near`: the sessions to add) are
+# recomputed with the pending ones, so that every unit such a row may be placed on is in
+# the scope. `undelivered_result`: an empty answer a proxy log kept without its session is
+# evidence for the stream another basis found (a finding, at the time the stream opened)
+# opened nearest its run, within a second, else judged alone (queries/sql/detectors).
+NEAR_SESSIONS: dict[str, dict[str, str]] = {
+    "undelivered_result": {
+        "table": "proxy",
+        "rows": "session_hmac IS NULL "
+        "AND empty_event_stream(method, status, body_bytes_sent, resp_content_type)",
+        "near": """
+            SELECT DISTINCT f.session_hmac
+            FROM main.findings f
+            JOIN (SELECT ts, duration_ms FROM {table}
+                  WHERE session_hmac IS NULL
+                    AND empty_event_stream(method, status, body_bytes_sent,
+                                           resp_content_type)) e
+              ON epoch_ms(f.ts) BETWEEN epoch_ms(e.ts) - 1000
+                 AND epoch_ms(e.ts) + coalesce(e.duration_ms, 0) + 1000
+            WHERE f.detector = 'undelivered_result' AND f.stream_id IS NOT NULL
+              AND f.session_hmac IS NOT NULL""",
+    },
+}
 # Set once an analysis keeps its undecided units (runner's `cannot_tell_units`): an
 # incremental one needs those of the sessions it does not recompute.
 UNITS_META = "cannot_tell_units"
@@ -178,6 +208,12 @@ def analyse(
         "CREATE OR REPLACE TEMP TABLE rg_affected AS "
         "SELECT DISTINCT session_hmac FROM analysis_pending"
     )
+    for how in NEAR_SESSIONS.values():
+        con.execute(
+            f"""INSERT INTO rg_affected
+                SELECT * FROM ({how["near"].format(table=_base(con, how["table"]))})
+                EXCEPT SELECT session_hmac FROM rg_affected"""
+        )
     _drop_scope(con)
     con.execute(f"CREATE SCHEMA {SCOPE}")
     recount: list[str] = []
@@ -230,9 +266,9 @@ def analyse(
                         "WHERE detector = $d AND list_contains($l, missing)",
                         {"d": name, "l": labels},
                     )
-                local = f"AND {_IN_SCOPE}" if name in SESSION_DETECTORS else ""
                 con.execute(
-                    f"DELETE FROM main.cannot_tell_units WHERE detector = $d {local}", {"d": name}
+                    f"DELETE FROM main.cannot_tell_units WHERE detector = $d {_local(name)}",
+                    {"d": name},
                 )
                 recount.append(name)
             if plan is not None:
@@ -243,14 +279,22 @@ def analyse(
                 cannottell.record_cannot_tell(con, name, q, plan)
                 if plan.skip:
                     continue
-            if name in SESSION_DETECTORS:
+            if name in SESSION_DETECTORS or name in NEAR_SESSIONS:
                 con.execute(
-                    """DELETE FROM main.findings WHERE detector = $d
-                       AND session_hmac IN (SELECT session_hmac FROM rg_affected)""",
-                    {"d": name},
+                    f"DELETE FROM main.findings WHERE detector = $d {_local(name)}", {"d": name}
                 )
+                near = NEAR_SESSIONS.get(name)
+                rows = _IN_SCOPE
+                if near is not None:
+                    # Its rows without a session join the scope's for this run alone.
+                    rows = f"({_IN_SCOPE} OR ({near['rows']}))"
+                    table = _base(con, near["table"])
+                    con.execute(
+                        f"""INSERT INTO {SCOPE}.{near["table"]} SELECT * FROM {table}
+                            WHERE rowid IN (SELECT rowid FROM {table} WHERE {near["rows"]})"""
+                    )
                 _search(con, scoped=True)
-                made = cannottell.shadow(con, plan, _IN_SCOPE) if plan else []
+                made = cannottell.shadow(con, plan, rows) if plan else []
                 try:
                     con.execute(
                         f"""CREATE OR REPLACE TEMP TABLE rg_new AS
@@ -260,7 +304,10 @@ def analyse(
                 finally:
                     cannottell.unshadow(con, made)
                     _search(con, scoped=False)
-                if one_row(con.execute("SELECT count(*) FROM rg_new WHERE session_hmac IS NULL"))[
+                if near is not None:
+                    kept = f"coalesce({_IN_SCOPE}, false)"
+                    con.execute(f"DELETE FROM {SCOPE}.{near['table']} WHERE NOT {kept}")
+                elif one_row(con.execute("SELECT count(*) FROM rg_new WHERE session_hmac IS NULL"))[
                     0
                 ]:
                     raise Fallback(f"{name}: a finding without a session")
@@ -300,6 +347,15 @@ def analyse(
             con.execute("DROP TABLE IF EXISTS rg_new_rows")
             con.execute("DROP TABLE IF EXISTS rg_fact_stages")
             con.execute("DROP VIEW IF EXISTS temp.a_gate_facts")
+
+
+def _local(name: str) -> str:
+    """What of a detector's findings and undecided units an incremental run replaces: of
+    the pending sessions for a session-local one (and those without a session for one of
+    NEAR_SESSIONS); all of them for the rest."""
+    if name in NEAR_SESSIONS:
+        return f"AND ({_IN_SCOPE} OR session_hmac IS NULL)"
+    return f"AND {_IN_SCOPE}" if name in SESSION_DETECTORS else ""
 
 
 def _drop_scope(con: duckdb.DuckDBPyConnection) -> None:

@@ -585,6 +585,16 @@ def _event_row(ms: int, session: str, stream: str, seq: int, kind: str = "messag
     return json.dumps(row).encode() + b"\n"
 
 
+def _empty_answer(ms: int, duration_ms: float) -> bytes:
+    """A POST a proxy answered 200 with an event stream of 0 bytes, logged without its
+    session (undelivered_result places it on the stream found opened nearest its run)."""
+    ts = datetime.fromtimestamp(ms / 1000, UTC).isoformat().replace("+00:00", "Z")
+    row = {"ts": ts, "method": "POST", "status": 200, "path": "/mcp", "duration_ms": duration_ms,
+           "jsonrpc_method": "tools/call", "body_bytes_sent": 0,
+           "resp_content_type": "text/event-stream"}  # fmt: skip
+    return json.dumps(row).encode() + b"\n"
+
+
 def _ledger_row(first: dict, session: str, ms: int, **changes) -> bytes:
     ts = datetime.fromtimestamp(ms / 1000, UTC).isoformat().replace("+00:00", "Z")
     return json.dumps(dict(first, session_hmac=session, ts=ts, **changes)).encode() + b"\n"
@@ -607,20 +617,31 @@ def _undecided_state(con) -> dict:
 
 
 @pytest.mark.slow
-def test_resumability_detectors_follow_the_touched_sessions_after_appends(tmp_path):
-    # priming_lost and resume_without_cursor are recomputed for the sessions that received
-    # rows; their units undecided by a sessions file blind to resumability are kept per
-    # session and counted again. Appends to new sessions (decided and undecided) and an
-    # old undecided one, then to an old decided one with late ledger lines that move
-    # sessions out of their stage, each equal to a full analysis; then one that makes the
-    # blind file show resumability (deciding sessions that received nothing): a full one.
+def test_stream_detectors_follow_the_touched_sessions_after_appends(tmp_path):
+    # priming_lost, resume_without_cursor and undelivered_result are recomputed for the
+    # sessions that received rows; their undecided units are kept per session and counted
+    # again. Appends to new sessions (decided and undecided) and an old undecided one, with
+    # empty answers logged without a session near an old session's stream and a new one's;
+    # then to an old decided one, an empty answer near nothing and late ledger lines that
+    # move sessions out of their stage; each equal to a full analysis. Then one that makes
+    # the blind file show resumability (deciding sessions that received nothing): a full one.
     live = tmp_path / "live"
     shutil.copytree(SAMPLE, live, ignore=shutil.ignore_patterns("*.md", "*.json", "*.toml", "*.gz"))
     _write(live / "streams.csv", _content("streams.csv.gz"))
     _write(live / "events.jsonl", _content("events.jsonl.gz"))
+    _write(live / "proxy-access.jsonl", _content("proxy-access.jsonl.gz"))
     con = dbm.connect(str(tmp_path / "t.duckdb"))
     ingest(con, [live], CONF)
     runner.analyse(con, CONF)
+    # an old session's stream that lost its answer, and when it opened
+    (lost, opened) = con.execute(
+        """SELECT session_hmac, epoch_ms(ts) FROM findings
+           WHERE detector = 'undelivered_result' AND stream_id IS NOT NULL
+             AND detail->>'basis' = 'client' AND session_hmac NOT IN (
+                 SELECT session_hmac FROM findings
+                 WHERE detector IN ('priming_lost', 'resume_without_cursor'))
+           ORDER BY ts DESC LIMIT 1"""
+    ).fetchone()
     found = dict(
         con.execute(
             """SELECT detector, min(session_hmac) FROM findings
@@ -646,9 +667,12 @@ def test_resumability_detectors_follow_the_touched_sessions_after_appends(tmp_pa
             "sessions-blind.jsonl": _ledger_row(blind_row, new_blind, t),
             "events.jsonl": _event_row(t + 100, new, "2", 1)
             + _event_row(t + 2100, new, "2", 2)
+            + _event_row(t + 450, new, "1", 1, "result")
             + _event_row(t + 100, new_blind, "2", 1),
+            # near the old session's lost answer, and the new session's
+            "proxy-access.jsonl": _empty_answer(opened - 200, 500) + _empty_answer(t - 300, 100),
             "streams.csv": _stream_row(t + 1, new, "1", "STREAM_OPEN", "POST")
-            + _stream_row(t + 400, new, "1", "DISCONNECTED")
+            + _stream_row(t + 400, new, "1", "DISCONNECTED", close_reason="network")
             + _stream_row(t + 50, new, "2", "STREAM_OPEN", "POST")
             + _stream_row(t + 2000, new, "2", "DISCONNECTED", last_sent="2:1")
             + _stream_row(t + 3000, new, "2", "RESUME_PENDING")
@@ -662,6 +686,8 @@ def test_resumability_detectors_follow_the_touched_sessions_after_appends(tmp_pa
         {
             "streams.csv": _stream_row(t, primed, "9", "STREAM_OPEN", "POST")
             + _stream_row(t + 500, primed, "9", "DISCONNECTED", close_reason="client_gone"),
+            "events.jsonl": _event_row(t + 600, primed, "9", 1, "result"),
+            "proxy-access.jsonl": _empty_answer(t - 3_600_000, 10),
             "sessions.jsonl": _ledger_row(
                 ledger_row, primed, earlier, rollout_stage="shadow-10pct"
             ),
@@ -682,8 +708,8 @@ def test_resumability_detectors_follow_the_touched_sessions_after_appends(tmp_pa
             # What is not recomputed stays as it was (findings of sessions that receive
             # nothing, altered here): the detectors run for the touched sessions alone.
             untouched = {"p": primed, "r": resumed}
-            mine = """session_hmac IN ($p, $r)
-                      AND detector IN ('priming_lost', 'resume_without_cursor')"""
+            mine = """session_hmac IN ($p, $r) AND detector IN
+                      ('priming_lost', 'resume_without_cursor', 'undelivered_result')"""
             before = con.execute(
                 f"SELECT detector, session_hmac, detail FROM findings WHERE {mine}", untouched
             ).fetchall()
@@ -698,7 +724,7 @@ def test_resumability_detectors_follow_the_touched_sessions_after_appends(tmp_pa
             kept = con.execute(
                 "SELECT DISTINCT detector FROM findings WHERE detail->>'kept' = '1' ORDER BY 1"
             ).fetchall()
-            assert kept == [("priming_lost",), ("resume_without_cursor",)]
+            assert kept == [("priming_lost",), ("resume_without_cursor",), ("undelivered_result",)]
             for detector, session, detail in before:
                 con.execute(
                     "UPDATE findings SET detail = $x WHERE detector = $d AND session_hmac = $s",
@@ -710,7 +736,14 @@ def test_resumability_detectors_follow_the_touched_sessions_after_appends(tmp_pa
                    WHERE detector IN ('priming_lost', 'resume_without_cursor')
                    UNION ALL
                    SELECT detector, file, missing || ':' || units, stage FROM cannot_tell_stages
-                   WHERE detector IN ('priming_lost', 'resume_without_cursor') ORDER BY ALL"""
+                   WHERE detector IN ('priming_lost', 'resume_without_cursor')
+                   UNION ALL
+                   SELECT detector, coalesce(session_hmac, '-'), stream_id,
+                          detail->>'bases' FROM findings
+                   WHERE detector = 'undelivered_result'
+                   UNION ALL
+                   SELECT detector, file, missing || ':' || units, 'all' FROM cannot_tell
+                   WHERE detector = 'undelivered_result' ORDER BY ALL"""
             ).fetchall()
         )
         if step < 2:
@@ -718,8 +751,23 @@ def test_resumability_detectors_follow_the_touched_sessions_after_appends(tmp_pa
             runner.analyse(con, CONF, force=True)
             assert after_append == _undecided_state(con), step
     con.close()
-    undecided = [[r[2].rsplit(":", 1)[1] for r in s if r[1].endswith(".jsonl")] for s in states]
+    undecided = [
+        [r[2].rsplit(":", 1)[1] for r in s if r[1].endswith("sessions-blind.jsonl")] for s in states
+    ]
     assert undecided == [["3"], ["1"], []]
+    # The empty answers without a session: one is evidence for the old session's stream,
+    # one for the new session's until an old session's stream opens nearer it; the one
+    # near nothing cannot tell whether its client hung up.
+    proxy = '["client","proxy"]'
+    assert {("undelivered_result", lost, "1", proxy)} <= set(states[0])
+    assert ("undelivered_result", new, "1", '["proxy","server"]') in states[0]
+    assert {
+        ("undelivered_result", new, "1", '["server"]'),
+        ("undelivered_result", primed, "9", proxy),
+    } <= set(states[1])
+    assert [r[2] for r in states[1] if r[1].endswith("proxy-access.jsonl")] == [
+        "proxy.client_closed:1"
+    ]
     assert {("priming_lost", new, "1"), ("resume_without_cursor", new, "2")} <= {
         r[:3] for r in states[0]
     }
