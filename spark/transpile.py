@@ -90,6 +90,17 @@ def expand_macros(node: exp.Expression) -> exp.Expression:
     return exp.Paren(this=body.transform(expand_macros))
 
 
+def record_order(node: exp.Expression) -> exp.Expression:
+    """`record_order(ts, file_id, pos)`: DuckDB packs a record's place in its log into one
+    number (00_macros.sql) so that arg_min/arg_max compare integers; Spark orders by the
+    struct `(ts, file_id, pos)` itself, as the query did before."""
+    if _fn_name(node) != "record_order":
+        return node
+    if len(node.expressions) != 3:
+        raise Untranslatable("record_order takes 3 arguments")
+    return exp.Tuple(expressions=[a.copy() for a in node.expressions])
+
+
 def _anon(name: str, *args: exp.Expression) -> exp.Anonymous:
     return exp.Anonymous(this=name, expressions=list(args))
 
@@ -646,6 +657,7 @@ class Rewrite:
 
 # Applied in this order, each over the whole tree.
 REWRITES: tuple[Rewrite, ...] = (
+    Rewrite("record_order", record_order),
     Rewrite("macros (00_macros.sql)", expand_macros),
     Rewrite("ASOF JOIN", asof_joins),
     Rewrite("SEMI / ANTI JOIN", semi_anti),

@@ -384,7 +384,11 @@ def test_no_windowed_count_star_with_a_filter():
 # --- prepared tables rewritten in place (the replaced file's statements kept in sql_v0) ----
 
 # Each rewritten prepare file, with the tables it makes that the rest of the analysis reads.
-REWRITTEN_PREP = {"05_missing.sql": ("a_missing",), "11_resumes.sql": ("a_resumes",)}
+REWRITTEN_PREP = {
+    "05_missing.sql": ("a_missing",),
+    "06_stream_life.sql": ("a_streams",),
+    "11_resumes.sql": ("a_resumes",),
+}
 
 # Changes to the fleet that reach the paths a rewrite took apart: sessions with receipts
 # and no event log (judged only for `replaygate probe`'s sessions, whose client is renamed
@@ -527,6 +531,59 @@ def test_a_missing_event_of_two_ids_is_the_one_logged_first():
         for file in ("03_event_index.sql", "04_inbox.sql", "05_missing.sql"):
             _prep_file(con, catalog.SQL_DIR / "prep" / file)
         assert con.execute("SELECT seq, event_id FROM a_missing").fetchall() == [(2, "e2-2")]
+
+
+def _streams_con(rows: list[tuple]) -> duckdb.DuckDBPyConnection:
+    """A database holding the macros and a stream ledger of `rows`: (file_id, pos, ms, state,
+    request_id), one stream, inserted in the order given."""
+    con = duckdb.connect()
+    for q in catalog.load("prep"):
+        if q.name == "macros":
+            for stmt in q.statements():
+                con.execute(stmt)
+    con.execute(
+        """CREATE TABLE streams (file_id BIGINT, pos BIGINT, ts TIMESTAMPTZ, session_hmac VARCHAR,
+               generation BIGINT, stream_id VARCHAR, state VARCHAR, close_reason VARCHAR,
+               payload_digest VARCHAR, request_id VARCHAR, method VARCHAR, tool_class VARCHAR,
+               tool_name VARCHAR)"""
+    )
+    con.executemany(
+        """INSERT INTO streams VALUES ($1, $2, make_timestamptz($3 * 1000), 's', 1, 'st', $4,
+               NULL, $5, $5, 'POST', NULL, NULL)""",
+        [(f, p, _T0_MS + ms, state, req) for f, p, ms, state, req in rows],
+    )
+    return con
+
+
+@pytest.mark.parametrize("stored", ["in log order", "reversed"])
+def test_a_streams_orders_records_tied_in_time_by_file_and_position(stored):
+    """Records of one stream in the same microsecond are ordered by file, then position, as
+    by the struct (ts, file_id, pos) the replaced query ordered by: the first request and the
+    last state are the same whichever order the rows are stored in."""
+    rows = [
+        (1, 7, 0, "STREAM_OPEN", "r-first"),
+        (2, 1, 0, "STREAM_OPEN", "r-other-file"),
+        (1, 9, 5, "DISCONNECTED", None),
+        (1, 10, 5, "CLOSED", None),
+        (3, 2**40 - 1, 5, "RESUME_PENDING", None),
+    ]
+    con = _streams_con(rows if stored == "in log order" else rows[::-1])
+    got = {}
+    for side, path in (("new", catalog.SQL_DIR / "prep"), ("old", OLD)):
+        _prep_file(con, path / "06_stream_life.sql")
+        got[side] = con.execute("SELECT * FROM a_streams").fetchall()
+    assert got["new"] == got["old"]
+    assert con.execute("SELECT request_id, last_state FROM a_streams").fetchall() == [
+        ("r-first", "RESUME_PENDING")
+    ]
+
+
+def test_record_order_refuses_what_it_cannot_order_exactly():
+    """A file id or position past the packed number's room stops the analysis instead of
+    ordering records wrongly."""
+    con = _streams_con([(1, 2**40, 0, "STREAM_OPEN", "r")])
+    with pytest.raises(duckdb.Error, match="record_order"):
+        _prep_file(con, catalog.SQL_DIR / "prep" / "06_stream_life.sql")
 
 
 def test_dashboard_record_macros_give_the_replaced_rows(fleet_db):
