@@ -466,3 +466,109 @@ def test_reconnect_storm_with_cursors_shown_the_same_window_is_decided(tmp_path)
     cursor = [dict(r, last_event_id="1:1") for r in first]
     assert _storm(tmp_path / "none", proxy=[_SEEN, *reopen, *first]) == (0, [])
     assert _storm(tmp_path / "all", proxy=[_SEEN, *reopen, *cursor]) == (1, [])
+
+
+# -- payload digests: one producer's dispatch file records them, another's does not ------
+
+U = "u" * 64
+
+
+def _d(t, did, **kw):
+    from .test_detectors_focused import dp
+
+    return dp(t, did, principal="u", session_hmac=U, **kw)
+
+
+def test_duplicate_dispatch_a_resend_a_digestless_file_may_hold_is_cannot_tell(tmp_path):
+    # d1 (digests recorded) broke with a 502; d2, 50 ms later from the same sender and tool,
+    # is in a file that records no digest: it may be d1's re-send. Neither a finding nor a
+    # pass for d1; d2's own unit is the blind file's. A write an hour away is judged.
+    found, _ = run(
+        tmp_path,
+        **{
+            "dispatches-a": [_d(0, "d1", payload_digest="p1", http_status=502),
+                             _d(HOUR, "d3", payload_digest="p3")],
+            "dispatches-b": [_d(50, "d2")],
+        },
+    )  # fmt: skip
+    assert "duplicate_dispatch" not in found
+    assert sorted(_cannot_tell(tmp_path)["duplicate_dispatch"]) == [
+        ("dispatches-b.jsonl", "dispatches.payload_digest", 1),
+        ("dispatches-b.jsonl", "same payload", 1),
+    ]
+
+
+def test_duplicate_dispatch_a_keys_repeat_without_a_digest_is_cannot_tell(tmp_path):
+    # One key executed in both files, a day apart: the same payload (a duplicate) or
+    # another (a conflict) cannot be told, so neither conflict_executed nor
+    # duplicate_dispatch may say anything of it: no finding, and the key and the capable
+    # file's write are cannot_tell.
+    found, _ = run(
+        tmp_path,
+        **{
+            "dispatches-a": [_d(0, "d1", idempotency_key="k", payload_digest="p1")],
+            "dispatches-b": [_d(24 * HOUR, "d2", idempotency_key="k")],
+        },
+    )
+    assert not {"duplicate_dispatch", "conflict_executed", "idempotency_conflict"} & set(found)
+    told = _cannot_tell(tmp_path)
+    assert sorted(told["duplicate_dispatch"]) == [
+        ("dispatches-b.jsonl", "dispatches.payload_digest", 1),
+        ("dispatches-b.jsonl", "same payload", 1),
+    ]
+    assert told["conflict_executed"] == [("dispatches-b.jsonl", "dispatches.payload_digest", 1)]
+
+
+def test_a_pair_both_files_with_digests_show_is_still_found(tmp_path):
+    # The re-send and its broken first attempt both have digests: a finding, whatever the
+    # digest-less file holds beside them; a key used twice with two payloads likewise.
+    found, _ = run(
+        tmp_path,
+        **{
+            "dispatches-a": [_d(0, "d1", payload_digest="p1", http_status=502),
+                             _d(50, "d2", payload_digest="p1"),
+                             _d(HOUR, "d4", idempotency_key="k", payload_digest="p1"),
+                             _d(HOUR + 9, "d5", idempotency_key="k", payload_digest="p2")],
+            "dispatches-b": [_d(70, "d3")],
+        },
+    )  # fmt: skip
+    assert found.get("duplicate_dispatch") == 1
+    assert found.get("conflict_executed") == 1
+    assert _cannot_tell(tmp_path)["duplicate_dispatch"] == [
+        ("dispatches-b.jsonl", "dispatches.payload_digest", 1)
+    ]
+
+
+@pytest.mark.slow
+def test_duplicate_dispatch_undecided_after_an_append(tmp_path):
+    # An analysis after an append counts the capable file's undecided writes as a full one.
+    import json
+
+    from replaygate.ingest.load import ingest
+    from replaygate.queries import runner
+
+    from .test_cannot_tell import CONF
+
+    # (a ledger of many sessions, so that an append to one is analysed incrementally)
+    many = [f"{i:064x}" for i in range(40)]
+    tables = {
+        "sessions": [active(h) for h in many],
+        "dispatches-a": [_d(0, "d1", payload_digest="p1", http_status=502)],
+        "dispatches-b": [_d(50, "d2")],
+    }
+    for name, rows in tables.items():
+        (tmp_path / f"{name}.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    con = dbm.connect(str(tmp_path / "t.duckdb"))
+    ingest(con, [tmp_path], CONF)
+    runner.analyse(con, CONF)
+    with open(tmp_path / "dispatches-a.jsonl", "a") as fh:
+        row = dict(_d(HOUR, "d9", payload_digest="p9"), session_hmac=many[0], principal="v")
+        fh.write(json.dumps(row) + "\n")
+    ingest(con, [tmp_path], CONF)
+    runner.analyse(con, CONF)
+    told = runner.cannot_tell(con)["duplicate_dispatch"]
+    con.close()
+    assert sorted((Path(t["file"]).name, t["missing"], t["units"]) for t in told) == [
+        ("dispatches-b.jsonl", "dispatches.payload_digest", 1),
+        ("dispatches-b.jsonl", "same payload", 1),
+    ]

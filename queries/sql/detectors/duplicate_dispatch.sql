@@ -16,6 +16,7 @@
 -- unit: logical operation (per basis: key and payload / inbox dedup key / first attempt of a re-send)
 -- page: dispatch
 -- facts: dispatches.payload_digest
+-- undecided: same payload
 -- units: dispatches WHERE outcome = 'executed' AND is_write(tool_class) BY dispatch_id
 -- Basis `idempotency_key`: one key and payload executed twice. Basis `inbox`: one accepted
 -- dedup key dispatched twice. Basis `retry`: a write re-sent after its first attempt broke
@@ -28,6 +29,11 @@
 -- a break: what a blind re-send looks like to a server whose proxies log 200.
 -- The re-send bases match attempts by payload digest: a dispatch file that records none
 -- cannot show a re-send, so its executed writes are `cannot_tell`, not silently clean.
+-- Where another file records digests, a write of that file in no finding whose key, or
+-- whose re-send, may be one of the blind file's executions (a_blind_dispatches: the same
+-- key at any time; the same sender and tool within the retry window, the earlier one
+-- broken, which a blind one may have; both keyless, the same caller and tool within the
+-- re-send window) is `cannot_tell` too ("same payload"), naming the first such file.
 WITH stream_of AS (
     SELECT session_hmac, generation, request_id, min(opened_ts) AS opened_ts,
            max(last_ts) AS last_ts, bool_or(disconnected) AS disconnected
@@ -176,8 +182,10 @@ by_suspicion AS (
            AND (z.ts, z.dispatch_id) < (a.ts, a.dispatch_id)
            AND epoch_ms(a.start_ts) - epoch_ms(z.end_ts) <= $resend_window_s * 1000)
     GROUP BY a.session_hmac, a.generation, a.dispatch_id, a.ts
-)
+),
+found AS (
 SELECT session_hmac, generation, stream_id, event_id, dispatch_id, idempotency_key, ts,
+       dispatches,
        CASE WHEN basis = 'suspected' THEN 'high' ELSE 'critical' END AS severity,
        CASE WHEN basis = 'suspected' THEN
            json_object('basis', basis, 'dispatches', dispatches,
@@ -191,3 +199,45 @@ FROM (SELECT basis, session_hmac, generation, stream_id, event_id,
       FROM by_key
       UNION ALL SELECT * FROM by_inbox UNION ALL SELECT * FROM by_retry
       UNION ALL SELECT * FROM by_suspicion)
+),
+blind AS (
+    SELECT b.*, coalesce(s.opened_ts, b.ts) AS start_ts, coalesce(s.last_ts, b.ts) AS end_ts,
+           dispatch_sender(b.principal, b.session_hmac) AS sender,
+           dispatch_caller(b.principal, b.session_hmac) AS caller
+    FROM a_blind_dispatches b
+    LEFT JOIN stream_of s
+      ON s.session_hmac = b.session_hmac AND s.generation = b.generation
+     AND s.request_id = b.request_id
+    WHERE b.outcome = 'executed'
+),
+maybe_same AS (
+    SELECT x.dispatch_id, w.file_id, w.path
+    FROM writes x JOIN blind w ON w.idempotency_key = x.idempotency_key
+    UNION ALL
+    SELECT x.dispatch_id, w.file_id, w.path
+    FROM writes x JOIN blind w
+      ON w.sender = x.sender AND w.tool_name = x.tool_name
+     AND abs(epoch_ms(w.ts) - epoch_ms(x.ts)) <= $retry_window_s * 1000
+    WHERE (w.ts <= x.ts AND is_write(w.tool_class))
+       OR (w.ts >= x.ts AND x.dispatch_id IN (SELECT dispatch_id FROM broken))
+    UNION ALL
+    SELECT x.dispatch_id, w.file_id, w.path
+    FROM keyless x JOIN blind w
+      ON w.caller = x.caller AND w.tool_name = x.tool_name
+    WHERE is_write(w.tool_class)
+      AND (w.idempotency_key IS NULL OR trim(w.idempotency_key) = '')
+      AND (w.ts >= x.ts AND epoch_ms(w.start_ts) - epoch_ms(x.end_ts) <= $resend_window_s * 1000
+           OR w.ts <= x.ts
+              AND epoch_ms(x.start_ts) - epoch_ms(w.end_ts) <= $resend_window_s * 1000)
+)
+SELECT session_hmac, generation, stream_id, event_id, dispatch_id, idempotency_key, ts,
+       severity, detail
+FROM found
+UNION ALL
+SELECT x.session_hmac, x.generation, NULL, NULL, x.dispatch_id, x.idempotency_key, x.ts,
+       'cannot_tell',
+       json_object('missing', 'same payload', 'file_id', arg_min(m.file_id, m.path))
+FROM maybe_same m
+JOIN writes x USING (dispatch_id)
+ANTI JOIN (SELECT unnest(dispatches) AS dispatch_id FROM found) f ON f.dispatch_id = x.dispatch_id
+GROUP BY x.session_hmac, x.generation, x.dispatch_id, x.idempotency_key, x.ts

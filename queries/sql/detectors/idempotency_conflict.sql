@@ -16,5 +16,9 @@ SELECT idempotency_key, 'medium' AS severity, min(ts) AS ts,
        json_object('differing_attempts', count(*), 'dispatches', list(dispatch_id ORDER BY ts, file_id, pos))
            AS detail
 FROM a_key_differing
+-- a_key_differing compares every attempt of a key with its first; one in a dispatch file
+-- that records no digest while another does compares as differing, a payload unknown: the
+-- key is `cannot_tell` for that file (its units, `-- facts:`), never a finding.
+ANTI JOIN a_blind_dispatches b ON b.idempotency_key = a_key_differing.idempotency_key
 GROUP BY idempotency_key
 HAVING bool_and(outcome = 'idempotency_conflict')

@@ -14,6 +14,9 @@ WITH spans AS (
     UNION ALL
     SELECT 'sessions' AS tbl, file_id, min(ts) AS first_ts, max(ts) AS last_ts
     FROM sessions GROUP BY file_id
+    UNION ALL
+    SELECT 'dispatches' AS tbl, file_id, min(ts) AS first_ts, max(ts) AS last_ts
+    FROM dispatches GROUP BY file_id
 ),
 facts AS (
     SELECT s.tbl, s.file_id, ff.fact
@@ -89,3 +92,15 @@ JOIN a_blind_spans b ON b.file_id = p.file_id AND b.fact = 'proxy.session_hmac'
 WHERE p.session_hmac IS NULL AND p.method <> 'DELETE'
   AND p.jsonrpc_method IS DISTINCT FROM 'initialize'
 GROUP BY ALL;
+
+-- The dispatches of a dispatch file that records no payload digest while another one does
+-- (one producer's records with digests, another's without). Their own units are left out
+-- as `cannot_tell` (the detectors' `-- facts:`), but an attempt in a file with digests may
+-- be matched against one of them: whether the two carried the same payload cannot be
+-- told, so such a unit is `cannot_tell` ("same payload"): duplicate_dispatch (a key's
+-- repeat, a re-send), conflict_executed and idempotency_conflict (a key's other payloads).
+CREATE OR REPLACE TABLE a_blind_dispatches AS
+SELECT d.file_id, b.path, d.dispatch_id, d.ts, d.outcome, d.tool_name, d.tool_class,
+       d.principal, d.session_hmac, d.generation, d.request_id, d.idempotency_key
+FROM dispatches d
+JOIN a_blind_spans b ON b.file_id = d.file_id AND b.fact = 'dispatches.payload_digest';
