@@ -177,23 +177,26 @@ def plan(
 
 def stage_units_sql(u: Units | None, scope: list[int] | None) -> str:
     """A query of (stage, units): the units of a cannot_tell entry by the rollout stage
-    they belong to, by the same attribution as findings and gate samples (`attributed`
-    in macros.sql): a unit's rows by their session's cohort and time. A unit whose rows
-    fall in several stages counts in each; units in no stage are not listed."""
+    they belong to, by the same attribution as findings and gate samples
+    (`stage_attributed` in macros.sql): a unit's rows by their session's cohort and
+    time. A unit whose rows fall in several stages counts in each; units in no stage are
+    not listed."""
     if u is None:
         return "SELECT NULL::VARCHAR AS stage, 0::BIGINT AS units WHERE false"
     key = f"({u.by})" if u.by else "NULL"
     count = "count(DISTINCT t.u_key)" if u.by else "count(*)"
     where = "true" if scope is None else "list_contains($ids, file_id)"
     return f"""
-        SELECT w.stage, {count}::BIGINT AS units
-        FROM (SELECT session_hmac AS u_session, ts AS u_ts, {key} AS u_key
-              FROM {u.table} WHERE ({u.where}) AND {where}) t
-        LEFT JOIN a_sessions a ON a.session_hmac = t.u_session
-        JOIN a_stage_windows w
-          ON attributed(w.key, w.start_ts, w.end_ts, a.session_hmac IS NOT NULL, a.cohort,
-                        t.u_ts)
-        GROUP BY w.stage"""
+        WITH u_located AS (
+            SELECT t.u_ts, t.u_key, a.session_hmac IS NOT NULL AS u_known, a.cohort AS u_cohort
+            FROM (SELECT session_hmac AS u_session, ts AS u_ts, {key} AS u_key
+                  FROM {u.table} WHERE ({u.where}) AND {where}) t
+            LEFT JOIN a_sessions a ON a.session_hmac = t.u_session
+        )
+        SELECT stage, {count}::BIGINT AS units
+        FROM stage_attributed(u_located, u_known, u_cohort, u_ts) t
+        WHERE stage IS NOT NULL
+        GROUP BY stage"""
 
 
 def scope_args(entry: dict[str, Any]) -> dict[str, Any]:

@@ -412,21 +412,26 @@ def _split_undecided(con: duckdb.DuckDBPyConnection, recount: Collection[str] | 
     con.execute(f"DELETE FROM findings WHERE severity = '{UNDECIDED}'")
 
 
+# The findings with their stage: the same attribution as every gate sample
+# (stage_attributed in macros.sql), except for a finding about a stage by name
+# (detail.filed_under: the stage a rollout action acted on), which is filed under that
+# stage whatever window its time falls in.
+STAGED_FINDINGS = """
+    WITH located AS (
+        SELECT f.* EXCLUDE (stage), json_extract_string(f.detail, '$.filed_under')
+                   AS filed_under, a.session_hmac IS NOT NULL AS rg_known,
+               a.cohort AS rg_cohort
+        FROM findings f LEFT JOIN a_sessions a ON a.session_hmac = f.session_hmac
+    )
+    SELECT * EXCLUDE (stage, filed_under, rg_known, rg_cohort),
+           coalesce(filed_under, stage) AS stage
+    FROM stage_attributed(located, rg_known, rg_cohort,
+                          CASE WHEN filed_under IS NULL THEN ts END)"""
+
+
 def _assign_stages(con: duckdb.DuckDBPyConnection, recount: Collection[str] | None = None) -> None:
     """`recount`: see _split_undecided."""
-    # The same attribution as every gate sample (stage_key in macros.sql), except for a
-    # finding about a stage by name (detail.filed_under: the stage a rollout action acted
-    # on), which is filed under that stage whatever window its time falls in.
-    con.execute("""
-        CREATE OR REPLACE TEMP TABLE rg_staged AS
-        SELECT f.* EXCLUDE (stage, filed_under), coalesce(f.filed_under, w.stage) AS stage
-        FROM (SELECT *, json_extract_string(detail, '$.filed_under') AS filed_under
-              FROM findings) f
-        LEFT JOIN a_sessions a ON a.session_hmac = f.session_hmac
-        LEFT JOIN a_stage_windows w
-          ON f.filed_under IS NULL
-         AND attributed(w.key, w.start_ts, w.end_ts, a.session_hmac IS NOT NULL, a.cohort, f.ts)
-    """)
+    con.execute(f"CREATE OR REPLACE TEMP TABLE rg_staged AS {STAGED_FINDINGS}")
     con.execute("DELETE FROM findings")
     con.execute("INSERT INTO findings BY NAME SELECT * FROM rg_staged")
     con.execute("DROP TABLE rg_staged")

@@ -50,7 +50,8 @@ def macros() -> dict[str, Macro]:
     for q in catalog.load("prep"):
         for stmt in q.statements():
             m = _MACRO.match(stmt)
-            if m:
+            # (a table macro, `AS TABLE`, is DuckDB's alone: no query Spark runs calls one)
+            if m and not re.match(r"TABLE\b", m[3], re.I):
                 params = tuple(p.strip() for p in m[2].split(",") if p.strip())
                 body = parse(m[3])
                 mark_list_lengths(body, m[3])

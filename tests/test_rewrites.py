@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import re
+from collections import Counter
 from pathlib import Path
 from typing import Any
 
@@ -22,7 +23,7 @@ from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from replaygate.core.config import Config
-from replaygate.queries import catalog, named, params, runner
+from replaygate.queries import cannottell, catalog, named, params, runner
 
 from .conftest import build
 
@@ -586,12 +587,32 @@ def test_record_order_refuses_what_it_cannot_order_exactly():
         _prep_file(con, catalog.SQL_DIR / "prep" / "06_stream_life.sql")
 
 
-def test_dashboard_record_macros_give_the_replaced_rows(fleet_db):
+def _many_stages(con) -> None:
+    """The fleet under a rollout of many stages (_MANY_STAGES, the stage tables made
+    again), with a share of its sessions moved into cohorts of many windows: release r1's,
+    and the stage name s1 (a stage of no release and of each release: overlapping
+    windows)."""
+    con.execute(_MANY_STAGES)
+    _prep_file(con, catalog.SQL_DIR / "prep" / "01_stages.sql")
+    con.execute(
+        """UPDATE a_sessions SET cohort = CASE hash(session_hmac) % 4
+               WHEN 0 THEN release_cohort('r1') WHEN 1 THEN 's1' ELSE cohort END"""
+    )
+
+
+@pytest.mark.parametrize("changed", [False, True], ids=["as analysed", "many stages"])
+def test_dashboard_record_macros_give_the_replaced_rows(fleet_db, changed):
     """The dashboard's records with their filter dimensions (`rg_findings()`, `rg_proxy()`,
-    ...), now built on one macro of a session's dimensions and one of a record's stage,
-    hold exactly the rows of the macros they replaced."""
+    ...), now built on one macro of a session's dimensions and one of a record's stage
+    (the stage windows looked up through their spans), hold exactly the rows of the macros
+    they replaced, also under a rollout of many stages with cohorts of many and of
+    overlapping windows. Each side sees the changes in a transaction of its own, rolled
+    back."""
     con, _ = fleet_db
     old, new = con.cursor(), con.cursor()  # temporary macros are a connection's own
+    macros = ("rg_findings", "rg_proxy", "rg_dispatches", "rg_recoveries", "rg_streams")
+    cols: dict[str, list[str]] = {}
+    rows: dict[str, dict[str, list[str]]] = {}
     try:
         for stmt in named.get("setup", "facts").statements():
             old.execute(stmt)
@@ -599,18 +620,158 @@ def test_dashboard_record_macros_give_the_replaced_rows(fleet_db):
             for stmt in q.statements():
                 old.execute(stmt)
         named.prepare(new)
-        for m in ("rg_findings", "rg_proxy", "rg_dispatches", "rg_recoveries", "rg_streams"):
-            cols = sorted(d[0] for d in new.execute(f"SELECT * FROM {m}() LIMIT 0").description)
-            assert cols == sorted(
-                d[0] for d in old.execute(f"SELECT * FROM {m}() LIMIT 0").description
-            )
-            pick = ", ".join(f'"{c}"' for c in cols)
-            rows = {c: c.execute(f"SELECT {pick} FROM {m}()").fetchall() for c in (old, new)}
-            assert len(rows[new]) == len(rows[old]) > 0, m
-            assert sorted(map(repr, rows[new])) == sorted(map(repr, rows[old])), m
+        for side, c in (("old", old), ("new", new)):
+            c.execute("BEGIN TRANSACTION")
+            try:
+                if changed:
+                    _many_stages(c)
+                for m in macros:
+                    have = sorted(
+                        d[0] for d in c.execute(f"SELECT * FROM {m}() LIMIT 0").description
+                    )
+                    assert cols.setdefault(m, have) == have, m
+                    pick = ", ".join(f'"{x}"' for x in have)
+                    got = c.execute(f"SELECT {pick} FROM {m}()").fetchall()
+                    rows.setdefault(m, {})[side] = sorted(map(repr, got))
+                    if side == "new" and "stage" in have:
+                        # records in a stage and in none
+                        staged = Counter(r[have.index("stage")] is None for r in got)
+                        assert staged[True] > 0 and staged[False] > 0, m
+            finally:
+                c.execute("ROLLBACK")
     finally:
         old.close()
         new.close()
+    for m in macros:
+        assert len(rows[m]["new"]) == len(rows[m]["old"]) > 0, m
+        assert rows[m]["new"] == rows[m]["old"], m
+
+
+def test_stage_units_and_findings_stages_give_the_replaced_rows(fleet_db):
+    """A `cannot_tell` entry's units per stage (`cannottell.stage_units_sql`) and the
+    findings' stages (`runner.STAGED_FINDINGS`), now looked up through the stage windows'
+    spans, equal the queries they replaced (tests/fixtures/sql_v0), for every detector's
+    declared units, under a rollout of many stages with cohorts of many and of
+    overlapping windows. Rolled back."""
+    con, _ = fleet_db
+    template = "\n".join(
+        line
+        for line in (OLD / "stage_units.sql").read_text().splitlines()
+        if not line.startswith("--")
+    )
+    con.execute("BEGIN TRANSACTION")
+    try:
+        _many_stages(con)
+        compared = 0
+        for q in catalog.detectors().values():
+            u = cannottell.units(q)
+            if u is None:
+                continue
+            bound = cannottell.unit_args(u, params.from_config(Config()))
+            old_sql = template.format(
+                count="count(DISTINCT t.u_key)" if u.by else "count(*)",
+                key=f"({u.by})" if u.by else "NULL",
+                table=u.table,
+                where=u.where,
+                scope="true",
+            )
+            new_sql = cannottell.stage_units_sql(u, None)
+            rows = [sorted(con.execute(sql, bound).fetchall()) for sql in (old_sql, new_sql)]
+            assert rows[0] == rows[1], q.name
+            compared += len(rows[0])
+        assert compared > 20
+        old_sql = "\n".join(
+            line
+            for line in (OLD / "staged_findings.sql").read_text().splitlines()
+            if not line.startswith("--")
+        )
+        rows = [
+            sorted(map(repr, con.execute(f"SELECT * FROM ({sql}) ORDER BY ALL").fetchall()))
+            for sql in (old_sql, runner.STAGED_FINDINGS)
+        ]
+        assert rows[0] == rows[1] and rows[0]
+    finally:
+        con.execute("ROLLBACK")
+
+
+def test_stage_attribution_looks_windows_up_never_joins_them_all():
+    """The stage of a record is found among the few spans of its time's cell, never by
+    pairing it with every window of its key (a join on the key with the time range as a
+    residual filter: quadratic in the stages). With 1,000 stages of one release whose
+    sessions form one cohort (1,000 windows of one key): no query that attributes records
+    to stages reads a_stage_windows (the replaced ones did: the control), each reads the
+    cells by an equality, and a cell, all a record is compared with, holds a few spans."""
+    con = duckdb.connect()
+    for q in catalog.load("prep"):
+        if q.name == "macros":
+            for stmt in q.statements():
+                con.execute(stmt)
+    t0 = "TIMESTAMPTZ '2026-01-01 00:00:00+00'"
+    con.execute(
+        f"""CREATE TABLE rollout AS
+            SELECT 1::BIGINT AS file_id, i::BIGINT AS pos, {t0} + INTERVAL (i * 60) SECOND AS ts,
+                   's' || i AS stage, 'r1' AS release, 'start' AS action,
+                   10::DOUBLE AS percent, NULL::VARCHAR AS scope
+            FROM range(1000) t(i)"""
+    )
+    _prep_file(con, catalog.SQL_DIR / "prep" / "01_stages.sql")
+    con.execute(
+        """CREATE TABLE a_sessions AS
+           SELECT 'h' || i AS session_hmac, release_cohort('r1') AS cohort
+           FROM range(50) t(i)"""
+    )
+    # streams and findings of those sessions and of unknown ones, from an hour before the
+    # rollout to after its last start
+    for table in ("streams", "findings"):
+        con.execute(
+            f"""CREATE TABLE {table} AS
+                SELECT 'h' || (i % 60) AS session_hmac,
+                       {t0} + INTERVAL (i * 7 - 3600) SECOND AS ts,
+                       NULL::VARCHAR AS stage, '{{}}' AS detail
+                FROM range(10000) t(i)"""
+        )
+    one_key = (
+        "SELECT count(*) FROM a_stage_windows WHERE key = stage_key(true, release_cohort('r1'))"
+    )
+    assert con.execute(one_key).fetchone()[0] == 1000
+    cells = con.execute(
+        "SELECT sum(n), max(n) FROM (SELECT count(*) AS n FROM a_stage_cells GROUP BY key, cell)"
+    ).fetchone()
+    spans = con.execute("SELECT count(*) FROM a_stage_spans").fetchone()[0]
+    assert cells[0] <= 3 * spans and cells[1] <= 3
+
+    def plan(sql: str) -> str:
+        return "\n".join(r[1] for r in con.execute(f"EXPLAIN {sql}").fetchall())
+
+    def v0(name: str) -> str:
+        return "\n".join(
+            line for line in (OLD / name).read_text().splitlines() if not line.startswith("--")
+        )
+
+    u = cannottell.Units("streams", "true", None)
+    located = """WITH located AS (
+                     SELECT s.* EXCLUDE (stage), a.session_hmac IS NOT NULL AS known, a.cohort
+                     FROM streams s
+                     LEFT JOIN a_sessions a USING (session_hmac))"""
+    new = {
+        "records": f"{located} SELECT * FROM stage_attributed(located, known, cohort, ts)",
+        "units": cannottell.stage_units_sql(u, None),
+        "findings": runner.STAGED_FINDINGS,
+    }
+    old = {
+        "units": v0("stage_units.sql").format(
+            count="count(*)", key="NULL", table="streams", where="true", scope="true"
+        ),
+        "findings": v0("staged_findings.sql"),
+    }
+    for name, sql in new.items():
+        assert "a_stage_windows" not in plan(sql) and "a_stage_cells" in plan(sql), name
+    for name, sql in old.items():
+        assert "a_stage_windows" in plan(sql), name
+        rows = [sorted(con.execute(q).fetchall()) for q in (sql, new[name])]
+        assert rows[0] == rows[1] and rows[0], name
+    staged = con.execute(f"SELECT count(*), count(stage) FROM ({new['records']})").fetchone()
+    assert staged[0] == 10000 and 0 < staged[1] < 10000
 
 
 # --- the gate facts: a record of no known session staged by one ASOF join -----------------

@@ -14,11 +14,13 @@ CREATE OR REPLACE TEMP MACRO rg_dims(tbl) AS TABLE
 
 -- The same with the stage attributed to it at its time `t_of` (a column of `tbl`).
 CREATE OR REPLACE TEMP MACRO rg_staged(tbl, t_of) AS TABLE
-    SELECT r.*, w.stage
-    FROM rg_dims(tbl) r
-    LEFT JOIN a_sessions a ON a.session_hmac = r.session_hmac
-    LEFT JOIN a_stage_windows w
-      ON attributed(w.key, w.start_ts, w.end_ts, a.session_hmac IS NOT NULL, a.cohort, t_of);
+    WITH rg_located AS (
+        SELECT r.*, a.session_hmac IS NOT NULL AS rg_known, a.cohort AS rg_cohort
+        FROM rg_dims(tbl) r
+        LEFT JOIN a_sessions a ON a.session_hmac = r.session_hmac
+    )
+    SELECT * EXCLUDE (rg_known, rg_cohort)
+    FROM stage_attributed(rg_located, rg_known, rg_cohort, t_of);
 
 CREATE OR REPLACE TEMP MACRO rg_findings() AS TABLE
     SELECT f.*, a.principal

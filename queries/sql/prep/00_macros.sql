@@ -128,6 +128,19 @@ CREATE OR REPLACE MACRO is_baseline(session_hmac, cohort) AS
     session_hmac IS NOT NULL AND cohort IS NULL;
 CREATE OR REPLACE MACRO attributed(w_key, w_start, w_end, session_known, cohort, t) AS
     w_key = stage_key(session_known, cohort) AND in_window(t, w_start, w_end);
+-- The rows of `tbl` (a table or a CTE; no column `stage`) each with its `stage` by that
+-- rule at its time `t`: a row per stage whose window holds it, one with NULL for none. The
+-- windows are looked up through the spans they cut time into (a_stage_spans, by the cell
+-- of `t`: 01_stages.sql), never joined with every window of the record's key (quadratic
+-- in the stages). Every stage attribution of a record calls it.
+CREATE OR REPLACE MACRO stage_attributed(tbl, session_known, cohort, t) AS TABLE
+    SELECT r.*, c.stage
+    FROM query_table(tbl) r
+    LEFT JOIN a_stage_grid g ON g.key = stage_key(session_known, cohort)
+    LEFT JOIN a_stage_cells c
+      ON c.key = g.key
+     AND c.cell = least((epoch_ms(t) - epoch_ms(g.origin)) // g.width, g.last_cell)
+     AND in_window(t, c.span_start, c.span_end);
 
 -- Partial blindness: a file that cannot show a fact another file of its record type shows
 -- (a_blind_spans, 13_blind_spans.sql) could hold the evidence that decides a unit when

@@ -85,3 +85,53 @@ CREATE OR REPLACE TABLE a_hygiene AS
 SELECT stage, rollback_ts AS t0, coalesce(hygiene_end, 'infinity'::TIMESTAMPTZ) AS t1
 FROM a_stages
 WHERE rollback_ts IS NOT NULL;
+
+-- The stage windows as a lookup, so that a record finds the windows that hold its time
+-- without being paired with every window of its key (quadratic in the stages: 100,000
+-- stages of one release are 100,000 windows of one key). Per key, the windows' starts and
+-- ends cut time into spans; a span is held by the same windows throughout, found by
+-- `in_window` at its start (a window covers the spans from its start's to its end's:
+-- linear in what the windows cover, never a join of windows with spans). a_stage_spans:
+-- each span with each stage whose window holds it (one row with none for a gap); the
+-- span from the last bound has no end.
+CREATE OR REPLACE TABLE a_stage_spans AS
+WITH bounds AS (
+    SELECT key, t AS span_start, lead(t) OVER (PARTITION BY key ORDER BY t) AS span_end,
+           row_number() OVER (PARTITION BY key ORDER BY t) AS n
+    FROM (SELECT key, start_ts AS t FROM a_stage_windows
+          UNION SELECT key, end_ts FROM a_stage_windows)
+    WHERE key IS NOT NULL AND epoch_ms(t) IS NOT NULL  -- (an infinite time has no epoch)
+),
+covers AS (
+    SELECT w.key, w.stage, w.start_ts, w.end_ts,
+           unnest(range(a.n, coalesce(b.n, m.n + 1))) AS n
+    FROM a_stage_windows w
+    JOIN bounds a ON a.key = w.key AND a.span_start = w.start_ts
+    LEFT JOIN bounds b ON b.key = w.key AND b.span_start = w.end_ts
+    JOIN (SELECT key, max(n) AS n FROM bounds GROUP BY key) m ON m.key = w.key
+)
+SELECT s.key, s.span_start, s.span_end, c.stage
+FROM bounds s
+LEFT JOIN covers c
+  ON c.key = s.key AND c.n = s.n AND in_window(s.span_start, c.start_ts, c.end_ts);
+
+-- A record meets the spans by an equality: each key's time from its first bound is cut
+-- into cells of equal width (the key's range over its number of spans, at least 1 ms),
+-- and a span is listed in every cell it overlaps (a_stage_cells: about two per span in
+-- all), so a record compares its time with the few spans of its cell (stage_attributed
+-- in macros.sql). A time past the last cell is in the last (the span without an end).
+CREATE OR REPLACE TABLE a_stage_grid AS
+SELECT key, origin, width,
+       (epoch_ms(last_start) - epoch_ms(origin)) // width AS last_cell
+FROM (SELECT key, min(span_start) AS origin, max(span_start) AS last_start,
+             greatest(1, (epoch_ms(max(span_start)) - epoch_ms(min(span_start)))
+                         // count(DISTINCT span_start)) AS width
+      FROM a_stage_spans GROUP BY key);
+
+CREATE OR REPLACE TABLE a_stage_cells AS
+SELECT s.key,
+       unnest(range((epoch_ms(s.span_start) - epoch_ms(g.origin)) // g.width,
+                    coalesce((epoch_ms(s.span_end) - epoch_ms(g.origin)) // g.width,
+                             g.last_cell) + 1)) AS cell,
+       s.span_start, s.span_end, s.stage
+FROM a_stage_spans s JOIN a_stage_grid g USING (key);
