@@ -765,7 +765,12 @@ def test_stage_attribution_looks_windows_up_never_joins_them_all():
         "findings": v0("staged_findings.sql"),
     }
     for name, sql in new.items():
-        assert "a_stage_windows" not in plan(sql) and "a_stage_cells" in plan(sql), name
+        # the cells are joined alone with the records (by key and cell), never first with
+        # the grid (then each record would meet every cell of its key)
+        builds = [t for _, t in _hash_join_builds(con, sql, {})]
+        assert any(t == ["a_stage_cells"] for t in builds), (name, builds)
+        assert not any("a_stage_cells" in t and len(t) > 1 for t in builds), (name, builds)
+        assert "a_stage_windows" not in plan(sql), name
     for name, sql in old.items():
         assert "a_stage_windows" in plan(sql), name
         rows = [sorted(con.execute(q).fetchall()) for q in (sql, new[name])]
@@ -808,22 +813,78 @@ def _facts_tables(con, path: Path | None, schema: str) -> None:
         con.execute("RESET search_path")
 
 
+def _hash_join_builds(con, sql: str, bound: dict[str, Any]) -> list[tuple[str, list[str]]]:
+    """Each hash join of `sql`'s plan: its type and the tables its build side reads."""
+    plan = json.loads(con.execute(f"EXPLAIN (FORMAT json) {sql}", bound).fetchall()[0][1])
+
+    def tables(n: dict) -> list[str]:
+        own = (
+            [n["extra_info"]["Table"].split(".")[-1]] if "Table" in n.get("extra_info", {}) else []
+        )
+        return own + [t for c in n.get("children", []) for t in tables(c)]
+
+    def joins(n: dict) -> list[tuple[str, list[str]]]:
+        own = (
+            [(n["extra_info"].get("Join Type", ""), tables(n["children"][1]))]
+            if (n["name"] == "HASH_JOIN")
+            else []
+        )
+        return own + [j for c in n.get("children", []) for j in joins(c)]
+
+    return [j for n in plan for j in joins(n)]
+
+
+@pytest.mark.parametrize("which", ["current", "replaced"])
+def test_gate_facts_build_no_hash_table_of_records(fleet_db, which):
+    """The gate facts' hash joins build their tables from the small side: sessions, stage
+    cells, the sessions with receipts, findings; never from the record tables the units
+    come from (events, receipts, streams, dispatches, proxy records) nor from every stage
+    window. The replaced statement built one of every event (an ANTI JOIN: 10M rows at 10M
+    events, most of the step's 3 GB) and joined every window of a key: the control."""
+    con, _ = fleet_db
+    values = params.from_config(Config())
+    stmt = (
+        named.get("build", "facts").statements()[0]
+        if which == "current"
+        else next(
+            q for q in named.parse(OLD / "gate_facts.sql", "facts") if q.name == "build"
+        ).statements()[0]
+    )
+    query = stmt[stmt.index(" AS\nWITH") + 4 :]
+    bound = {k: values[k] for k in runner.PROBE_PARAMS}
+    big = {"events", "inbox", "streams", "dispatches", "proxy", "a_stage_windows"}
+    builds = _hash_join_builds(con, query, bound)
+    wide = [(kind, t) for kind, t in builds if big & set(t)]
+    assert builds
+    if which == "current":
+        assert not wide, wide
+    else:
+        assert wide
+
+
 @pytest.mark.parametrize(
     "changed", [None, "first", "last"], ids=["as analysed", "many stages", "stored reversed"]
 )
 def test_gate_facts_rewrite_gives_the_replaced_tables(fleet_db, changed):
-    """The gate facts and stage samples, with the records of no known session staged by an
-    ASOF join to the one window that can hold them, are row for row those of the replaced
-    statement (tests/fixtures/sql_v0/gate_facts.sql), on both fleets as analysed and under
-    a rollout of many stages (windows of no length, gaps, several releases), with the
-    window of no length stored before and after the one that starts at its time (which of
-    two tied windows an ASOF join takes is the storage's). Rolled back."""
+    """The gate facts and stage samples, with every record's stage looked up through the
+    windows' spans and the events of sessions without receipts found among the sessions
+    with receipts, are row for row those of the replaced statement
+    (tests/fixtures/sql_v0/gate_facts.sql), on both fleets as analysed and under a rollout
+    of many stages (windows of no length, gaps, several releases, cohorts of many and of
+    overlapping windows), with the window of no length stored before and after the one
+    that starts at its time, and with events of sessions without receipts, of no session
+    and of no generation. Rolled back."""
     con, _ = fleet_db
     con.execute("BEGIN TRANSACTION")
     try:
         if changed:
-            con.execute(_MANY_STAGES)
-            _prep_file(con, catalog.SQL_DIR / "prep" / "01_stages.sql")
+            _many_stages(con)
+            # events the server logged for sessions without receipts, of no session and of
+            # no generation, and receipts of no session (the server basis of delivery)
+            con.execute("DELETE FROM a_inbox_sessions WHERE hash(session_hmac) % 5 = 0")
+            con.execute("INSERT INTO a_inbox_sessions VALUES (NULL, 1), (NULL, NULL)")
+            con.execute("UPDATE events SET session_hmac = NULL WHERE hash(event_id, pos) % 40 = 0")
+            con.execute("UPDATE events SET generation = NULL WHERE hash(event_id, pos) % 40 = 1")
             order = "DESC" if changed == "first" else "ASC"
             con.execute(
                 f"""CREATE OR REPLACE TABLE a_stage_windows AS SELECT * FROM a_stage_windows
@@ -839,6 +900,15 @@ def test_gate_facts_rewrite_gives_the_replaced_tables(fleet_db, changed):
             for a, b in ((f"v0.{name}", f"v1.{name}"), (f"v1.{name}", f"v0.{name}")):
                 extra = con.execute(f"SELECT * FROM {a} EXCEPT ALL SELECT * FROM {b}").fetchall()
                 assert not extra, (name, a, extra[:3])
+        if changed:
+            # the server basis: events of sessions without receipts, and of none
+            served = con.execute(
+                """SELECT count(*) FILTER (WHERE e.session_hmac IS NULL),
+                          count(*) FILTER (WHERE e.session_hmac IS NOT NULL)
+                   FROM events e ANTI JOIN a_inbox_sessions USING (session_hmac, generation)
+                   WHERE e.kind <> 'priming' AND e.disposition IN ('sent', 'replayed')"""
+            ).fetchone()
+            assert served[0] > 0 and served[1] > 0
         # records of no known session fall in a window and outside every window
         staged = con.execute(
             """SELECT count(*) FILTER (WHERE stage IS NOT NULL),

@@ -132,15 +132,18 @@ CREATE OR REPLACE MACRO attributed(w_key, w_start, w_end, session_known, cohort,
 -- rule at its time `t`: a row per stage whose window holds it, one with NULL for none. The
 -- windows are looked up through the spans they cut time into (a_stage_spans, by the cell
 -- of `t`: 01_stages.sql), never joined with every window of the record's key (quadratic
--- in the stages). Every stage attribution of a record calls it.
+-- in the stages). Every stage attribution of a record calls it. (The record's cell is a
+-- column before the cells are joined: with the cell an expression of the join, a caller's
+-- `WHERE stage IS NOT NULL` let the planner join the grid with the cells first and then
+-- every record with all of its key's cells.)
 CREATE OR REPLACE MACRO stage_attributed(tbl, session_known, cohort, t) AS TABLE
-    SELECT r.*, c.stage
-    FROM query_table(tbl) r
-    LEFT JOIN a_stage_grid g ON g.key = stage_key(session_known, cohort)
+    SELECT x.* EXCLUDE (rg_key, rg_cell), c.stage
+    FROM (SELECT r.*, g.key AS rg_key,
+                 least((epoch_ms(t) - epoch_ms(g.origin)) // g.width, g.last_cell) AS rg_cell
+          FROM query_table(tbl) r
+          LEFT JOIN a_stage_grid g ON g.key = stage_key(session_known, cohort)) x
     LEFT JOIN a_stage_cells c
-      ON c.key = g.key
-     AND c.cell = least((epoch_ms(t) - epoch_ms(g.origin)) // g.width, g.last_cell)
-     AND in_window(t, c.span_start, c.span_end);
+      ON c.key = x.rg_key AND c.cell = x.rg_cell AND in_window(t, c.span_start, c.span_end);
 
 -- Partial blindness: a file that cannot show a fact another file of its record type shows
 -- (a_blind_spans, 13_blind_spans.sql) could hold the evidence that decides a unit when
