@@ -69,7 +69,8 @@ class Staged:
     direct: str | None = None
     direct_params: dict[str, Any] = field(default_factory=dict)
     # The direct read's rows are counted by its insert, which loads every row the reader
-    # gives or fails (not known before: a CSV file's data rows are not its lines).
+    # gives or fails (not known before: in a text format of delimited records, a file's
+    # data rows are not its lines).
     counted: bool = False
 
     @property

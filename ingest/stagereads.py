@@ -168,10 +168,10 @@ class Reads(StagingArea):
         instead of staged (readers.Format.direct): a file of one record type whose rows
         are to be proven by count, `lines` lines for a text format of lines (the scan's
         count, for a file _fast allows), the rows its reader gives for a format of rows,
-        and for a text format of data rows (CSV, also only a file _fast allows) the rows
-        the insert loads, which fails on any row it would not load (`Staged.counted`).
-        The load keeps the rows only when every one of them loaded; any other file is
-        staged (commit.py)."""
+        and for a text format of data rows (delimited records; also only a file _fast
+        allows) the rows the insert loads, which fails on any row it would not load
+        (`Staged.counted`). The load keeps the rows only when every one of them loaded;
+        any other file is staged (commit.py)."""
         fmt = staged.fmt
         if fmt.direct is None or staged.n in self.staged_only or (fmt.lines and lines is None):
             return False
@@ -194,7 +194,7 @@ class Reads(StagingArea):
             return False
         staged.direct, staged.direct_params = sql, params
         staged.typed = typed
-        # Data rows of text (CSV: a quoted field may hold a line end) are counted by the
+        # Data rows of text (a quoted field may hold a line end) are counted by the
         # insert, which loads every row the reader gives or fails.
         staged.counted = fmt.lines and fmt.row_positions
         staged.rows_staged = staged.lines = 0 if staged.counted else lines
