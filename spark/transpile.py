@@ -178,7 +178,8 @@ def lists(node: exp.Expression) -> exp.Expression:
     """DuckDB `list(x [ORDER BY k])` keeps NULLs and its order; Spark's `collect_list`
     drops both. A list is collected as structs (a NULL value stays a field) and, with an
     ORDER BY, sorted by its keys (array_sort compares structs field by field), then
-    unwrapped. `list(DISTINCT x)` is `collect_set` (sorted when ordered by x itself)."""
+    unwrapped. `list(DISTINCT x)` is `collect_set` (sorted when ordered by x itself).
+    Over no rows DuckDB's list is NULL, Spark's collection empty: an empty one is NULL."""
     filt = None
     agg = node
     if isinstance(node, exp.Filter) and isinstance(node.this, exp.ArrayAgg):
@@ -196,10 +197,10 @@ def lists(node: exp.Expression) -> exp.Expression:
         if filt is not None:
             collected = exp.Filter(this=collected, expression=filt.copy())
         if order is None:
-            return collected
+            return _empty_is_null(collected)
         keys = _ordering(order)
         if len(keys) == 1 and keys[0] == value:
-            return _anon("array_sort", collected)
+            return _empty_is_null(_anon("array_sort", collected))
         raise Untranslatable("list(DISTINCT x ORDER BY another key) has no rewrite yet")
     keys = _ordering(order) if order is not None else []
     fields = [exp.alias_(k.copy(), f"k{i}") for i, k in enumerate(keys)]
@@ -210,7 +211,20 @@ def lists(node: exp.Expression) -> exp.Expression:
     if keys:
         collected = _anon("array_sort", collected)
     return _sql("transform(x, rg_s -> rg_s.v)").transform(
-        lambda n: collected if isinstance(n, exp.Column) and n.name == "x" and not n.table else n
+        lambda n: (
+            _empty_is_null(collected)
+            if isinstance(n, exp.Column) and n.name == "x" and not n.table
+            else n
+        )
+    )
+
+
+def _empty_is_null(collected: exp.Expression) -> exp.Expression:
+    """`collected`, or NULL where it holds nothing (an aggregate over no rows)."""
+    return _sql("CASE WHEN size(c) > 0 THEN c END").transform(
+        lambda n: (
+            collected.copy() if isinstance(n, exp.Column) and n.name == "c" and not n.table else n
+        )
     )
 
 

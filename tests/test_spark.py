@@ -148,6 +148,24 @@ def test_json_values_read_on_spark_as_duckdb_reads_them(spark):
     assert got == expected
 
 
+@pytest.mark.spark
+def test_a_list_over_no_rows_is_null_on_spark_as_on_duckdb(spark):
+    """DuckDB's list() over no rows is NULL (a finding's detail says so); Spark's
+    collect_list and collect_set give an empty array unless rewritten."""
+    q = (
+        "SELECT list(x ORDER BY x) AS o, list(x) AS l, list(DISTINCT x) AS d, "
+        "list(DISTINCT x ORDER BY x) AS s FROM (SELECT 1 AS x) t WHERE x > 1"
+    )
+    assert duckdb.sql(q).fetchall() == [(None, None, None, None)]
+    assert [tuple(r) for r in spark.sql(transpile.to_spark(q)).collect()] == [
+        (None, None, None, None)
+    ]
+    one = q.replace("x > 1", "x = 1")
+    assert [tuple(r) for r in spark.sql(transpile.to_spark(one)).collect()] == [
+        ([1], [1], [1], [1])
+    ]
+
+
 def test_asof_join_becomes_a_span_join():
     out = transpile.to_spark(
         "SELECT p.x, r.y FROM p ASOF JOIN r ON p.k = r.k AND p.ts >= r.ts WHERE r.y > 1"
@@ -274,10 +292,10 @@ def _findings(con) -> list[str]:
     return sorted(out)
 
 
-def _decisions(con) -> dict:
+def _decisions(con, config=FLEET_CONFIG) -> dict:
     """Each stage's decision and its gates' status, value and sample (a p99 to 9 digits:
     DuckDB's quantile_cont and Spark's percentile differ in the last bits)."""
-    doc = api.gates_doc(con, FLEET_CONFIG, all_stages=True)
+    doc = api.gates_doc(con, config, all_stages=True)
     out = {}
     for st in doc["stages"]:
         gates = {}
@@ -333,6 +351,49 @@ def test_spark_findings_coverage_and_decisions_equal_duckdb(fleet40, spark_analy
     q = "SELECT * FROM cannot_tell_stages ORDER BY ALL"
     assert other.execute(q).fetchall() == con.execute(q).fetchall()
     assert _decisions(other) == _decisions(con)
+
+
+def _other_fleet(which: str, tmp: Path):
+    """The test fleets beside the shared one: the committed sample (its blind, redacted
+    and init-less proxy logs, its own settings) and a server-only fleet (the recorder's
+    ledgers and event log, no proxy or client data: most detectors cannot tell)."""
+    from replaygate.core.config import load
+    from replaygate.sim import simulate
+
+    if which == "sample":
+        return [ROOT / "sample_data"], load(ROOT / "sample_data" / "replaygate.toml")
+    simulate(tmp / "fleet", seed=11, sessions=24, fmt="mixed", config=FLEET_CONFIG,
+             server_only=True)  # fmt: skip
+    return [tmp / "fleet"], FLEET_CONFIG
+
+
+@pytest.mark.slow
+@pytest.mark.spark
+@pytest.mark.parametrize("which", ["sample", "server-only"])
+def test_spark_equals_duckdb_on_the_other_test_fleets(spark, tmp_path, which):
+    """Spark ingest and Spark analysis of the sample fleet and of a server-only fleet:
+    the same quarantine, findings, coverage, cannot-tell and decisions as DuckDB's."""
+    from replaygate.core import db as dbm
+    from replaygate.ingest.load import ingest
+    from replaygate.queries import runner
+
+    paths, config = _other_fleet(which, tmp_path)
+    con = dbm.connect(str(tmp_path / "duck.duckdb"))
+    report = ingest(con, paths, config)
+    runner.analyse(con, config)
+    summary = spark_ingest.ingest(spark, [str(p) for p in paths], str(tmp_path / "lake"), config)
+    assert summary["quarantined"] == report.quarantined
+    db = tmp_path / "spark.duckdb"
+    analyse.analyse(spark, str(tmp_path / "lake"), str(db), config, "lake")
+    other = dbm.connect(str(db))
+    assert _findings(con), "the fleet finds something to compare"
+    assert _findings(other) == _findings(con)
+    for q in (
+        "SELECT detector, status, rows FROM coverage ORDER BY detector",
+        "SELECT * FROM cannot_tell_stages ORDER BY ALL",
+    ):
+        assert other.execute(q).fetchall() == con.execute(q).fetchall(), q
+    assert _decisions(other, config) == _decisions(con, config)
 
 
 @pytest.mark.slow
