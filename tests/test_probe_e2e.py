@@ -126,6 +126,26 @@ def _counts(con) -> dict[str, int]:
     return {d: n for d, n in rows if d != "raw_session_id_logged"}
 
 
+def _why(con) -> str:
+    """What a finding on a healthy deployment said, and the proxy's rows within two
+    seconds of it: the evidence a failure under load leaves in its message, since the
+    run's folder is gone by the time anyone looks."""
+    found = con.execute(
+        "SELECT detector, ts, detail FROM findings WHERE detector <> 'raw_session_id_logged'"
+        " ORDER BY ALL"
+    ).fetchall()
+    lines = [f"{d} at {ts}: {detail}" for d, ts, detail in found]
+    for _, ts, _ in found:
+        near = con.execute(
+            "SELECT ts, method, status, jsonrpc_method, left(session_hmac, 8), duration_ms"
+            " FROM proxy WHERE ts BETWEEN $t - INTERVAL 2 SECOND AND $t + INTERVAL 2 SECOND"
+            " ORDER BY ts",
+            {"t": ts},
+        ).fetchall()
+        lines += [f"  {r}" for r in near]
+    return "\n".join(lines)
+
+
 def test_lossy_replay_is_a_client_based_truncation_on_proxy_logs_and_probe_receipts(probed):
     d, rc, summary = probed["lossy"]
     (resume,) = summary["rounds"][0]["scenarios"]
@@ -170,7 +190,7 @@ def test_healthy_store_passes_every_scenario_without_a_finding(probed):
     }
     con, config, report = _analyse(d)
     assert report.quarantined == 0, report.quarantine_reasons
-    assert _counts(con) == {}
+    assert _counts(con) == {}, _why(con)
     # Every request was marked: the proxy saw only the probe's User-Agent.
     agents = {a for (a,) in con.execute("SELECT DISTINCT user_agent FROM proxy").fetchall()}
     assert agents and all(a.startswith("replaygate-probe/") for a in agents)
@@ -221,7 +241,7 @@ def test_a_truly_evicted_cursor_is_refused_by_a_bounded_store(probed):
     assert evicted["detail"]["events"] > 40 and evicted["detail"]["replayed"] == 0
     con, _, report = _analyse(d)
     assert report.quarantined == 0, report.quarantine_reasons
-    assert _counts(con) == {}
+    assert _counts(con) == {}, _why(con)
 
 
 def test_a_ring_buffer_replaying_past_an_evicted_cursor_is_a_client_based_finding(probed):

@@ -17,7 +17,7 @@ from .procs import free_port as _port
 from .procs import wait_port as _wait
 from .test_e2e_real import CADDYFILE, KEY
 from .test_e2e_typescript import _node
-from .test_probe_e2e import _analyse, _counts
+from .test_probe_e2e import _analyse, _counts, _why
 
 pytest.importorskip("mcp")
 pytestmark = [*REAL_PROXIES, nodejs.needs(nodejs.SDK)]
@@ -84,7 +84,7 @@ def test_its_evidence_ingests_cleanly_and_shows_a_healthy_deployment(probed):
     assert report.quarantined == 0, report.quarantine_reasons
     rows = report.rows_by_type()
     assert rows["inbox"] >= 10 and rows["sessions"] >= 5 and rows["streams"] >= 4
-    assert _counts(con) == {}
+    assert _counts(con) == {}, _why(con)
     from replaygate.queries import gates
 
     stage = gates.evaluate(con, config, STAGE)["stages"][0]
