@@ -236,17 +236,23 @@ def test_copy_of_a_loaded_file_is_a_duplicate_not_a_move(tmp_path):
     con.close()
 
 
-def _analysis_state(con) -> dict:
-    from replaygate.queries import gates
-
+def _found(con, tables: tuple[str, ...]) -> dict:
+    """The findings (details canonical), the coverage and these tables, each sorted."""
     out = {}
     rows = con.execute("SELECT * EXCLUDE (detail), detail FROM findings").fetchall()
     out["findings"] = sorted((r[:-1] + (_canonical(r[-1]),) for r in rows), key=repr)
     out["coverage"] = con.execute(
         "SELECT detector, status, rows FROM coverage ORDER BY 1"
     ).fetchall()
-    for t in ("cannot_tell", "cannot_tell_stages", "blind_files"):
+    for t in tables:
         out[t] = sorted(con.execute(f"SELECT * FROM {t}").fetchall(), key=repr)
+    return out
+
+
+def _analysis_state(con) -> dict:
+    from replaygate.queries import gates
+
+    out = _found(con, ("cannot_tell", "cannot_tell_stages", "blind_files"))
     for (t,) in con.execute(
         "SELECT table_name FROM information_schema.tables WHERE table_name LIKE 'a\\_%' ESCAPE '\\'"
     ).fetchall():
@@ -603,14 +609,7 @@ def _ledger_row(first: dict, session: str, ms: int, **changes) -> bytes:
 def _undecided_state(con) -> dict:
     """What the detectors' findings and undecided units make of an analysis (lighter than
     _analysis_state: no prepared tables, no gate evaluation)."""
-    out = {}
-    rows = con.execute("SELECT * EXCLUDE (detail), detail FROM findings").fetchall()
-    out["findings"] = sorted((r[:-1] + (_canonical(r[-1]),) for r in rows), key=repr)
-    out["coverage"] = con.execute(
-        "SELECT detector, status, rows FROM coverage ORDER BY 1"
-    ).fetchall()
-    for t in ("cannot_tell", "cannot_tell_stages", "cannot_tell_units"):
-        out[t] = sorted(con.execute(f"SELECT * FROM {t}").fetchall(), key=repr)
+    out = _found(con, ("cannot_tell", "cannot_tell_stages", "cannot_tell_units"))
     for t in ("a_gate_facts", "a_stage_samples"):
         out[t] = sorted(con.execute(f"SELECT * FROM {t}").fetchall(), key=repr)
     return out
