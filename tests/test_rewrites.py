@@ -244,14 +244,20 @@ _PRIOR_GETS_V0 = """CASE WHEN session_hmac IS NULL THEN 0
 _T0_MS = 1_767_225_600_000
 
 
-def _proxy_con(rows: list[tuple]) -> duckdb.DuckDBPyConnection:
-    """A database holding only the macros and a proxy log of `rows`: (file_id, pos, ms
-    after _T0_MS, method, status, session, Last-Event-ID)."""
+def _macros_con() -> duckdb.DuckDBPyConnection:
+    """An in-memory database holding only the prepare step's macros."""
     con = duckdb.connect()
     for q in catalog.load("prep"):
         if q.name == "macros":
             for stmt in q.statements():
                 con.execute(stmt)
+    return con
+
+
+def _proxy_con(rows: list[tuple]) -> duckdb.DuckDBPyConnection:
+    """A database holding only the macros and a proxy log of `rows`: (file_id, pos, ms
+    after _T0_MS, method, status, session, Last-Event-ID)."""
+    con = _macros_con()
     con.execute(
         "CREATE TABLE proxy (file_id BIGINT, pos BIGINT, ts TIMESTAMPTZ, method VARCHAR, "
         "status BIGINT, session_hmac VARCHAR, last_event_id VARCHAR)"
@@ -491,11 +497,7 @@ def test_prepare_rewrite_gives_the_replaced_tables(fleet_db, file, changed):
 def test_a_missing_event_of_two_ids_is_the_one_logged_first():
     """Of two event ids logged with the seq a client never accepted, a_missing names the one
     logged first, whichever order the rows are stored in."""
-    con = duckdb.connect()
-    for q in catalog.load("prep"):
-        if q.name == "macros":
-            for stmt in q.statements():
-                con.execute(stmt)
+    con = _macros_con()
     con.execute(
         """CREATE TABLE events (file_id BIGINT, pos BIGINT, ts TIMESTAMPTZ, session_hmac VARCHAR,
                generation BIGINT, stream_id VARCHAR, event_id VARCHAR, seq BIGINT,
@@ -537,11 +539,7 @@ def test_a_missing_event_of_two_ids_is_the_one_logged_first():
 def _streams_con(rows: list[tuple]) -> duckdb.DuckDBPyConnection:
     """A database holding the macros and a stream ledger of `rows`: (file_id, pos, ms, state,
     request_id), one stream, inserted in the order given."""
-    con = duckdb.connect()
-    for q in catalog.load("prep"):
-        if q.name == "macros":
-            for stmt in q.statements():
-                con.execute(stmt)
+    con = _macros_con()
     con.execute(
         """CREATE TABLE streams (file_id BIGINT, pos BIGINT, ts TIMESTAMPTZ, session_hmac VARCHAR,
                generation BIGINT, stream_id VARCHAR, state VARCHAR, close_reason VARCHAR,
@@ -701,11 +699,7 @@ def test_stage_attribution_looks_windows_up_never_joins_them_all():
     sessions form one cohort (1,000 windows of one key): no query that attributes records
     to stages reads a_stage_windows (the replaced ones did: the control), each reads the
     cells by an equality, and a cell, all a record is compared with, holds a few spans."""
-    con = duckdb.connect()
-    for q in catalog.load("prep"):
-        if q.name == "macros":
-            for stmt in q.statements():
-                con.execute(stmt)
+    con = _macros_con()
     t0 = "TIMESTAMPTZ '2026-01-01 00:00:00+00'"
     con.execute(
         f"""CREATE TABLE rollout AS
