@@ -200,6 +200,9 @@ FROM (SELECT basis, session_hmac, generation, stream_id, event_id,
       UNION ALL SELECT * FROM by_inbox UNION ALL SELECT * FROM by_retry
       UNION ALL SELECT * FROM by_suspicion)
 ),
+-- `dispatches` here holds only the files that show digests (the capability plan shadows
+-- it), so the blind files' executions come from a_blind_dispatches and are given their
+-- stream's span and sender again.
 blind AS (
     SELECT b.*, coalesce(s.opened_ts, b.ts) AS start_ts, coalesce(s.last_ts, b.ts) AS end_ts,
            dispatch_sender(b.principal, b.session_hmac) AS sender,
