@@ -1,7 +1,7 @@
 """Benchmark: the analysis step by step — CPU seconds, wall seconds and peak RSS of every
 prepare statement, detector and gate-facts statement, in one process.
 
-    python bench/analysis_steps.py DB [--incremental] [--repeat N] [--json OUT]
+    python bench/analysis_steps.py DB [--incremental] [--progress] [--json OUT]
 
 `DB` is an ingested database (`replaygate ingest --no-analyse`); it is analysed in place
 (`runner.analyse(force=True)`, or with `--incremental` what `watch` runs after an ingest:
@@ -64,8 +64,11 @@ class Peak:
 class Timed:
     """A connection whose every `execute` is timed and attributed to a step."""
 
-    def __init__(self, con: Any, steps: dict[str, dict[str, float]], peak: Peak) -> None:
+    def __init__(
+        self, con: Any, steps: dict[str, dict[str, float]], peak: Peak, progress: bool = False
+    ) -> None:
         self._con, self._steps, self._peak = con, steps, peak
+        self._progress = progress
         self.label: str | None = None
 
     def execute(self, sql: str, *args: Any, **kw: Any) -> Any:
@@ -85,8 +88,13 @@ class Timed:
             s = self._steps[label]
             s["cpu_s"] += time.process_time() - c0
             s["s"] += time.perf_counter() - t0
-            s["peak_mb"] = max(s["peak_mb"], self._peak.take() / 1e6)
+            p = self._peak.take() / 1e6
+            s["peak_mb"] = max(s["peak_mb"], p)
             s["n"] += 1
+            if self._progress:  # each statement as it ends: a run cut short still tells
+                c, t = time.process_time() - c0, time.perf_counter() - t0
+                line = f"{label}\t{c:.3f} CPU s\t{t:.3f} s\t{p:,.0f} MB"
+                print(line, file=sys.stderr, flush=True)
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._con, name)
@@ -98,12 +106,15 @@ def main() -> None:
     ap.add_argument("--incremental", action="store_true", help="runner.analyse() after an append")
     ap.add_argument("--json", type=Path, help="write the steps here too")
     ap.add_argument("--top", type=int, default=25, help="rows of the table (default 25)")
+    ap.add_argument(
+        "--progress", action="store_true", help="print each statement to stderr as it ends"
+    )
     args = ap.parse_args()
     peak = Peak()
     steps: dict[str, dict[str, float]] = defaultdict(
         lambda: {"cpu_s": 0.0, "s": 0.0, "peak_mb": 0.0, "n": 0}
     )
-    con = Timed(db.connect(str(args.db)), steps, peak)
+    con = Timed(db.connect(str(args.db)), steps, peak, args.progress)
     run_detector = runner._run_detector
 
     def timed_detector(c: Any, name: str, *rest: Any) -> None:

@@ -71,7 +71,8 @@ def test_analysis_step_times_the_gate_facts(tmp_path):
     # once, under its detector or the table it makes (the per-step tables of the doc)
     steps_json = tmp_path / "steps.json"
     r = subprocess.run(
-        [sys.executable, str(BENCH / "analysis_steps.py"), str(db), "--json", str(steps_json)],
+        [sys.executable, str(BENCH / "analysis_steps.py"), str(db), "--json", str(steps_json),
+         "--progress"],
         capture_output=True, text=True, env=run.ENV,
     )  # fmt: skip
     assert r.returncode == 0, r.stderr[-2000:]
@@ -80,6 +81,12 @@ def test_analysis_step_times_the_gate_facts(tmp_path):
     assert res["mode"] == "full" and res["findings"] > 0
     assert {"a_gate_facts", "a_stage_samples", "a_missing", "undelivered_result"} <= set(steps)
     assert sum(s["cpu_s"] for s in steps.values()) <= res["analysis_cpu_s"] + 0.01
+    # --progress: every statement on stderr as it ends, under its step's label (a run cut
+    # short, such as a 100M analysis stopped, still tells where its time went)
+    rows = [line.split("\t") for line in r.stderr.splitlines()]
+    printed = [row[0] for row in rows if len(row) == 4 and row[1].endswith(" CPU s")]
+    assert sorted(set(printed)) == sorted(steps)
+    assert len(printed) == sum(s["n"] for s in steps.values())
 
 
 @pytest.mark.slow
