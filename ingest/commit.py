@@ -53,6 +53,22 @@ def shift(staged: Staged) -> dict[str, int]:
     return {"shift": staged.shift}
 
 
+def direct_insert_sql(rt: RecordType, checked: str) -> str:
+    """The insert of a file read straight into its table: every row of `checked` (a
+    reader's rows through validate.checked_sql, with `pos`), or an error. A row that
+    would not load fails the statement (and the file is staged) instead of being left
+    out by a `WHERE`: DuckDB pushes a filter below the projection that casts the fields
+    and writes each typed value into it once per mention (a timestamp's cast four times
+    over in the row's reason), where a projection computes it once."""
+    cols, exprs = validate.target_columns(rt)
+    loads = "rtype = $t AND bad IS NULL AND reason IS NULL"
+    return f"""INSERT INTO {rt.table} ({", ".join(cols)})
+    SELECT {", ".join(exprs)}
+    FROM (SELECT * REPLACE (
+              CASE WHEN {loads} THEN pos + $shift ELSE error('a row does not load') END AS pos)
+          FROM ({checked}))"""
+
+
 def _json(d: dict[str, Any]) -> str:
     return json.dumps(d, sort_keys=True)
 
@@ -181,22 +197,14 @@ class Commit(Quarantine):
         batch back and the file is staged and loaded row by row with its quarantine."""
         rt = staged.typed
         assert rt is not None and staged.direct is not None  # read as one record type
-        cols, exprs = validate.target_columns(rt)
         ordered = staged.fmt.lines
-        loads = "rtype = $t AND bad IS NULL AND reason IS NULL"
-        if staged.counted:
-            # No count to hold the insert to: a row it would leave out fails it instead.
-            loads = f"CASE WHEN {loads} THEN true ELSE error('a row does not load') END"
         try:
             if ordered:
                 # The rows are numbered in the reader's order (readers.jsonl_direct_sql).
                 self._exec("RESET preserve_insertion_order")
             n = one_row(
                 self._exec(
-                    f"""INSERT INTO {rt.table} ({", ".join(cols)})
-                    SELECT {", ".join(exprs)}
-                    FROM (SELECT * REPLACE (pos + $shift AS pos) FROM ({staged.direct}))
-                    WHERE {loads}""",
+                    direct_insert_sql(rt, staged.direct),
                     {**staged.direct_params, "file_id": file_id, "t": rt.table, **shift(staged)},
                 )
             )[0]

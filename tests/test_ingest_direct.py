@@ -11,17 +11,20 @@ from __future__ import annotations
 import csv
 import gzip
 import io
+import json
+import re
 from pathlib import Path
 
 import duckdb
 import pyarrow as pa
+import pyarrow.csv as pa_csv
 import pyarrow.parquet as pq
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from replaygate.core import db as dbm
-from replaygate.ingest import load
+from replaygate.ingest import commit, load, readers, validate
 
 from .test_ingest_fast import CONFIG, KINDS, H, Spy, _file, _tables
 
@@ -311,3 +314,45 @@ def test_csv_grown_rotated_and_reingested(tmp_path, monkeypatch):
     finally:
         con.close()
 
+
+def _filters(node: dict) -> list[str]:
+    """The expressions of every filter in a plan (EXPLAIN's JSON), as text."""
+    own = [json.dumps(node.get("extra_info"))] if node.get("name") == "FILTER" else []
+    return own + [f for child in node.get("children", []) for f in _filters(child)]
+
+
+@pytest.mark.parametrize("fmt", ["jsonl", "csv", "parquet"])
+def test_direct_insert_filters_no_typed_value(fmt, tmp_path):
+    """A file read straight into its table is cast and checked in one projection: no
+    filter of the insert's plan holds a field's typed value or its reason (DuckDB would
+    write the cast into the filter once per mention of the value: a timestamp's four
+    times), so a row that would not load fails the insert instead (commit.py)."""
+    table = _events(50)
+    path = tmp_path / f"events.{fmt}"
+    if fmt == "parquet":
+        pq.write_table(table, path)
+    elif fmt == "csv":
+        pa_csv.write_csv(table, path)
+    else:
+        path.write_text("".join(json.dumps(r) + "\n" for r in table.to_pylist()))
+    src = readers.detect(path)
+    assert src is not None and src.default_type is not None
+    rt = src.default_type
+    con = dbm.connect(":memory:")
+    reading = readers.Reading(src, path, "none", [f.name for f in rt.fields], True, con, typed=rt)
+    direct = readers.FORMATS[fmt].direct
+    assert direct is not None
+    inner = direct(reading)
+    assert inner is not None
+    sql = commit.direct_insert_sql(rt, validate.checked_sql(rt, f"({inner})", reading.native))
+    params = {"path": str(path), "compression": "none", "file_id": 1, "t": rt.table, "shift": 0}
+    plan = con.execute(
+        f"EXPLAIN (FORMAT json) {sql}", {k: v for k, v in params.items() if f"${k}" in sql}
+    ).fetchall()[0][1]
+    typed = {f"f_{f.name}" for f in rt.fields}
+    for expr in _filters(json.loads(plan)[0]):
+        assert not typed & set(re.findall(r"\bf_\w+", expr)), expr
+    # The statement loads every row of a clean file.
+    assert con.execute(sql, {k: v for k, v in params.items() if f"${k}" in sql}).fetchall() == [
+        (50,)
+    ]
