@@ -468,6 +468,93 @@ def test_reconnect_storm_with_cursors_shown_the_same_window_is_decided(tmp_path)
     assert _storm(tmp_path / "all", proxy=[_SEEN, *reopen, *cursor]) == (1, [])
 
 
+# -- the reconnect_qps gate: a stage's window that unseen cursors could tip cannot pass --
+
+
+def _gate_of(tmp_path, gate_id: str) -> dict:
+    from replaygate.queries import gates as gm
+
+    con = dbm.connect(str(tmp_path / "t.duckdb"), read_only=True)
+    stage = gm.evaluate(con, CONF)["stages"][0]
+    con.close()
+    return next(g for g in stage["gates"] if g["id"] == gate_id)
+
+
+def _storm_gate(tmp_path, **logs):
+    storm = _storm(tmp_path, rollout=ROLLOUT, **logs)
+    return storm, _gate_of(tmp_path, "reconnect_qps")
+
+
+def _tipped(t=0):
+    """40 re-opens of S's stream and 20 first GETs of other sessions in one window: with
+    _SEEN's, 41 reconnects shown (within the budget of 50), and 21 GETs whose cursor a log
+    without Last-Event-ID could not show (S's first among them)."""
+    reopen = [px(t + i * 100, "GET", 200, session_hmac=S, protocol_version=V) for i in range(41)]
+    first = [
+        px(t + 5000 + i, "GET", 200, session_hmac=f"{i:064x}", protocol_version=V)
+        for i in range(20)
+    ]
+    return reopen + first
+
+
+def test_reconnect_qps_cannot_pass_a_window_the_detector_cannot_tell(tmp_path):
+    # The window reconnect_storm calls cannot_tell (within the budget by what proxy-b
+    # shows, over it if its first GETs carried cursors) is no pass of the gate either: the
+    # stage is insufficient, naming the log, with the peak it does show.
+    (found, told), gate = _storm_gate(tmp_path, **{"proxy-a": [_SEEN], "proxy-b": _tipped()})
+    assert (found, told) == (0, [("proxy-b.jsonl", "Last-Event-ID", 1)])
+    assert gate["status"] == "insufficient", gate
+    assert gate["value"] == 4.1 and gate["sample"] == 41, gate
+    assert "proxy-b.jsonl cannot show Last-Event-ID" in gate["no_evidence"], gate
+    assert gate["reason"].startswith("Reconnect rate: no evidence: 1 window within the budget")
+
+
+def test_reconnect_qps_decides_what_the_logs_show(tmp_path):
+    # The same requests in a log that shows cursors: none carried one, a pass; in the
+    # blind log, a window that unseen cursors cannot tip (41 shown + 9 unseen, the budget
+    # 50): a pass; a window over the budget by what is shown beside the undecided one: a
+    # fail.
+    (_, told), gate = _storm_gate(tmp_path / "shown", proxy=[_SEEN, *_tipped()])
+    assert told == [] and gate["status"] == "pass", gate
+    few = _tipped()[:49]
+    (_, told), gate = _storm_gate(tmp_path / "few", **{"proxy-a": [_SEEN], "proxy-b": few})
+    assert told == [] and gate["status"] == "pass", gate
+    over = [px(HOUR + i * 10, "POST", 503, protocol_version=V) for i in range(51)]
+    (found, told), gate = _storm_gate(
+        tmp_path / "over", **{"proxy-a": [_SEEN], "proxy-b": _tipped() + over}
+    )
+    assert found == 1 and told == [("proxy-b.jsonl", "Last-Event-ID", 1)]
+    assert gate["status"] == "fail" and gate["value"] == 5.1, gate
+
+
+def test_reconnect_qps_and_reconnect_storm_judge_a_window_alike(tmp_path):
+    # One stage holding every request: per number of unseen first GETs and of 503s beside
+    # 41 shown reconnects (S's first GET unseen too), the gate is insufficient exactly when
+    # the detector cannot tell, fails exactly when it finds the window, passes otherwise.
+    seen = {}
+    for extra, refused in ((0, 0), (8, 0), (9, 0), (30, 0), (30, 9), (30, 10)):
+        first = [
+            px(5000 + i, "GET", 200, session_hmac=f"{i:064x}", protocol_version=V)
+            for i in range(extra)
+        ]
+        busy = [px(6000 + i, "POST", 503, protocol_version=V) for i in range(refused)]
+        (found, told), gate = _storm_gate(
+            tmp_path / f"{extra}-{refused}",
+            **{"proxy-a": [_SEEN], "proxy-b": _tipped()[:41] + first + busy},
+        )
+        expected = "fail" if found else "insufficient" if told else "pass"
+        assert gate["status"] == expected, (extra, refused, found, told, gate)
+        seen[extra, refused] = expected
+    assert seen == {
+        (0, 0): "pass",
+        (8, 0): "pass",
+        (9, 0): "insufficient",
+        (30, 0): "insufficient",
+        (30, 9): "insufficient",
+        (30, 10): "fail",
+    }
+
+
 # -- payload digests: one producer's dispatch file records them, another's does not ------
 
 U = "u" * 64

@@ -16,11 +16,13 @@
 -- page: sessions
 -- A proxy log that cannot show Last-Event-ID (file_facts) is judged for what it shows: its
 -- 429/503 answers and its GETs re-opening a session's stream count as in any log. Only its
--- other GETs (a session's first, one without a session) may have carried a cursor: a
--- window over the budget with them and within it without them is `cannot_tell`, naming
--- the first such log by path; a window over the budget without them is a finding.
+-- other GETs (a session's first, one without a session: cursor_unseen) may have carried a
+-- cursor: a window over the budget with them and within it without them
+-- (reconnect_undecided, the rule the reconnect_qps gate applies to a stage's windows) is
+-- `cannot_tell`, naming the first such log by path; a window over the budget without them
+-- (reconnect_over_budget) is a finding.
 WITH r AS (
-    SELECT reconnect_window(ts) AS bucket, file_id, status, method = 'GET' AS is_get,
+    SELECT reconnect_window(ts) AS bucket, file_id, status, method,
            coalesce(is_reconnect(method, last_event_id, status, gets_before), false) AS known
     FROM (SELECT *, prior_gets(method, session_hmac, ts, file_id, pos) AS gets_before FROM proxy)
 ),
@@ -34,8 +36,8 @@ counted AS (
 open_gets AS (
     SELECT r.bucket, count(*) AS maybe, arg_min(r.file_id, f.path) AS file_id
     FROM r JOIN files f USING (file_id)
-    WHERE r.is_get AND NOT r.known
-      AND r.file_id NOT IN (SELECT file_id FROM file_facts WHERE fact = 'proxy.last_event_id')
+    WHERE cursor_unseen(r.method, r.known, r.file_id IN (
+              SELECT file_id FROM file_facts WHERE fact = 'proxy.last_event_id'))
     GROUP BY r.bucket
 )
 SELECT 'high' AS severity, reconnect_window_start(bucket) AS ts,
@@ -44,7 +46,7 @@ SELECT 'high' AS severity, reconnect_window_start(bucket) AS ts,
                    'qps', n / reconnect_window_s(),
                    'by_status', by_status) AS detail
 FROM counted
-WHERE n > $reconnect_budget_qps * reconnect_window_s()
+WHERE reconnect_over_budget(n, $reconnect_budget_qps)
 UNION ALL
 SELECT 'cannot_tell' AS severity, reconnect_window_start(o.bucket) AS ts,
        json_object('missing', 'Last-Event-ID', 'file_id', o.file_id,
@@ -52,5 +54,4 @@ SELECT 'cannot_tell' AS severity, reconnect_window_start(o.bucket) AS ts,
                    'budget_per_window', $reconnect_budget_qps * reconnect_window_s(),
                    'gets_cursor_unknown', o.maybe) AS detail
 FROM open_gets o LEFT JOIN counted c USING (bucket)
-WHERE coalesce(c.n, 0) <= $reconnect_budget_qps * reconnect_window_s()
-  AND coalesce(c.n, 0) + o.maybe > $reconnect_budget_qps * reconnect_window_s()
+WHERE reconnect_undecided(coalesce(c.n, 0), o.maybe, $reconnect_budget_qps)

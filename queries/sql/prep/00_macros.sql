@@ -183,6 +183,22 @@ CREATE OR REPLACE MACRO reconnect_window(ts) AS epoch_ms(ts) // (1000 * reconnec
 CREATE OR REPLACE MACRO reconnect_window_start(w) AS
     make_timestamptz(w * reconnect_window_s() * 1000000);
 
+-- A window over the reconnect budget: more reconnects in it (`n`) than the budget
+-- (reconnects per second) allows in a window.
+CREATE OR REPLACE MACRO reconnect_over_budget(n, budget_qps) AS
+    n > budget_qps * reconnect_window_s();
+-- A GET whose cursor its log cannot show: not shown to be a reconnect (`known`:
+-- is_reconnect), in a proxy log that cannot show Last-Event-ID (`cursor_shown` false,
+-- file_facts). It may have resumed a stream: a reconnect the log does not show.
+CREATE OR REPLACE MACRO cursor_unseen(method, known, cursor_shown) AS
+    method = 'GET' AND NOT coalesce(known, false) AND NOT cursor_shown;
+-- A window the logs cannot decide: within the budget by the `n` reconnects they show, over
+-- it if enough of its `unseen` GETs (cursor_unseen) carried a cursor. Neither a finding
+-- nor a pass: reconnect_storm returns it `cannot_tell` and the reconnect_qps gate cannot
+-- pass a stage with one.
+CREATE OR REPLACE MACRO reconnect_undecided(n, unseen, budget_qps) AS
+    NOT reconnect_over_budget(n, budget_qps) AND reconnect_over_budget(n + unseen, budget_qps);
+
 -- An event whose loss counts: every kind but the priming event and heartbeats, which carry
 -- nothing for the client (a kind not known counts).
 CREATE OR REPLACE MACRO loss_counted(kind) AS coalesce(kind, '?') NOT IN ('priming', 'heartbeat');
