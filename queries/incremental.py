@@ -90,9 +90,12 @@ SESSION_DETECTORS = {
     "unrecovered_stream",
 }
 # What the session-local detectors read of partial blindness beyond a session's own rows:
-# which sessions files cannot show which fact (a_blind_spans). A change of it can change
-# the verdict of sessions that received no rows: the analysis is then a full one.
-SESSION_BLIND = "SELECT fact, file_id FROM a_blind_spans WHERE tbl = 'sessions' ORDER BY ALL"
+# which sessions and stream ledger files cannot show which fact (a_blind_spans;
+# a_blind_streams for rollback_post_storm). A change of it can change the verdict of
+# sessions that received no rows: the analysis is then a full one.
+SESSION_BLIND = (
+    "SELECT fact, file_id FROM a_blind_spans WHERE tbl IN ('sessions', 'streams') ORDER BY ALL"
+)
 # Session-local detectors that also judge rows without a session, which the units of
 # sessions near them in time bear on: their scoped run reads those rows too (`rows`, a
 # predicate on the rows of their table) and returns their findings without a session;

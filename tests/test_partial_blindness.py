@@ -13,7 +13,7 @@ import pytest
 from replaygate.core import db as dbm
 
 from .test_cannot_tell import CASES, CONF, run
-from .test_detectors_focused import S2, S, T, active, px, ses
+from .test_detectors_focused import S2, S, T, active, px, ses, stm
 
 V = "2025-11-25"
 HOUR = 3_600_000
@@ -553,6 +553,67 @@ def test_reconnect_qps_and_reconnect_storm_judge_a_window_alike(tmp_path):
         (30, 9): "insufficient",
         (30, 10): "fail",
     }
+
+
+# -- stream ledgers: one server's file records payload digests, another's does not -------
+
+
+def _rb_streams(tmp_path, **ledgers):
+    from .test_detectors_focused import ROLLOUT as RB_ROLLOUT
+
+    found, _ = run(tmp_path, rollout=RB_ROLLOUT, sessions=[active()], **ledgers)
+    return found.get("rollback_post_storm", 0), _cannot_tell(tmp_path).get(
+        "rollback_post_storm", []
+    )
+
+
+# Stream 1 opened before the rollback (T + 10 s) and broke after it, in the ledger that
+# records digests; stream 2, a POST a second later, in another server's ledger.
+_BROKE = [
+    stm(9_000, "1", "STREAM_OPEN", method="POST", payload_digest="p"),
+    stm(12_000, "1", "DISCONNECTED"),
+    stm(12_001, "1", "CLOSED"),
+]
+
+
+def _repost(t, **kw):
+    return [
+        stm(t, "2", "STREAM_OPEN", method="POST", **kw),
+        stm(t + 500, "2", "CLOSED", close_reason="completed"),
+    ]
+
+
+def test_rollback_post_storm_a_repost_a_digestless_ledger_may_hold_is_cannot_tell(tmp_path):
+    # Stream 2 is in a ledger that records no payload digest: it may be stream 1 re-POSTed
+    # after the rollback. Neither a finding nor a pass: cannot_tell, naming that file.
+    assert _rb_streams(tmp_path, **{"streams-a": _BROKE, "streams-b": _repost(13_000)}) == (
+        0,
+        [("streams-b.jsonl", "same payload", 1)],
+    )
+
+
+def test_rollback_post_storm_a_digestless_stream_out_of_reach_decides_nothing(tmp_path):
+    # The blind ledger's POST opened an hour later (outside the retry window), or a GET:
+    # neither can be stream 1's re-POST, so stream 1 is judged (no finding).
+    late = _rb_streams(tmp_path / "late", **{"streams-a": _BROKE, "streams-b": _repost(HOUR)})
+    assert late == (0, [])
+    get = [dict(r, method="GET") for r in _repost(13_000)]
+    assert _rb_streams(tmp_path / "get", **{"streams-a": _BROKE, "streams-b": get}) == (0, [])
+
+
+def test_rollback_post_storm_a_repost_shown_is_found_whatever_a_blind_ledger_holds(tmp_path):
+    # The re-POST with its digest is in the capable ledger: a finding, whatever stream 3
+    # of the digest-less ledger is; a ledger that records no method likewise leaves a
+    # stream of the same digest undecided.
+    shown = _BROKE + _repost(13_000, payload_digest="p")
+    other = [dict(r, stream_id="3") for r in _repost(13_200)]
+    assert _rb_streams(tmp_path / "a", **{"streams-a": shown, "streams-b": other}) == (1, [])
+    no_method = [{k: v for k, v in r.items() if k != "method"} for r in _repost(13_000)]
+    no_method = [dict(r, payload_digest="p") for r in no_method]
+    assert _rb_streams(tmp_path / "b", **{"streams-a": _BROKE, "streams-c": no_method}) == (
+        0,
+        [("streams-c.jsonl", "same payload", 1)],
+    )
 
 
 # -- payload digests: one producer's dispatch file records them, another's does not ------

@@ -9,10 +9,18 @@
 -- severity: high
 -- needs: rollout, streams, sessions
 -- facts: streams.payload_digest, streams.method
+-- undecided: same payload
 -- units: streams WHERE state = 'DISCONNECTED' BY session_hmac, generation, stream_id
 -- params: retry_window_s
 -- unit: stream
 -- page: rollout
+-- A re-POST is a POST stream of the same session and payload digest opened within the
+-- retry window after the break, before any resume of the broken stream. A stream of a
+-- ledger file that cannot show the payload digest or the method while another file shows
+-- them (a_blind_streams: one server version records them, another does not) may be one:
+-- a broken stream in no finding with such a candidate is `cannot_tell` ("same payload",
+-- naming the first such file by path), never a pass. (The broken streams of such a file
+-- are its own units, `cannot_tell` by `-- facts:`.)
 WITH broken AS (
     SELECT s.session_hmac, s.generation, s.stream_id, s.payload_digest, d.ts AS disc_ts,
            h.stage
@@ -23,19 +31,49 @@ WITH broken AS (
      AND d.stream_id = s.stream_id AND d.state = 'DISCONNECTED'
     JOIN a_hygiene h ON in_window(d.ts, h.t0, h.t1) AND s.opened_ts < h.t0
     WHERE s.payload_digest IS NOT NULL
+),
+-- what a broken stream may have been re-POSTed as: a stream shown to be a POST of its
+-- payload (file_id NULL), or one of a file blind to either (file_id: that file)
+candidates AS (
+    SELECT b.*, n.generation AS repost_generation, n.stream_id AS repost, n.opened_ts,
+           NULL::BIGINT AS file_id,
+           NULL::VARCHAR AS path
+    FROM broken b
+    JOIN a_streams n
+      ON n.session_hmac = b.session_hmac AND n.payload_digest = b.payload_digest
+     AND n.method = 'POST'
+    UNION ALL
+    SELECT b.*, w.generation, w.stream_id, w.opened_ts, w.file_id, w.path
+    FROM broken b
+    JOIN a_blind_streams w
+      ON w.session_hmac = b.session_hmac
+     AND coalesce(w.payload_digest, b.payload_digest) = b.payload_digest
+     AND coalesce(w.method, 'POST') = 'POST'
+     -- (one whose payload and method are both shown is a candidate above, or none)
+     AND (w.payload_digest IS NULL OR w.method IS NULL)
+),
+reposts AS (
+    SELECT c.* FROM candidates c
+    WHERE c.opened_ts > c.disc_ts
+      AND epoch_ms(c.opened_ts) - epoch_ms(c.disc_ts) <= $retry_window_s * 1000
+      AND NOT (c.repost_generation = c.generation AND c.repost = c.stream_id)
+      AND NOT EXISTS (
+          SELECT 1 FROM streams r
+           WHERE r.session_hmac = c.session_hmac AND r.generation = c.generation
+             AND r.stream_id = c.stream_id AND r.state = 'RESUME_PENDING'
+             AND r.ts > c.disc_ts AND r.ts < c.opened_ts)
 )
-SELECT b.session_hmac, b.generation, b.stream_id, 'high' AS severity, min(b.disc_ts) AS ts,
-       json_object('rolled_back_stage', min(b.stage),
-                   'reposted_as', min(n.stream_id)) AS detail
-FROM broken b
-JOIN a_streams n
-  ON n.session_hmac = b.session_hmac AND n.payload_digest = b.payload_digest
- AND n.method = 'POST' AND n.opened_ts > b.disc_ts
- AND epoch_ms(n.opened_ts) - epoch_ms(b.disc_ts) <= $retry_window_s * 1000
- AND NOT (n.generation = b.generation AND n.stream_id = b.stream_id)
-WHERE NOT EXISTS (
-    SELECT 1 FROM streams r
-     WHERE r.session_hmac = b.session_hmac AND r.generation = b.generation
-       AND r.stream_id = b.stream_id AND r.state = 'RESUME_PENDING'
-       AND r.ts > b.disc_ts AND r.ts < n.opened_ts)
-GROUP BY b.session_hmac, b.generation, b.stream_id
+SELECT session_hmac, generation, stream_id, 'high' AS severity,
+       min(disc_ts) FILTER (WHERE file_id IS NULL) AS ts,
+       json_object('rolled_back_stage', min(stage) FILTER (WHERE file_id IS NULL),
+                   'reposted_as', min(repost) FILTER (WHERE file_id IS NULL)) AS detail
+FROM reposts
+GROUP BY session_hmac, generation, stream_id
+HAVING bool_or(file_id IS NULL)
+UNION ALL
+SELECT session_hmac, generation, stream_id, 'cannot_tell', min(disc_ts),
+       json_object('missing', 'same payload', 'file_id', arg_min(file_id, path),
+                   'rolled_back_stage', min(stage))
+FROM reposts
+GROUP BY session_hmac, generation, stream_id
+HAVING bool_and(file_id IS NOT NULL)
