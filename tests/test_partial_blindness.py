@@ -720,3 +720,39 @@ def test_duplicate_dispatch_undecided_after_an_append(tmp_path):
         ("dispatches-b.jsonl", "dispatches.payload_digest", 1),
         ("dispatches-b.jsonl", "same payload", 1),
     ]
+
+
+# -- gates whose detector has units it cannot tell leave them out of their sample --------
+
+
+def test_duplicate_dispatches_a_stage_whose_writes_are_all_undecided_is_no_pass(tmp_path):
+    # dispatches-a records digests (a read shows it); the stage's one write is in
+    # dispatches-b, which records none: its detector cannot tell it, so the gate judged no
+    # write and cannot pass. With a write of dispatches-a beside it, one write is judged.
+    read = _d(0, "r1", cls="read", tool="get_ticket", payload_digest="p0")
+    run(tmp_path / "all", rollout=ROLLOUT,
+        **{"dispatches-a": [read], "dispatches-b": [_d(HOUR, "d2")]})  # fmt: skip
+    gate = _gate_of(tmp_path / "all", "duplicate_dispatches")
+    assert (gate["status"], gate["sample"], gate["cannot_tell"]) == ("insufficient", 0, 1), gate
+    assert gate["no_evidence"] == "all 1 unit in this stage cannot tell", gate
+    mixed = {"dispatches-a": [read, _d(0, "d1", payload_digest="p1")],
+             "dispatches-b": [_d(HOUR, "d2")]}  # fmt: skip
+    run(tmp_path / "mixed", rollout=ROLLOUT, **mixed)
+    gate = _gate_of(tmp_path / "mixed", "duplicate_dispatches")
+    assert (gate["status"], gate["sample"], gate["cannot_tell"]) == ("pass", 1, 1), gate
+
+
+def test_allowed_origin_refusals_leaves_out_a_log_that_cannot_show_origins(tmp_path):
+    # proxy-a logs Origin; proxy-b does not, so its 403 may have refused a foreign Origin:
+    # its detector is kept from that log and the gate's sample has only proxy-a's request.
+    shown = [px(0, origin="https://app.example.com", session_hmac=S, protocol_version=V)]
+    run(tmp_path / "mixed", rollout=ROLLOUT,
+        **{"proxy-a": shown, "proxy-b": [px(10, status=403) for _ in range(3)]})  # fmt: skip
+    gate = _gate_of(tmp_path / "mixed", "allowed_origin_refusals")
+    assert (gate["status"], gate["sample"], gate["cannot_tell"]) == ("pass", 1, 3), gate
+    # proxy-a's one request before the stage: the stage judged nothing
+    early = [dict(shown[0], ts=T - 3 * HOUR)]
+    run(tmp_path / "none", rollout=ROLLOUT,
+        **{"proxy-a": early, "proxy-b": [px(10, status=403) for _ in range(3)]})  # fmt: skip
+    gate = _gate_of(tmp_path / "none", "allowed_origin_refusals")
+    assert (gate["status"], gate["sample"]) == ("insufficient", 0), gate
