@@ -17,7 +17,7 @@ from typing import Any
 import duckdb
 
 from replaygate.core.contract import RECORD_TYPES, RecordType
-from replaygate.core.db import one_row, set_meta
+from replaygate.core.db import get_meta, one_row, set_meta
 
 from . import capabilities, identity, readers, validate
 from .quarantine import Quarantine
@@ -222,9 +222,15 @@ class Commit(Quarantine):
     def _note_changes(self, rt: RecordType, file_id: int, shift: int) -> None:
         """What the next analysis must look at again (queries/incremental.py): the
         sessions of the new rows; anything else (the rollout log, rows replaced) asks
-        for a full analysis."""
+        for a full analysis. Nothing, when the next analysis is a full one whatever is
+        noted: none ran yet, or a change since the last one was not noted (reading the
+        new rows' sessions back costs about 0.3 CPU s per million rows)."""
         if "session_hmac" not in {f.name for f in rt.stored_fields}:
             set_meta(self.con, "analysis_pending_full", "1")
+            return
+        if get_meta(self.con, "analysis_pending_full", "0") != "0" or get_meta(
+            self.con, "analysis_noted_through"
+        ) != get_meta(self.con, "data_version", "0"):
             return
         self._exec(
             "INSERT INTO analysis_pending_rows VALUES ($t, $f, $shift)",

@@ -522,3 +522,45 @@ def test_large_files_staged_in_a_scratch_database_load_the_same(tmp_path, monkey
     names = [r[0] for r in c.execute("SELECT database_name FROM duckdb_databases()").fetchall()]
     assert loadmod.SCRATCH not in names
     c.close()
+
+
+@pytest.mark.parametrize("direct", [True, False])
+def test_sessions_noted_only_for_an_analysis_to_bring_up_to_date(tmp_path, monkeypatch, direct):
+    """An ingest notes the new rows' sessions for an incremental analysis
+    (queries/incremental.py) only when one can follow: not before the first analysis,
+    nor after a change left unnoted (the next analysis is a full one either way); once
+    an analysis has run, an append notes them (read straight in, or staged)."""
+    from replaygate.queries import incremental
+
+    from .test_ingest_fast import CONFIG, _session
+
+    monkeypatch.setattr(loadmod, "DIRECT_READS", direct)
+    folder = tmp_path / "in"
+    folder.mkdir()
+    log = folder / "sessions.jsonl"
+    log.write_text("".join(json.dumps(_session(i)) + "\n" for i in range(3)))
+    con = dbm.connect(str(tmp_path / "db.duckdb"))
+    try:
+
+        def pending() -> tuple[int, int]:
+            return (
+                con.execute("SELECT count(*) FROM analysis_pending").fetchone()[0],
+                con.execute("SELECT count(*) FROM analysis_pending_rows").fetchone()[0],
+            )
+
+        ingest(con, [folder], CONFIG)
+        assert pending() == (0, 0)  # never analysed: the next analysis is a full one
+        incremental.clear_pending(con)  # what an analysis leaves
+        with open(log, "a") as fh:
+            fh.write(json.dumps(_session(3, session_hmac="cd" * 32)) + "\n")
+        ingest(con, [folder], CONFIG)
+        assert pending() == (1, 1)
+        assert con.execute("SELECT session_hmac FROM analysis_pending").fetchall() == [("cd" * 32,)]
+        # A change since that was not noted (an older version's ingest): nothing more is.
+        con.execute("UPDATE meta SET value = '0' WHERE key = 'analysis_noted_through'")
+        with open(log, "a") as fh:
+            fh.write(json.dumps(_session(4, session_hmac="ef" * 32)) + "\n")
+        ingest(con, [folder], CONFIG)
+        assert pending() == (1, 1)
+    finally:
+        con.close()
