@@ -89,6 +89,14 @@ http {{
 }}
 """
 
+# `buffer_requests`: Caddy reads a request's body whole before it proxies it. Streamed, the
+# body races the answer in Debian's Caddy 2.6.2 (Go 1.19 net/http, golang/go#40747): an MCP
+# server answers a POST with its event stream's headers at once, writing them to the client
+# makes Caddy's own server drain and close the request body, and the transport's last read
+# of that body (its check for more bytes than declared) then fails and closes the upstream
+# connection: the answer already on its way is cut after its first events, and the client
+# sees a stream that ends cleanly without its answer (one POST in five to twenty on a busy
+# machine; tests/test_probe_e2e.py holds the proxy to delivering them whole).
 CADDYFILE = """
 {{
   admin off
@@ -101,6 +109,7 @@ http://127.0.0.1:{port} {{
   }}
   reverse_proxy 127.0.0.1:{server} {{
     flush_interval -1
+    buffer_requests
   }}
 }}
 """

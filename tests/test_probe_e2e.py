@@ -11,10 +11,13 @@ client-based `cross_stream_acceptance`."""
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import json
 import os
+import socket
 import subprocess
+import threading
 import time
 from pathlib import Path
 
@@ -144,6 +147,58 @@ def _why(con) -> str:
         ).fetchall()
         lines += [f"  {r}" for r in near]
     return "\n".join(lines)
+
+
+async def _answer_at_once(scope, receive, send):
+    """An endpoint that answers a POST as an MCP server does: the event stream's headers and
+    first event as soon as the body is read, a second event a little later, the end."""
+    if scope["type"] != "http":
+        return
+    while (await receive()).get("more_body"):
+        pass
+    await send({"type": "http.response.start", "status": 200,
+                "headers": [(b"content-type", b"text/event-stream")]})  # fmt: skip
+    await send({"type": "http.response.body", "body": b"id: 1\ndata: one\n\n", "more_body": True})
+    await asyncio.sleep(0.02)
+    await send({"type": "http.response.body", "body": b"id: 2\ndata: two\n\n"})
+
+
+def test_the_proxy_streams_every_answer_to_a_post_whole(tmp_path):
+    """Through the Caddy in front of every server here, a POST answered at once with an
+    event stream arrives whole. With the body proxied as it streams in, Debian's Caddy cut
+    such answers after their first event now and then (the note on CADDYFILE): a healthy
+    deployment's calls and initializes then ended without their answer, and the probe's
+    verdicts on it changed from run to run."""
+    import httpx2
+    import uvicorn
+
+    sock = socket.socket()
+    sock.bind(("127.0.0.1", 0))
+    server = uvicorn.Server(uvicorn.Config(_answer_at_once, log_level="warning", lifespan="off"))
+    thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
+    thread.start()
+    (tmp_path / "logs").mkdir()
+    logs = contextlib.ExitStack()
+    proxy = _port()
+    caddyfile = CADDYFILE.format(d=tmp_path, port=proxy, server=sock.getsockname()[1])
+    procs = [caddy(tmp_path, caddyfile, logs)]
+    try:
+        _wait(proxy)
+        cut = 0
+        for _ in range(100):
+            with (
+                httpx2.Client(timeout=10) as client,
+                client.stream("POST", f"http://127.0.0.1:{proxy}/mcp", content=b"{}") as resp,
+            ):
+                data = [line for line in resp.iter_lines() if line.startswith("data:")]
+            cut += data != ["data: one", "data: two"]
+    finally:
+        stop(procs)
+        logs.close()
+        server.should_exit = True
+        thread.join(10)
+        sock.close()
+    assert cut == 0, f"{cut} of 100 answers cut\n" + (tmp_path / "caddy.log").read_text()[-1500:]
 
 
 def test_lossy_replay_is_a_client_based_truncation_on_proxy_logs_and_probe_receipts(probed):
