@@ -97,6 +97,16 @@ def _status(ans: Answer) -> str:
     return ans.error or f"HTTP {ans.status}"
 
 
+def _answered(ans: Answer, rid: str) -> bool:
+    return any(e.answers == rid for e in ans.events)
+
+
+def _broken(ans: Answer) -> str:
+    """What a call's stream that ended without its answer ended with: the error, or (an end
+    that looked clean: a proxy that lost the rest of the answer on its way) the events."""
+    return ans.error or f"it ended after {len(ans.events)} events"
+
+
 def _unfinished(ref: Answer | None, stopped: str | None) -> str:
     """Why a reference call has no answer: what stopped or broke it, what it ended with, or
     that it was still running when the resumed call was judged."""
@@ -293,7 +303,7 @@ class Probe:
             if not ok(cut):
                 return Verdict("resume", "fail", f"tools/call answered {_status(cut)}", detail)
             ids = [e.event_id for e in cut.events if e.event_id]
-            if not cut.cut:
+            if not cut.cut and _answered(cut, cut_rid):
                 return Verdict(
                     "resume",
                     "cannot_tell",
@@ -301,6 +311,16 @@ class Probe:
                         f"{tool} answered within {self.s.cut_after} events: name a tool that "
                         "streams more (--tool, --arguments) or lower --cut-after"
                     ),
+                    detail,
+                )
+            if not cut.cut:
+                # Not the server's answer: its stream ended before the cut (the connection
+                # broke, or a proxy lost the rest on the way). Nothing to resume from here.
+                return Verdict(
+                    "resume",
+                    "cannot_tell",
+                    f"the call's stream ended before its answer and before the cut "
+                    f"({_broken(cut)}): no cut stream to resume",
                     detail,
                 )
             if not ids:
@@ -564,7 +584,11 @@ class Probe:
         ans = w.call(tool, args, rid)
         if not ok(ans):
             return None, [], f"tools/call answered {_status(ans)}"
-        return rid, [e for e in ans.events if e.event_id], ""
+        events = [e for e in ans.events if e.event_id]
+        if not events and not _answered(ans, rid):
+            # No cursor, and no sign either way of whether the endpoint offers one.
+            return None, [], f"the call's stream ended before its answer ({_broken(ans)})"
+        return rid, events, ""
 
     def _cursor_source(self, w: Wire, scenario: str) -> tuple[str, list[Event]] | Verdict:
         """A session opened on `w` and one call's stream with its events (their ids the
@@ -790,10 +814,11 @@ class Probe:
             w = self.wire(origin=origin)
             extra = {"Host": host} if host else None
             ans = self.open(w, extra=extra)
-            # Served means the MCP server answered the initialize; a 2xx without its result
-            # came from something else (Caddy answers a Host it has no site for with an
-            # empty 200): the request never reached the server.
-            served = ok(ans) and bool(w.init_result and "result" in w.init_result)
+            # Served means the MCP server answered the initialize or issued a session for it
+            # (its answer may be lost on the way while the session id in its headers is
+            # not); a 2xx with neither came from something else (Caddy answers a Host it
+            # has no site for with an empty 200): the request never reached the server.
+            served = ok(ans) and bool(w.session or (w.init_result and "result" in w.init_result))
             detail[label] = ans.status
             if ans.error or ans.status >= 500:
                 unknown.append(f"{label.replace('_', ' ')}: {_status(ans)}")

@@ -448,3 +448,70 @@ def test_an_unfinished_reference_call_says_why():
     assert _unfinished(Answer(502, {}), None) == "HTTP 502"
     streamed = Answer(200, {"content-type": "text/event-stream"}, events=[Event(None, "{}")])
     assert _unfinished(streamed, None) == "its stream ended after 1 events without the answer"
+
+
+class _LostAnswers(_Stalling):
+    """An endpoint behind a proxy that loses the rest of a POST's streamed answer now and
+    then (Debian's Caddy 2.6, tests/test_e2e_real.py's CADDYFILE): the probe's initialize
+    is answered 200 with a session id and a stream that ends after its priming event, its
+    tools/call after the priming event and one message, without the answer. A foreign
+    Origin is refused 403, a foreign Host 421. The SDK client's discovery is served whole."""
+
+    def _cut(self, rid, headers=(), messages=0):
+        self.send_response(200)
+        self.send_header("Content-Type", "text/event-stream")
+        for k, v in headers:
+            self.send_header(k, v)
+        self.end_headers()
+        self.wfile.write(b"id: e0\nretry: 100\ndata: \n\n")
+        for n in range(1, messages + 1):
+            note = {"jsonrpc": "2.0", "method": "notifications/message",
+                    "params": {"level": "info", "data": str(n)}}  # fmt: skip
+            self.wfile.write(f"id: e{n}\ndata: {json.dumps(note)}\n\n".encode())
+        self.wfile.flush()
+        self.close_connection = True
+
+    def do_POST(self):  # noqa: N802
+        length = int(self.headers.get("Content-Length") or 0)
+        raw = self.rfile.read(length)
+        body = json.loads(raw or b"{}")
+        rid, method = body.get("id"), body.get("method")
+        if str(rid).startswith("rgp-") and method in ("initialize", "tools/call"):
+            if self.headers.get("Origin") == "https://replaygate-probe.invalid":
+                return self._json(403, {"error": "Origin not allowed"})
+            if self.headers.get("Host") == "replaygate-probe.invalid":
+                return self._json(421, {"error": "Host not allowed"})
+            if method == "initialize":
+                return self._cut(rid, [("Mcp-Session-Id", "s-" + uuid.uuid4().hex)])
+            return self._cut(rid, messages=1)
+        self.rfile = io.BytesIO(raw)
+        return super().do_POST()
+
+
+def test_an_answer_lost_on_the_way_is_not_the_servers_verdict(tmp_path):
+    """A proxy that cuts a POST's streamed answer short is not a server that refuses the
+    allowed Origin (it issued a session for it) nor a tool that answered within the cut:
+    the origin scenario passes on the session it was given, and resume says the call's
+    stream ended before its answer."""
+    server = ThreadingHTTPServer(("127.0.0.1", 0), _LostAnswers)
+    server.daemon_threads = True
+    server.mode = "answer"
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    url = f"http://127.0.0.1:{server.server_address[1]}/mcp"
+    try:
+        r = subprocess.run(
+            [sys.executable, "-m", "replaygate", "probe", url, "--out", str(tmp_path),
+             "--scenarios", "resume,origin", "--tool", "count", "--timeout", "10", "--json"],
+            env={**os.environ, "REPLAYGATE_HMAC_KEY": "k"}, cwd=tmp_path,
+            capture_output=True, text=True, timeout=120,
+        )  # fmt: skip
+    finally:
+        server.shutdown()
+        server.server_close()
+    doc = json.loads(r.stdout)
+    verdicts = {v["scenario"]: v for v in doc["rounds"][0]["scenarios"]}
+    assert verdicts["origin"]["status"] == "pass", verdicts["origin"]
+    assert verdicts["origin"]["detail"]["allowed_origin"] == 200
+    resume = verdicts["resume"]
+    assert resume["status"] == "cannot_tell", resume
+    assert "ended before its answer" in resume["line"] and "answered within" not in resume["line"]
