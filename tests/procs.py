@@ -31,10 +31,21 @@ REAL_PROXIES = [
 ]
 
 
+# Ports handed out in this process. A fixture picks every port before anything binds one
+# (a server's imports take seconds on a busy machine), and the kernel may hand the same
+# free port out twice meanwhile: two servers would then race for it.
+_GIVEN: set[int] = set()
+
+
 def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+    """A port nothing listens on now and that this process has not handed out before."""
+    while True:
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            port = s.getsockname()[1]
+        if port not in _GIVEN:
+            _GIVEN.add(port)
+            return port
 
 
 def wait_port(port: int, timeout: float = 30) -> None:
