@@ -42,7 +42,7 @@ STAGE = "conformance"
 
 # Any Host (`http://:port`): the suite's DNS-rebinding probe sends a foreign Host, which
 # must reach the server (a site bound to 127.0.0.1 by name answers it with Caddy's own
-# empty 200).
+# empty 200). Request bodies buffered: the note on tests/test_e2e_real.py's CADDYFILE.
 CADDYFILE = """
 {{
   admin off
@@ -56,6 +56,7 @@ http://:{port} {{
   }}
   reverse_proxy 127.0.0.1:{server} {{
     flush_interval -1
+    buffer_requests
   }}
 }}
 http://:{drop_port} {{
@@ -66,6 +67,7 @@ http://:{drop_port} {{
   }}
   reverse_proxy 127.0.0.1:{dropper} {{
     flush_interval -1
+    buffer_requests
   }}
 }}
 """

@@ -107,7 +107,8 @@ http {{
 }}
 """
 
-# docs/sources.md's Caddy site (raw ids), and its redacting filter.
+# docs/sources.md's Caddy site (raw ids), and its redacting filter; request bodies buffered
+# (the note on tests/test_e2e_real.py's CADDYFILE).
 CADDYFILE = """
 {{
   admin off
@@ -121,6 +122,7 @@ http://:{raw_port} {{
   }}
   reverse_proxy 127.0.0.1:{on} {{
     flush_interval -1
+    buffer_requests
   }}
 }}
 http://:{red_port} {{
@@ -137,6 +139,7 @@ http://:{red_port} {{
   }}
   reverse_proxy 127.0.0.1:{on} {{
     flush_interval -1
+    buffer_requests
   }}
 }}
 """

@@ -163,7 +163,24 @@ async def _answer_at_once(scope, receive, send):
     await send({"type": "http.response.body", "body": b"id: 2\ndata: two\n\n"})
 
 
-def test_the_proxy_streams_every_answer_to_a_post_whole(tmp_path):
+def _caddyfiles():
+    from .test_e2e_conformance import CADDYFILE as CONFORMANCE
+    from .test_e2e_typescript import CADDYFILE as TYPESCRIPT
+
+    # Each end-to-end Caddyfile, its first site in front of `server` on `port`.
+    return {
+        "e2e": lambda d, port, server: CADDYFILE.format(d=d, port=port, server=server),
+        "typescript": lambda d, port, server: TYPESCRIPT.format(
+            d=d, raw_port=port, red_port=_port(), on=server
+        ),
+        "conformance": lambda d, port, server: CONFORMANCE.format(
+            d=d, port=port, server=server, drop_port=_port(), dropper=server
+        ),
+    }
+
+
+@pytest.mark.parametrize("site", ["e2e", "typescript", "conformance"])
+def test_the_proxy_streams_every_answer_to_a_post_whole(tmp_path, site):
     """Through the Caddy in front of every server here, a POST answered at once with an
     event stream arrives whole. With the body proxied as it streams in, Debian's Caddy cut
     such answers after their first event now and then (the note on CADDYFILE): a healthy
@@ -177,10 +194,11 @@ def test_the_proxy_streams_every_answer_to_a_post_whole(tmp_path):
     server = uvicorn.Server(uvicorn.Config(_answer_at_once, log_level="warning", lifespan="off"))
     thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
     thread.start()
-    (tmp_path / "logs").mkdir()
+    for sub in ("caddy-raw", "caddy-redacted"):
+        (tmp_path / "logs" / sub).mkdir(parents=True)
     logs = contextlib.ExitStack()
     proxy = _port()
-    caddyfile = CADDYFILE.format(d=tmp_path, port=proxy, server=sock.getsockname()[1])
+    caddyfile = _caddyfiles()[site](tmp_path, proxy, sock.getsockname()[1])
     procs = [caddy(tmp_path, caddyfile, logs)]
     try:
         _wait(proxy)
