@@ -18,6 +18,7 @@ from replaygate.ingest.redact import hmac_hex
 
 from .calls import Brk, call, sessionless_call
 from .fleet import SEC, Fleet, Sess
+from .truth import BLIND_SKEW_MS
 
 
 @dataclass(frozen=True)
@@ -1137,13 +1138,25 @@ BLIND_INIT_PROXY = "proxy-noinit.jsonl"
 def _reinit_past_blind_proxy(f, t, cohort, resumable):
     s = session(f, t, cohort, resumable, principal=f"user-f{f.seq_no()}")
     call(f, s, "read")
-    f.expire(s)
+    expired = f.expire(s)
     s.t += f.jitter(2 * SEC, 5 * SEC)
     dead_post(f, s)
     f.stats[f.stage_of(s.hmac, s.t)].undecided_404 += 1
-    s2 = f.reinit(s, s.t + f.jitter(SEC, 5 * SEC), init_log=BLIND_INIT_PROXY)
+    init_at = s.t + f.jitter(SEC, 5 * SEC)
+    s2 = f.reinit(s, init_at, init_log=BLIND_INIT_PROXY)
     f.delete(s2)
-    return [U(f, "reinit_missing", s.t, s.hmac, "re-initialize", BLIND_INIT_PROXY)]
+    # The log names no session either: its request served at init_at, from the client of
+    # both sessions, may have been a use of either after its end, for one that ended
+    # before it, or within the clocks' skew after it (the new session, ended soon after).
+    ends = ((s.hmac, expired), (s2.hmac, f.terminated_at[s2.hmac]))
+    return [
+        U(f, "reinit_missing", s.t, s.hmac, "re-initialize", BLIND_INIT_PROXY),
+        *(
+            U(f, "session_after_terminal", end, h, "use after the end", BLIND_INIT_PROXY)
+            for h, end in ends
+            if end - BLIND_SKEW_MS <= init_at
+        ),
+    ]
 
 
 BLIND_LEDGER = "sessions-blind.jsonl"

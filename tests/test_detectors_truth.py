@@ -214,6 +214,7 @@ PARTIAL = {
     ("reinit_missing", "re-initialize"),
     ("priming_lost", "sessions.resumable|sessions.protocol_version"),
     ("auth_subject_mismatch", "sessions.auth_subject"),
+    ("session_after_terminal", "use after the end"),
 }
 
 
@@ -241,6 +242,7 @@ def test_partially_blind_proxy_logs_are_cannot_tell_not_findings(tmp_path):
         ("reinit_missing", "proxy-noinit.jsonl", "re-initialize"),
         ("priming_lost", "sessions-blind.jsonl", "sessions.resumable|sessions.protocol_version"),
         ("auth_subject_mismatch", "sessions-blind.jsonl", "sessions.auth_subject"),
+        ("session_after_terminal", "proxy-noinit.jsonl", "use after the end"),
     }
     assert _cannot_tell_units(con, PARTIAL) == expected
 
@@ -253,5 +255,6 @@ def test_the_default_fleets_partial_blindness_is_as_truth_lists(fleet):
         ("reinit_missing", "proxy-noinit.jsonl"),
         ("priming_lost", "sessions-blind.jsonl"),
         ("auth_subject_mismatch", "sessions-blind.jsonl"),
+        ("session_after_terminal", "proxy-noinit.jsonl"),
     }
     assert _cannot_tell_units(con, PARTIAL) == expected
