@@ -210,11 +210,12 @@ def rollback_note(rb: dict, stage: str, decision: str) -> tuple[bool, str, str]:
         for d, n in rb["checks"].items()
         if n
     ]
-    what = (
-        "no stream records in its hygiene window, so nothing could be checked"
-        if rb["status"] == "not verifiable"
-        else "; ".join(found)
-    )
+    what = "; ".join(found)
+    if rb["status"] == "not verifiable":
+        # (a document without `unverifiable` is of an analysis before it: no stream records)
+        why = rb.get("unverifiable") or "no stream records in its hygiene window"
+        undecided = any((rb.get("cannot_tell") or {}).values())
+        what = why if undecided else f"{why}, so nothing could be checked"
     return (
         False,
         f"Previous stage {rb['stage']}: rollback at {when_} {rb['status']} ({what}).",

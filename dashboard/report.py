@@ -100,6 +100,11 @@ def to_markdown(doc: dict[str, Any]) -> str:
             + ("verified" if rb["verified"] else f"**{md_text(rb['status'])}**")
             + "; "
             + ", ".join(f"{md_text(k)}: {md_text(v)}" for k, v in rb["checks"].items())
+            + "".join(
+                f"; {md_text(k)} cannot tell: {md_text(v)}"
+                for k, v in (rb.get("cannot_tell") or {}).items()
+                if v
+            )
             + f"; new streams in the window: {md_text(rb['new_streams_in_window'])}, resumed: "
             f"{md_text(rb['new_streams_resumed'])}"
         )

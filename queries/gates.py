@@ -831,9 +831,10 @@ def resolve_stage(
     raise ReplaygateError(f"no stage named {stage!r}{where} (stages: {', '.join(known)})")
 
 
-ROLLBACK_NOT_VERIFIABLE = (
-    "rollback of {stage}: not verifiable (no stream records in its hygiene window)"
-)
+ROLLBACK_NOT_VERIFIABLE = "rollback of {stage}: not verifiable ({why})"
+# Why a rollback with stream records in its hygiene window is not verifiable either: a
+# check found nothing, but some of its units it could not judge ("no data is never a pass").
+HYGIENE_UNDECIDED = "{n} {noun} its hygiene checks cannot tell ({checks})"
 
 
 def by_revision(
@@ -917,7 +918,9 @@ def _by_revision(
 def rollback_verification(con: duckdb.DuckDBPyConnection) -> list[dict[str, Any]]:
     """After each rollback: the three hygiene checks and whether resumption was really
     disabled for new streams. `status` is verified, not verified (a check found
-    something) or not verifiable (no stream activity in the hygiene window)."""
+    something) or not verifiable (no stream activity in the hygiene window, or a check
+    found nothing but could not judge some of its units there: `cannot_tell` per check,
+    `unverifiable` says why)."""
     rows = con.execute(
         """SELECT s.stage, h.t0, h.t1, s.hygiene_end FROM a_stages s JOIN a_hygiene h USING (stage)
            ORDER BY h.t0"""
@@ -938,6 +941,7 @@ def rollback_verification(con: duckdb.DuckDBPyConnection) -> list[dict[str, Any]
                 )
             )[0]
             checks[det] = n
+        undecided = {det: runner.undecided_between(con, det, t0, t1) for det in checks}
         new_streams = one_row(
             con.execute(
                 "SELECT count(*) FROM a_streams WHERE opened_ts >= $t0 AND opened_ts < $t1",
@@ -960,10 +964,21 @@ def rollback_verification(con: duckdb.DuckDBPyConnection) -> list[dict[str, Any]
                 {"t0": t0, "t1": t1},
             )
         )[0]
+        why = None
         if activity == 0:
+            status, why = "not verifiable", "no stream records in its hygiene window"
+        elif any(checks.values()):
+            status = "not verified"
+        elif any(undecided.values()):
+            n = sum(undecided.values())
             status = "not verifiable"
+            why = HYGIENE_UNDECIDED.format(
+                n=_fmt_n(n),
+                noun="unit" if n == 1 else "units",
+                checks=", ".join(d for d, k in undecided.items() if k),
+            )
         else:
-            status = "not verified" if any(checks.values()) else "verified"
+            status = "verified"
         out.append(
             {
                 "stage": stage,
@@ -972,6 +987,8 @@ def rollback_verification(con: duckdb.DuckDBPyConnection) -> list[dict[str, Any]
                 "rollback_at": _iso(t0),
                 "window_end": _iso(hygiene_end),
                 "checks": checks,
+                "cannot_tell": undecided,
+                "unverifiable": why,
                 "new_streams_in_window": new_streams,
                 "new_streams_resumed": checks["rollback_resumable_new_stream"],
                 "old_streams_disconnected_in_window": old_disconnects,
@@ -995,5 +1012,7 @@ def document(
     for judged in doc["stages"]:
         for rb in doc["rollback_verification"]:
             if rb["stage"] == judged["stage"] and rb["status"] == "not verifiable":
-                judged["reasons"].append(ROLLBACK_NOT_VERIFIABLE.format(stage=rb["stage"]))
+                judged["reasons"].append(
+                    ROLLBACK_NOT_VERIFIABLE.format(stage=rb["stage"], why=rb["unverifiable"])
+                )
     return doc

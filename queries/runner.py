@@ -477,6 +477,39 @@ def cannot_tell_by_stage(con: duckdb.DuckDBPyConnection) -> dict[str, list[Stage
     return out
 
 
+def undecided_between(con: duckdb.DuckDBPyConnection, name: str, t0: Any, t1: Any) -> int:
+    """The units of detector `name` whose time is in [t0, t1) that it could not judge: those
+    it returned undecided (`cannot_tell_units`, a row per unit and stage) and those of the
+    files it was kept from (`blind_files`, counted by its `-- units:`)."""
+    window = {"t0": t0, "t1": t1}
+    returned = one_row(
+        con.execute(
+            f"""SELECT count(DISTINCT ({", ".join(UNIT_COLUMNS)}, ts)) FROM cannot_tell_units
+                WHERE detector = $d AND in_window(ts, $t0, $t1)""",
+            {"d": name, **window},
+        )
+    )[0]
+    u = cannottell.units(catalog.detectors()[name])
+    ids = [
+        int(r[0])
+        for r in con.execute(
+            "SELECT file_id FROM blind_files WHERE detector = $d AND source = $t",
+            {"d": name, "t": u.table if u else ""},
+        ).fetchall()
+    ]
+    if u is None or not ids:
+        return int(returned)
+    key = f"DISTINCT ({u.by})" if u.by else "*"
+    kept = one_row(
+        con.execute(
+            f"""SELECT count({key}) FROM {u.table} WHERE ({u.where})
+                AND list_contains($ids, file_id) AND in_window(ts, $t0, $t1)""",
+            {"ids": ids, **window, **cannottell.unit_args(u, None)},
+        )
+    )[0]
+    return int(returned) + int(kept)
+
+
 def blind_detectors(con: duckdb.DuckDBPyConnection) -> dict[str, str]:
     """Detectors that could judge nothing because no file can show a fact they need,
     with what is missing ("proxy.log cannot show proxy.initialize")."""

@@ -371,4 +371,7 @@ def gates_report(doc: dict[str, Any]) -> None:
         _print(
             f"\nrollback of {_t(rb['stage'])} at {_t(rb['rollback_at'])}: {ok}; "
             + ", ".join(f"{k} {v}" for k, v in rb["checks"].items())
+            + "".join(
+                f"; {_t(k)} cannot tell {v}" for k, v in (rb.get("cannot_tell") or {}).items() if v
+            )
         )

@@ -561,6 +561,10 @@ def test_rollback_note_words():
     assert "PROCEED is stage s2's own gates" in meaning
     blind = dict(rb, status="not verifiable", checks=dict.fromkeys(rb["checks"], 0))
     assert "nothing could be checked" in fmt.rollback_note(blind, "s2", "HOLD")[1]
+    why = "1 unit its hygiene checks cannot tell (rollback_post_storm)"
+    undecided = dict(blind, cannot_tell={"rollback_post_storm": 1}, unverifiable=why)
+    head = fmt.rollback_note(undecided, "s2", "HOLD")[1]
+    assert f"not verifiable ({why})." in head and "nothing could be checked" not in head
     good = dict(rb, status="verified", verified=True)
     assert fmt.rollback_note(good, "s2", "PROCEED")[0]
 

@@ -583,13 +583,51 @@ def _repost(t, **kw):
     ]
 
 
+def _rollback_of(tmp_path) -> tuple[dict, list[str]]:
+    """The rollback's verification and the reasons of the stage after it."""
+    from replaygate.queries import gates as gm
+
+    con = dbm.connect(str(tmp_path / "t.duckdb"), read_only=True)
+    doc = gm.document(con, CONF, all_stages=True)
+    con.close()
+    (rb,) = doc["rollback_verification"]
+    return rb, [r for s in doc["stages"] for r in s["reasons"] if "rollback of" in r]
+
+
 def test_rollback_post_storm_a_repost_a_digestless_ledger_may_hold_is_cannot_tell(tmp_path):
     # Stream 2 is in a ledger that records no payload digest: it may be stream 1 re-POSTed
-    # after the rollback. Neither a finding nor a pass: cannot_tell, naming that file.
+    # after the rollback. Neither a finding nor a pass: cannot_tell, naming that file, and
+    # the rollback is not verifiable, never verified.
     assert _rb_streams(tmp_path, **{"streams-a": _BROKE, "streams-b": _repost(13_000)}) == (
         0,
         [("streams-b.jsonl", "same payload", 1)],
     )
+    rb, reasons = _rollback_of(tmp_path)
+    assert (rb["status"], rb["verified"]) == ("not verifiable", False), rb
+    assert rb["cannot_tell"] == {
+        "rollback_resumable_new_stream": 0,
+        "rollback_cursor_dropped": 0,
+        "rollback_post_storm": 1,
+    }
+    why = "1 unit its hygiene checks cannot tell (rollback_post_storm)"
+    assert rb["unverifiable"] == why
+    assert reasons == [f"rollback of w: not verifiable ({why})"]
+
+
+def test_rollback_verification_a_broken_stream_of_a_digestless_ledger_is_not_verified(
+    tmp_path,
+):
+    # The broken stream itself is in the ledger without digests (its own unit, by the
+    # detector's `-- facts:`): whether it was re-POSTed cannot be told, so neither. With
+    # the digests recorded and no re-POST, the rollback is verified.
+    plain = [{k: v for k, v in r.items() if k != "payload_digest"} for r in _BROKE]
+    digests = [stm(0, "9", "STREAM_OPEN", method="GET", payload_digest="q", h=S2)]
+    _rb_streams(tmp_path / "blind", **{"streams-a": digests, "streams-b": plain})
+    rb, _ = _rollback_of(tmp_path / "blind")
+    assert (rb["status"], rb["cannot_tell"]["rollback_post_storm"]) == ("not verifiable", 1)
+    _rb_streams(tmp_path / "seen", **{"streams-a": _BROKE})
+    rb, reasons = _rollback_of(tmp_path / "seen")
+    assert (rb["status"], rb["unverifiable"], reasons) == ("verified", None, []), rb
 
 
 def test_rollback_post_storm_a_digestless_stream_out_of_reach_decides_nothing(tmp_path):
