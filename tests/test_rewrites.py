@@ -63,6 +63,15 @@ _COLLAPSE = [
     # an event id logged on more than one row (replays, re-sends) in every fourth session
     "INSERT INTO events SELECT * REPLACE (pos + 1000000 AS pos, ts + INTERVAL 1 SECOND AS ts, "
     "'replayed' AS disposition) FROM events WHERE hash(session_hmac) % 4 = 0 AND seq % 3 = 0",
+    # an event accepted again with another digest under another dispatch (a receipt the
+    # dedup keys' hashes, which leave the digests out, read again and the grouping drops),
+    # and a write executed again under its key with another payload
+    "INSERT INTO inbox SELECT * REPLACE (pos + 1000000 AS pos, message_digest || '-2' AS "
+    "message_digest, dispatch_id || '-2' AS dispatch_id) FROM inbox "
+    "WHERE verdict = 'accepted' AND hash(event_id) % 7 = 1",
+    "INSERT INTO dispatches SELECT * REPLACE (pos + 1000000 AS pos, dispatch_id || '-2' AS "
+    "dispatch_id, payload_digest || '-2' AS payload_digest) FROM dispatches "
+    "WHERE outcome = 'executed' AND idempotency_key IS NOT NULL AND hash(dispatch_id) % 5 = 1",
 ]
 
 
@@ -142,6 +151,27 @@ def test_the_sessionless_proxy_branch_is_exercised(fleet_db):
              AND json_extract_string(f.detail, '$.broke') LIKE '%proxy_status%'"""
     ).fetchone()[0]
     assert n > 0
+
+
+def test_receipts_and_keys_repeated_with_other_digests_are_exercised(fleet_db):
+    """On the large-group fleet, accepted receipts of one event on one stream under two
+    digests and dispatch ids, and executions of one key under two payloads, exist: the
+    rows the dedup keys' hashes (which leave the digests out) read again for nothing."""
+    con, kind = fleet_db
+    if kind != "large client groups":
+        pytest.skip("made on the large-group fleet")
+    receipts, keys = con.execute(
+        """SELECT (SELECT count(*) FROM (
+                       SELECT 1 FROM inbox
+                       WHERE verdict = 'accepted' AND dispatch_id IS NOT NULL
+                       GROUP BY session_hmac, generation, stream_id, event_id
+                       HAVING count(DISTINCT message_digest) > 1)),
+                  (SELECT count(*) FROM (
+                       SELECT 1 FROM dispatches
+                       WHERE outcome = 'executed' AND idempotency_key IS NOT NULL
+                       GROUP BY idempotency_key HAVING count(DISTINCT payload_digest) > 1))"""
+    ).fetchone()
+    assert receipts > 0 and keys > 0
 
 
 def test_prepared_views_give_the_replaced_tables(fleet_db):

@@ -13,10 +13,13 @@
 -- page: streams
 -- Keys are first counted by a 64-bit hash (cheap); only the receipts whose hash repeats are
 -- read again and grouped by the full key, so a hash collision can never make a finding.
+-- The hash leaves the message digest out: a receipt repeated with another digest is read
+-- again and dropped by the grouping, and hashing the digest's 64 characters on every
+-- accepted receipt was a fifth of this query at 10M events.
 -- (The receipts are read twice rather than kept between the two: a kept copy of every
 -- accepted receipt, all its columns, was most of this query's memory and spilled at 10M.)
 WITH repeated AS (
-    SELECT hash(session_hmac, generation, stream_id, event_id, message_digest) AS k
+    SELECT hash(session_hmac, generation, stream_id, event_id) AS k
     FROM inbox
     WHERE verdict = 'accepted'
     GROUP BY k HAVING count(*) >= 2
@@ -26,6 +29,6 @@ SELECT session_hmac, generation, stream_id, event_id, 'high' AS severity, min(ts
                    'deliveries', list(delivery ORDER BY ts, file_id, pos)) AS detail
 FROM inbox
 WHERE verdict = 'accepted'
-  AND hash(session_hmac, generation, stream_id, event_id, message_digest) IN (SELECT k FROM repeated)
+  AND hash(session_hmac, generation, stream_id, event_id) IN (SELECT k FROM repeated)
 GROUP BY session_hmac, generation, stream_id, event_id, message_digest
 HAVING count(*) >= 2
