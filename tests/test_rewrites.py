@@ -566,6 +566,61 @@ def test_a_missing_event_of_two_ids_is_the_one_logged_first():
         assert con.execute("SELECT seq, event_id FROM a_missing").fetchall() == [(2, "e2-2")]
 
 
+_FULL = list(range(-1, 63))  # -1 and 62 share bit 62 of block 0 (seq // 63 truncates)
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.lists(st.lists(st.integers(-70, 200), min_size=1, max_size=40), min_size=1, max_size=3))
+@example([_FULL, [s for s in range(-3, 64) if s != 10], [0, 62, 63, 125, 126, 126, 200]])
+@example([[5, 5, 7, 7], [1, 64, 127]])
+def test_a_missing_finds_every_hole_whatever_the_seqs_span(streams):
+    """a_missing counts a stream's distinct seqs in blocks of bits: every seq a client never
+    accepted between its lowest and highest is a hole, whether the stream spans one block or
+    many, holds negative seqs (which share bits within block 0) or accepts a seq twice."""
+    con = _macros_con()
+    con.execute(
+        """CREATE TABLE events (file_id BIGINT, pos BIGINT, ts TIMESTAMPTZ, session_hmac VARCHAR,
+               generation BIGINT, stream_id VARCHAR, event_id VARCHAR, seq BIGINT,
+               kind VARCHAR, disposition VARCHAR, cumulative BOOLEAN)"""
+    )
+    con.execute(
+        """CREATE TABLE inbox (ts TIMESTAMPTZ, session_hmac VARCHAR, generation BIGINT,
+               stream_id VARCHAR, event_id VARCHAR, verdict VARCHAR, dispatch_id VARCHAR,
+               origin_stream_id VARCHAR, seq BIGINT, kind VARCHAR)"""
+    )
+    con.execute(
+        """CREATE TABLE streams (session_hmac VARCHAR, generation BIGINT, stream_id VARCHAR,
+               state VARCHAR, close_reason VARCHAR)"""
+    )
+    con.execute(
+        "CREATE TABLE a_sessions (session_hmac VARCHAR, client_name VARCHAR, principal VARCHAR)"
+    )
+    # the session has an event log (so its receipts are judged); the streams have none
+    con.execute(
+        """INSERT INTO events VALUES (1, 1, TIMESTAMPTZ '2026-01-01 00:00:00+00', 's', 1,
+               'other', 'o1', 1, 'progress', 'sent', false)"""
+    )
+    con.executemany(
+        """INSERT INTO inbox VALUES (TIMESTAMPTZ '2026-01-01 00:00:01+00', 's', 1, $1, $2,
+               'accepted', NULL, $1, $3, 'progress')""",
+        [
+            (f"st{j}", f"e{j}-{i}", seq)
+            for j, seqs in enumerate(streams)
+            for i, seq in enumerate(seqs)
+        ],
+    )
+    for file in ("03_event_index.sql", "04_inbox.sql", "05_missing.sql"):
+        _prep_file(con, catalog.SQL_DIR / "prep" / file)
+    expected = {
+        (f"st{j}", seq)
+        for j, seqs in enumerate(streams)
+        for seq in range(min(seqs), max(seqs) + 1)
+        if seq not in seqs
+    }
+    assert set(con.execute("SELECT stream_id, seq FROM a_missing").fetchall()) == expected
+    assert con.execute("SELECT count(*) FROM a_missing").fetchone()[0] == len(expected)
+
+
 def _streams_con(rows: list[tuple]) -> duckdb.DuckDBPyConnection:
     """A database holding the macros and a stream ledger of `rows`: (file_id, pos, ms, state,
     request_id), one stream, inserted in the order given."""

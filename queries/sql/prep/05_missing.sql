@@ -17,8 +17,8 @@ CREATE OR REPLACE TABLE a_missing AS
 -- Nothing of the size of the receipts or the event log is kept between the parts of this
 -- statement: the accepted receipts are read again where they are needed (a kept copy of
 -- them, and of the event index read twice, spilled at 10M events), their distinct seqs are
--- counted under a 64-bit hash of the stream, and the event log is read once, for the
--- streams with a hole or a completed end.
+-- counted per stream in blocks of bits, and the event log is read once, for the streams
+-- with a hole or a completed end.
 WITH unjudged AS MATERIALIZED (
     SELECT session_hmac, generation
     FROM a_inbox_sessions
@@ -32,24 +32,27 @@ acc AS NOT MATERIALIZED (
     ANTI JOIN unjudged USING (session_hmac, generation)
     WHERE verdict = 'accepted' AND seq IS NOT NULL AND origin_stream_id IS NOT NULL
 ),
-acc_stats AS (
+-- A stream has a hole when its seqs span more than it has distinct ones. Its seqs are
+-- counted in blocks of 63 consecutive ones (seq // 63), each seq setting bit seq mod 63 of
+-- its block's BIGINT: the bits set never count more than the block's distinct seqs, and
+-- exactly as many for seqs of zero or more (a negative seq may share a bit with another
+-- and make a candidate, never hide a hole; the holes below are exact). One grouping of the
+-- receipts by stream and block replaces a count of every distinct (stream, seq).
+acc_blocks AS (
     SELECT session_hmac, generation, stream_id, min(seq) AS lo, max(seq) AS hi,
-           count(*) AS n, hash(session_hmac, generation, stream_id) AS k
-    FROM acc GROUP BY ALL
+           bit_or(1::BIGINT << ((seq % 63 + 63) % 63)) AS seen
+    FROM acc
+    GROUP BY session_hmac, generation, stream_id, seq // 63
 ),
--- Each stream's distinct seqs counted under a 64-bit hash of its key (narrow rows). A stream
--- has a hole when its seqs span more than it has distinct ones; a hash shared by two streams
--- shows in its receipt count and makes both candidates (the holes below are exact).
-by_hash AS (
-    SELECT k, min(seq) AS lo, max(seq) AS hi, count(*) AS distinct_seqs, sum(n) AS n
-    FROM (SELECT hash(session_hmac, generation, stream_id) AS k, seq, count(*) AS n
-          FROM acc GROUP BY ALL)
-    GROUP BY k
+acc_stats AS (
+    SELECT session_hmac, generation, stream_id, min(lo) AS lo, max(hi) AS hi,
+           sum(bit_count(seen)) AS distinct_seqs
+    FROM acc_blocks GROUP BY ALL
 ),
 gappy AS (
-    SELECT a.session_hmac, a.generation, a.stream_id
-    FROM acc_stats a JOIN by_hash h USING (k)
-    WHERE h.hi - h.lo + 1 > h.distinct_seqs OR h.n <> a.n
+    SELECT session_hmac, generation, stream_id
+    FROM acc_stats
+    WHERE hi - lo + 1 > distinct_seqs
 ),
 steps AS (
     SELECT *, lag(seq) OVER (PARTITION BY session_hmac, generation, stream_id ORDER BY seq) AS prev
