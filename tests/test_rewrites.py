@@ -36,6 +36,7 @@ REWRITTEN = (
     "reconnect_storm",
     "undelivered_result",
     "duplicate_delivery_accepted",
+    "replay_after_ack",
 )
 # Prepared tables now kept as views over the records and a small table (the files of the
 # tables they replaced, in order: each may read the one before).
@@ -72,6 +73,14 @@ _COLLAPSE = [
     "INSERT INTO dispatches SELECT * REPLACE (pos + 1000000 AS pos, dispatch_id || '-2' AS "
     "dispatch_id, payload_digest || '-2' AS payload_digest) FROM dispatches "
     "WHERE outcome = 'executed' AND idempotency_key IS NOT NULL AND hash(dispatch_id) % 5 = 1",
+    # replayed events whose first logging is on another stream (cross-stream: not the
+    # stream's own), and replayed events whose first logging is not in the log at all
+    "UPDATE events SET stream_id = stream_id || '-origin' WHERE disposition <> 'replayed' "
+    "AND hash(event_id) % 3 = 0 AND (session_hmac, generation, event_id) IN "
+    "(SELECT (session_hmac, generation, event_id) FROM events WHERE disposition = 'replayed')",
+    "DELETE FROM events WHERE disposition <> 'replayed' AND hash(event_id) % 3 = 1 AND "
+    "(session_hmac, generation, event_id) IN "
+    "(SELECT (session_hmac, generation, event_id) FROM events WHERE disposition = 'replayed')",
 ]
 
 

@@ -18,11 +18,16 @@ WITH resumes AS (
 ),
 replays AS (
     -- the stream's own events only: an event of another stream replayed here is a
-    -- cross-stream replay, and its seq counts on its own stream
+    -- cross-stream replay, and its seq counts on its own stream. Its stream is the event
+    -- index's (03_event_index.sql): an event id logged once is its own row there, one
+    -- logged more than once is in a_event_repeats, looked up for the few replayed rows
+    -- (a join with the whole index built a hash table of every event).
     SELECT p.session_hmac, p.generation, p.stream_id, p.ts, p.seq, p.event_id
     FROM events p
-    JOIN a_event_index x USING (session_hmac, generation, event_id)
-    WHERE p.disposition = 'replayed' AND x.stream_id = p.stream_id
+    LEFT JOIN a_event_repeats x USING (session_hmac, generation, event_id)
+    WHERE p.disposition = 'replayed'
+      AND p.session_hmac IS NOT NULL AND p.generation IS NOT NULL AND p.event_id IS NOT NULL
+      AND (x.event_id IS NULL OR x.stream_id = p.stream_id)
 )
 SELECT p.session_hmac, p.generation, p.stream_id, 'low' AS severity, min(p.ts) AS ts,
        json_object('replayed_seqs', list(DISTINCT p.seq ORDER BY p.seq), 'acked_seq', max(r.acked_seq))
