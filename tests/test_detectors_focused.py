@@ -370,6 +370,28 @@ def test_priming_lost_only_on_resumable_sessions(tmp_path):
     assert "priming_lost" not in held
 
 
+def test_priming_lost_by_the_server_log_only_where_there_is_one(tmp_path):
+    """Without receipts the server's log judges: a stream that produced nothing but priming
+    before it broke is lost; a session the log holds nothing of is not judged."""
+    streams = [
+        stm(0, "1", "STREAM_OPEN", method="POST"),
+        stm(50, "1", "DISCONNECTED", close_reason="network"),
+        stm(51, "1", "CLOSED", close_reason="client_disconnect"),
+    ]
+    got = findings(
+        tmp_path / "a", sessions=[active()], streams=streams, events=[ev(5, "1", 0, "priming")]
+    )
+    assert [f["detail"]["basis"] for f in got["priming_lost"]] == ["server"]
+    other = "f" * 64  # the log holds another session's events only
+    unlogged = findings(
+        tmp_path / "b",
+        sessions=[active(), active(h=other)],
+        streams=streams,
+        events=[ev(5, "1", 1, h=other)],
+    )
+    assert "priming_lost" not in unlogged
+
+
 def test_slow_recovery_threshold(tmp_path):
     slow = findings(
         tmp_path / "a", sessions=[active()], streams=_resume("1", "1:1", "STREAM_OPEN", gap=6000)

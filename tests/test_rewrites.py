@@ -37,6 +37,7 @@ REWRITTEN = (
     "undelivered_result",
     "duplicate_delivery_accepted",
     "replay_after_ack",
+    "priming_lost",
 )
 # Prepared tables now kept as views over the records and a small table (the files of the
 # tables they replaced, in order: each may read the one before).

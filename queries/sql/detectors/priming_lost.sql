@@ -45,9 +45,9 @@ server AS (
            json_object('basis', 'server') AS detail
     FROM first_disc d
     ANTI JOIN a_inbox_sessions USING (session_hmac, generation)
-    WHERE EXISTS (SELECT 1 FROM events e
-                   WHERE e.session_hmac = d.session_hmac AND e.generation = d.generation)
-      AND NOT EXISTS (SELECT 1 FROM a_event_index e
+    -- (a semi join, not EXISTS: that was planned as a mark join holding every event)
+    SEMI JOIN events USING (session_hmac, generation)
+    WHERE NOT EXISTS (SELECT 1 FROM a_event_index e
                        WHERE e.session_hmac = d.session_hmac AND e.generation = d.generation
                          AND e.stream_id = d.stream_id AND e.first_ts < d.ts
                          AND e.kind <> 'priming')

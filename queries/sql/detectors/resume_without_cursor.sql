@@ -87,7 +87,8 @@ sent_pos AS (
     GROUP BY ALL
 ),
 judged AS (
-    SELECT r.*, r.session_hmac IN (SELECT session_hmac FROM inbox) AS client_basis,
+    -- (a_inbox_sessions: the sessions of `inbox`, a row each, not every receipt's)
+    SELECT r.*, r.session_hmac IN (SELECT session_hmac FROM a_inbox_sessions) AS client_basis,
            c.pos AS client_pos, coalesce(e.pos, v.pos) AS server_pos
     FROM reopens r
     LEFT JOIN client_pos c USING (session_hmac, generation, stream_id, k)
