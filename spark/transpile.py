@@ -735,6 +735,7 @@ SPARK_FUNCTIONS = frozenset(
         "try_variant_get",
         "schema_of_variant",
         "if",
+        "bit_count",
     }
 )
 
