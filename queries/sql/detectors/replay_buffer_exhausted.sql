@@ -31,7 +31,8 @@ WITH judged AS (
     -- (ties on ts broken by the cursor, so a rerun picks the same one); lost events are
     -- counted from the acknowledged position (a_resumes: defined once).
     SELECT session_hmac, generation, stream_id, cursor, cursor_seq, acked_seq, ts,
-           session_hmac IN (SELECT session_hmac FROM inbox) AS client_basis
+           -- (a_inbox_sessions: the sessions of `inbox`, a row each, not every receipt's)
+           session_hmac IN (SELECT session_hmac FROM a_inbox_sessions) AS client_basis
     FROM (SELECT session_hmac, generation, stream_id, resume_from_event_id AS cursor,
                  cursor_seq, acked_seq, ts,
                  row_number() OVER (PARTITION BY session_hmac, generation, stream_id
