@@ -38,6 +38,7 @@ REWRITTEN = (
     "duplicate_delivery_accepted",
     "replay_after_ack",
     "priming_lost",
+    "dropped_terminal",
 )
 # Prepared tables now kept as views over the records and a small table (the files of the
 # tables they replaced, in order: each may read the one before).
@@ -82,6 +83,11 @@ _COLLAPSE = [
     "DELETE FROM events WHERE disposition <> 'replayed' AND hash(event_id) % 3 = 1 AND "
     "(session_hmac, generation, event_id) IN "
     "(SELECT (session_hmac, generation, event_id) FROM events WHERE disposition = 'replayed')",
+    # answers dropped, and logged again: sent after all (delivered) or dropped once more
+    "UPDATE events SET disposition = 'dropped' WHERE kind = 'result' AND hash(event_id) % 9 = 0",
+    "INSERT INTO events SELECT * REPLACE (pos + 3000000 AS pos, ts + INTERVAL 1 SECOND AS ts, "
+    "CASE WHEN hash(event_id) % 2 = 0 THEN 'sent' ELSE 'dropped' END AS disposition) "
+    "FROM events WHERE disposition = 'dropped' AND kind IN ('result', 'error')",
 ]
 
 

@@ -21,6 +21,12 @@ SELECT e.session_hmac, e.generation, e.stream_id, 'critical' AS severity, min(e.
        json_object('basis', 'server', 'kinds', list(DISTINCT e.kind ORDER BY e.kind), 'dropped', count(*))
            AS detail
 FROM events e
-JOIN a_event_index x USING (session_hmac, generation, event_id)
-WHERE e.disposition = 'dropped' AND e.kind IN ('result', 'error') AND NOT x.delivered
+-- Whether the event was delivered after all is the event index's (03_event_index.sql): an
+-- event id logged once is its own row there (this one, dropped), one logged more than once
+-- is in a_event_repeats, looked up for the few dropped answers (a join with the whole
+-- index built a hash table of every event).
+LEFT JOIN a_event_repeats x USING (session_hmac, generation, event_id)
+WHERE e.disposition = 'dropped' AND e.kind IN ('result', 'error')
+  AND e.session_hmac IS NOT NULL AND e.generation IS NOT NULL AND e.event_id IS NOT NULL
+  AND NOT coalesce(x.delivered, false)
 GROUP BY e.session_hmac, e.generation, e.stream_id
