@@ -794,3 +794,19 @@ def test_allowed_origin_refusals_leaves_out_a_log_that_cannot_show_origins(tmp_p
         **{"proxy-a": early, "proxy-b": [px(10, status=403) for _ in range(3)]})  # fmt: skip
     gate = _gate_of(tmp_path / "none", "allowed_origin_refusals")
     assert (gate["status"], gate["sample"]) == ("insufficient", 0), gate
+
+
+def test_rollback_post_storm_a_resume_in_a_digestless_ledger_is_seen(tmp_path):
+    # Stream 1 broke and was resumed before the POST of the same payload; the resume is in
+    # the ledger that records no payload digest (its server answered the resume). The
+    # resume still counts: no re-POST, so no finding and nothing undecided. Without the
+    # resume the POST is a re-POST (a finding).
+    repost = _repost(13_000, payload_digest="p")
+    resumed = [stm(12_300, "1", "RESUME_PENDING", resume_from_event_id="1:1"),
+               stm(12_301, "1", "STREAM_OPEN")]  # fmt: skip
+    digests = _BROKE + repost
+    assert _rb_streams(tmp_path / "r", **{"streams-a": digests, "streams-b": resumed}) == (0, [])
+    rb, reasons = _rollback_of(tmp_path / "r")
+    assert (rb["status"], reasons) == ("verified", []), rb
+    other = [dict(r, stream_id="7") for r in resumed]
+    assert _rb_streams(tmp_path / "n", **{"streams-a": digests, "streams-b": other}) == (1, [])

@@ -15,7 +15,8 @@
 -- unit: stream
 -- page: rollout
 -- A re-POST is a POST stream of the same session and payload digest opened within the
--- retry window after the break, before any resume of the broken stream. A stream of a
+-- retry window after the break, before any resume of the broken stream (in any ledger
+-- file, digests or not). A stream of a
 -- ledger file that cannot show the payload digest or the method while another file shows
 -- them (a_blind_streams: one server version records them, another does not) may be one:
 -- a broken stream in no finding with such a candidate is `cannot_tell` ("same payload",
@@ -57,10 +58,12 @@ reposts AS (
     WHERE c.opened_ts > c.disc_ts
       AND epoch_ms(c.opened_ts) - epoch_ms(c.disc_ts) <= $retry_window_s * 1000
       AND NOT (c.repost_generation = c.generation AND c.repost = c.stream_id)
+      -- (a resume of every ledger file: a_resumes, not `streams`, which the capability
+      -- plan restricts to the files that show payload digests)
       AND NOT EXISTS (
-          SELECT 1 FROM streams r
+          SELECT 1 FROM a_resumes r
            WHERE r.session_hmac = c.session_hmac AND r.generation = c.generation
-             AND r.stream_id = c.stream_id AND r.state = 'RESUME_PENDING'
+             AND r.stream_id = c.stream_id
              AND r.ts > c.disc_ts AND r.ts < c.opened_ts)
 )
 SELECT session_hmac, generation, stream_id, 'high' AS severity,
