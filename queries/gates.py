@@ -399,7 +399,13 @@ def under_filter(
         sources = stage_sources(con).get(f.stage, {})
         unjudged = runner.cannot_tell_by_stage(con).get(f.stage, [])
     else:
-        sources, unjudged = runner.table_counts(con), []
+        sources = runner.table_counts(con)
+        # (units cannot be told apart by the other filters: the whole database's)
+        unjudged = [
+            runner.StageCannotTell(detector=d, **e)
+            for d, entries in runner.cannot_tell(con).items()
+            for e in entries
+        ]
     blind = runner.blind_detectors(con)
     return [
         gate_result(

@@ -810,3 +810,35 @@ def test_rollback_post_storm_a_resume_in_a_digestless_ledger_is_seen(tmp_path):
     assert (rb["status"], reasons) == ("verified", []), rb
     other = [dict(r, stream_id="7") for r in resumed]
     assert _rb_streams(tmp_path / "n", **{"streams-a": digests, "streams-b": other}) == (1, [])
+
+
+def _filtered_gate(tmp_path, gate_id: str, **kw) -> dict:
+    from datetime import UTC, datetime
+
+    from replaygate.queries import gates as gm
+    from replaygate.queries.filters import Filters
+
+    def at(ms):
+        return datetime.fromtimestamp(ms / 1000, UTC)
+
+    window = {k: at(v) for k, v in kw.items() if k in ("start", "end")}
+    f = Filters(stage=kw.get("stage"), **window)
+    con = dbm.connect(str(tmp_path / "t.duckdb"), read_only=True)
+    found = [r.as_dict() for r in gm.under_filter(con, CONF, f)]
+    con.close()
+    return next(g for g in found if g["id"] == gate_id)
+
+
+def test_duplicate_dispatches_a_filtered_view_of_undecided_writes_is_no_pass(tmp_path):
+    # d1 (digests recorded) broke and d2, in the file without digests, may be its re-send:
+    # neither write can be judged. d3, an hour later, is. A view of d1 and d2's minute,
+    # with no stage filter, judged no write; one of d3's hour within the stage judged d3
+    # (not d3 less the stage's two undecided writes).
+    run(tmp_path, rollout=ROLLOUT,
+        **{"dispatches-a": [_d(0, "d1", payload_digest="p1", http_status=502),
+                            _d(HOUR, "d3", payload_digest="p3")],
+           "dispatches-b": [_d(50, "d2")]})  # fmt: skip
+    gate = _filtered_gate(tmp_path, "duplicate_dispatches", start=T - 1000, end=T + 60_000)
+    assert (gate["status"], gate["sample"]) == ("insufficient", 0), gate
+    gate = _filtered_gate(tmp_path, "duplicate_dispatches", stage="s", start=T + HOUR - 1000)
+    assert (gate["status"], gate["sample"]) == ("pass", 1), gate

@@ -992,6 +992,12 @@ def test_gate_facts_rewrite_gives_the_replaced_tables(fleet_db, changed):
         for name in ("a_gate_facts", "a_stage_samples"):
             n = con.execute(f"SELECT count(*) FROM v0.{name}").fetchone()[0]
             assert con.execute(f"SELECT count(*) FROM v1.{name}").fetchone()[0] == n > 0
+            # (a write dispatch's file is a fact the replaced statement did not keep)
+            if name == "a_gate_facts":
+                con.execute(
+                    """UPDATE v1.a_gate_facts SET file_id = NULL
+                       WHERE fact = 'write_dispatches'"""
+                )
             for a, b in ((f"v0.{name}", f"v1.{name}"), (f"v1.{name}", f"v0.{name}")):
                 extra = con.execute(f"SELECT * FROM {a} EXCEPT ALL SELECT * FROM {b}").fetchall()
                 assert not extra, (name, a, extra[:3])

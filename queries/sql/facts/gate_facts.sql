@@ -20,10 +20,10 @@ WITH units AS (
     -- events the server's log shows it sent or replayed (what the server basis judges).
     -- The receipts are stored once, as delivered events: no gate samples them apart.
     SELECT 'delivered_events' AS fact, ts, session_hmac, NULL::DOUBLE AS secs,
-           NULL::VARCHAR AS principal
+           NULL::VARCHAR AS principal, NULL::BIGINT AS file_id
     FROM inbox WHERE verdict = 'accepted'
     UNION ALL
-    SELECT 'delivered_events', e.ts, e.session_hmac, NULL, NULL
+    SELECT 'delivered_events', e.ts, e.session_hmac, NULL, NULL, NULL
     FROM events e
     WHERE e.kind <> 'priming' AND e.disposition IN ('sent', 'replayed')
       -- a session (and generation) without receipts: looked up among the sessions with
@@ -34,19 +34,20 @@ WITH units AS (
                   SELECT (session_hmac, generation) FROM a_inbox_sessions
                   WHERE session_hmac IS NOT NULL AND generation IS NOT NULL), false))
     UNION ALL
-    SELECT 'completed_streams', ts, session_hmac, NULL, NULL
+    SELECT 'completed_streams', ts, session_hmac, NULL, NULL, NULL
     FROM streams WHERE is_completed(state, close_reason)
     UNION ALL
-    SELECT 'write_dispatches', ts, session_hmac, NULL, principal
+    -- (with its file: a gate leaves out the writes of a file its detector was kept from)
+    SELECT 'write_dispatches', ts, session_hmac, NULL, principal, file_id
     FROM dispatches WHERE is_write(tool_class)
     UNION ALL
-    SELECT 'recoveries', disc_ts, session_hmac, secs, NULL
+    SELECT 'recoveries', disc_ts, session_hmac, secs, NULL, NULL
     FROM a_recoveries WHERE reopen_ts IS NOT NULL
     UNION ALL
     -- answers a proxy log can judge by itself (lost_responses): POSTs answered with an
     -- event stream whose body size it logged, and for an empty one, that the client did
     -- not end the request
-    SELECT 'sized_answers', ts, session_hmac, NULL, principal
+    SELECT 'sized_answers', ts, session_hmac, NULL, principal, NULL
     FROM proxy
     WHERE judged_event_stream(method, status, body_bytes_sent, resp_content_type, client_closed)
 ),
@@ -78,7 +79,7 @@ records AS (
     SELECT fact, stage, ts, session_hmac, secs, NULL::VARCHAR AS detector,
            NULL::INTEGER AS status, NULL::VARCHAR AS method, NULL::VARCHAR AS origin,
            NULL::BOOLEAN AS raw_session_id, NULL::BOOLEAN AS reconnect,
-           NULL::BIGINT AS file_id, NULL::VARCHAR AS cause,
+           file_id, NULL::VARCHAR AS cause,
            revision, server, client, baseline, probe
     FROM staged_units
 ),
@@ -168,3 +169,19 @@ CREATE OR REPLACE TEMP MACRO gate_rows(by_stage, flt) AS TABLE
 -- A gate fact that fails a gate: a finding of one of its detectors.
 CREATE OR REPLACE TEMP MACRO fails(fact, detector, detectors) AS
     fact = 'findings' AND list_contains(detectors, detector);
+
+-- The units `detectors` returned undecided (cannot_tell_units, kept a row per unit and
+-- stage, whatever `-- undecided:` label), each counted once, grouped by `k` as gate_rows groups the facts: per stage, else those the filter
+-- keeps by the dimensions of the unit's session and its time. A gate subtracts them from
+-- its sample: they are no passing units.
+CREATE OR REPLACE TEMP MACRO undecided_units(by_stage, flt, detectors) AS TABLE
+    SELECT CASE WHEN by_stage THEN u.stage END AS k,
+           count(DISTINCT (u.detector, u.session_hmac, u.generation, u.stream_id, u.event_id,
+                           u.dispatch_id, u.idempotency_key, u.ts)) AS n
+    FROM cannot_tell_units u LEFT JOIN a_sessions a ON a.session_hmac = u.session_hmac
+    WHERE list_contains(detectors, u.detector)
+      AND CASE WHEN by_stage THEN u.stage IS NOT NULL
+               ELSE rg_keep(u.stage, is_baseline(a.session_hmac, a.cohort),
+                            record_revision(u.session_hmac, a.protocol_version),
+                            a.server_instance, a.client_name, u.ts, flt) END
+    GROUP BY ALL;

@@ -9,21 +9,21 @@
 -- unit_one: duplicate business dispatch
 -- meter: write_dispatches
 -- params: by_stage, flt, detectors, meter
--- measure: count of duplicate_dispatch findings; sample: write dispatches its detector could judge (not the executed writes it cannot tell: those of a dispatch file that records no payload digest while another does, and a write whose key or re-send may be one of them)
+-- measure: count of duplicate_dispatch findings; sample: write dispatches its detector could judge (not the writes of a dispatch file that records no payload digest while another does, nor an executed write whose key or re-send may be one of them)
 -- (a suspected duplicate is no gate fact: gated() in macros.sql)
--- The executed writes its detector returned `cannot_tell` in the stage (its units of a
--- file that records no payload digest, "same payload") are no passing writes: they are
--- left out of the sample, so a stage whose every write is such is insufficient, never a
--- pass. (Under a dashboard filter: those of the filter's stage; with no stage, none.)
+-- The writes its detector could not judge are no passing writes, so a stage (or a
+-- filtered view) whose every write is such is insufficient, never a pass: those of a
+-- dispatch file it was kept from (one that records no payload digest while another
+-- does) are left out, and those it returned `cannot_tell` ("same payload",
+-- undecided_units in gate_facts.sql: under a filter, those the filter keeps) subtracted.
 WITH m AS (
     SELECT k, count(*) FILTER (WHERE fails(fact, detector, $detectors)) AS value,
-           count(*) FILTER (WHERE fact = $meter) AS n
+           count(*) FILTER (WHERE fact = $meter
+                              AND file_id NOT IN (SELECT file_id FROM blind_files
+                                                  WHERE list_contains($detectors, detector)))
+               AS n
     FROM gate_rows($by_stage, $flt) GROUP BY k
-),
-undecided AS (
-    SELECT CASE WHEN $by_stage THEN stage END AS k, sum(units) AS n FROM cannot_tell_stages
-    WHERE ($by_stage OR stage = $flt.stage::VARCHAR) AND list_contains($detectors, detector)
-    GROUP BY ALL
 )
 SELECT m.k AS stage, m.value, greatest(m.n - coalesce(u.n, 0), 0) AS sample
-FROM m LEFT JOIN undecided u ON u.k IS NOT DISTINCT FROM m.k
+FROM m LEFT JOIN undecided_units($by_stage, $flt, $detectors) u
+  ON u.k IS NOT DISTINCT FROM m.k

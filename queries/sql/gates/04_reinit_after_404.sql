@@ -29,22 +29,16 @@ m AS (
                FILTER (WHERE failures > 0) AS causes
     FROM by_cause GROUP BY k
 ),
--- Per stage, the answers in the files it read that its detector found it could not judge
--- (its `-- undecided:` labels: a client that cannot be told apart; a re-initialize, a
+-- The answers in the files it read that its detector found it could not judge (its
+-- `-- undecided:` labels: a client that cannot be told apart; a re-initialize, a
 -- re-initializing client or a later use that a log that cannot show it may hold, which
 -- names that log, a file the detector did not read): `cannot_tell` too, so not in the
--- sample. The units
--- of a file it was kept from are out of the sample already. (Under a dashboard filter:
--- those of the filter's stage; with no stage, none.)
-undecided AS (
-    SELECT CASE WHEN $by_stage THEN stage END AS k, sum(units) AS n FROM cannot_tell_stages
-    WHERE ($by_stage OR stage = $flt.stage::VARCHAR) AND list_contains($detectors, detector)
-      AND missing IN ('client identity', 're-initialize', 'use after the 404')
-    GROUP BY ALL
-),
+-- sample (undecided_units in gate_facts.sql: under a filter, those the filter keeps).
+-- The units of a file it was kept from are out of the sample already.
 judged AS (
     SELECT m.k, greatest(m.n - coalesce(u.n, 0), 0) AS n, m.failures, m.causes
-    FROM m LEFT JOIN undecided u ON u.k IS NOT DISTINCT FROM m.k
+    FROM m LEFT JOIN undecided_units($by_stage, $flt, $detectors) u
+      ON u.k IS NOT DISTINCT FROM m.k
 )
 SELECT k AS stage, CASE WHEN n = 0 THEN NULL ELSE (n - failures) / n END AS value,
        n AS sample, failures, causes
