@@ -457,6 +457,11 @@ def first_lines(path: Path, gz: bool, n: int = 20) -> list[str]:
 
 # Lines looked at to learn which keys a proxy log carries (its log_format is one per file).
 KEY_SCAN_LINES = 10_000
+# Keys looked for per scan of those lines: each json_exists parses every line of a vector
+# (2,048 rows) into a document of its own, all held until the vector is done, so a scan
+# of all ~200 candidate keys at once held some 1.3 GB for 2,048 lines of a Caddy log and
+# ran out of the load's memory (a Caddy log of more than about 1,800 lines was unreadable).
+KEY_SCAN_KEYS = 25
 
 
 def proxy_keys_sql(keys: tuple[adapters.Key, ...]) -> str:
@@ -489,8 +494,11 @@ def proxylog_sql(r: Reading, forced: str | None = None) -> str:
     each mapped by its own shape (or all by `forced`). The adapters read only the keys
     the log's lines carry (its log_format), and tell which facts the log can show."""
     keys = adapters.candidate_keys(r.field_maps)
-    row = r.query(proxy_keys_sql(keys)).fetchone()
-    present = {k.path for k, yes in zip(keys, row or (), strict=False) if yes}
+    present: set[str] = set()
+    for i in range(0, len(keys), KEY_SCAN_KEYS):
+        part = keys[i : i + KEY_SCAN_KEYS]
+        row = r.query(proxy_keys_sql(part)).fetchone()
+        present |= {k.path for k, yes in zip(part, row or (), strict=False) if yes}
     shapes = {forced} if forced else {adapters.sniff(r.con, first_lines(r.path, r.gz))}
     r.facts = capabilities.from_keys(present, shapes, r.field_maps)
     # The key scan filled the rejects tables; the reading below fills them again.

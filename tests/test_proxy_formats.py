@@ -256,3 +256,33 @@ def test_envoy_one_character_flag(tmp_path):
         del line["mcp_session_hmac"]
     _, _, methods, _ = _run(tmp_path / "no-session", lines)
     assert methods == [None, None]
+
+
+def test_a_caddy_log_of_thousands_of_lines_loads_under_the_load_memory_limit(tmp_path, monkeypatch):
+    # The key scan (which keys a proxy log carries) asked about every candidate key in one
+    # query: DuckDB parsed each of a vector's 2,048 lines once per key and held it all, some
+    # 1.3 GB for lines like these (the simulator's), beyond the load's limit, so a Caddy log
+    # of more than about 1,800 lines (the 100M-event fleet's) was "unreadable file
+    # (OutOfMemoryException)".
+    monkeypatch.delenv("REPLAYGATE_MEMORY_LIMIT", raising=False)
+    n = 4096
+    lines = []
+    for i in range(n):
+        line = _caddy(T0 + i, 200, sid=f"s{i % 97}", resp="REDACTED")
+        line["request"].update(proto="HTTP/1.1", host="mcp.example.com", remote_port="49179")
+        line["request"]["headers"].update(
+            Accept=["application/json, text/event-stream"],
+            **{"Content-Type": ["application/json"], "Content-Length": ["180"]},
+            **{"Mcp-Protocol-Version": ["2025-11-25"]},
+        )
+        line["resp_headers"].update(
+            Server=["Caddy", "uvicorn"], **{"Cache-Control": ["no-cache, no-transform"]}
+        )
+        line.update(user_id="", size=707)
+        lines.append(json.dumps(line) + "\n")
+    log = tmp_path / "proxy-caddy.jsonl"
+    log.write_text("".join(lines))
+    con = dbm.connect(str(tmp_path / "t.duckdb"))
+    report = ingest(con, [log], Config())
+    assert [(f.status, f.rows) for f in report.files] == [("loaded", {"proxy": n})]
+    con.close()
