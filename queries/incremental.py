@@ -349,7 +349,7 @@ def analyse(
             con.execute("DROP TABLE IF EXISTS rg_new")
             con.execute("DROP TABLE IF EXISTS rg_new_rows")
             con.execute("DROP TABLE IF EXISTS rg_fact_stages")
-            con.execute("DROP VIEW IF EXISTS temp.a_gate_facts")
+            con.execute("DROP VIEW IF EXISTS temp.a_gate_units")
 
 
 def _local(name: str) -> str:
@@ -455,18 +455,24 @@ def gate_facts(
     A gate fact of a unit depends on the unit's row, its session's rows (a_sessions,
     a_inbox_sessions, a_recoveries, its earlier GETs) and the stage windows, which an
     incremental run leaves as they were; a fact of a row without a session, on that row
-    and the windows. So the facts of the pending sessions are built again from their
-    rows, with the new rows without a session, by the same statement run on the scope;
-    the facts of findings (a few per thousand units, from detectors of every kind) are
-    built again whole. The stage samples are summarised again for the stages whose
-    facts changed."""
+    and the windows. So the pending sessions' rows of a_gate_sessions are built again
+    (a session keeps its key, a new one is numbered after the last), the facts of the
+    pending sessions are built again from their rows, with the new rows without a
+    session, by the same statement run on the scope; the facts of findings (a few per
+    thousand units, from detectors of every kind) are built again whole. The stage
+    samples are summarised again for the stages whose facts changed."""
+    if not _has(con, "main", "a_gate_units"):
+        raise Fallback("gate facts: not kept narrow yet")
     build: dict[str, tuple[str, dict[str, Any]]] = {}
     for stmt, bound in statements:
+        if _TEMP_MACRO.match(_COMMENTS.sub("", stmt).strip()):  # the readers' macros
+            con.execute(stmt, bound)
+            continue
         made = _CREATES.findall(stmt)
-        if len(made) != 1 or made[0] not in ("a_gate_facts", "a_stage_samples"):
+        if len(made) != 1 or made[0] not in FACT_TABLES:
             raise Fallback(f"gate facts: a statement that builds {made or 'nothing'}")
         build[made[0]] = (stmt, bound)
-    if set(build) != {"a_gate_facts", "a_stage_samples"}:
+    if set(build) != set(FACT_TABLES):
         raise Fallback("gate facts: not the statements expected")
     for table in FACT_UNITS:
         if not _has(con, SCOPE, table):
@@ -481,33 +487,59 @@ def gate_facts(
                     WHERE t.session_hmac IS NULL)""",
             {"t": table},
         )
-    # The whole of what the facts join their units to (up to date for the pending
-    # sessions now), and every finding.
-    for table in ("a_sessions", "a_inbox_sessions", "findings"):
-        if _has(con, SCOPE, table):
-            con.execute(f"DROP TABLE {SCOPE}.{table}")
-    con.execute(f"CREATE TABLE {SCOPE}.findings AS SELECT * FROM main.findings")
-    stmt, bound = build["a_gate_facts"]
+    # The pending sessions' keys and what they tell, from their a_sessions rows (up to
+    # date now), numbered by the same statement on the scope.
+    con.execute(
+        f"""CREATE OR REPLACE TABLE {SCOPE}.a_sessions AS
+            SELECT * FROM {_base(con, "a_sessions")} WHERE {_IN_SCOPE}"""
+    )
+    stmt, bound = build["a_gate_sessions"]
     with _in_scope(con):
         con.execute(stmt, bound)
-    old = """fact = 'findings' OR session_hmac IN (SELECT session_hmac FROM rg_affected)"""
+    # The facts replaced: every finding's, and the pending sessions' (by their key, or by
+    # session_hmac for those of a session not known before).
+    old = f"""fact = 'findings' OR {_IN_SCOPE}
+              OR sid IN (SELECT sid FROM main.a_gate_sessions WHERE {_IN_SCOPE})"""
     # The stages whose samples may change: those of the unit facts replaced, before and
     # after (the samples summarise no finding).
     con.execute(
         f"""CREATE OR REPLACE TEMP TABLE rg_fact_stages AS
-            SELECT DISTINCT stage FROM (
-                SELECT stage, fact FROM main.a_gate_facts WHERE {old}
-                UNION ALL
-                SELECT stage, fact FROM {SCOPE}.a_gate_facts)
-            WHERE fact <> 'findings' AND stage IS NOT NULL"""
+            SELECT DISTINCT stage FROM main.a_gate_units
+            WHERE ({old}) AND fact <> 'findings' AND stage IS NOT NULL"""
     )
-    con.execute(f"DELETE FROM main.a_gate_facts WHERE {old}")
-    con.execute(f"INSERT INTO main.a_gate_facts BY NAME SELECT * FROM {SCOPE}.a_gate_facts")
-    # The samples read the facts of those stages through a temporary view (temporary
-    # views come first whatever the search path), not a copy of them.
-    con.execute(f"DROP TABLE {SCOPE}.a_gate_facts")
+    con.execute(f"DELETE FROM main.a_gate_units WHERE {old}")
     con.execute(
-        f"""CREATE OR REPLACE TEMP VIEW a_gate_facts AS SELECT * FROM {_base(con, "a_gate_facts")}
+        f"""CREATE OR REPLACE TEMP TABLE rg_gate_sessions AS
+            SELECT n.* REPLACE (coalesce(o.sid, m.top + row_number() OVER (
+                       PARTITION BY o.sid IS NULL ORDER BY n.session_hmac))::INTEGER AS sid)
+            FROM {SCOPE}.a_gate_sessions n
+            LEFT JOIN main.a_gate_sessions o USING (session_hmac)
+            CROSS JOIN (SELECT coalesce(max(sid), 0) AS top FROM main.a_gate_sessions) m"""
+    )
+    con.execute(f"DELETE FROM main.a_gate_sessions WHERE {_IN_SCOPE}")
+    con.execute("INSERT INTO main.a_gate_sessions BY NAME SELECT * FROM rg_gate_sessions")
+    con.execute("DROP TABLE rg_gate_sessions")
+    # The whole of what the facts join their units to (up to date for the pending
+    # sessions now), and every finding.
+    for table in ("a_sessions", "a_inbox_sessions", "findings", "a_gate_sessions"):
+        if _has(con, SCOPE, table):
+            con.execute(f"DROP TABLE {SCOPE}.{table}")
+    con.execute(f"CREATE TABLE {SCOPE}.findings AS SELECT * FROM main.findings")
+    stmt, bound = build["a_gate_units"]
+    with _in_scope(con):
+        con.execute(stmt, bound)
+    con.execute(
+        f"""INSERT INTO rg_fact_stages
+            SELECT DISTINCT stage FROM {SCOPE}.a_gate_units
+            WHERE fact <> 'findings' AND stage IS NOT NULL
+            EXCEPT SELECT stage FROM rg_fact_stages"""
+    )
+    con.execute(f"INSERT INTO main.a_gate_units BY NAME SELECT * FROM {SCOPE}.a_gate_units")
+    con.execute(f"DROP TABLE {SCOPE}.a_gate_units")
+    # The samples read the facts of those stages through a temporary view of their units
+    # (temporary views come first whatever the search path), not a copy of them.
+    con.execute(
+        f"""CREATE OR REPLACE TEMP VIEW a_gate_units AS SELECT * FROM {_base(con, "a_gate_units")}
             WHERE stage IN (SELECT stage FROM rg_fact_stages)"""
     )
     stmt, bound = build["a_stage_samples"]
@@ -515,11 +547,18 @@ def gate_facts(
         with _in_scope(con):
             con.execute(stmt, bound)
     finally:
-        con.execute("DROP VIEW IF EXISTS temp.a_gate_facts")
+        con.execute("DROP VIEW IF EXISTS temp.a_gate_units")
     con.execute(
         "DELETE FROM main.a_stage_samples WHERE stage IN (SELECT stage FROM rg_fact_stages)"
     )
     con.execute(f"INSERT INTO main.a_stage_samples BY NAME SELECT * FROM {SCOPE}.a_stage_samples")
+
+
+# What the gate facts' statements build (queries/sql/facts/gate_facts.sql), besides the
+# readers' temporary macros.
+FACT_TABLES = ("a_gate_sessions", "a_gate_units", "a_stage_samples")
+_TEMP_MACRO = re.compile(r"CREATE\s+OR\s+REPLACE\s+TEMP\s+MACRO\s", re.IGNORECASE)
+_COMMENTS = re.compile(r"^\s*--.*$", re.MULTILINE)
 
 
 def _has(con: duckdb.DuckDBPyConnection, schema: str, table: str) -> bool:

@@ -152,9 +152,10 @@ def stamp(con: duckdb.DuckDBPyConnection, config: Config) -> str:
     return f"{get_meta(con, 'data_version', '0')}:{catalog.basis(config)}"
 
 
-# Prepared tables that earlier versions stored and the prepare step now keeps as views
-# (03_event_index.sql, 04_inbox.sql): a database analysed by one of those still holds them.
-RETIRED = ("a_event_index", "a_inbox")
+# Tables that earlier versions stored and the analysis now keeps as views (03_event_index.sql,
+# 04_inbox.sql; the gate facts over their narrow tables, facts/gate_facts.sql): a database
+# analysed by one of those still holds them.
+RETIRED = ("a_event_index", "a_inbox", "a_gate_facts")
 
 
 def drop_retired(con: duckdb.DuckDBPyConnection) -> None:
@@ -194,9 +195,10 @@ def analyse(
     force: bool = False,
 ) -> Summary:
     """Refresh derived tables and findings (skipped when already current)."""
-    # A database analysed before the gate facts existed is not current: gates read them.
+    # A database analysed before the gate facts were kept narrow is not current: gates
+    # read them.
     current = get_meta(con, "analysis_stamp") == stamp(con, config) and _has_table(
-        con, "a_gate_facts"
+        con, "a_gate_units"
     )
     if not force and only is None and current and _history_current(con):
         return summary(con)
@@ -355,10 +357,12 @@ def _gate_facts(con: duckdb.DuckDBPyConnection, values: dict[str, Any]) -> None:
 
 
 def _facts_statements(values: dict[str, Any]) -> list[tuple[str, dict[str, Any]]]:
-    """The statements that build the gate facts and the stage samples, with their values."""
+    """The statements that build the gate facts and the stage samples, with their values:
+    the readers' macros between (the stage samples read the facts through gate_facts())."""
     return [
         (stmt, {k: values[k] for k in PROBE_PARAMS if f"${k}" in stmt})
-        for stmt in named.get("build", "facts").statements()
+        for name in ("build", "setup", "samples")
+        for stmt in named.get(name, "facts").statements()
     ]
 
 

@@ -87,8 +87,9 @@ def expand_macros(node: exp.Expression) -> exp.Expression:
         return n
 
     body = m.body.copy().transform(subst)
-    # A macro may call another one.
-    return exp.Paren(this=body.transform(expand_macros))
+    # A macro may call another one, and record_order, which is written as its struct (the
+    # rewrite before this one) rather than expanded.
+    return exp.Paren(this=body.transform(record_order).transform(expand_macros))
 
 
 def record_order(node: exp.Expression) -> exp.Expression:

@@ -79,7 +79,7 @@ def test_analysis_step_times_the_gate_facts(tmp_path):
     res = json.loads(steps_json.read_text())
     steps = res["steps"]
     assert res["mode"] == "full" and res["findings"] > 0
-    assert {"a_gate_facts", "a_stage_samples", "a_missing", "undelivered_result"} <= set(steps)
+    assert {"a_gate_units", "a_stage_samples", "a_missing", "undelivered_result"} <= set(steps)
     assert sum(s["cpu_s"] for s in steps.values()) <= res["analysis_cpu_s"] + 0.01
     # --progress: every statement on stderr as it ends, under its step's label (a run cut
     # short, such as a 100M analysis stopped, still tells where its time went)

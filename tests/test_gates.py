@@ -435,7 +435,7 @@ def test_dashboard_pages_show_the_gates_their_headers_place_there():
 
 
 def test_the_gate_facts_store_only_units_a_gate_reads(fleet):
-    """Every kind of unit in a_gate_facts is one a gate's measure or meter reads, and only
+    """Every kind of unit in the gate facts is one a gate's measure or meter reads, and only
     those are stored: the accepted receipts were once stored a second time, as a fact of
     their own that no gate, meter or dashboard query read (a third of the rows at 1M)."""
     import re
@@ -448,7 +448,7 @@ def test_the_gate_facts_store_only_units_a_gate_reads(fleet):
         for path in (catalog.SQL_DIR / folder).glob("*.sql"):
             read |= set(re.findall(r"\bfact\s*(?:=|<>)\s*'(\w+)'", path.read_text()))
     read.discard("none")  # gate_rows's placeholder row of a stage without facts
-    stored = {r[0] for r in con.execute("SELECT DISTINCT fact FROM a_gate_facts").fetchall()}
+    stored = {r[0] for r in con.execute("SELECT DISTINCT fact FROM a_gate_units").fetchall()}
     assert stored == set(params.FACTS) == read
 
 

@@ -257,12 +257,25 @@ def _analysis_state(con) -> dict:
         "SELECT table_name FROM information_schema.tables WHERE table_name LIKE 'a\\_%' ESCAPE '\\'"
     ).fetchall():
         out[t] = sorted(con.execute(f"SELECT * FROM {t}").fetchall(), key=repr)
+    out.update(_gate_facts_state(con))
     doc = gates.evaluate(con, CONF, all_stages=True)
     for s in doc["stages"]:
         for g in s["gates"]:
             g["evidence"] = sorted(map(repr, g.get("evidence") or []))
     out["gates"] = json.dumps(doc, sort_keys=True, default=str)
     return out
+
+
+def _gate_facts_state(con) -> dict:
+    """The gate facts as their readers read them (gate_facts()) and what each session
+    tells them: the integer key that names a session in them is the analysis's own (an
+    incremental one numbers new sessions after the last), not compared."""
+    return {
+        "a_gate_units": sorted(con.execute("SELECT * FROM gate_facts()").fetchall(), key=repr),
+        "a_gate_sessions": sorted(
+            con.execute("SELECT * EXCLUDE (sid) FROM a_gate_sessions").fetchall(), key=repr
+        ),
+    }
 
 
 def _without_version(data: bytes, lines: int) -> bytes:
@@ -296,10 +309,10 @@ def _gate_fact_units(con, data: dict[str, bytes]) -> tuple[dict[str, bytes], dat
     # A session of a stage's cohort in a stage where none of the other new rows' facts
     # fall (the getter's stages, the stage whose window holds t).
     moved, stage = con.execute(
-        """SELECT min(session_hmac), min(g.stage) FROM a_gate_facts g
+        """SELECT min(session_hmac), min(g.stage) FROM gate_facts() g
            JOIN a_sessions a USING (session_hmac)
            WHERE g.fact = 'delivered_events' AND a.cohort = g.stage
-             AND g.stage NOT IN (SELECT stage FROM a_gate_facts
+             AND g.stage NOT IN (SELECT stage FROM gate_facts()
                                  WHERE session_hmac = $getter AND stage IS NOT NULL)
              AND g.stage NOT IN (SELECT stage FROM a_stage_windows
                                  WHERE $t >= start_ts AND (end_ts IS NULL OR $t < end_ts))
@@ -374,7 +387,7 @@ def test_analysis_after_appends_follows_what_changed_and_equals_a_full_one(tmp_p
         after_append = _analysis_state(con)
         if frac is None:
             assert con.execute(
-                """SELECT fact, session_hmac IS NULL, reconnect FROM a_gate_facts
+                """SELECT fact, session_hmac IS NULL, reconnect FROM gate_facts()
                    WHERE ts = $t AND fact IN ('proxy_records', 'sized_answers')
                       OR ts = $t + INTERVAL 1 SECOND AND fact = 'write_dispatches'
                    ORDER BY ALL""",
@@ -610,8 +623,10 @@ def _undecided_state(con) -> dict:
     """What the detectors' findings and undecided units make of an analysis (lighter than
     _analysis_state: no prepared tables, no gate evaluation)."""
     out = _found(con, ("cannot_tell", "cannot_tell_stages", "cannot_tell_units"))
-    for t in ("a_gate_facts", "a_stage_samples"):
-        out[t] = sorted(con.execute(f"SELECT * FROM {t}").fetchall(), key=repr)
+    out["a_stage_samples"] = sorted(
+        con.execute("SELECT * FROM a_stage_samples").fetchall(), key=repr
+    )
+    out.update(_gate_facts_state(con))
     return out
 
 

@@ -150,7 +150,7 @@ def test_detector_rewrite_gives_the_replaced_findings(fleet_db, name):
     # their evidence) are compared on neither side.
     undecided: set[str] = set()
     new_rows = _rows(fleet_db, q.sql, bound, ADDED.get(name, ()), undecided)
-    old_rows = _rows(fleet_db, old.sql, bound, undecided=undecided)
+    old_rows = _rows(fleet_db, _v1(fleet_db, old.sql), bound, undecided=undecided)
     assert new_rows == old_rows
     assert new_rows, f"{name}: no findings to compare on this fleet"
 
@@ -279,13 +279,37 @@ def test_an_analysis_keeps_tables_only_and_readers_see_the_receipts(tmp_path, mo
         dbm.close(again)
 
 
-# --- reconnect_storm: a session's earlier GETs as a running sum (prior_gets) -------------
+# --- reconnect_storm: a session's earlier GETs, then its first GET (first_get, reopens) --
 
 # The rule as the replaced query wrote it (the macro's body before the rewrite).
 _PRIOR_GETS_V0 = """CASE WHEN session_hmac IS NULL THEN 0
     ELSE count(*) FILTER (WHERE method = 'GET') OVER (
         PARTITION BY session_hmac ORDER BY ts
         ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING) END"""
+# The running sum that replaced it (the macro prior_gets until the first GET was looked up),
+# and is_reconnect as the queries that called prior_gets called it, with that count.
+_PRIOR_GETS_V1 = """CASE WHEN session_key IS NULL THEN 0
+    ELSE coalesce(sum(CASE WHEN method = 'GET' THEN 1 ELSE 0 END) OVER (
+        PARTITION BY session_key ORDER BY ts, file_id, pos
+        ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING), 0)::BIGINT END"""
+_IS_RECONNECT_V1 = """(method = 'GET' AND (last_event_id IS NOT NULL OR gets_before > 0))
+    OR status IN (429, 503)"""
+
+
+def _v1(con: duckdb.DuckDBPyConnection, sql: str) -> str:
+    """A replaced query with the macros of a reconnect as they stood when it was written
+    (temporary macros of `con`)."""
+    con.execute(
+        "CREATE OR REPLACE TEMP MACRO prior_gets(method, session_key, ts, file_id, pos) AS "
+        + _PRIOR_GETS_V1
+    )
+    con.execute(
+        "CREATE OR REPLACE TEMP MACRO is_reconnect_v1(method, last_event_id, status, "
+        "gets_before) AS " + _IS_RECONNECT_V1
+    )
+    return sql.replace("is_reconnect(", "is_reconnect_v1(")
+
+
 # 2026-01-01T00:00:00Z, the start of a 10-second budget window.
 _T0_MS = 1_767_225_600_000
 
@@ -327,13 +351,23 @@ def _storms(con: duckdb.DuckDBPyConnection, sql: str, budget: float) -> list[tup
     )
 
 
-def _flags(con: duckdb.DuckDBPyConnection, prior: str) -> list[tuple]:
-    """Each request with whether the budget counts it (what the gate facts store)."""
+# A GET after its session's first re-opens its stream (the rule now: reopens, first_get).
+_REOPENS = "reopens(p.method, p.ts, p.file_id, p.pos, g.first_get)"
+_FIRST_GETS = """LEFT JOIN (SELECT session_hmac, first_get(ts, file_id, pos) AS first_get
+                            FROM proxy WHERE method = 'GET' AND session_hmac IS NOT NULL
+                            GROUP BY ALL) g
+                   ON p.method = 'GET' AND g.session_hmac = p.session_hmac"""
+
+
+def _flags(con: duckdb.DuckDBPyConnection, reopened: str, joined: str = "") -> list[tuple]:
+    """Each request with whether the budget counts it (what the gate facts store);
+    `reopened`: whether a GET re-opens its session's stream, of `proxy p` `joined`."""
     return sorted(
         con.execute(
-            f"""SELECT session_hmac, ts, method, status, last_event_id,
-                       is_reconnect(method, last_event_id, status, {prior}) AS reconnect
-                FROM proxy"""
+            f"""SELECT p.session_hmac, p.ts, p.method, p.status, p.last_event_id,
+                       is_reconnect(p.method, p.last_event_id, p.status, {reopened})
+                           AS reconnect
+                FROM proxy p {joined}"""
         ).fetchall(),
         key=repr,
     )
@@ -381,17 +415,23 @@ _ROW = st.tuples(
     budget=0.1,
 )
 def test_reconnect_storm_counts_as_the_replaced_query(rows, budget):
-    """The running sum gives the windows and the per-request reconnect flags of the
-    replaced windowed count, at window bounds, with ties in a millisecond, with requests
-    without a session."""
-    rows = _without_mixed_ties(list({(r[0], r[1]): r for r in rows}.values()))
-    con = _proxy_con(rows)
+    """A session's first GET found among its GETs (first_get, reopens) gives the windows
+    and the per-request reconnect flags of the running sum over every request it replaced
+    (exactly: ties in a millisecond taken in the order logged), and of the windowed count
+    before that, at window bounds, with ties in a millisecond, with requests without a
+    session."""
+    rows = list({(r[0], r[1]): r for r in rows}.values())
     new = catalog.detectors()["reconnect_storm"].sql
-    old = catalog.parse(OLD / "reconnect_storm.sql", "detectors").sql
-    assert _storms(con, new, budget) == _storms(con, old, budget)
-    assert _flags(con, "prior_gets(method, session_hmac, ts, file_id, pos)") == _flags(
-        con, _PRIOR_GETS_V0
+    con = _proxy_con(rows)
+    summed = _v1(con, catalog.parse(OLD / "running_sum" / "reconnect_storm.sql", "detectors").sql)
+    assert _storms(con, new, budget) == _storms(con, summed, budget)
+    assert _flags(con, _REOPENS, _FIRST_GETS) == _flags(
+        con, "prior_gets(p.method, p.session_hmac, p.ts, p.file_id, p.pos) > 0"
     )
+    con = _proxy_con(_without_mixed_ties(rows))
+    old = _v1(con, catalog.parse(OLD / "reconnect_storm.sql", "detectors").sql)
+    assert _storms(con, new, budget) == _storms(con, old, budget)
+    assert _flags(con, _REOPENS, _FIRST_GETS) == _flags(con, f"({_PRIOR_GETS_V0}) > 0")
 
 
 @pytest.mark.parametrize("logged_first", ["plain GET", "GET answered 503"])
@@ -412,8 +452,8 @@ def test_gets_in_one_millisecond_are_taken_in_the_order_logged(logged_first):
     )
     flags = dict(
         con.execute(
-            """SELECT status, is_reconnect(method, last_event_id, status,
-                          prior_gets(method, session_hmac, ts, file_id, pos)) FROM proxy"""
+            f"""SELECT p.status, is_reconnect(p.method, p.last_event_id, p.status, {_REOPENS})
+                FROM proxy p {_FIRST_GETS}"""
         ).fetchall()
     )
     assert flags == {200: logged_first != "plain GET", 503: True}
@@ -896,23 +936,31 @@ def _facts_tables(con, path: Path | None, schema: str) -> None:
 
     values = params.from_config(Config())
     stmts = (
-        named.get("build", "facts").statements()
+        runner._facts_statements(values)
         if path is None
-        else next(q for q in named.parse(path, "facts") if q.name == "build").statements()
+        else [
+            (_v1(con, stmt), {k: values[k] for k in runner.PROBE_PARAMS if f"${k}" in stmt})
+            for q in named.parse(path, "facts")
+            if q.name == "build"
+            for stmt in q.statements()
+        ]
     )
     con.execute(f"SET search_path = '{schema},main'")
     try:
-        for stmt in stmts:
-            con.execute(stmt, {k: values[k] for k in runner.PROBE_PARAMS if f"${k}" in stmt})
+        for stmt, bound in stmts:
+            con.execute(stmt, bound)
     finally:
         con.execute("RESET search_path")
 
 
 def _hash_join_builds(con, sql: str, bound: dict[str, Any]) -> list[tuple[str, list[str]]]:
-    """Each hash join of `sql`'s plan: its type and the tables its build side reads."""
+    """Each hash join of `sql`'s plan: its type and the tables its build side reads (below
+    a grouping, none: the build holds its groups, not the rows it read)."""
     plan = json.loads(con.execute(f"EXPLAIN (FORMAT json) {sql}", bound).fetchall()[0][1])
 
     def tables(n: dict) -> list[str]:
+        if n["name"] in ("HASH_GROUP_BY", "PERFECT_HASH_GROUP_BY"):
+            return []
         own = (
             [n["extra_info"]["Table"].split(".")[-1]] if "Table" in n.get("extra_info", {}) else []
         )
@@ -932,20 +980,21 @@ def _hash_join_builds(con, sql: str, bound: dict[str, Any]) -> list[tuple[str, l
 @pytest.mark.parametrize("which", ["current", "replaced"])
 def test_gate_facts_build_no_hash_table_of_records(fleet_db, which):
     """The gate facts' hash joins build their tables from the small side: sessions, stage
-    cells, the sessions with receipts, findings; never from the record tables the units
-    come from (events, receipts, streams, dispatches, proxy records) nor from every stage
-    window. The replaced statement built one of every event (an ANTI JOIN: 10M rows at 10M
-    events, most of the step's 3 GB) and joined every window of a key: the control."""
+    cells, the sessions with receipts, findings, the sessions' first GETs (a grouping of
+    the proxy's GETs); never from the record tables the units come from (events,
+    receipts, streams, dispatches, proxy records) nor from every stage window. The
+    replaced statement built one of every event (an ANTI JOIN: 10M rows at 10M events,
+    most of the step's 3 GB) and joined every window of a key: the control."""
     con, _ = fleet_db
     values = params.from_config(Config())
     stmt = (
-        named.get("build", "facts").statements()[0]
+        named.get("build", "facts").statements()[1]  # a_gate_units (a_gate_sessions first)
         if which == "current"
         else next(
             q for q in named.parse(OLD / "gate_facts.sql", "facts") if q.name == "build"
         ).statements()[0]
     )
-    query = stmt[stmt.index(" AS\nWITH") + 4 :]
+    query = _v1(con, stmt[stmt.index(" AS\nWITH") + 4 :])
     bound = {k: values[k] for k in runner.PROBE_PARAMS}
     big = {"events", "inbox", "streams", "dispatches", "proxy", "a_stage_windows"}
     builds = _hash_join_builds(con, query, bound)
@@ -989,18 +1038,37 @@ def test_gate_facts_rewrite_gives_the_replaced_tables(fleet_db, changed):
         con.execute("CREATE SCHEMA v1")
         _facts_tables(con, OLD / "gate_facts.sql", "v0")
         _facts_tables(con, None, "v1")
-        for name in ("a_gate_facts", "a_stage_samples"):
-            n = con.execute(f"SELECT count(*) FROM v0.{name}").fetchone()[0]
-            assert con.execute(f"SELECT count(*) FROM v1.{name}").fetchone()[0] == n > 0
+        # the gate facts as their readers read them (gate_facts(): the units joined with
+        # their sessions' dimensions, in v1) against the replaced table, whose `probe`
+        # column no reader read
+        con.execute("SET search_path = 'v1,main'")
+        try:
+            con.execute("CREATE TEMP TABLE v1_facts AS SELECT * FROM gate_facts()")
             # (a write dispatch's file is a fact the replaced statement did not keep)
-            if name == "a_gate_facts":
-                con.execute(
-                    """UPDATE v1.a_gate_facts SET file_id = NULL
-                       WHERE fact = 'write_dispatches'"""
-                )
-            for a, b in ((f"v0.{name}", f"v1.{name}"), (f"v1.{name}", f"v0.{name}")):
+            con.execute("UPDATE v1_facts SET file_id = NULL WHERE fact = 'write_dispatches'")
+        finally:
+            con.execute("RESET search_path")
+        assert (
+            con.execute("SELECT count(*) FROM v1.a_gate_units").fetchone()[0]
+            == con.execute("SELECT count(*) FROM v1_facts").fetchone()[0]
+        )
+        pairs = {
+            "a_gate_facts": ("(SELECT * EXCLUDE (probe) FROM v0.a_gate_facts)", "v1_facts"),
+            "a_stage_samples": ("v0.a_stage_samples", "v1.a_stage_samples"),
+        }
+        for name, (old, new) in pairs.items():
+            n = con.execute(f"SELECT count(*) FROM {old}").fetchone()[0]
+            assert con.execute(f"SELECT count(*) FROM {new}").fetchone()[0] == n > 0
+            for a, b in ((old, new), (new, old)):
                 extra = con.execute(f"SELECT * FROM {a} EXCEPT ALL SELECT * FROM {b}").fetchall()
                 assert not extra, (name, a, extra[:3])
+        assert (
+            con.execute(
+                "SELECT * FROM (DESCRIBE SELECT * EXCLUDE (probe) FROM v0.a_gate_facts) "
+                "EXCEPT ALL SELECT * FROM (DESCRIBE v1_facts)"
+            ).fetchall()
+            == []
+        )
         if changed:
             # the server basis: events of sessions without receipts, and of none
             served = con.execute(
@@ -1014,7 +1082,7 @@ def test_gate_facts_rewrite_gives_the_replaced_tables(fleet_db, changed):
         staged = con.execute(
             """SELECT count(*) FILTER (WHERE stage IS NOT NULL),
                       count(*) FILTER (WHERE stage IS NULL)
-               FROM v1.a_gate_facts f ANTI JOIN a_sessions a USING (session_hmac)
+               FROM v1_facts f ANTI JOIN a_sessions a USING (session_hmac)
                WHERE f.fact <> 'findings'"""
         ).fetchone()
         assert staged[0] > 0 and staged[1] > 0

@@ -21,10 +21,20 @@
 -- (reconnect_undecided, the rule the reconnect_qps gate applies to a stage's windows) is
 -- `cannot_tell`, naming the first such log by path; a window over the budget without them
 -- (reconnect_over_budget) is a finding.
-WITH r AS (
-    SELECT reconnect_window(ts) AS bucket, file_id, status, method,
-           coalesce(is_reconnect(method, last_event_id, status, gets_before), false) AS known
-    FROM (SELECT *, prior_gets(method, session_hmac, ts, file_id, pos) AS gets_before FROM proxy)
+-- A GET re-opens its session's stream when it comes after the session's first GET
+-- (reopens in macros.sql), found among the GETs alone (a few in a hundred requests).
+WITH first_gets AS (
+    SELECT session_hmac, first_get(ts, file_id, pos) AS first_get
+    FROM proxy WHERE method = 'GET' AND session_hmac IS NOT NULL
+    GROUP BY session_hmac
+),
+r AS (
+    SELECT reconnect_window(p.ts) AS bucket, p.file_id, p.status, p.method,
+           coalesce(is_reconnect(p.method, p.last_event_id, p.status,
+                                 reopens(p.method, p.ts, p.file_id, p.pos, g.first_get)),
+                    false) AS known
+    FROM proxy p
+    LEFT JOIN first_gets g ON p.method = 'GET' AND g.session_hmac = p.session_hmac
 ),
 counted AS (
     SELECT bucket, count(*) AS n, histogram(status) AS by_status

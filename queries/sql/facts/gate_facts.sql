@@ -4,7 +4,7 @@
 --          size a proxy logged, a gated finding)
 --          and per stage it is attributed to (stage_key in macros.sql; NULL for none), with
 --          the dimensions the dashboard filters by. Every gate's measure, per stage for the
---          decision and under any filter for the dashboard, aggregates this one table
+--          decision and under any filter for the dashboard, aggregates these facts
 --          (queries/sql/gates); a_stage_samples (the evidence meters, the per-revision
 --          samples) is its per-stage summary. Built after the detectors and their stages.
 --          The units of `replaygate probe`'s sessions and requests (is_probe: its client
@@ -13,8 +13,25 @@
 --          (queries/params.py); the dashboard's measures and the meters follow.
 --          A finding's `cause` is its detail.reason: the breakdown of a gate whose header
 --          says `-- causes: true`.
+--          Stored narrow: what a fact's session tells (its revision, server, client,
+--          baseline) is kept once per session (a_gate_sessions, keyed by an integer `sid`)
+--          and each unit names its session by that key (a_gate_units; a unit of no known
+--          session keeps its session_hmac, NULL or not, and sid NULL). What every reader
+--          reads is the table macro gate_facts() (`setup`) that joins them back: a row per
+--          unit, as the one table they were until 2026-12-03 (its rows of 18 columns
+--          were most of this step's CPU: writing them).
 -- filters: none
-CREATE OR REPLACE TABLE a_gate_facts AS
+-- What each known session tells the facts of its units, once per session. Its key is the
+-- session's place in the order of session_hmac (an incremental analysis keeps a session's
+-- key and numbers new sessions after the last: queries/incremental.py).
+CREATE OR REPLACE TABLE a_gate_sessions AS
+SELECT (row_number() OVER (ORDER BY session_hmac))::INTEGER AS sid, session_hmac, cohort,
+       record_revision(session_hmac, protocol_version) AS revision,
+       server_instance AS server, client_name AS client,
+       is_baseline(session_hmac, cohort) AS baseline, principal
+FROM a_sessions;
+
+CREATE OR REPLACE TABLE a_gate_units AS
 WITH units AS (
     -- delivered events: accepted receipts where the client keeps an inbox, else the
     -- events the server's log shows it sent or replayed (what the server basis judges).
@@ -51,24 +68,31 @@ WITH units AS (
     FROM proxy
     WHERE judged_event_stream(method, status, body_bytes_sent, resp_content_type, client_closed)
 ),
--- Each unit and proxy record with what its session tells: its cohort (`known`: a session
--- of a_sessions) and the dimensions the dashboard filters by (a_sessions joined once).
+-- Each unit and proxy record with its session's key and cohort (`known`: a session of
+-- a_sessions, through a_gate_sessions joined once); a unit of no known session keeps its
+-- session_hmac.
 located AS (
-    SELECT u.*, a.session_hmac IS NOT NULL AS known, a.cohort,
-           record_revision(u.session_hmac, a.protocol_version) AS revision,
-           a.server_instance AS server, a.client_name AS client,
-           is_baseline(a.session_hmac, a.cohort) AS baseline,
-           is_probe(a.client_name, coalesce(a.principal, u.principal)) AS probe
-    FROM units u LEFT JOIN a_sessions a ON a.session_hmac = u.session_hmac
+    SELECT u.* EXCLUDE (principal), a.sid, a.sid IS NOT NULL AS known, a.cohort,
+           is_probe(a.client, coalesce(a.principal, u.principal)) AS probe
+    FROM units u LEFT JOIN a_gate_sessions a ON a.session_hmac = u.session_hmac
 ),
 located_proxy AS (
     SELECT p.ts, p.session_hmac, p.status, p.method, p.origin, p.raw_session_id, p.file_id,
-           p.pos, p.last_event_id, a.session_hmac IS NOT NULL AS known, a.cohort,
-           record_revision(p.session_hmac, a.protocol_version) AS revision,
-           a.server_instance AS server, a.client_name AS client,
-           is_baseline(a.session_hmac, a.cohort) AS baseline,
-           is_probe(a.client_name, coalesce(a.principal, p.principal)) AS probe
-    FROM proxy p LEFT JOIN a_sessions a ON a.session_hmac = p.session_hmac
+           p.pos, p.last_event_id, a.sid, a.sid IS NOT NULL AS known, a.cohort,
+           is_probe(a.client, coalesce(a.principal, p.principal)) AS probe
+    FROM proxy p LEFT JOIN a_gate_sessions a ON a.session_hmac = p.session_hmac
+),
+-- A session's first GET in each stage it is counted in (reopens in macros.sql: a GET after
+-- it re-opens the session's stream), from its GETs alone (a few in a hundred requests).
+located_gets AS (
+    SELECT p.ts, p.session_hmac, p.file_id, p.pos, a.sid IS NOT NULL AS known, a.cohort
+    FROM proxy p LEFT JOIN a_gate_sessions a ON a.session_hmac = p.session_hmac
+    WHERE p.method = 'GET' AND p.session_hmac IS NOT NULL
+),
+first_gets AS (
+    SELECT stage, session_hmac, first_get(ts, file_id, pos) AS first_get
+    FROM stage_attributed(located_gets, known, cohort, ts)
+    GROUP BY ALL
 ),
 -- Each is attributed its stage (stage_attributed in macros.sql: the windows looked up by
 -- the record's time, linear in the stages).
@@ -76,64 +100,44 @@ staged_units AS (
     SELECT * EXCLUDE (known, cohort) FROM stage_attributed(located, known, cohort, ts)
 ),
 records AS (
-    SELECT fact, stage, ts, session_hmac, secs, NULL::VARCHAR AS detector,
+    SELECT fact, stage, ts, sid, CASE WHEN sid IS NULL THEN session_hmac END AS session_hmac,
+           secs, NULL::VARCHAR AS detector,
            NULL::INTEGER AS status, NULL::VARCHAR AS method, NULL::VARCHAR AS origin,
            NULL::BOOLEAN AS raw_session_id, NULL::BOOLEAN AS reconnect,
-           file_id, NULL::VARCHAR AS cause,
-           revision, server, client, baseline, probe
+           file_id, NULL::VARCHAR AS cause, probe
     FROM staged_units
 ),
 proxied AS (
     SELECT * EXCLUDE (known, cohort) FROM stage_attributed(located_proxy, known, cohort, ts)
 ),
 requests AS (
-    -- a session's earlier GETs within the stage it is counted in
-    SELECT 'proxy_records' AS fact, stage, ts, session_hmac, NULL::DOUBLE AS secs,
-           NULL::VARCHAR AS detector, status, method, origin, raw_session_id,
-           is_reconnect(method, last_event_id, status,
-                        prior_gets(method, coalesce(stage, '') || session_hmac, ts,
-                                   file_id, pos))
-               AS reconnect,
-           file_id, NULL::VARCHAR AS cause, revision, server, client, baseline, probe
-    FROM proxied
+    -- a GET after its session's first within the stage it is counted in re-opens
+    SELECT 'proxy_records' AS fact, p.stage, p.ts, p.sid,
+           CASE WHEN p.sid IS NULL THEN p.session_hmac END AS session_hmac,
+           NULL::DOUBLE AS secs, NULL::VARCHAR AS detector, p.status, p.method, p.origin,
+           p.raw_session_id,
+           is_reconnect(p.method, p.last_event_id, p.status,
+                        reopens(p.method, p.ts, p.file_id, p.pos, g.first_get)) AS reconnect,
+           p.file_id, NULL::VARCHAR AS cause, p.probe
+    FROM proxied p
+    LEFT JOIN first_gets g
+      ON p.method = 'GET' AND g.session_hmac = p.session_hmac
+     AND g.stage IS NOT DISTINCT FROM p.stage
 ),
 found AS (
-    SELECT 'findings' AS fact, f.stage, f.ts, f.session_hmac, NULL::DOUBLE AS secs,
+    SELECT 'findings' AS fact, f.stage, f.ts, a.sid,
+           CASE WHEN a.sid IS NULL THEN f.session_hmac END AS session_hmac, NULL::DOUBLE AS secs,
            f.detector, NULL::INTEGER, NULL::VARCHAR, NULL::VARCHAR, NULL::BOOLEAN,
            NULL::BOOLEAN, NULL::BIGINT, json_extract_string(f.detail, '$.reason'),
-           record_revision(f.session_hmac, a.protocol_version) AS revision,
-           a.server_instance AS server, a.client_name AS client,
-           is_baseline(a.session_hmac, a.cohort) AS baseline,
-           is_probe(a.client_name, a.principal) AS probe
+           is_probe(a.client, a.principal) AS probe
     FROM findings f
-    LEFT JOIN a_sessions a ON a.session_hmac = f.session_hmac
+    LEFT JOIN a_gate_sessions a ON a.session_hmac = f.session_hmac
     WHERE gated(f.detail)
 )
-SELECT * FROM (SELECT * FROM records UNION ALL SELECT * FROM requests UNION ALL SELECT * FROM found)
+SELECT * EXCLUDE (probe)
+FROM (SELECT * FROM records UNION ALL SELECT * FROM requests UNION ALL SELECT * FROM found)
 WHERE NOT probe OR list_contains($probe_facts, fact)
    OR (fact = 'findings' AND list_contains($probe_detectors, detector));
-
--- The samples behind the evidence meters per stage, and per stage and revision: counts,
--- the last hour before the stage's newest sample, and the p99 of recoveries.
-CREATE OR REPLACE TABLE a_stage_samples AS
-WITH staged AS (
-    SELECT fact AS sample, stage, ts, secs, revision FROM a_gate_facts
-    WHERE stage IS NOT NULL
-      AND fact IN ('delivered_events', 'completed_streams', 'write_dispatches', 'recoveries')
-),
--- the newest sample of each kind per stage, for the last hour (a group, not a window: the
--- window function partitioned every fact)
-last AS (
-    SELECT sample, stage, max(ts) AS last_ts_all FROM staged GROUP BY ALL
-),
-revised AS (
-    SELECT * FROM staged JOIN last USING (sample, stage)
-)
-SELECT sample, stage, revision, count(*) AS n, min(ts) AS first_ts, max(ts) AS last_ts,
-       count(*) FILTER (WHERE ts > last_ts_all - INTERVAL 1 HOUR) AS n_last_hour,
-       quantile_cont(secs, 0.99) AS p99
-FROM revised
-GROUP BY GROUPING SETS ((sample, stage), (sample, stage, revision));
 
 -- name: setup
 -- purpose: per-connection macros (temporary, so a read-only connection works): the filter
@@ -150,13 +154,25 @@ CREATE OR REPLACE TEMP MACRO rg_keep(stage, baseline, revision, server, client, 
     AND (flt.t_from::TIMESTAMPTZ IS NULL OR ts >= flt.t_from::TIMESTAMPTZ)
     AND (flt.t_to::TIMESTAMPTZ IS NULL OR ts <= flt.t_to::TIMESTAMPTZ);
 
+-- The gate facts, a row per unit with its session's dimensions (a unit of no known session:
+-- its own session_hmac, the revision of a record of no known session, no server nor
+-- client, not baseline): what every gate measure, the stage samples and the dashboard read.
+CREATE OR REPLACE TEMP MACRO gate_facts() AS TABLE
+    SELECT u.fact, u.stage, u.ts, coalesce(a.session_hmac, u.session_hmac) AS session_hmac,
+           u.secs, u.detector, u.status, u.method, u.origin, u.raw_session_id, u.reconnect,
+           u.file_id, u.cause,
+           CASE WHEN u.sid IS NULL THEN record_revision(u.session_hmac, NULL)
+                ELSE a.revision END AS revision,
+           a.server, a.client, coalesce(a.baseline, false) AS baseline
+    FROM a_gate_units u LEFT JOIN a_gate_sessions a ON a.sid = u.sid;
+
 -- The gate facts a measure aggregates, grouped by `k`: per stage (`by_stage`: every
 -- stage has a row, one that is no fact when nothing happened in it), else the facts the
 -- filter keeps as one group (k NULL).
 CREATE OR REPLACE TEMP MACRO gate_rows(by_stage, flt) AS TABLE
     SELECT CASE WHEN by_stage THEN stage END AS k, fact, detector, ts, secs, session_hmac,
            status, method, origin, raw_session_id, reconnect, file_id, cause
-    FROM a_gate_facts
+    FROM gate_facts()
     WHERE CASE WHEN by_stage THEN stage IS NOT NULL
                ELSE rg_keep(stage, baseline, revision, server, client, ts, flt) END
     UNION ALL
@@ -185,3 +201,29 @@ CREATE OR REPLACE TEMP MACRO undecided_units(by_stage, flt, detectors) AS TABLE
                             record_revision(u.session_hmac, a.protocol_version),
                             a.server_instance, a.client_name, u.ts, flt) END
     GROUP BY ALL;
+
+-- name: samples
+-- purpose: the samples behind the evidence meters (a_stage_samples), from the gate facts
+--          as their readers read them (gate_facts(), `setup`)
+-- filters: none
+-- The samples behind the evidence meters per stage, and per stage and revision: counts,
+-- the last hour before the stage's newest sample, and the p99 of recoveries.
+CREATE OR REPLACE TABLE a_stage_samples AS
+WITH staged AS (
+    SELECT fact AS sample, stage, ts, secs, revision FROM gate_facts()
+    WHERE stage IS NOT NULL
+      AND fact IN ('delivered_events', 'completed_streams', 'write_dispatches', 'recoveries')
+),
+-- the newest sample of each kind per stage, for the last hour (a group, not a window: the
+-- window function partitioned every fact)
+last AS (
+    SELECT sample, stage, max(ts) AS last_ts_all FROM staged GROUP BY ALL
+),
+revised AS (
+    SELECT * FROM staged JOIN last USING (sample, stage)
+)
+SELECT sample, stage, revision, count(*) AS n, min(ts) AS first_ts, max(ts) AS last_ts,
+       count(*) FILTER (WHERE ts > last_ts_all - INTERVAL 1 HOUR) AS n_last_hour,
+       quantile_cont(secs, 0.99) AS p99
+FROM revised
+GROUP BY GROUPING SETS ((sample, stage), (sample, stage, revision));
