@@ -39,6 +39,7 @@ REWRITTEN = (
     "replay_after_ack",
     "priming_lost",
     "dropped_terminal",
+    "allowed_origin_refused",
 )
 # Prepared tables now kept as views over the records and a small table (the files of the
 # tables they replaced, in order: each may read the one before).

@@ -19,5 +19,7 @@ SELECT DISTINCT session_hmac, 'high' AS severity, ts,
 FROM proxy
 -- A 421 answers the Host, which an access log does not show: without an Origin it may be a
 -- DNS-rebinding probe refused as it should be (the Python SDK checks Host first).
-WHERE is_mcp_request(method) AND origin_ok(origin, $origin_patterns)
-  AND (status = 403 OR (status = 421 AND origin IS NOT NULL))
+-- The status first: the allow-list's patterns are matched only for the few refused rows
+-- (matched for every request, they were 95 % of the detector's CPU).
+WHERE (status = 403 OR (status = 421 AND origin IS NOT NULL))
+  AND is_mcp_request(method) AND origin_ok(origin, $origin_patterns)
