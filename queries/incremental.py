@@ -12,8 +12,9 @@ dispatches across sessions, recomputes the groups that hold a changed dispatch
 (groups.py). `undelivered_result` also judges empty answers logged without a session,
 placed by time on other sessions' streams: it recomputes the noted sessions with those
 whose last findings were near such an answer, and every such answer (NEAR_SESSIONS).
-Everything else (stage windows, per-stage samples, source
-counts, idempotency keys, fleet-wide rates, proxy-log checks) is recomputed whole, as
+The counts of records per stage and source (ADDITIVE_PREP) are
+added to for the new rows. Everything else (stage windows, per-stage samples,
+idempotency keys, fleet-wide rates, proxy-log checks) is recomputed whole, as
 in a full analysis. Stages are then assigned to all findings as always.
 
 A full analysis runs instead when there is no earlier analysis to build on, an ingest
@@ -37,6 +38,7 @@ from typing import Any
 
 import duckdb
 
+from replaygate.core import contract
 from replaygate.core.config import Config
 from replaygate.core.db import get_meta, one_row, set_meta
 
@@ -122,6 +124,14 @@ NEAR_SESSIONS: dict[str, dict[str, str]] = {
               AND f.session_hmac IS NOT NULL""",
     },
 }
+# Prepared tables of counts of records per group (`n`, by every other column): an append
+# adds the counts of its new rows to them, since an incremental run's rows are never
+# replaced nor removed and its rollout log is unchanged (either makes a full analysis).
+# `a_stage_sources` counts each source's records in each stage's window: recounted whole it
+# read every record (3 % of a 1M re-analysis), for the new rows alone a hundredth of them.
+ADDITIVE_PREP = {"a_stage_sources"}
+DELTA = "rg_delta"
+
 # Set once an analysis keeps its undecided units (runner's `cannot_tell_units`): an
 # incremental one needs those of the sessions it does not recompute.
 UNITS_META = "cannot_tell_units"
@@ -248,6 +258,8 @@ def analyse(
                 )
                 _scoped_prep(con, q)
                 _scoped_view(con, base)
+            elif q.name in ADDITIVE_PREP:
+                _added_counts(con, q)
             else:
                 for stmt in q.statements():
                     con.execute(stmt)
@@ -350,6 +362,65 @@ def analyse(
             con.execute("DROP TABLE IF EXISTS rg_new_rows")
             con.execute("DROP TABLE IF EXISTS rg_fact_stages")
             con.execute("DROP VIEW IF EXISTS temp.a_gate_units")
+
+
+def _added_counts(con: duckdb.DuckDBPyConnection, q: catalog.Query) -> None:
+    """Run a prepare query of counts (ADDITIVE_PREP) on copies of the record tables that
+    hold only the new rows (schema `rg_delta`, first on the search path), and add what it
+    counts to the table's counts."""
+    tables = list(dict.fromkeys(_CREATES.findall(q.sql)))
+    con.execute(f"CREATE SCHEMA {DELTA}")
+    try:
+        new = con.execute(
+            """SELECT tbl, file_id, min(from_pos) FROM analysis_pending_rows
+               GROUP BY ALL ORDER BY ALL"""
+        ).fetchall()
+        for rt in contract.RECORD_TYPES:
+            base = _base(con, rt.table)
+            con.execute(f"CREATE TABLE {DELTA}.{rt.table} AS SELECT * FROM {base} LIMIT 0")
+            # A file's new rows one file at a time: a filter on the file and its position
+            # skips the blocks of other rows (a join with the pending files read them all).
+            for _, file_id, from_pos in (n for n in new if n[0] == rt.table):
+                con.execute(
+                    f"""INSERT INTO {DELTA}.{rt.table} SELECT * FROM {base}
+                        WHERE file_id = $f AND pos > $p""",
+                    {"f": file_id, "p": from_pos},
+                )
+        con.execute(f"SET search_path = '{DELTA},main'")
+        try:
+            for stmt in q.statements():
+                con.execute(stmt)
+        finally:
+            _search(con, scoped=False)
+        for t in tables:
+            cols = [
+                r[0]
+                for r in con.execute(
+                    "SELECT column_name FROM information_schema.columns "
+                    "WHERE table_schema = $s AND table_name = $t ORDER BY ordinal_position",
+                    {"s": DELTA, "t": t},
+                ).fetchall()
+            ]
+            if "n" not in cols:
+                raise Fallback(f"{t}: no count `n`")
+            by = ", ".join(c for c in cols if c != "n")
+            con.execute(
+                f"""CREATE OR REPLACE TEMP TABLE rg_counts AS
+                    SELECT {by}, sum(n)::BIGINT AS n
+                    FROM (SELECT * FROM main.{t} UNION ALL SELECT * FROM {DELTA}.{t})
+                    GROUP BY ALL"""
+            )
+            con.execute(f"DELETE FROM main.{t}")
+            con.execute(f"INSERT INTO main.{t} BY NAME SELECT * FROM rg_counts")
+            con.execute("DROP TABLE rg_counts")
+    finally:
+        for (t,) in con.execute(
+            "SELECT table_name FROM duckdb_tables() WHERE schema_name = $s "
+            "AND database_name = current_database()",
+            {"s": DELTA},
+        ).fetchall():
+            con.execute(f"DROP TABLE {DELTA}.{t}")
+        con.execute(f"DROP SCHEMA IF EXISTS {DELTA}")
 
 
 def _local(name: str) -> str:

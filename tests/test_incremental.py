@@ -440,6 +440,40 @@ def test_analysis_after_appends_follows_what_changed_and_equals_a_full_one(tmp_p
     con.close()
 
 
+def test_record_counts_per_stage_are_added_to_after_an_append(tmp_path):
+    """After an append the counts of records per stage and source (a_stage_sources) are
+    the last analysis's plus the new rows' counts, not a recount of every record: a count
+    planted before the append is still there after it (a recount, the old way, loses it),
+    and without it the counts equal a full analysis's."""
+    data = {
+        "sessions.jsonl": _content("sessions.jsonl"),
+        "events.jsonl": _content("events.jsonl.gz"),
+        "proxy-access.jsonl": _content("proxy-access.jsonl.gz"),
+    }
+    live = tmp_path / "live"
+    live.mkdir()
+    shutil.copy(SAMPLE / "rollout.csv", live / "rollout.csv")
+    con = dbm.connect(str(tmp_path / "t.duckdb"))
+    for name, content in data.items():
+        _write(live / name, _cut(content, 0.9))
+    ingest(con, [live], CONF)
+    runner.analyse(con, CONF)
+    before = dict(con.execute("SELECT (stage, source), n FROM a_stage_sources").fetchall())
+    assert before
+    con.execute("UPDATE a_stage_sources SET n = n + 7")
+    for name, content in data.items():
+        _write(live / name, content)
+    ingest(con, [live], CONF)
+    runner.analyse(con, CONF)
+    assert get_meta(con, "analysis_mode") == "incremental"
+    added = dict(con.execute("SELECT (stage, source), n FROM a_stage_sources").fetchall())
+    runner.analyse(con, CONF, force=True)
+    full = dict(con.execute("SELECT (stage, source), n FROM a_stage_sources").fetchall())
+    assert full != before  # the append added records to some stage's window
+    assert added == {k: n + 7 if k in before else n for k, n in full.items()}
+    con.close()
+
+
 @pytest.mark.parametrize(
     ("name", "table", "gz"),
     [
