@@ -393,14 +393,7 @@ def _added_counts(con: duckdb.DuckDBPyConnection, q: catalog.Query) -> None:
         finally:
             _search(con, scoped=False)
         for t in tables:
-            cols = [
-                r[0]
-                for r in con.execute(
-                    "SELECT column_name FROM information_schema.columns "
-                    "WHERE table_schema = $s AND table_name = $t ORDER BY ordinal_position",
-                    {"s": DELTA, "t": t},
-                ).fetchall()
-            ]
+            cols = _columns(con, DELTA, t)
             if "n" not in cols:
                 raise Fallback(f"{t}: no count `n`")
             by = ", ".join(c for c in cols if c != "n")
@@ -494,14 +487,7 @@ def _scoped_prep(con: duckdb.DuckDBPyConnection, q: catalog.Query) -> None:
         for stmt in q.statements():
             con.execute(stmt)
     for t in tables:
-        cols = {
-            r[0]
-            for r in con.execute(
-                "SELECT column_name FROM information_schema.columns "
-                "WHERE table_schema = $s AND table_name = $t",
-                {"s": SCOPE, "t": t},
-            ).fetchall()
-        }
+        cols = _columns(con, SCOPE, t)
         if "session_hmac" not in cols:
             raise Fallback(f"{t}: no session_hmac column")
         con.execute(
@@ -630,6 +616,18 @@ def gate_facts(
 FACT_TABLES = ("a_gate_sessions", "a_gate_units", "a_stage_samples")
 _TEMP_MACRO = re.compile(r"CREATE\s+OR\s+REPLACE\s+TEMP\s+MACRO\s", re.IGNORECASE)
 _COMMENTS = re.compile(r"^\s*--.*$", re.MULTILINE)
+
+
+def _columns(con: duckdb.DuckDBPyConnection, schema: str, table: str) -> list[str]:
+    """A table's column names, in their order."""
+    return [
+        r[0]
+        for r in con.execute(
+            "SELECT column_name FROM information_schema.columns "
+            "WHERE table_schema = $s AND table_name = $t ORDER BY ordinal_position",
+            {"s": schema, "t": table},
+        ).fetchall()
+    ]
 
 
 def _has(con: duckdb.DuckDBPyConnection, schema: str, table: str) -> bool:

@@ -288,9 +288,10 @@ class _Stalling(BaseHTTPRequestHandler):
         self._json(200)
 
 
-@pytest.mark.parametrize("mode", ["silent", "trickle"])
-def test_the_deadline_ends_a_run_against_an_endpoint_that_never_answers(tmp_path, mode):
-    server = ThreadingHTTPServer(("127.0.0.1", 0), _Stalling)
+def _probe_fake(tmp_path, handler, mode, *args):
+    """Run `replaygate probe` against a fake endpoint in this process: its completed
+    process and how long it took."""
+    server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
     server.daemon_threads = True
     server.mode = mode
     threading.Thread(target=server.serve_forever, daemon=True).start()
@@ -299,14 +300,19 @@ def test_the_deadline_ends_a_run_against_an_endpoint_that_never_answers(tmp_path
         t0 = time.monotonic()
         r = subprocess.run(
             [sys.executable, "-m", "replaygate", "probe", url, "--out", str(tmp_path),
-             "--deadline", "4s", "--timeout", "30", "--json"],
+             *args, "--json"],
             env={**os.environ, "REPLAYGATE_HMAC_KEY": "k"}, cwd=tmp_path,
-            capture_output=True, text=True, timeout=90,
+            capture_output=True, text=True, timeout=120,
         )  # fmt: skip
-        took = time.monotonic() - t0
+        return r, time.monotonic() - t0
     finally:
         server.shutdown()
         server.server_close()
+
+
+@pytest.mark.parametrize("mode", ["silent", "trickle"])
+def test_the_deadline_ends_a_run_against_an_endpoint_that_never_answers(tmp_path, mode):
+    r, took = _probe_fake(tmp_path, _Stalling, mode, "--deadline", "4s", "--timeout", "30")
     # Within the deadline, the DELETEs' grace and the interpreter's start: never the
     # 30 s a read may wait, nor the hour the endpoint asks the client to stay away.
     assert took < 25, (took, r.stderr)
@@ -400,21 +406,10 @@ class _QuietResume(_Stalling):
 
 
 def test_a_silent_resumed_stream_is_resumed_again_without_waiting_the_timeout(tmp_path):
-    server = ThreadingHTTPServer(("127.0.0.1", 0), _QuietResume)
-    server.daemon_threads = True
-    server.mode = "answer"
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    url = f"http://127.0.0.1:{server.server_address[1]}/mcp"
-    try:
-        r = subprocess.run(
-            [sys.executable, "-m", "replaygate", "probe", url, "--out", str(tmp_path),
-             "--scenarios", "resume", "--tool", "count", "--timeout", "25", "--json"],
-            env={**os.environ, "REPLAYGATE_HMAC_KEY": "k"}, cwd=tmp_path,
-            capture_output=True, text=True, timeout=120,
-        )  # fmt: skip
-    finally:
-        server.shutdown()
-        server.server_close()
+    r, _ = _probe_fake(
+        tmp_path, _QuietResume, "answer", "--scenarios", "resume", "--tool", "count",
+        "--timeout", "25",
+    )  # fmt: skip
     doc = json.loads(r.stdout)
     (resume,) = doc["rounds"][0]["scenarios"]
     assert resume["status"] == "pass", resume
@@ -493,21 +488,10 @@ def test_an_answer_lost_on_the_way_is_not_the_servers_verdict(tmp_path):
     allowed Origin (it issued a session for it) nor a tool that answered within the cut:
     the origin scenario passes on the session it was given, and resume says the call's
     stream ended before its answer."""
-    server = ThreadingHTTPServer(("127.0.0.1", 0), _LostAnswers)
-    server.daemon_threads = True
-    server.mode = "answer"
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    url = f"http://127.0.0.1:{server.server_address[1]}/mcp"
-    try:
-        r = subprocess.run(
-            [sys.executable, "-m", "replaygate", "probe", url, "--out", str(tmp_path),
-             "--scenarios", "resume,origin", "--tool", "count", "--timeout", "10", "--json"],
-            env={**os.environ, "REPLAYGATE_HMAC_KEY": "k"}, cwd=tmp_path,
-            capture_output=True, text=True, timeout=120,
-        )  # fmt: skip
-    finally:
-        server.shutdown()
-        server.server_close()
+    r, _ = _probe_fake(
+        tmp_path, _LostAnswers, "answer", "--scenarios", "resume,origin", "--tool", "count",
+        "--timeout", "10",
+    )  # fmt: skip
     doc = json.loads(r.stdout)
     verdicts = {v["scenario"]: v for v in doc["rounds"][0]["scenarios"]}
     assert verdicts["origin"]["status"] == "pass", verdicts["origin"]

@@ -581,9 +581,8 @@ def test_prepare_rewrite_gives_the_replaced_tables(fleet_db, file, changed):
         con.execute("ROLLBACK")
 
 
-def test_a_missing_event_of_two_ids_is_the_one_logged_first():
-    """Of two event ids logged with the seq a client never accepted, a_missing names the one
-    logged first, whichever order the rows are stored in."""
+def _missing_con() -> duckdb.DuckDBPyConnection:
+    """The prepare step's macros and the empty tables a_missing reads."""
     con = _macros_con()
     con.execute(
         """CREATE TABLE events (file_id BIGINT, pos BIGINT, ts TIMESTAMPTZ, session_hmac VARCHAR,
@@ -602,6 +601,13 @@ def test_a_missing_event_of_two_ids_is_the_one_logged_first():
     con.execute(
         "CREATE TABLE a_sessions (session_hmac VARCHAR, client_name VARCHAR, principal VARCHAR)"
     )
+    return con
+
+
+def test_a_missing_event_of_two_ids_is_the_one_logged_first():
+    """Of two event ids logged with the seq a client never accepted, a_missing names the one
+    logged first, whichever order the rows are stored in."""
+    con = _missing_con()
     t = "TIMESTAMPTZ '2026-01-01 00:00:00+00' + INTERVAL (seq) SECOND"
     for order in ("ASC", "DESC"):
         con.execute("DELETE FROM events")
@@ -634,24 +640,7 @@ def test_a_missing_finds_every_hole_whatever_the_seqs_span(streams):
     """a_missing counts a stream's distinct seqs in blocks of bits: every seq a client never
     accepted between its lowest and highest is a hole, whether the stream spans one block or
     many, holds negative seqs (which share bits within block 0) or accepts a seq twice."""
-    con = _macros_con()
-    con.execute(
-        """CREATE TABLE events (file_id BIGINT, pos BIGINT, ts TIMESTAMPTZ, session_hmac VARCHAR,
-               generation BIGINT, stream_id VARCHAR, event_id VARCHAR, seq BIGINT,
-               kind VARCHAR, disposition VARCHAR, cumulative BOOLEAN)"""
-    )
-    con.execute(
-        """CREATE TABLE inbox (ts TIMESTAMPTZ, session_hmac VARCHAR, generation BIGINT,
-               stream_id VARCHAR, event_id VARCHAR, verdict VARCHAR, dispatch_id VARCHAR,
-               origin_stream_id VARCHAR, seq BIGINT, kind VARCHAR)"""
-    )
-    con.execute(
-        """CREATE TABLE streams (session_hmac VARCHAR, generation BIGINT, stream_id VARCHAR,
-               state VARCHAR, close_reason VARCHAR)"""
-    )
-    con.execute(
-        "CREATE TABLE a_sessions (session_hmac VARCHAR, client_name VARCHAR, principal VARCHAR)"
-    )
+    con = _missing_con()
     # the session has an event log (so its receipts are judged); the streams have none
     con.execute(
         """INSERT INTO events VALUES (1, 1, TIMESTAMPTZ '2026-01-01 00:00:00+00', 's', 1,
