@@ -122,7 +122,9 @@ class LedgerMiddleware:
 
         if method == "GET" and last_event_id and holder["session"]:
             # A cursor the recorder no longer knows re-opens the session's broken stream.
-            stream = self.store.stream_of(last_event_id) or self._broken(holder["session"])
+            stream = self.store.stream_of(last_event_id, holder["session"]) or self._broken(
+                holder["session"]
+            )
             if stream is not None:
                 key = (holder["session"], stream)
                 if key in self.carrier:

@@ -61,38 +61,94 @@ def _digest(message) -> str | None:
 
 class MemoryEventStore(EventStore):
     """A bounded in-memory store (per process) with per-stream indexes: a replay of k
-    events costs O(k), eviction of the oldest event O(1)."""
+    events costs O(k), eviction of the oldest event O(1).
+
+    The SDK names a stream by the JSON-RPC id of the request that opened it (or one
+    name for every standalone GET stream), so two sessions have streams of the same
+    name: a stream here is (session, stream id), its session read from the recorder's
+    request holder, and a resume is served only from a cursor of the resuming session's
+    own streams. An initialize's stream is stored before its session is named: it is
+    held under its request's holder until the holder names the session (the first look
+    at it after that files it under the session)."""
 
     def __init__(self, max_events: int = 100_000):
         self.max_events = max_events
         # Called with (event id, events held) for each event evicted; the recorder
         # writes it to the event log.
         self.on_evict: Callable[[str, int], None] | None = None
-        self.events: dict[
-            str, tuple[str, JSONRPCMessage | None, int]
-        ] = {}  # id -> stream, message, pos
-        self.streams: dict[str, deque[str]] = {}  # stream -> its event ids, oldest first
-        self.first_pos: dict[str, int] = {}  # stream -> position of streams[stream][0]
+        # id -> stream id, message, pos, owner (the session; an unnamed holder's key)
+        self.events: dict[str, tuple[str, JSONRPCMessage | None, int, object]] = {}
+        # (owner, stream id) -> its event ids, oldest first
+        self.streams: dict[tuple[object, str], deque[str]] = {}
+        self.first_pos: dict[tuple[object, str], int] = {}  # position of streams[k][0]
         self.order: deque[str] = deque()
+        # id(holder) -> (holder, its streams) for holders that had no session yet
+        self.unnamed: dict[int, tuple[dict, set[str]]] = {}
+
+    def _owner(self, holder: dict | None) -> object:
+        """The owner of the streams a request stores: its session, else (before an
+        initialize's answer names it) its holder."""
+        if holder is None:
+            return None  # used without the recorder: one namespace, as the SDK's
+        session = holder.get("session")
+        if session is not None:
+            self._name(id(holder))
+            return session
+        return ("unnamed", id(holder))
+
+    def _name(self, key: int) -> None:
+        """File the streams of a holder that has named its session under the session."""
+        entry = self.unnamed.get(key)
+        if entry is None or entry[0].get("session") is None:
+            return
+        holder, streams = self.unnamed.pop(key)
+        session, old = holder["session"], ("unnamed", key)
+        for stream_id in list(streams):
+            if (session, stream_id) in self.streams:
+                continue  # a request id the session used twice: it keeps its own
+            streams.discard(stream_id)
+            ids = self.streams.pop((old, stream_id))
+            self.streams[(session, stream_id)] = ids
+            self.first_pos[(session, stream_id)] = self.first_pos.pop((old, stream_id))
+            for event_id in ids:
+                stream, message, pos, _ = self.events[event_id]
+                self.events[event_id] = (stream, message, pos, session)
+        if streams:
+            self.unnamed[key] = (holder, streams)
 
     async def store_event(self, stream_id: StreamId, message: JSONRPCMessage | None) -> EventId:
         event_id = str(uuid.uuid4())
-        ids = self.streams.setdefault(stream_id, deque())
-        pos = self.first_pos.setdefault(stream_id, 0) + len(ids)
+        holder = current.get()
+        owner = self._owner(holder)
+        if holder is not None and isinstance(owner, tuple):
+            self.unnamed.setdefault(id(holder), (holder, set()))[1].add(stream_id)
+        key = (owner, stream_id)
+        ids = self.streams.setdefault(key, deque())
+        pos = self.first_pos.setdefault(key, 0) + len(ids)
         ids.append(event_id)
-        self.events[event_id] = (stream_id, message, pos)
+        self.events[event_id] = (stream_id, message, pos, owner)
         self.order.append(event_id)
         if len(self.order) > self.max_events:
-            old = self.order.popleft()
-            stream, _, _ = self.events.pop(old)
-            # Eviction is oldest first, so the evicted event heads its stream's index.
-            self.streams[stream].popleft()
-            self.first_pos[stream] += 1
-            if not self.streams[stream]:
-                del self.streams[stream], self.first_pos[stream]
-            if self.on_evict is not None:
-                self.on_evict(old, len(self.order))
+            self._evict()
         return event_id
+
+    def _evict(self) -> None:
+        old = self.order.popleft()
+        stream_id, _, _, owner = self.events.pop(old)
+        key = (owner, stream_id)
+        # Eviction is oldest first, so the evicted event heads its stream's index.
+        self.streams[key].popleft()
+        self.first_pos[key] += 1
+        if not self.streams[key]:
+            del self.streams[key], self.first_pos[key]
+            if isinstance(owner, tuple):
+                entry = self.unnamed.get(owner[1])
+                if entry is not None:
+                    entry[1].discard(stream_id)
+                    if not entry[1]:
+                        del self.unnamed[owner[1]]
+        if self.on_evict is not None:
+            self.on_evict(old, len(self.order))
 
     async def replay_events_after(
         self, last_event_id: EventId, send_callback: EventCallback
@@ -100,9 +156,15 @@ class MemoryEventStore(EventStore):
         item = self.events.get(last_event_id)
         if item is None:
             return None
-        stream_id, _, pos = item
-        ids = self.streams[stream_id]
-        start = pos - self.first_pos[stream_id] + 1
+        if isinstance(item[3], tuple):
+            self._name(item[3][1])  # an initialize's stream whose session is named now
+            item = self.events[last_event_id]
+        stream_id, _, pos, owner = item
+        if owner != self._owner(current.get()):
+            return None  # a cursor of another session's stream: not this one's to resume
+        key = (owner, stream_id)
+        ids = self.streams[key]
+        start = pos - self.first_pos[key] + 1
         for i in range(start, len(ids)):
             event_id = ids[i]
             message = self.events[event_id][1]
@@ -163,9 +225,13 @@ class RecordingEventStore(EventStore):
         for holder, row in waiting:
             self._emit(holder, row)
 
-    def stream_of(self, event_id: str) -> str | None:
+    def stream_of(self, event_id: str, session: str | None = None) -> str | None:
+        """The stream an event was stored on; with `session`, only an event of that
+        session's (stream ids repeat across sessions: another's cursor names none)."""
         item = self.index.get(event_id)
-        return item[1] if item else None
+        if item is None or (session is not None and item[0] not in (None, session)):
+            return None
+        return item[1]
 
     def result_event(self, session: str, stream_id: str) -> str | None:
         return self.results.get((session, stream_id))
@@ -276,7 +342,8 @@ class RecordingEventStore(EventStore):
             for row in rows:
                 if resumed is not None:
                     self._emit(holder, {**row, "stream_id": resumed})
-        if stream_id is None and cursor is not None:
+        session = holder.get("session") if holder else None
+        if stream_id is None and cursor is not None and cursor[0] in (None, session):
             # The server produced this cursor, yet its store no longer holds it: the
             # store gave no notice of the eviction, so it is logged now.
             self._log_eviction(last_event_id, None)

@@ -61,8 +61,8 @@ class RingStore(SmallStore):
         if not self.order:
             return None
         oldest = self.order[0]
-        stream = self.events[oldest][0]
-        for event_id in list(self.streams[stream]):
+        stream, _, _, owner = self.events[oldest]
+        for event_id in list(self.streams[(owner, stream)]):
             message = self.events[event_id][1]
             if message is not None:
                 await send_callback(EventMessage(message, event_id))

@@ -5,6 +5,7 @@ JSON-RPC id out."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 
 import pytest
@@ -360,3 +361,113 @@ def test_the_example_server_outlasts_a_proxys_idle_upstream_connections(monkeypa
     monkeypatch.setattr(sys, "argv", ["example_server", "--ledger", str(tmp_path)])
     example_server.main()
     assert seen["timeout_keep_alive"] > 120
+
+
+def test_two_sessions_with_the_same_request_ids_keep_their_own_streams():
+    """Stream ids are the sessions' own JSON-RPC ids, so two sessions have a stream "0"
+    (their initialize, stored before the answer names the session) and a stream "1": a
+    resume replays only its session's events, and another session's cursor is not
+    served. The holders are as the middleware makes them: the session's message router
+    stores under the initialize's holder, a request's priming event under its own."""
+    store = MemoryEventStore()
+
+    async def session(name):
+        init = {"session": None}
+        token = current.set(init)
+        try:
+            ids = {"0": [await store.store_event("0", None)]}
+            init["session"] = name  # the initialize's answer names the session
+            ids["0"].append(await store.store_event("0", _result(0)))
+        finally:
+            current.reset(token)
+        token = current.set({"session": name})  # the tools/call request: its priming
+        try:
+            ids["1"] = [await store.store_event("1", None)]
+        finally:
+            current.reset(token)
+        token = current.set(init)  # the message router
+        try:
+            ids["1"] += [await store.store_event("1", _note(i)) for i in range(3)]
+            ids["1"].append(await store.store_event("1", _result(1)))
+        finally:
+            current.reset(token)
+        return ids
+
+    async def resume(name, cursor):
+        got: list[str] = []
+
+        async def send(ev):
+            got.append(ev.event_id)
+
+        token = current.set({"session": name})
+        try:
+            return await store.replay_events_after(cursor, send), got
+        finally:
+            current.reset(token)
+
+    async def go():
+        a, b = await session("A"), await session("B")
+        return (
+            a,
+            b,
+            [
+                await resume("A", a["1"][0]),
+                await resume("A", a["0"][0]),
+                await resume("B", b["1"][2]),
+                await resume("B", a["1"][0]),
+            ],
+        )
+
+    a, b, (a1, a0, b1, crossed) = _run(go())
+    assert a1 == ("1", a["1"][1:])
+    assert a0 == ("0", a["0"][1:])
+    assert b1 == ("1", b["1"][3:])
+    assert crossed == (None, [])
+
+
+def _sse(resp, quiet_s: float) -> list[dict]:
+    """Every SSE event of a response until it ends or is quiet for `quiet_s` seconds."""
+    import socket
+
+    resp.fp.raw._sock.settimeout(quiet_s)
+    got, cur = [], {}
+    with contextlib.suppress(socket.timeout, TimeoutError):
+        while line := resp.readline():
+            line = line.decode().rstrip("\r\n")
+            if line == "":
+                if "id" in cur:
+                    got.append(cur)
+                cur = {}
+                continue
+            field, _, value = line.partition(":")
+            cur[field] = value.lstrip(" ")
+    return got
+
+
+@pytest.mark.slow
+def test_the_example_server_resumes_only_the_sessions_own_stream(tmp_path):
+    """The official SDK server with the recorder's in-memory store: two sessions call a
+    tool under the same JSON-RPC ids; a resume of one from its first event on stream "1"
+    replays that session's events after it, none of the other's."""
+    from .procs import example_server, stop, wait_port
+    from .test_e2e_real import KEY, Client
+
+    with contextlib.ExitStack() as logs:
+        proc, port = example_server(tmp_path / "ledger", tmp_path / "server.log", logs, KEY)
+        try:
+            wait_port(port)
+            clients = [Client(port, tmp_path / f"inbox-{n}.jsonl") for n in "ab"]
+            seen = []
+            for client in clients:
+                assert client.initialize() == 200
+                _, resp, rid = client.call("burst", {"n": 3})
+                assert rid == "1"
+                seen.append([e["id"] for e in client.events(resp, rid)])
+            a, b = seen
+            assert len(a) == 5 and len(b) == 5  # priming, three messages, the result
+            _, resp = clients[0].request("GET", extra={"Last-Event-ID": a[0]})
+            assert resp.status == 200
+            replayed = [e["id"] for e in _sse(resp, 2.0) if e.get("data")]
+        finally:
+            stop([proc])
+    assert replayed == a[1:] and not set(replayed) & set(b)

@@ -84,3 +84,25 @@ def test_a_served_resume_is_reported_and_evicts_nothing(tmp_path):
     _, served, answers = _play(store, {"session": "s-1"})
     assert served == "7" and answers == ["7"]
     assert not [r for r in _rows(tmp_path, "events") if r["disposition"] == "evicted"]
+
+
+def test_another_sessions_cursor_is_neither_served_nor_an_eviction(tmp_path):
+    """Stream ids repeat across sessions: a resume in session B with a cursor of session
+    A's stream "7" is not served, and A's event is not written as evicted."""
+    store = RecordingEventStore(LedgerWriter(tmp_path, b"k"), MemoryEventStore(max_events=100))
+    ids, served, _ = _play(store, {"session": "s-a"})
+    answers = []
+
+    async def resume():
+        token = current.set({"session": "s-b", "on_replay": answers.append})
+        try:
+
+            async def send(ev):
+                pass
+
+            return await store.replay_events_after(ids[1], send)
+        finally:
+            current.reset(token)
+
+    assert served == "7" and asyncio.run(resume()) is None and answers == [None]
+    assert all(r["disposition"] != "evicted" for r in _rows(tmp_path, "events"))
