@@ -479,6 +479,7 @@ def test_no_windowed_count_star_with_a_filter():
 
 # Each rewritten prepare file, with the tables it makes that the rest of the analysis reads.
 REWRITTEN_PREP = {
+    "02_sessions.sql": ("a_sessions",),
     "05_missing.sql": ("a_missing",),
     "06_stream_life.sql": ("a_streams",),
     "11_resumes.sql": ("a_resumes",),
@@ -705,6 +706,47 @@ def test_a_streams_orders_records_tied_in_time_by_file_and_position(stored):
     assert got["new"] == got["old"]
     assert con.execute("SELECT request_id, last_state FROM a_streams").fetchall() == [
         ("r-first", "RESUME_PENDING")
+    ]
+
+
+def _sessions_con(rows: list[tuple]) -> duckdb.DuckDBPyConnection:
+    """A database holding the macros, no rollout, and a session ledger of `rows`: (file_id,
+    pos, ms, state, principal, client_name), one session, inserted in the order given."""
+    con = _macros_con()
+    con.execute(
+        """CREATE TABLE sessions (file_id BIGINT, pos BIGINT, ts TIMESTAMPTZ,
+               session_hmac VARCHAR, generation BIGINT, state VARCHAR, principal VARCHAR,
+               auth_subject VARCHAR, protocol_version VARCHAR, server_instance VARCHAR,
+               client_name VARCHAR, rollout_stage VARCHAR, release VARCHAR, resumable BOOLEAN)"""
+    )
+    con.execute("CREATE TABLE a_stages (release VARCHAR)")
+    con.executemany(
+        """INSERT INTO sessions VALUES ($1, $2, make_timestamptz($3 * 1000), 's', 1, $4, $5,
+               $5, '2025-06-18', $6, $6, 'canary', NULL, NULL)""",
+        [(f, p, _T0_MS + ms, *rest) for f, p, ms, *rest in rows],
+    )
+    return con
+
+
+@pytest.mark.parametrize("stored", ["in log order", "reversed"])
+def test_a_sessions_orders_records_tied_in_time_by_file_and_position(stored):
+    """A session's records in the same microsecond are ordered by file, then position, as by
+    the struct (ts, file_id, pos) the replaced query ordered by: its first principal and
+    client are the same whichever order the rows are stored in."""
+    rows = [
+        (2, 1, 0, "INITIALIZED", "p-other-file", "c-other-file"),
+        (1, 7, 0, "INITIALIZED", "p-first", None),
+        (1, 8, 0, "ACTIVE", "p-second", "c-first"),
+        (3, 2**40 - 1, 5, "TERMINATED", "p-last", "c-last"),
+    ]
+    con = _sessions_con(rows if stored == "in log order" else rows[::-1])
+    got = {}
+    for side, path in (("new", catalog.SQL_DIR / "prep"), ("old", OLD)):
+        _prep_file(con, path / "02_sessions.sql")
+        got[side] = con.execute("SELECT * FROM a_sessions").fetchall()
+    assert got["new"] == got["old"]
+    assert con.execute("SELECT principal, client_name, terminated FROM a_sessions").fetchall() == [
+        ("p-first", "c-first", True)
     ]
 
 
