@@ -427,3 +427,48 @@ def test_the_dashboards_measures_equal_the_gates_on_a_blind_file(tmp_path):
     reinit = next(g for g in shown if g["id"] == "reinit_after_404")
     assert reinit["sample"] == 0 and reinit["cannot_tell"] == 1
     con.close()
+
+
+@pytest.mark.parametrize(
+    ("detector", "gate"),
+    [
+        ("auth_subject_mismatch", "auth_binding"),
+        ("allowed_origin_refused", "allowed_origin_refusals"),
+    ],
+)
+def test_a_blind_log_is_out_of_the_sample_whether_or_not_another_shows_the_fact(
+    tmp_path, detector, gate
+):
+    """A proxy log that cannot show a fact a gate's detector needs is left out of the
+    gate's sample whether it is the only log or another shows the fact (one rule,
+    judged_file in gate_facts.sql): its requests were judged by nobody, so a stage of
+    only those is `insufficient`, and a log that shows the fact, of requests before the
+    stage, changes nothing of the stage's reading; the dashboard reads the same."""
+    from replaygate.dashboard import model as dashmodel
+    from replaygate.queries import gates as gm
+    from replaygate.queries import named
+    from replaygate.queries.filters import Filters
+
+    tables, drop = CASES[detector]
+    tables = {
+        n: [{**r, "rollout_stage": "s"} if n == "sessions" else r for r in rows]
+        for n, rows in tables.items()
+    }
+    blind = _without(tables, drop)
+    seen = [{**r, "ts": r["ts"] - 60_000} for r in tables["proxy"]]
+    rollout = [{"ts": T - 1_000, "stage": "s", "action": "start", "scope": "read"}]
+    readings = []
+    for name, extra in (("alone", {}), ("beside", {"proxy_shown": seen})):
+        run(tmp_path / name, rollout=rollout, **blind, **extra)
+        con = dbm.connect(str(tmp_path / name / "t.duckdb"), read_only=True)
+        named.prepare(con)
+        (stage,) = gm.evaluate(con, CONF)["stages"]
+        shown = dashmodel.gate_measures(con, CONF, Filters(stage="s"), stage["scope"])
+        con.close()
+        fields = ("status", "sample", "no_evidence")
+        got = next(g for g in stage["gates"] if g["id"] == gate)
+        assert {k: got[k] for k in fields} == {
+            k: g[k] for g in shown if g["id"] == gate for k in fields
+        }
+        readings.append((got["status"], got["sample"]))
+    assert readings[0] == readings[1] == ("insufficient", 0), readings

@@ -543,10 +543,14 @@ def test_ledger_recovery_and_gate_measures(analysed):
     assert g["silent_truncations"]["status"] == "pass"
     assert g["raw_session_ids"]["status"] == "fail"
     assert g["lost_responses"]["status"] == "fail" and g["lost_responses"]["value"] == 2
+    # Neither proxy logs token subjects: no request's subject could be compared with its
+    # session's, so auth_binding judged none (docs/detectors.md, "Left out of the sample").
+    auth = g["auth_binding"]
+    assert auth["status"] == "insufficient" and auth["sample"] == 0 and auth["cannot_tell"] > 0
     assert stage["decision"] == "ROLLBACK"
     assert stage["reasons"] == [
         next(x["reason"] for x in stage["gates"] if x["id"] == gate)
-        for gate in ("raw_session_ids", "lost_responses")
+        for gate in ("raw_session_ids", "lost_responses", "auth_binding")
     ]
 
 

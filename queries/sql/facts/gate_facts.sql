@@ -186,6 +186,15 @@ CREATE OR REPLACE TEMP MACRO gate_rows(by_stage, flt) AS TABLE
 CREATE OR REPLACE TEMP MACRO fails(fact, detector, detectors) AS
     fact = 'findings' AND list_contains(detectors, detector);
 
+-- A file whose units `dets`, a gate's detectors, could judge: not one a detector was kept
+-- from (blind_files: it cannot show a fact the detector's verdict needs), whether or not
+-- another file of its source can show that fact. Its units are no passing units: a gate
+-- leaves them out of its sample, so a stage whose every unit is such is `insufficient`
+-- (queries/gates.py), never a pass, and the sample does not grow when a file that shows
+-- the fact is taken away (docs/detectors.md, "Left out of the sample").
+CREATE OR REPLACE TEMP MACRO judged_file(fid, dets) AS
+    fid NOT IN (SELECT b.file_id FROM blind_files b WHERE list_contains(dets, b.detector));
+
 -- The units `detectors` returned undecided (cannot_tell_units, kept a row per unit and
 -- stage, whatever `-- undecided:` label), each counted once, grouped by `k` as gate_rows groups the facts: per stage, else those the filter
 -- keeps by the dimensions of the unit's session and its time. A gate subtracts them from

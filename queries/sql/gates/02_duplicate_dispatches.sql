@@ -19,8 +19,7 @@
 WITH m AS (
     SELECT k, count(*) FILTER (WHERE fails(fact, detector, $detectors)) AS value,
            count(*) FILTER (WHERE fact = $meter
-                              AND file_id NOT IN (SELECT file_id FROM blind_files
-                                                  WHERE list_contains($detectors, detector)))
+                              AND judged_file(file_id, $detectors))
                AS n
     FROM gate_rows($by_stage, $flt) GROUP BY k
 )

@@ -16,8 +16,7 @@ WITH by_cause AS (
            -- that cannot show an initialize: they are `cannot_tell`)
            count(*) FILTER (WHERE fact = 'proxy_records'
                               AND dead_session(status, session_hmac, method, $dead_statuses)
-                              AND file_id NOT IN (SELECT file_id FROM blind_files
-                                                  WHERE list_contains($detectors, detector)))
+                              AND judged_file(file_id, $detectors))
                AS n,
            count(*) FILTER (WHERE fails(fact, detector, $detectors)) AS failures
     FROM gate_rows($by_stage, $flt) GROUP BY k, cause

@@ -10,18 +10,13 @@
 -- params: by_stage, flt, detectors
 -- measure: count of auth_subject_mismatch and session_after_terminal findings; sample: proxy requests on a session its detectors could judge (not those of a log that cannot show token subjects, nor of a session whose subject a blind ledger file may hide)
 -- The sample is the requests its detectors could judge: not those of a proxy log a
--- detector was kept from (one that cannot show token subjects while another does), nor
--- those of a session whose subject a blind ledger file may hide (a_subject_unknown): a
--- request nobody could compare is no passing request. (Where no proxy log shows token
--- subjects, the detector judges nothing at all: that is the whole source's case, said
--- by the detector's coverage, and its files are not partly blind.)
+-- detector was kept from (one that cannot show token subjects, whether or not another
+-- does: judged_file in gate_facts.sql), nor those of a session whose subject a blind
+-- ledger file may hide (a_subject_unknown): a request nobody could compare is no passing
+-- request.
 SELECT k AS stage, count(*) FILTER (WHERE fails(fact, detector, $detectors)) AS value,
        count(*) FILTER (WHERE fact = 'proxy_records' AND session_hmac IS NOT NULL
-                          AND file_id NOT IN (
-                              SELECT file_id FROM blind_files
-                              WHERE list_contains($detectors, detector)
-                                AND detector NOT IN (SELECT detector FROM coverage
-                                                     WHERE status = 'cannot tell'))
+                          AND judged_file(file_id, $detectors)
                           AND session_hmac NOT IN (SELECT session_hmac FROM a_subject_unknown))
            AS sample
 FROM gate_rows($by_stage, $flt) GROUP BY k
