@@ -34,26 +34,47 @@
 -- key at any time; the same sender and tool within the retry window, the earlier one
 -- broken, which a blind one may have; both keyless, the same caller and tool within the
 -- re-send window) is `cannot_tell` too ("same payload"), naming the first such file.
-WITH stream_of AS (
-    SELECT session_hmac, generation, request_id, min(opened_ts) AS opened_ts,
-           max(last_ts) AS last_ts, bool_or(disconnected) AS disconnected
-    FROM a_streams WHERE request_id IS NOT NULL GROUP BY ALL
-),
-executed AS (
-    SELECT d.*,
-           coalesce(s.opened_ts, d.ts) AS start_ts,
-           coalesce(s.last_ts, d.ts) AS end_ts,
-           coalesce(s.disconnected, false) AS stream_broke,
+-- Only what a basis reads of an execution is kept (a copy of every executed dispatch, all
+-- its columns, with its streams' span joined on, was most of this query): whether a write's
+-- stream broke is looked up among the streams that disconnected, and the span of the
+-- streams of a request (`spans`) only for the keyless writes and the blind files'
+-- executions, the two bases that compare it.
+WITH executed AS (
+    SELECT d.dispatch_id, d.ts, d.session_hmac, d.generation, d.request_id, d.principal,
+           d.idempotency_key, d.payload_digest, d.tool_name, d.tool_class, d.http_status,
            dispatch_sender(d.principal, d.session_hmac) AS sender,
            dispatch_caller(d.principal, d.session_hmac) AS caller
     FROM dispatches d
-    LEFT JOIN stream_of s
-      ON s.session_hmac = d.session_hmac AND s.generation = d.generation
-     AND s.request_id = d.request_id
     WHERE d.outcome = 'executed'
 ),
+broke_streams AS (
+    SELECT DISTINCT session_hmac, generation, request_id
+    FROM a_streams
+    WHERE disconnected AND request_id IS NOT NULL
+),
 writes AS (
-    SELECT * FROM executed WHERE is_write(tool_class)
+    SELECT e.*, b.request_id IS NOT NULL AS stream_broke
+    FROM executed e
+    LEFT JOIN broke_streams b
+      ON b.session_hmac = e.session_hmac AND b.generation = e.generation
+     AND b.request_id = e.request_id
+    WHERE is_write(e.tool_class)
+),
+keyless_writes AS (
+    SELECT * FROM writes
+    WHERE idempotency_key IS NULL OR trim(idempotency_key) = ''
+),
+spans AS (
+    SELECT session_hmac, generation, request_id, min(opened_ts) AS opened_ts,
+           max(last_ts) AS last_ts
+    FROM a_streams s
+    SEMI JOIN (SELECT session_hmac, generation, request_id FROM keyless_writes
+               UNION ALL
+               SELECT session_hmac, generation, request_id FROM a_blind_dispatches
+               WHERE outcome = 'executed') k
+      ON k.session_hmac = s.session_hmac AND k.generation = s.generation
+     AND k.request_id = s.request_id
+    GROUP BY ALL
 ),
 proxy_broke AS (
     SELECT d.dispatch_id
@@ -161,8 +182,11 @@ by_retry AS (
     GROUP BY a.session_hmac, a.generation, a.dispatch_id, a.ts
 ),
 keyless AS (
-    SELECT * FROM writes w
-    WHERE idempotency_key IS NULL OR trim(idempotency_key) = ''
+    SELECT w.*, coalesce(s.opened_ts, w.ts) AS start_ts, coalesce(s.last_ts, w.ts) AS end_ts
+    FROM keyless_writes w
+    LEFT JOIN spans s
+      ON s.session_hmac = w.session_hmac AND s.generation = w.generation
+     AND s.request_id = w.request_id
 ),
 by_suspicion AS (
     SELECT 'suspected' AS basis, a.session_hmac, a.generation, NULL AS stream_id,
@@ -210,7 +234,7 @@ blind AS (
            dispatch_sender(b.principal, b.session_hmac) AS sender,
            dispatch_caller(b.principal, b.session_hmac) AS caller
     FROM a_blind_dispatches b
-    LEFT JOIN stream_of s
+    LEFT JOIN spans s
       ON s.session_hmac = b.session_hmac AND s.generation = b.generation
      AND s.request_id = b.request_id
     WHERE b.outcome = 'executed'
