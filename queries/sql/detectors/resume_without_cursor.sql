@@ -35,19 +35,21 @@ WITH disconnected AS (
     WHERE state = 'DISCONNECTED'
 ),
 ordered AS (
-    SELECT session_hmac, generation, stream_id, state, ts, method, resume_from_event_id,
-           last_sent_event_id,
-           k_ AS k,
-           min(CASE WHEN state IN ('RESUME_PENDING', 'STREAM_OPEN') THEN k_ END)
-               OVER (w ROWS BETWEEN 1 FOLLOWING AND UNBOUNDED FOLLOWING) AS reopen_k
-    FROM (SELECT s.*, row_number() OVER (PARTITION BY s.session_hmac, s.generation, s.stream_id
-                                         ORDER BY s.ts, s.file_id, s.pos) AS k_
-          FROM streams s
-          SEMI JOIN disconnected d
-            ON s.session_hmac IS NOT DISTINCT FROM d.session_hmac
-           AND s.generation IS NOT DISTINCT FROM d.generation
-           AND s.stream_id IS NOT DISTINCT FROM d.stream_id)
-    WINDOW w AS (PARTITION BY session_hmac, generation, stream_id ORDER BY k_)
+    -- (k: the row's place in its log's order, record_order; the re-open after a row is the
+    -- least such place of a RESUME_PENDING or STREAM_OPEN after it, in one window)
+    SELECT s.session_hmac, s.generation, s.stream_id, s.state, s.ts, s.method,
+           s.resume_from_event_id, s.last_sent_event_id,
+           record_order(s.ts, s.file_id, s.pos) AS k,
+           min(CASE WHEN s.state IN ('RESUME_PENDING', 'STREAM_OPEN')
+                    THEN record_order(s.ts, s.file_id, s.pos) END)
+               OVER (PARTITION BY s.session_hmac, s.generation, s.stream_id
+                     ORDER BY s.ts, s.file_id, s.pos
+                     ROWS BETWEEN 1 FOLLOWING AND UNBOUNDED FOLLOWING) AS reopen_k
+    FROM streams s
+    SEMI JOIN disconnected d
+      ON s.session_hmac IS NOT DISTINCT FROM d.session_hmac
+     AND s.generation IS NOT DISTINCT FROM d.generation
+     AND s.stream_id IS NOT DISTINCT FROM d.stream_id
 ),
 reopens AS (
     SELECT d.session_hmac, d.generation, d.stream_id, d.k, d.ts AS disc_ts,
