@@ -482,6 +482,7 @@ REWRITTEN_PREP = {
     "02_sessions.sql": ("a_sessions",),
     "05_missing.sql": ("a_missing",),
     "06_stream_life.sql": ("a_streams",),
+    "07_recoveries.sql": ("a_recoveries",),
     "11_resumes.sql": ("a_resumes",),
 }
 
@@ -568,6 +569,18 @@ def test_prepare_rewrite_gives_the_replaced_tables(fleet_db, file, changed):
                        WHERE m.seq < s.hi"""
                 ).fetchone()[0]
                 assert hidden > 0
+        if file == "07_recoveries.sql":
+            # reopened streams, retries carried from earlier rows, disconnects never
+            # recovered, and (with the changes) streams logged without their session
+            kinds = con.execute(
+                """SELECT count(*) FILTER (WHERE reopen_ts IS NOT NULL),
+                          count(*) FILTER (WHERE retry_ms IS NOT NULL),
+                          count(*) FILTER (WHERE reconnect_ts IS NULL),
+                          count(*) FILTER (WHERE session_hmac IS NULL) FROM a_recoveries"""
+            ).fetchone()
+            assert min(kinds[:3]) > 0
+            if changed:
+                assert kinds[3] > 0
         if file == "11_resumes.sql":
             # cursors placed through the event index, and (with the changes) resumes of a
             # stream whose rows name no session
