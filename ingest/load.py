@@ -130,6 +130,25 @@ def _stage(
     return item
 
 
+def _load_order(item: Staged | FileResult | Moved) -> tuple[bool, int]:
+    """Where a file goes in its batch's transaction: the files read straight into their
+    tables first (see _load_batch), within each part the one with more content to read
+    first. An insert writes a table's rows in DuckDB's row groups and leaves partial
+    ones at its end; the checkpoint that ends the load merges runs of partial groups by
+    rewriting their rows. A small file loaded before a large one puts a small group in
+    front of the large one's full groups, and the merge then rewrote most of the table
+    (the 71 rows of a small proxy log before a proxy log of 315,000 rows); after it,
+    little is left to rewrite (the checkpoint at 1M events, measured in each of the
+    simulator's three formats: 0.39-0.9 CPU s before, 0.02-0.37 after). A smaller file
+    that does not load whole then rolls back the larger ones read before it, which are
+    read again (a batch is still tried at most three times)."""
+    if not isinstance(item, Staged):
+        return (True, 0)
+    d = item.decision
+    content = d.scan.complete - d.start if d is not None and d.scan is not None else 0
+    return (item.direct is None, -content)
+
+
 def _load_batch(
     con: duckdb.DuckDBPyConnection, loader: _Loader, plan: list[Staged | FileResult | Moved]
 ) -> list[FileResult]:
@@ -140,10 +159,7 @@ def _load_batch(
     report = loader.report
     reasons, without_key = report.quarantine_reasons.copy(), loader.raw_without_key
     results: list[FileResult | None] = [None] * len(plan)
-    order = sorted(
-        range(len(plan)),
-        key=lambda i: not (isinstance(plan[i], Staged) and plan[i].direct is not None),  # type: ignore[union-attr]
-    )
+    order = sorted(range(len(plan)), key=lambda i: _load_order(plan[i]))
     try:
         with transaction(con):
             changed = False

@@ -106,8 +106,10 @@ def test_parquet_with_bad_rows_and_without(tmp_path, monkeypatch):
     with_schema = _events(50).append_column("schema", pa.array(["mcpSseEvent.v1"] * 50))
     pq.write_table(with_schema, folder / "events-schema.parquet")
     spy = assert_same([[folder], [folder]], tmp_path, monkeypatch)
-    # Not vacuous: the clean file went straight in, the others were staged.
-    assert spy.direct == ["events-clean.parquet"]
+    # Not vacuous: the clean file went straight in, the others were staged. (The larger
+    # file goes first in a batch, load._load_order: the clean one was read straight in
+    # before the bad one rolled the batch back, and again after.)
+    assert spy.direct == ["events-clean.parquet"] * 2
     con = duckdb.connect(str(tmp_path / "direct.duckdb"), read_only=True)
     try:
         q = con.execute(
@@ -143,10 +145,11 @@ def test_a_bad_file_in_a_batch_keeps_the_others_and_the_ids(tmp_path, monkeypatc
 
     monkeypatch.setattr(load, "_load_batch", counted)
     spy = assert_same([[folder]], tmp_path, monkeypatch)
-    # b did not load whole: staged, the batch tried again (a went in again, c and d too);
-    # then e did not: staged with the files after it (f), the batch tried a third time.
+    # The files read straight in go larger first (load._load_order): d, c, b, e, a, f.
+    # b did not load whole: staged, the batch tried again (d and c went in again); then e
+    # did not: staged with the files not loaded yet (a, f), the batch tried a third time.
     # At most three tries, however many files have a bad line.
-    direct = ["sessions-a.jsonl"] * 3 + ["sessions-c.jsonl"] * 2 + ["sessions-d.jsonl.gz"] * 2
+    direct = ["sessions-c.jsonl"] * 3 + ["sessions-d.jsonl.gz"] * 3
     assert sorted(spy.direct) == direct
     assert tries == [6, 6, 6, 6]  # the direct ingest: three tries; the exact one: one
 
@@ -252,7 +255,8 @@ def test_csv_read_straight_in_equals_the_line_exact_load(tmp_path, monkeypatch):
     (clean / "events-clean.csv").write_bytes(_events_csv(400))
     (clean / "events-zipped.csv.gz").write_bytes(gzip.compress(_events_csv(50), mtime=0))
     (mixed / "events-bad.csv").write_bytes(_events_csv(300, {0, 123, 299}))
-    torn = _events_csv(30).replace(b"\ns3,", b"\ns3,extra,", 1)  # one record too wide
+    torn = _events_csv(30).replace(b",s3,", b",s3,extra,", 1)  # one record too wide
+    assert torn != _events_csv(30)
     (mixed / "events-torn.csv").write_bytes(torn)
     text = _events_csv(20).decode().splitlines(keepends=True)
     text[0] = "schema," + text[0]
@@ -356,3 +360,26 @@ def test_direct_insert_filters_no_typed_value(fmt, tmp_path):
     assert con.execute(sql, {k: v for k, v in params.items() if f"${k}" in sql}).fetchall() == [
         (50,)
     ]
+
+
+def test_a_batch_loads_the_larger_files_first(tmp_path):
+    """In a batch's transaction the files read straight in go first, and within each part
+    the file with more to read (load._load_order): a small file's rows follow a large
+    one's, so the checkpoint that ends the load has few partial row groups to merge."""
+    folder = tmp_path / "in"
+    folder.mkdir()
+    # b and a are clean (read straight in); d and c each have a refused line (staged).
+    for name, n, bad in (("a", 20, set()), ("b", 3000, set()), ("c", 10, {5}), ("d", 2000, {7})):
+        rows = _events(n, bad).to_pylist()
+        (folder / f"events-{name}.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    con = dbm.connect(str(tmp_path / "db.duckdb"))
+    try:
+        load.ingest(con, [folder], CONFIG)
+        first = con.execute(
+            "SELECT name FROM events JOIN files USING (file_id) "
+            "GROUP BY name ORDER BY min(events.rowid)"
+        ).fetchall()
+        assert [r[0] for r in first] == [f"events-{x}.jsonl" for x in "badc"]
+        assert con.execute("SELECT count(*) FROM events").fetchone() == (3000 + 20 + 9 + 1999,)
+    finally:
+        con.close()
