@@ -258,14 +258,20 @@ def _value_only(f: Field) -> bool:
 # `json_extract_string` does: one it holds as a DOUBLE written with an exponent (`1e-07`,
 # `1.5e-05`, `-1.5e+300`; json_extract_string: `1e-7`, `0.000015`, `-1.5e300`).
 _EXPONENT = r"-?[0-9]+(\.[0-9]+)?e[+-][0-9]+"
+# The longest text such a number has, with room to spare: a DOUBLE is written in at most
+# 24 characters (`-1.7976931348623157e+308`); a number too large for one is kept as its
+# own text by both (`1e400`). A longer text read is the file's own string, read alike.
+_SPELLED_MAX = 32
 
 
 def _spelled_otherwise(column: str) -> str:
     """SQL: whether a field read as VARCHAR may be a number the reader spells otherwise
-    than json_extract_string (_EXPONENT; the pattern only for text holding `e-`/`e+`)."""
+    than json_extract_string (_EXPONENT; the pattern only for text of at most
+    _SPELLED_MAX characters holding `e-`/`e+`: the length is known without reading the
+    text, and most fields are longer, a 64-character digest, or hold neither)."""
     c = f'"{column}"'
     return (
-        f"CASE WHEN contains({c}, 'e-') OR contains({c}, 'e+') "
+        f"CASE WHEN strlen({c}) <= {_SPELLED_MAX} AND (contains({c}, 'e-') OR contains({c}, 'e+')) "
         f"THEN regexp_full_match({c}, '{_EXPONENT}') ELSE false END"
     )
 

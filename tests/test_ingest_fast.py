@@ -163,6 +163,12 @@ KINDS: dict[str, tuple[bytes, bool]] = {
     # whose text counts (a text, a timestamp, a bool, the schema) is read line by line.
     "number for a text": (json.dumps(_session(4, principal=1e-7)).encode(), False),
     "big number for a text": (json.dumps(_session(4, release=1.5e300)).encode(), False),
+    "longest number for a text": (
+        json.dumps(_session(4, principal=-1.7976931348623157e308)).encode(),
+        False,
+    ),
+    # Text longer than any number the reader writes is the file's own string.
+    "long exponent text": (json.dumps(_session(4, principal="1" * 40 + "e-7")).encode(), True),
     "int for a text": (json.dumps(_session(4, principal=12)).encode(), True),
     "exponent text": (json.dumps(_session(4, principal="1e-07")).encode(), False),
     "text with e-": (json.dumps(_session(4, principal="pre-release e+1")).encode(), True),
