@@ -199,6 +199,26 @@ def stage_units_sql(u: Units | None, scope: list[int] | None) -> str:
         GROUP BY stage"""
 
 
+def filter_units_sql(u: Units | None, scope: list[int] | None) -> str:
+    """A query of (units): the units of a detector's `-- units:` in the files `scope`
+    (None: every file) that the dashboard's filter `$flt` keeps, by the dimensions of
+    each unit's session and its time (rg_keep of the gate facts' `setup`; a filter
+    without a stage: a unit is not attributed to one)."""
+    if u is None:
+        return "SELECT 0::BIGINT AS units"
+    key = f"({u.by})" if u.by else "NULL"
+    count = "count(DISTINCT t.u_key)" if u.by else "count(*)"
+    where = "true" if scope is None else "list_contains($ids, file_id)"
+    return f"""
+        SELECT {count}::BIGINT AS units
+        FROM (SELECT session_hmac AS u_session, ts AS u_ts, {key} AS u_key
+              FROM {u.table} WHERE ({u.where}) AND {where}) t
+        LEFT JOIN a_sessions a ON a.session_hmac = t.u_session
+        WHERE rg_keep(NULL, is_baseline(a.session_hmac, a.cohort),
+                      record_revision(t.u_session, a.protocol_version),
+                      a.server_instance, a.client_name, t.u_ts, $flt)"""
+
+
 def scope_args(entry: dict[str, Any]) -> dict[str, Any]:
     return {} if entry.get("scope") is None else {"ids": entry["scope"]}
 

@@ -391,21 +391,22 @@ def under_filter(
     keeps: its own measure query (`measures`) and the one judge (`gate_result`), so under
     a stage filter alone it equals `replaygate gates --stage S`, and under revision,
     server, client or time filters it is the same measure for that slice. What could be
-    judged: the stage's window and its units no file could show, else the whole database
-    (units cannot be told apart by the other filters)."""
+    judged: the stage's window and its units no file could show; else the whole database,
+    and the units no file could show that the filter keeps (by their session and time)."""
     m = measures(con, config, f).get(None, {})
     minimums = min_samples(config)
+    unjudged: dict[str, int] = {}
     if f.stage:
         sources = stage_sources(con).get(f.stage, {})
-        unjudged = runner.cannot_tell_by_stage(con).get(f.stage, [])
+        for e in runner.cannot_tell_by_stage(con).get(f.stage, []):
+            unjudged[e["detector"]] = unjudged.get(e["detector"], 0) + e["units"]
+    elif not f.active():
+        sources = runner.table_counts(con)
+        for d, entries in runner.cannot_tell(con).items():
+            unjudged[d] = sum(e["units"] for e in entries)
     else:
         sources = runner.table_counts(con)
-        # (units cannot be told apart by the other filters: the whole database's)
-        unjudged = [
-            runner.StageCannotTell(detector=d, **e)
-            for d, entries in runner.cannot_tell(con).items()
-            for e in entries
-        ]
+    values = params.from_config(config)
     blind = runner.blind_detectors(con)
     return [
         gate_result(
@@ -416,7 +417,9 @@ def under_filter(
             config,
             sources,
             blind,
-            sum(e["units"] for e in unjudged if e["detector"] in g.detectors),
+            sum(unjudged.get(d, 0) for d in g.detectors)
+            if f.stage or not f.active()
+            else runner.cannot_tell_under(con, g.detectors, f.param(), values),
         )
         for g in GATES
     ]

@@ -481,6 +481,58 @@ def cannot_tell_by_stage(con: duckdb.DuckDBPyConnection) -> dict[str, list[Stage
     return out
 
 
+def cannot_tell_under(
+    con: duckdb.DuckDBPyConnection,
+    detectors: Iterable[str],
+    flt: dict[str, Any],
+    values: dict[str, Any],
+) -> int:
+    """The units of `detectors` the dashboard's filter `flt` (Filters.param(), no stage)
+    keeps that they could not judge: those of the files a detector was kept from
+    (`blind_files`) or, when no file could show a fact it needs (coverage `cannot tell`),
+    all its units, counted by its `-- units:`; and those it returned undecided
+    (`undecided_units`, as the gates subtract them). Needs the gate facts' `setup` macros
+    (named.prepare(con, "facts")); `values`: params.from_config."""
+    names = list(detectors)
+    skipped = {
+        r[0]
+        for r in con.execute(
+            "SELECT detector FROM coverage WHERE status = 'cannot tell' "
+            "AND list_contains($d, detector)",
+            {"d": names},
+        ).fetchall()
+    }
+    n = 0
+    for name in names:
+        u = cannottell.units(catalog.detectors()[name])
+        if u is None:
+            continue
+        scope: list[int] | None = None
+        if name not in skipped:
+            scope = [
+                int(r[0])
+                for r in con.execute(
+                    "SELECT file_id FROM blind_files WHERE detector = $d AND source = $t",
+                    {"d": name, "t": u.table},
+                ).fetchall()
+            ]
+            if not scope:
+                continue
+        bound = {**cannottell.unit_args(u, values), "flt": flt}
+        if scope is not None:
+            bound["ids"] = scope
+        n += int(one_row(con.execute(cannottell.filter_units_sql(u, scope), bound))[0])
+    n += int(
+        one_row(
+            con.execute(
+                "SELECT coalesce(sum(n), 0) FROM undecided_units(false, $flt, $d, $p)",
+                {"flt": flt, "d": names, "p": values["probe_detectors"]},
+            )
+        )[0]
+    )
+    return n
+
+
 def undecided_between(con: duckdb.DuckDBPyConnection, name: str, t0: Any, t1: Any) -> int:
     """The units of detector `name` whose time is in [t0, t1) that it could not judge: those
     it returned undecided (`cannot_tell_units`, a row per unit and stage) and those of the

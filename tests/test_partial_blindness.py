@@ -842,3 +842,83 @@ def test_duplicate_dispatches_a_filtered_view_of_undecided_writes_is_no_pass(tmp
     assert (gate["status"], gate["sample"]) == ("insufficient", 0), gate
     gate = _filtered_gate(tmp_path, "duplicate_dispatches", stage="s", start=T + HOUR - 1000)
     assert (gate["status"], gate["sample"]) == ("pass", 1), gate
+
+
+# -- the units a gate's detector returned undecided, as the gate samples count them ------
+
+
+def _undecided_fleet(tmp_path):
+    """Two sessions of stage s on two servers, each with a 404 on a session. p2's (server
+    b) is re-initialized and judged. The other is `replaygate probe`'s (server a): a
+    request of its principal through proxy-b, which logs no JSON-RPC method, 10 s after it
+    may be its initialize, so reinit_missing cannot tell it."""
+    probe = "replaygate-probe"
+    ledger = [
+        active(S, principal=probe, client_name=probe, rollout_stage="s", server_instance="a"),
+        active(S2, principal="p2", rollout_stage="s", server_instance="b"),
+    ]
+    run(
+        tmp_path,
+        rollout=ROLLOUT,
+        sessions=ledger,
+        **{
+            "proxy-a": [
+                px(0, principal=probe, jsonrpc_method="initialize"),
+                px(1000, status=404, session_hmac=S, principal=probe, jsonrpc_method="tools/call"),
+                px(0, principal="p2", jsonrpc_method="initialize"),
+                px(1000, status=404, session_hmac=S2, principal="p2", jsonrpc_method="tools/call"),
+                px(5000, principal="p2", jsonrpc_method="initialize"),
+            ],
+            "proxy-b": [px(11_000, principal=probe)],
+        },
+    )
+    assert _cannot_tell(tmp_path)["reinit_missing"] == [("proxy-b.jsonl", "re-initialize", 1)]
+
+
+def _reinit_under(tmp_path, f) -> dict:
+    from replaygate.dashboard import model as dashmodel
+    from replaygate.queries import named
+
+    con = dbm.connect(str(tmp_path / "t.duckdb"), read_only=True)
+    named.prepare(con)
+    shown = dashmodel.gate_measures(con, CONF, f, "read")
+    con.close()
+    return next(g for g in shown if g["id"] == "reinit_after_404")
+
+
+@pytest.mark.slow
+def test_the_probes_undecided_units_leave_the_sample_only_where_its_units_count(tmp_path):
+    """The probe's own 404 is no unit of reinit_after_404 (`probe_gates`: replay gates
+    only), so its undecided one takes nothing from the gate's sample: p2's judged 404 is
+    the sample, and the stage passes on it, in the decision and the dashboard alike."""
+    from replaygate.queries.filters import Filters
+
+    _undecided_fleet(tmp_path)
+    gate = _reinit_gate(tmp_path)
+    assert (gate["status"], gate["sample"], gate["value"]) == ("pass", 1, 1.0), gate
+    shown = _reinit_under(tmp_path, Filters(stage="s"))
+    assert (shown["status"], shown["sample"]) == ("pass", 1), shown
+
+
+@pytest.mark.slow
+def test_a_filter_without_a_stage_counts_the_units_it_keeps_that_cannot_tell(tmp_path):
+    """Under a server filter the units that cannot tell are those of that server's
+    sessions, not the whole database's: server b's view has p2's judged 404 and none it
+    cannot tell; server a's has only the probe's, which it cannot tell (with probe_gates
+    = all its units count: a sample of 0, insufficient, not a pass)."""
+    from dataclasses import replace
+
+    from replaygate.dashboard import model as dashmodel
+    from replaygate.queries import named
+    from replaygate.queries.filters import Filters
+
+    _undecided_fleet(tmp_path)
+    b = _reinit_under(tmp_path, Filters(servers=("b",)))
+    assert (b["status"], b["sample"], b["cannot_tell"]) == ("pass", 1, 0), b
+    every = replace(CONF, probe_gates="all")
+    con = dbm.connect(str(tmp_path / "t.duckdb"), read_only=True)
+    named.prepare(con)
+    shown = dashmodel.gate_measures(con, every, Filters(servers=("a",)), "read")
+    con.close()
+    a = next(g for g in shown if g["id"] == "reinit_after_404")
+    assert (a["status"], a["sample"], a["cannot_tell"]) == ("insufficient", 0, 1), a

@@ -196,15 +196,21 @@ CREATE OR REPLACE TEMP MACRO judged_file(fid, dets) AS
     fid NOT IN (SELECT b.file_id FROM blind_files b WHERE list_contains(dets, b.detector));
 
 -- The units `detectors` returned undecided (cannot_tell_units, kept a row per unit and
--- stage, whatever `-- undecided:` label), each counted once, grouped by `k` as gate_rows groups the facts: per stage, else those the filter
--- keeps by the dimensions of the unit's session and its time. A gate subtracts them from
--- its sample: they are no passing units.
-CREATE OR REPLACE TEMP MACRO undecided_units(by_stage, flt, detectors) AS TABLE
+-- stage, whatever `-- undecided:` label), each counted once, grouped by `k` as gate_rows
+-- groups the facts: per stage, else those the filter keeps by the dimensions of the
+-- unit's session and its time. A gate subtracts them from its sample: they are no
+-- passing units. Like the facts, a unit of a `replaygate probe` session (is_probe, by the
+-- session's client name or principal) counts only where `probe_gates` counts its
+-- detector's findings (`probe_detectors`, queries/params.py): else it was never in the
+-- sample it would be taken from.
+CREATE OR REPLACE TEMP MACRO undecided_units(by_stage, flt, detectors, probe_detectors) AS TABLE
     SELECT CASE WHEN by_stage THEN u.stage END AS k,
            count(DISTINCT (u.detector, u.session_hmac, u.generation, u.stream_id, u.event_id,
                            u.dispatch_id, u.idempotency_key, u.ts)) AS n
     FROM cannot_tell_units u LEFT JOIN a_sessions a ON a.session_hmac = u.session_hmac
     WHERE list_contains(detectors, u.detector)
+      AND (NOT is_probe(a.client_name, a.principal)
+           OR list_contains(probe_detectors, u.detector))
       AND CASE WHEN by_stage THEN u.stage IS NOT NULL
                ELSE rg_keep(u.stage, is_baseline(a.session_hmac, a.cohort),
                             record_revision(u.session_hmac, a.protocol_version),

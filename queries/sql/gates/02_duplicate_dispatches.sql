@@ -8,7 +8,7 @@
 -- unit: duplicate business dispatches
 -- unit_one: duplicate business dispatch
 -- meter: write_dispatches
--- params: by_stage, flt, detectors, meter
+-- params: by_stage, flt, detectors, probe_detectors, meter
 -- measure: count of duplicate_dispatch findings; sample: write dispatches its detector could judge (not the writes of a dispatch file that records no payload digest while another does, nor an executed write whose key or re-send may be one of them)
 -- (a suspected duplicate is no gate fact: gated() in macros.sql)
 -- The writes its detector could not judge are no passing writes, so a stage (or a
@@ -24,5 +24,5 @@ WITH m AS (
     FROM gate_rows($by_stage, $flt) GROUP BY k
 )
 SELECT m.k AS stage, m.value, greatest(m.n - coalesce(u.n, 0), 0) AS sample
-FROM m LEFT JOIN undecided_units($by_stage, $flt, $detectors) u
+FROM m LEFT JOIN undecided_units($by_stage, $flt, $detectors, $probe_detectors) u
   ON u.k IS NOT DISTINCT FROM m.k

@@ -8,7 +8,7 @@
 -- sample: 404s on a session
 -- unit: 404s not followed by a re-initialize
 -- unit_one: 404 not followed by a re-initialize
--- params: by_stage, flt, detectors, dead_statuses
+-- params: by_stage, flt, detectors, probe_detectors, dead_statuses
 -- measure: share of dead-session answers (`dead_session_statuses`, default 404) on a session (not DELETE) followed by a re-initialize; sample: those answers its detector could judge (not those of a log that cannot show the session or an initialize, nor, per stage, those whose client cannot be told apart)
 WITH by_cause AS (
     SELECT k, cause,
@@ -36,7 +36,7 @@ m AS (
 -- The units of a file it was kept from are out of the sample already.
 judged AS (
     SELECT m.k, greatest(m.n - coalesce(u.n, 0), 0) AS n, m.failures, m.causes
-    FROM m LEFT JOIN undecided_units($by_stage, $flt, $detectors) u
+    FROM m LEFT JOIN undecided_units($by_stage, $flt, $detectors, $probe_detectors) u
       ON u.k IS NOT DISTINCT FROM m.k
 )
 SELECT k AS stage, CASE WHEN n = 0 THEN NULL ELSE (n - failures) / n END AS value,
