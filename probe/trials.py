@@ -14,6 +14,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import re
 import threading
@@ -126,6 +127,7 @@ class Probe:
         self.s = s
         self.discovery = discovery
         self.pacer = Pacer(s.max_requests, s.rate, s.deadline)
+        self._reopening: set[int] = set()  # wires opening a session after losing one
         self.ev = Evidence(
             s.out,
             s.run_id,
@@ -138,7 +140,7 @@ class Probe:
 
     # -- sessions ---------------------------------------------------------------------
     def wire(self, origin: str | None = None) -> Wire:
-        return Wire(
+        w = Wire(
             self.s.url,
             self.pacer,
             run_id=self.s.run_id,
@@ -147,8 +149,29 @@ class Probe:
             timeout=self.s.timeout,
             agent=self.s.agent,
         )
+        w.dead_statuses = self.s.dead_statuses
+        w.on_dead = self.session_lost
+        return w
+
+    def session_lost(self, w: Wire, raw: str) -> None:
+        """A request on `w`'s session got a dead-session answer no scenario asked for (the
+        server restarted, or expired the session): the session is gone, and a client MUST
+        start a new one (a new initialize without a session id), never use it again. The
+        scenario goes on to its verdict on the new session, which its end closes."""
+        self.ev.session(raw, w.generation, "REINITIALIZE_REQUIRED", version=self.s.version)
+        w.session = None
+        if id(w) in self._reopening:
+            return  # the new session was lost while it opened: no chain of them
+        self._reopening.add(id(w))
+        try:
+            # (the run's bounds may stop it: the session then stays closed)
+            with contextlib.suppress(BudgetExhausted, DeadlineReached):
+                self.open(w, generation=w.generation + 1, prev=raw)
+        finally:
+            self._reopening.discard(id(w))
 
     def open(self, w: Wire, generation: int = 1, prev: str | None = None, **kw: Any) -> Answer:
+        w.generation = generation
         ans = w.initialize(**kw)
         if ok(ans) and w.session:
             self.ev.session(
@@ -162,13 +185,13 @@ class Probe:
             )
         return ans
 
-    def close(self, w: Wire, generation: int = 1) -> Answer | None:
+    def close(self, w: Wire) -> Answer | None:
         """DELETE the session (the probe leaves nothing behind on the server; past the
         deadline and its grace, the session is left to the server's expiry)."""
         if not w.session:
             w.close()
             return None
-        raw = w.session
+        raw, generation = w.session, w.generation
         left = self.pacer.left(cleanup=True)
         if left is not None and left <= 0:
             w.session = None
@@ -404,7 +427,10 @@ class Probe:
             # thread is waited for no longer than that.
             left = self.pacer.left(cleanup=True)
             ref_thread.join(self.s.timeout + 5 if left is None else max(0.0, left))
-            rw.close()
+            if rw.session != sid:
+                self.close(rw)  # it re-initialized after losing the session: its own
+            else:
+                rw.close()
         ref = box.get("ans")
         ref_done = ref is not None and any(e.answers == ref_rid for e in ref.events)
         if ref_done:
@@ -762,8 +788,12 @@ class Probe:
                 return Verdict("dead_session", "fail", f"DELETE answered {_status(d)}", detail)
             self.ev.session(raw, 1, "TERMINATED", version=self.s.version)
             rid = w.next_id()
+            # Its dead answer is asked for: the scenario re-initializes itself, below.
             reuse = w.exchange(
-                "POST", {"jsonrpc": "2.0", "id": rid, "method": "tools/list"}, until_answer=rid
+                "POST",
+                {"jsonrpc": "2.0", "id": rid, "method": "tools/list"},
+                until_answer=rid,
+                dead_expected=True,
             )
             detail["reuse"] = reuse.status
             w.session = None
@@ -800,7 +830,7 @@ class Probe:
         finally:
             w.close()
             if new is not None:
-                self.close(new, generation=2)
+                self.close(new)
 
     def scenario_origin(self) -> Verdict:
         checks = (
@@ -818,7 +848,7 @@ class Probe:
             # (its answer may be lost on the way while the session id in its headers is
             # not); a 2xx with neither came from something else (Caddy answers a Host it
             # has no site for with an empty 200): the request never reached the server.
-            served = ok(ans) and bool(w.session or (w.init_result and "result" in w.init_result))
+            served = ok(ans) and w.initialized
             detail[label] = ans.status
             if ans.error or ans.status >= 500:
                 unknown.append(f"{label.replace('_', ' ')}: {_status(ans)}")

@@ -12,7 +12,7 @@ import json
 import socket
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -200,7 +200,13 @@ class Wire:
         self.url, self.pacer, self.version, self.origin = url, pacer, version, origin
         self.timeout = timeout
         self.session: str | None = None
+        self.generation = 1  # of the session: a re-initialize opens the next one
         self.init_result: dict[str, Any] | None = None
+        # What a server answers for a session it no longer knows, and who is told when a
+        # request on this wire's session gets it unasked (the client MUST then start a new
+        # session: the probe re-initializes, trials.Probe.session_lost).
+        self.dead_statuses: tuple[int, ...] = (404,)
+        self.on_dead: Callable[[Wire, str], None] | None = None
         self.base_headers = {"User-Agent": agent, PROBE_HEADER: run_id, "Accept": ACCEPT}
         self._ids = itertools.count(1)
         self.http = httpx2.Client(timeout=httpx2.Timeout(timeout, read=timeout))
@@ -233,12 +239,45 @@ class Wire:
         read_for: float | None = None,
         idle: float | None = None,
         cleanup: bool = False,
+        dead_expected: bool = False,
     ) -> Answer:
         """One request; an SSE answer is read event by event: up to `cut_after` events that
         carry data (then the connection is closed), until the answer to `until_answer`, for
         at most `read_for` seconds, until it has been silent for `idle` seconds (the
         answer then ends cut, like a client that gives up on a quiet stream), or to its
-        end — and never past the run's deadline."""
+        end — and never past the run's deadline. A request on the session (not its DELETE)
+        answered with a dead-session status the caller did not ask for (`dead_expected`)
+        ends the session: `on_dead` is told, after the answer is read."""
+        sent = self.session if session else None
+        ans = self._exchange(
+            method,
+            body,
+            extra=extra,
+            session=session,
+            cut_after=cut_after,
+            until_answer=until_answer,
+            read_for=read_for,
+            idle=idle,
+            cleanup=cleanup,
+        )
+        dead = not dead_expected and ans.status in self.dead_statuses and method != "DELETE"
+        if dead and sent is not None and sent == self.session and self.on_dead is not None:
+            self.on_dead(self, sent)
+        return ans
+
+    def _exchange(
+        self,
+        method: str,
+        body: dict[str, Any] | None,
+        *,
+        extra: dict[str, str] | None,
+        session: bool,
+        cut_after: int | None,
+        until_answer: str | None,
+        read_for: float | None,
+        idle: float | None,
+        cleanup: bool,
+    ) -> Answer:
         self.pacer.take(cleanup)
         h = self.headers(extra, session)
         if body is not None:
@@ -334,6 +373,11 @@ class Wire:
             sid = {k.lower(): v for k, v in ans.headers.items()}.get("mcp-session-id")
             self.session = sid
             self.init_result = _answer_doc(ans, rid)
+            if not self.initialized:
+                # A 2xx that neither opened a session nor answered the initialize came from
+                # something else (a proxy answering a Host it has no site for): nothing was
+                # initialized, so nothing follows it.
+                return ans
             self.exchange("POST", {"jsonrpc": "2.0", "method": "notifications/initialized"})
             # A server acknowledges the notification (202) before it has processed it; a
             # request that overtakes it may be dropped. A ping answered means it is done.
@@ -342,6 +386,13 @@ class Wire:
                 "POST", {"jsonrpc": "2.0", "id": ping, "method": "ping"}, until_answer=ping
             )
         return ans
+
+    @property
+    def initialized(self) -> bool:
+        """The MCP server answered this wire's initialize: it issued a session (its answer
+        may be lost on the way while the session id in its headers is not), or it answered
+        the request (a server without sessions)."""
+        return bool(self.session or (self.init_result and "result" in self.init_result))
 
     def call(self, tool: str, arguments: dict[str, Any], rid: str, **kw: Any) -> Answer:
         return self.exchange(

@@ -499,3 +499,71 @@ def test_an_answer_lost_on_the_way_is_not_the_servers_verdict(tmp_path):
     resume = verdicts["resume"]
     assert resume["status"] == "cannot_tell", resume
     assert "ended before its answer" in resume["line"] and "answered within" not in resume["line"]
+
+
+class _Forgetful(_Stalling):
+    """An endpoint that forgets its sessions (a restart between two requests): every
+    tools/call on a session is answered 404, as a server answers a session it does not
+    know. Behind it a proxy that answers a Host it has no site for itself, with an empty
+    200 (Caddy). Every request is noted in `seen`, in order: (method, session id sent,
+    JSON-RPC method, status)."""
+
+    seen: list[tuple[str, str | None, str | None, int]] = []
+
+    def _note(self, method, rpc, status):
+        self.seen.append((method, self.headers.get("Mcp-Session-Id"), rpc, status))
+
+    def do_POST(self):  # noqa: N802
+        length = int(self.headers.get("Content-Length") or 0)
+        raw = self.rfile.read(length)
+        body = json.loads(raw or b"{}")
+        rpc = body.get("method")
+        if self.headers.get("Host") == "replaygate-probe.invalid":
+            self._note("POST", rpc, 200)
+            return self._json(200)
+        if self.headers.get("Origin") == "https://replaygate-probe.invalid":
+            self._note("POST", rpc, 403)
+            return self._json(403, {"error": "Origin not allowed"})
+        if rpc == "tools/call" and self.headers.get("Mcp-Session-Id"):
+            self._note("POST", rpc, 404)
+            return self._json(404, {"error": "Session not found"})
+        self._note("POST", rpc, 200 if body.get("id") is not None else 202)
+        self.rfile = io.BytesIO(raw)
+        return super().do_POST()
+
+    def do_GET(self):  # noqa: N802
+        self._note("GET", None, 405)
+        self._json(405)
+
+    def do_DELETE(self):  # noqa: N802
+        self._note("DELETE", None, 200)
+        self._json(200)
+
+
+def test_the_probe_starts_a_new_session_after_a_404_and_sends_nothing_after_a_proxys_answer(
+    tmp_path,
+):
+    """A request on a session answered 404 means the session is gone: a client MUST start
+    a new one (an initialize without a session id) and never use the old one again (the
+    probe's own traffic must not be a reinit_missing). An initialize that a proxy answered
+    itself (no session, no answer) initialized nothing: no notifications/initialized nor
+    ping follows it."""
+    _Forgetful.seen = []
+    r, _ = _probe_fake(
+        tmp_path, _Forgetful, "forget", "--scenarios", "resume,origin", "--tool", "count",
+        "--timeout", "5",
+    )  # fmt: skip
+    doc = json.loads(r.stdout)
+    verdicts = {v["scenario"]: v for v in doc["rounds"][0]["scenarios"]}
+    assert verdicts["resume"]["status"] == "fail", verdicts  # its calls answered 404
+    seen = list(_Forgetful.seen)
+    assert not [
+        s for s in seen if s[2] in ("notifications/initialized", "ping") and s[1] is None
+    ], seen
+    dead = {s[1]: i for i, s in enumerate(seen) if s[3] == 404}  # its last 404
+    assert dead, seen
+    for sid, last in dead.items():
+        # (two connections of the session may each have had a call in flight)
+        first = next(i for i, s in enumerate(seen) if s[1] == sid and s[3] == 404)
+        assert any(s[2] == "initialize" and s[1] is None for s in seen[first + 1 :]), seen
+        assert not [s for s in seen[last + 1 :] if s[1] == sid and s[0] != "DELETE"], seen
