@@ -16,6 +16,7 @@ not know makes the run fall back to a full analysis.
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Callable
 from typing import Any
 
 import duckdb
@@ -33,50 +34,67 @@ class Fallback(Exception):
 
 BASES = ("idempotency_key", "retry", "suspected", "inbox")
 
-# The changed dispatches, with the keys of the groups they belong to.
+# The changed dispatches, with the keys of the groups they belong to: the pending
+# sessions' (`{scoped}`, their rows copied already: every new row with a session is of a
+# pending session), and those without a session that are new or whose principal has a new
+# sessionless proxy request. Rows are found by a few columns, then fetched by row id.
 _CHANGED = """
 CREATE OR REPLACE TEMP TABLE rg_dd_changed AS
-SELECT d.file_id, d.pos, d.idempotency_key, d.tool_name, d.payload_digest,
+WITH d AS (
+    SELECT * FROM {scoped}
+    UNION ALL
+    SELECT * FROM {dispatches} WHERE rowid IN (
+        SELECT t.rowid FROM {dispatches} t
+        JOIN (SELECT file_id, min(from_pos) AS from_pos FROM analysis_pending_rows
+              WHERE tbl = 'dispatches' GROUP BY file_id) r
+          ON t.file_id = r.file_id AND t.pos > r.from_pos
+        WHERE t.session_hmac IS NULL
+        UNION
+        SELECT rowid FROM {dispatches}
+        WHERE session_hmac IS NULL AND principal IN (
+            SELECT p.principal FROM {proxy} p
+            JOIN (SELECT file_id, min(from_pos) AS from_pos FROM analysis_pending_rows
+                  WHERE tbl = 'proxy' GROUP BY file_id) r
+              ON p.file_id = r.file_id AND p.pos > r.from_pos
+            WHERE p.session_hmac IS NULL AND p.principal IS NOT NULL))
+)
+SELECT DISTINCT d.file_id, d.pos, d.idempotency_key, d.tool_name, d.payload_digest,
        dispatch_sender(d.principal, d.session_hmac) AS sender,
        dispatch_caller(d.principal, d.session_hmac) AS caller
-FROM {dispatches} d
-WHERE d.session_hmac IN (SELECT session_hmac FROM rg_affected)
-   OR EXISTS (SELECT 1 FROM analysis_pending_rows r
-               WHERE r.tbl = 'dispatches' AND r.file_id = d.file_id AND d.pos > r.from_pos)
-   OR (d.session_hmac IS NULL AND d.principal IN (
-        SELECT p.principal FROM {proxy} p
-        JOIN analysis_pending_rows r
-          ON r.tbl = 'proxy' AND p.file_id = r.file_id AND p.pos > r.from_pos
-        WHERE p.session_hmac IS NULL AND p.principal IS NOT NULL))
+FROM d
 """
 
 # The groups a changed dispatch `d` shares with dispatch `a` beside its key: by sender
-# (`retry`) or by caller (`suspected`), with the same tool and payload (`eq`: `=`, or
-# `IS NOT DISTINCT FROM` for a null-safe superset).
+# (`retry`) or by caller (`suspected`), with the same tool and payload.
 _BY = {"retry": ("sender", "dispatch_sender"), "suspected": ("caller", "dispatch_caller")}
 
 
-def _same_group(basis: str, a: str, eq: str) -> str:
+def _same_group(basis: str, a: str) -> str:
     key, fn = _BY[basis]
     return (
         f"{fn}({a}.principal, {a}.session_hmac) = k.{key}"
-        f" AND {a}.tool_name {eq} k.tool_name AND {a}.payload_digest {eq} k.payload_digest"
+        f" AND {a}.tool_name = k.tool_name AND {a}.payload_digest = k.payload_digest"
     )
 
 
-# Every row of those groups (null-safe, so a superset of what the detector joins).
-_SCOPE = "\nUNION\n".join(
-    [
-        "CREATE OR REPLACE TEMP TABLE rg_dd_scope AS\n"
-        "SELECT d.file_id, d.pos FROM {dispatches} d\n"
-        "SEMI JOIN rg_dd_changed k ON d.idempotency_key = k.idempotency_key",
-        *(
-            "SELECT d.file_id, d.pos FROM {dispatches} d\n"
-            f"SEMI JOIN rg_dd_changed k ON {_same_group(b, 'd', 'IS NOT DISTINCT FROM')}"
-            for b in _BY
-        ),
-        "SELECT file_id, pos FROM rg_dd_changed",
-    ]
+# Every row of those groups, and some of others: the rows of a changed key, and those of a
+# changed dispatch's tool and payload (a superset of its sender's and caller's groups,
+# null-safe by the hash), found in one pass over a few columns, then fetched by row id.
+_SCOPE = """
+CREATE OR REPLACE TEMP TABLE rg_dd_rows AS
+SELECT * FROM {dispatches} WHERE rowid IN (
+    SELECT rowid FROM {dispatches}
+    WHERE idempotency_key IN (SELECT idempotency_key FROM rg_dd_changed)
+       OR hash(tool_name, payload_digest) IN (
+           SELECT hash(tool_name, payload_digest) FROM rg_dd_changed))
+"""
+
+# The first attempts of the changed re-send groups (the findings' dispatch_id of bases
+# `retry` and `suspected`): every row of such a group is in rg_dd_rows.
+_FIRSTS = "CREATE OR REPLACE TEMP TABLE rg_dd_firsts AS\n" + "\nUNION ALL\n".join(
+    f"SELECT '{b}' AS basis, a.dispatch_id FROM rg_dd_rows a"
+    f" SEMI JOIN rg_dd_changed k ON {_same_group(b, 'a')}"
+    for b in _BY
 )
 
 # Does a finding (of `{t}`) belong to a group that holds a changed dispatch? Only those
@@ -88,13 +106,23 @@ _CHANGED_GROUP = "\n".join(
         "  WHEN 'idempotency_key' THEN {t}.idempotency_key IN (",
         "      SELECT idempotency_key FROM rg_dd_changed)",
         *(
-            f"  WHEN '{b}' THEN {{t}}.dispatch_id IN (SELECT a.dispatch_id FROM {{dispatches}} a"
-            f" SEMI JOIN rg_dd_changed k ON {_same_group(b, 'a', '=')})"
+            f"  WHEN '{b}' THEN {{t}}.dispatch_id IN ("
+            f"SELECT dispatch_id FROM rg_dd_firsts WHERE basis = '{b}')"
             for b in _BY
         ),
         "END",
     ]
 )
+
+# The rows of the other tables the detector reads that bear on the scope's dispatches:
+# their sessions' streams and inbox receipts (the inbox basis is of the pending sessions
+# alone), and the proxy requests of their sessions, or of their principal for those
+# without a session (a failed request of the same session, else principal, and request id).
+_READS = {
+    "a_streams": "session_hmac IN (SELECT session_hmac FROM rg_dd_rows)",
+    "proxy": """session_hmac IN (SELECT session_hmac FROM rg_dd_rows)
+                OR principal IN (SELECT principal FROM rg_dd_rows WHERE session_hmac IS NULL)""",
+}
 
 
 def rerun(
@@ -103,29 +131,34 @@ def rerun(
     sql: str,
     bound: dict[str, Any],
     plan: cannottell.Plan | None,
-    base: Any,
+    base: Callable[[str], str],
+    scoped: Callable[[str], str],
 ) -> None:
     """Replace `name`'s findings of the changed groups. `base(table)`: the database's own
-    table (not a temporary view of the same name)."""
+    table (not a temporary view of the same name); `scoped(table)`: the copy of the
+    pending sessions' rows of it (incremental.py's scope)."""
     if one_row(con.execute("SELECT count(*) FROM a_blind_dispatches"))[0]:
         # A dispatch file without digests beside one with them: the units it leaves
         # undecided are counted per file, not per group.
         raise Fallback(f"{name}: dispatch files without payload digests beside others")
-    tables = {t: base(t) for t in ("dispatches", "proxy", "inbox")}
-    con.execute(_CHANGED.format(**tables))
+    tables = {t: base(t) for t in ("dispatches", "proxy")}
+    con.execute(_CHANGED.format(scoped=scoped("dispatches"), **tables))
     con.execute(_SCOPE.format(**tables))
+    con.execute(_FIRSTS)
     excluded = dict(plan.exclude) if plan else {}
 
-    def view(table: str, where: str) -> None:
+    def view(table: str, source: str, where: str = "true") -> None:
         ids = excluded.pop(table, [])
         if ids:
             where += f" AND file_id NOT IN ({', '.join(str(int(i)) for i in ids)})"
-        con.execute(f"CREATE OR REPLACE TEMP VIEW {table} AS SELECT * FROM {base(table)} t "
+        con.execute(f"CREATE OR REPLACE TEMP VIEW {table} AS SELECT * FROM {source} t "
                     f"WHERE {where}")  # fmt: skip
 
-    view("dispatches", "(file_id, pos) IN (SELECT file_id, pos FROM rg_dd_scope)")
-    view("inbox", "session_hmac IN (SELECT session_hmac FROM rg_affected)")
-    made = ["dispatches", "inbox"]
+    view("dispatches", "rg_dd_rows")
+    view("inbox", scoped("inbox"))
+    for table, where in _READS.items():
+        view(table, base(table), where)
+    made = ["dispatches", "inbox", *_READS]
     if plan is not None:
         made += cannottell.shadow(con, dataclasses.replace(plan, exclude=excluded))
     try:
@@ -136,21 +169,20 @@ def rerun(
     finally:
         cannottell.unshadow(con, made)
     known = ", ".join(f"'{b}'" for b in BASES)
-    for table, where in (("rg_new", ""), (f"{base('findings')}", "AND detector = $d")):
-        odd = one_row(
-            con.execute(
-                f"""SELECT count(*) FROM {table}
-                    WHERE coalesce(json_extract_string(detail, '$.basis'), '?')
-                          NOT IN ({known}) {where}""",
-                {"d": name} if where else {},
-            )
-        )[0]
-        if odd:
-            raise Fallback(f"{name}: a finding of a basis the incremental run does not know")
-    changed = _CHANGED_GROUP.format(t="f", dispatches=tables["dispatches"])
-    con.execute(
-        f"DELETE FROM {base('findings')} f WHERE f.detector = $d AND {changed}", {"d": name}
-    )
-    con.execute(f"INSERT INTO {base('findings')} BY NAME SELECT * FROM rg_new f WHERE {changed}")
-    con.execute("DROP TABLE IF EXISTS rg_dd_changed")
-    con.execute("DROP TABLE IF EXISTS rg_dd_scope")
+    findings = base("findings")
+    odd = one_row(
+        con.execute(
+            f"""SELECT count(*) FROM (SELECT detail FROM rg_new
+                                      UNION ALL
+                                      SELECT detail FROM {findings} WHERE detector = $d)
+                WHERE coalesce(json_extract_string(detail, '$.basis'), '?') NOT IN ({known})""",
+            {"d": name},
+        )
+    )[0]
+    if odd:
+        raise Fallback(f"{name}: a finding of a basis the incremental run does not know")
+    changed = _CHANGED_GROUP.format(t="f")
+    con.execute(f"DELETE FROM {findings} f WHERE f.detector = $d AND {changed}", {"d": name})
+    con.execute(f"INSERT INTO {findings} BY NAME SELECT * FROM rg_new f WHERE {changed}")
+    for t in ("rg_dd_changed", "rg_dd_rows", "rg_dd_firsts"):
+        con.execute(f"DROP TABLE IF EXISTS {t}")

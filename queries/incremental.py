@@ -328,7 +328,15 @@ def analyse(
                     raise Fallback(f"{name}: a finding without a session")
                 con.execute("INSERT INTO main.findings BY NAME SELECT * FROM rg_new")
             elif name in groups.DETECTORS:
-                groups.rerun(con, name, q.sql, bound, plan, lambda t: _base(con, t))
+                groups.rerun(
+                    con,
+                    name,
+                    q.sql,
+                    bound,
+                    plan,
+                    lambda t: _base(con, t),
+                    lambda t: f"{SCOPE}.{t}",
+                )
             else:
                 con.execute("DELETE FROM main.findings WHERE detector = $d", {"d": name})
                 made = cannottell.shadow(con, plan) if plan else []

@@ -535,7 +535,8 @@ def _dispatch(ts, did, tool, session, principal, request, key, payload, status=2
 def test_duplicate_dispatch_groups_across_sessions_after_appends(tmp_path):
     # duplicate_dispatch's groups span sessions: a re-send from a new session of a write
     # whose first attempt had no session, a key reused in another session, a sessionless
-    # principal's blind re-send, then a proxy error that turns it into a retry. Each
+    # principal's blind re-send, then a proxy error that turns it into a retry, then a
+    # re-send of a write whose stream broke in a session that receives nothing. Each
     # append is analysed incrementally (queries/groups.py) and equals a full analysis.
     live = tmp_path / "live"
     shutil.copytree(SAMPLE, live, ignore=shutil.ignore_patterns("*.md", "*.json", "*.toml"))
@@ -555,6 +556,15 @@ def test_duplicate_dispatch_groups_across_sessions_after_appends(tmp_path):
     keyed_first = con.execute(
         "SELECT min(dispatch_id) FROM dispatches WHERE idempotency_key = $k", {"k": keyed[3]}
     ).fetchone()[0]
+    # A write of a session whose stream broke: its re-send from another session is a
+    # retry by the first attempt's stream alone (that session receives nothing).
+    dropped = con.execute(
+        """SELECT d.dispatch_id, epoch_ms(d.ts), d.tool_name, d.principal, d.payload_digest
+           FROM dispatches d JOIN a_streams s USING (session_hmac, generation, request_id)
+           WHERE s.disconnected AND d.outcome = 'executed' AND d.tool_class = 'write'
+             AND d.principal IS NOT NULL AND coalesce(d.http_status, 200) < 400
+           ORDER BY d.ts LIMIT 1"""
+    ).fetchone()
     t0 = keyed[0] + 60_000
     new_session = "ab" * 32
     steps = [
@@ -569,6 +579,8 @@ def test_duplicate_dispatch_groups_across_sessions_after_appends(tmp_path):
             "method": "POST", "status": 502, "path": "/mcp",
             "jsonrpc_method": "tools/call", "request_id": "r-x3", "principal": "svc-x",
         }).encode() + b"\n"),
+        ("dispatches.csv", _dispatch(dropped[1] + 5000, "d-x5", dropped[2], "ef" * 32,
+                                     dropped[3], "r-x5", None, dropped[4])),
     ]  # fmt: skip
     bases = []
     for name, rows in steps:
@@ -595,6 +607,7 @@ def test_duplicate_dispatch_groups_across_sessions_after_appends(tmp_path):
         [x2, x1],
         [x2, x1, ("d-x3", "suspected")],
         [x2, x1, ("d-x3", "retry")],
+        sorted([x2, x1, ("d-x3", "retry"), (dropped[0], "retry")]),
     ]
 
 
