@@ -611,6 +611,54 @@ def test_duplicate_dispatch_groups_across_sessions_after_appends(tmp_path):
     ]
 
 
+def test_key_attempts_are_recomputed_for_the_new_rows_keys(tmp_path):
+    """After an append, the attempts that reuse an idempotency key with another payload
+    than its first (a_key_differing) are recomputed for the new rows' keys alone. A new
+    attempt of an old key with another payload, and one dated before a key's first
+    attempt (the new reference: the old attempt now differs), give a full analysis's rows
+    and findings; a row planted for a key no new row has stays (recomputed whole, the old
+    way, it is lost)."""
+    live = tmp_path / "live"
+    shutil.copytree(SAMPLE, live, ignore=shutil.ignore_patterns("*.md", "*.json", "*.toml"))
+    con = dbm.connect(str(tmp_path / "t.duckdb"))
+    ingest(con, [live], CONF)
+    runner.analyse(con, CONF)
+    keys = con.execute(
+        """SELECT idempotency_key, epoch_ms(min(ts)), min(tool_name), min(principal),
+                  min(dispatch_id)
+           FROM dispatches WHERE idempotency_key IS NOT NULL AND outcome = 'executed'
+           GROUP BY ALL HAVING count(*) = 1 ORDER BY 1 LIMIT 3"""
+    ).fetchall()
+    (k1, t1, tool1, who1, _), (k2, t2, tool2, who2, first2), (_, *_, planted) = keys
+
+    def differing() -> set:
+        return {r[0] for r in con.execute("SELECT dispatch_id FROM a_key_differing").fetchall()}
+
+    def append(*rows: bytes) -> None:
+        with open(live / "dispatches.csv", "ab") as fh:
+            fh.write(b"".join(rows))
+        ingest(con, [live], CONF)
+        runner.analyse(con, CONF)
+        assert get_meta(con, "analysis_mode") == "incremental"
+
+    append(
+        _dispatch(t1 + 1000, "d-k1", tool1, None, who1, "r-k1", k1, "p-other"),
+        _dispatch(t2 - 1000, "d-k2", tool2, None, who2, "r-k2", k2, "p-earlier"),
+    )
+    assert {"d-k1", first2} <= differing()
+    after_append = _analysis_state(con)
+    runner.analyse(con, CONF, force=True)
+    assert after_append == _analysis_state(con)
+    con.execute("INSERT INTO a_key_differing SELECT * FROM dispatches WHERE dispatch_id = $d",
+                {"d": planted})  # fmt: skip
+    append(_dispatch(t1 + 2000, "d-k1b", tool1, None, who1, "r-k1b", k1, "p-third"))
+    after_append = differing()
+    assert {planted, "d-k1", "d-k1b"} <= after_append
+    runner.analyse(con, CONF, force=True)
+    assert differing() == after_append - {planted}
+    con.close()
+
+
 def test_report_hashes_what_was_read_of_a_grown_file(tmp_path):
     # An append leaves files.sha256 empty (hashing the whole file each cycle would cost
     # more than the append); the report hashes what was read, or says it cannot.
