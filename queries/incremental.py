@@ -236,7 +236,6 @@ def analyse(
         )
     _drop_scope(con)
     con.execute(f"CREATE SCHEMA {SCOPE}")
-    recount: list[str] = []
     seconds: dict[str, float] = {}
     try:
         try:
@@ -274,39 +273,25 @@ def analyse(
                     con.execute(stmt)
         if con.execute(SESSION_BLIND).fetchall() != blind_before:
             raise Fallback("a sessions file shows other facts than it did")
-        for name, q in catalog.detectors().items():
-            if cannottell.missing_needs(q, counts):
+        runs = [
+            (name, q, blind.get(name))
+            for name, q in catalog.detectors().items()
+            if not cannottell.missing_needs(q, counts)
+        ]
+        recount = [name for name, q, _ in runs if q.header.list("undecided")]
+        _forget(con, runs)
+        for name, q, plan in runs:
+            if plan is not None:
+                cannottell.record_cannot_tell(con, name, q, plan)
+        # The session-local detectors last, in one stretch on the scope's tables.
+        runs.sort(key=lambda r: r[0] in SESSION_DETECTORS or r[0] in NEAR_SESSIONS)
+        scoped = False
+        for name, q, plan in runs:
+            if plan is not None and plan.skip:
                 continue
             t0 = time.perf_counter()
             bound = {"detector": name, **params.bind(q, values)}
-            plan = blind.get(name)
-            labels = list(q.header.list("undecided"))
-            if labels:
-                # What it found it could not judge last time is found again below (of the
-                # pending sessions, for a session-local detector) and counted again.
-                for table in ("cannot_tell", "cannot_tell_stages"):
-                    con.execute(
-                        f"DELETE FROM main.{table} "
-                        "WHERE detector = $d AND list_contains($l, missing)",
-                        {"d": name, "l": labels},
-                    )
-                con.execute(
-                    f"DELETE FROM main.cannot_tell_units WHERE detector = $d {_local(name)}",
-                    {"d": name},
-                )
-                recount.append(name)
-            if plan is not None:
-                # The same files are left out as in the last analysis (possible()); the
-                # counts of what they hide grew with them.
-                for table in ("cannot_tell", "cannot_tell_stages"):
-                    con.execute(f"DELETE FROM main.{table} WHERE detector = $d", {"d": name})
-                cannottell.record_cannot_tell(con, name, q, plan)
-                if plan.skip:
-                    continue
             if name in SESSION_DETECTORS or name in NEAR_SESSIONS:
-                con.execute(
-                    f"DELETE FROM main.findings WHERE detector = $d {_local(name)}", {"d": name}
-                )
                 near = NEAR_SESSIONS.get(name)
                 rows = _IN_SCOPE
                 if near is not None:
@@ -317,25 +302,21 @@ def analyse(
                         f"""INSERT INTO {SCOPE}.{near["table"]} SELECT * FROM {table}
                             WHERE rowid IN (SELECT rowid FROM {table} WHERE {near["rows"]})"""
                     )
-                _search(con, scoped=True)
+                if not scoped:
+                    _search(con, scoped=True)
+                    scoped = True
                 made = cannottell.shadow(con, plan, rows) if plan else []
                 try:
                     con.execute(
-                        f"""CREATE OR REPLACE TEMP TABLE rg_new AS
+                        f"""INSERT INTO main.findings BY NAME
                             SELECT $detector AS detector, * FROM ({q.sql})""",
                         bound,
                     )
                 finally:
                     cannottell.unshadow(con, made)
-                    _search(con, scoped=False)
                 if near is not None:
                     kept = f"coalesce({_IN_SCOPE}, false)"
                     con.execute(f"DELETE FROM {SCOPE}.{near['table']} WHERE NOT {kept}")
-                elif one_row(con.execute("SELECT count(*) FROM rg_new WHERE session_hmac IS NULL"))[
-                    0
-                ]:
-                    raise Fallback(f"{name}: a finding without a session")
-                con.execute("INSERT INTO main.findings BY NAME SELECT * FROM rg_new")
             elif name in groups.DETECTORS:
                 groups.rerun(
                     con,
@@ -347,7 +328,6 @@ def analyse(
                     lambda t: f"{SCOPE}.{t}",
                 )
             else:
-                con.execute("DELETE FROM main.findings WHERE detector = $d", {"d": name})
                 made = cannottell.shadow(con, plan) if plan else []
                 try:
                     con.execute(
@@ -358,6 +338,17 @@ def analyse(
                 finally:
                     cannottell.unshadow(con, made)
             seconds[name] = time.perf_counter() - t0
+        if scoped:
+            _search(con, scoped=False)
+        local = sorted(SESSION_DETECTORS.intersection(seconds))
+        if one_row(
+            con.execute(
+                """SELECT count(*) FROM main.findings
+                   WHERE list_contains($d, detector) AND session_hmac IS NULL""",
+                {"d": local},
+            )
+        )[0]:
+            raise Fallback("a session-local detector's finding without a session")
         # Each detector that ran: its findings now, counted in one statement.
         if seconds:
             con.execute(
@@ -427,6 +418,49 @@ def _added_counts(con: duckdb.DuckDBPyConnection, q: catalog.Query) -> None:
         _drop_schema(con, DELTA)
 
 
+def _forget(
+    con: duckdb.DuckDBPyConnection, runs: list[tuple[str, catalog.Query, cannottell.Plan | None]]
+) -> None:
+    """Delete what the detectors about to run will find again, for them all at once (one
+    statement per table, not a few per detector): the findings they replace (of the
+    pending sessions for a session-local one, with those without a session for one of
+    NEAR_SESSIONS; all for the rest; `duplicate_dispatch` replaces its changed groups'
+    itself, groups.py), the units they returned undecided likewise, and counted again;
+    the counts of what they could not tell: of the units they return undecided (their
+    `-- undecided:` labels), and every count of one whose files are left out as in the
+    last analysis (possible(): the counts of what those files hide grew with them)."""
+    labelled = [f"{n}|{m}" for n, q, _ in runs for m in q.header.list("undecided")]
+    planned = [n for n, _, p in runs if p is not None]
+    for table in ("cannot_tell", "cannot_tell_stages"):
+        con.execute(
+            f"""DELETE FROM main.{table} WHERE list_contains($planned, detector)
+                OR list_contains($labelled, detector || '|' || missing)""",
+            {"planned": planned, "labelled": labelled},
+        )
+    ran = [n for n, _, p in runs if p is None or not p.skip]
+
+    def replaced(names: list[str]) -> dict[str, list[str]]:
+        return {
+            "local": [n for n in names if n in SESSION_DETECTORS],
+            "near": [n for n in names if n in NEAR_SESSIONS],
+            "whole": [
+                n
+                for n in names
+                if n not in SESSION_DETECTORS and n not in NEAR_SESSIONS
+                and n not in groups.DETECTORS
+            ],
+        }  # fmt: skip
+
+    which = f"""list_contains($whole, detector)
+                OR list_contains($local, detector) AND {_IN_SCOPE}
+                OR list_contains($near, detector) AND ({_IN_SCOPE} OR session_hmac IS NULL)"""
+    con.execute(f"DELETE FROM main.findings WHERE {which}", replaced(ran))
+    undecided = [n for n, q, _ in runs if q.header.list("undecided")]
+    units = replaced(undecided)
+    units["whole"] += [n for n in undecided if n in groups.DETECTORS]
+    con.execute(f"DELETE FROM main.cannot_tell_units WHERE {which}", units)
+
+
 def _keyed_prep(con: duckdb.DuckDBPyConnection, q: catalog.Query, table: str, key: str) -> None:
     """Run a prepare query local to the groups of `table` by `key` (KEYED_PREP) on a copy
     of the rows of the new rows' keys (schema `rg_delta`, first on the search path), and
@@ -477,15 +511,6 @@ def _drop_schema(con: duckdb.DuckDBPyConnection, schema: str) -> None:
     ).fetchall():
         con.execute(f"DROP TABLE {schema}.{t}")
     con.execute(f"DROP SCHEMA IF EXISTS {schema} CASCADE")
-
-
-def _local(name: str) -> str:
-    """What of a detector's findings and undecided units an incremental run replaces: of
-    the pending sessions for a session-local one (and those without a session for one of
-    NEAR_SESSIONS); all of them for the rest."""
-    if name in NEAR_SESSIONS:
-        return f"AND ({_IN_SCOPE} OR session_hmac IS NULL)"
-    return f"AND {_IN_SCOPE}" if name in SESSION_DETECTORS else ""
 
 
 def _drop_scope(con: duckdb.DuckDBPyConnection) -> None:
