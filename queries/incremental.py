@@ -14,7 +14,10 @@ placed by time on other sessions' streams: it recomputes the noted sessions with
 whose last findings were near such an answer, and every such answer (NEAR_SESSIONS).
 The counts of records per stage and source (ADDITIVE_PREP) are
 added to for the new rows; the attempts of an idempotency key that differ from its first
-(KEYED_PREP) are recomputed for the new rows' keys. Everything else (stage windows,
+(KEYED_PREP) are recomputed for the new rows' keys. `session_after_terminal` and
+`delete_fabricated`, session-local but for what logs blind to session ids say of other
+files, are run for the noted sessions and those the growth of such a log may reach
+(BLIND_LOCAL). Everything else (stage windows,
 per-stage samples, fleet-wide rates, proxy-log checks) is recomputed whole, as
 in a full analysis. Stages are then assigned to all findings as always.
 
@@ -123,6 +126,86 @@ NEAR_SESSIONS: dict[str, dict[str, str]] = {
                  AND epoch_ms(e.ts) + coalesce(e.duration_ms, 0) + 1000
             WHERE f.detector = 'undelivered_result' AND f.stream_id IS NOT NULL
               AND f.session_hmac IS NOT NULL""",
+    },
+}
+# Detectors whose verdict for a session depends on that session's rows and on what the
+# partial-blindness table `blind` says of other files (which an append to such a file
+# moves). After an append they are run for the pending sessions and those whose verdict
+# the change of that table may move (`near`, from the table before the prepare step,
+# `rg_was_<blind>`, and after), on temporary views of `tables` holding those sessions'
+# rows; when the table changed otherwise than by growing (`grew`: every row as it was or
+# further out in time), they are run whole.
+BLIND_LOCAL: dict[str, dict[str, Any]] = {
+    # Undecided when a blind log served the session's client after its end (within the
+    # skew): an append moves a client's last served request later, which can only reach
+    # sessions of that client (or of every client, for rows naming none) that ended
+    # between the old and the new time.
+    "session_after_terminal": {
+        "blind": "a_blind_clients",
+        "tables": ("inbox", "proxy", "a_sessions"),
+        "grew": """
+            SELECT count(*) = 0 FROM rg_was_a_blind_clients o
+            LEFT JOIN main.a_blind_clients n
+              ON n.file_id = o.file_id AND n.client IS NOT DISTINCT FROM o.client
+            WHERE n.file_id IS NULL
+               OR n.last_served_ts IS DISTINCT FROM o.last_served_ts
+                  AND NOT coalesce(n.last_served_ts > o.last_served_ts, false)""",
+        "near": """
+            WITH moved AS (
+                SELECT n.client, epoch_ms(o.last_served_ts) AS old_ms,
+                       epoch_ms(n.last_served_ts) AS new_ms
+                FROM main.a_blind_clients n
+                LEFT JOIN rg_was_a_blind_clients o
+                  ON o.file_id = n.file_id AND o.client IS NOT DISTINCT FROM n.client
+                WHERE n.last_served_ts IS DISTINCT FROM o.last_served_ts
+            )
+            SELECT DISTINCT a.session_hmac
+            FROM main.a_sessions a
+            JOIN moved m
+              ON epoch_ms(a.terminal_ts) - blind_skew_ms() <= m.new_ms
+             AND (m.old_ms IS NULL OR epoch_ms(a.terminal_ts) - blind_skew_ms() > m.old_ms)
+            WHERE m.client IS NULL OR m.client = proxy_client(a.principal, NULL, NULL)
+               OR a.session_hmac IN (
+                   SELECT session_hmac FROM {proxy}
+                   WHERE session_hmac IS NOT NULL
+                     AND proxy_client(principal, client_addr, user_agent) IN (
+                         SELECT client FROM moved))""",
+    },
+    # Undecided when a log blind to session ids spans (within the skew) the time from the
+    # session's first ledger row to its TERMINATED: an append moves a span's ends out,
+    # which can only reach sessions that began after the old end or were terminated
+    # before the old start (within the skew, up to the new one).
+    "delete_fabricated": {
+        "blind": "a_blind_spans",
+        "tables": ("sessions", "proxy", "a_sessions"),
+        "grew": """
+            SELECT count(*) = 0
+            FROM (SELECT * FROM rg_was_a_blind_spans WHERE fact = 'proxy.session_hmac') o
+            FULL JOIN (SELECT * FROM main.a_blind_spans WHERE fact = 'proxy.session_hmac') n
+              USING (file_id)
+            WHERE o.file_id IS NULL OR n.file_id IS NULL
+               OR n.first_ts IS DISTINCT FROM o.first_ts
+                  AND NOT coalesce(n.first_ts < o.first_ts, false)
+               OR n.last_ts IS DISTINCT FROM o.last_ts
+                  AND NOT coalesce(n.last_ts > o.last_ts, false)""",
+        "near": """
+            WITH moved AS (
+                SELECT epoch_ms(o.first_ts) AS old_first, epoch_ms(n.first_ts) AS new_first,
+                       epoch_ms(o.last_ts) AS old_last, epoch_ms(n.last_ts) AS new_last
+                FROM (SELECT * FROM main.a_blind_spans WHERE fact = 'proxy.session_hmac') n
+                JOIN (SELECT * FROM rg_was_a_blind_spans WHERE fact = 'proxy.session_hmac') o
+                  USING (file_id)
+                WHERE n.first_ts IS DISTINCT FROM o.first_ts
+                   OR n.last_ts IS DISTINCT FROM o.last_ts
+            )
+            SELECT a.session_hmac FROM main.a_sessions a JOIN moved m
+              ON epoch_ms(a.first_ts) - blind_skew_ms() > m.old_last
+             AND epoch_ms(a.first_ts) - blind_skew_ms() <= m.new_last
+            UNION
+            SELECT s.session_hmac FROM {sessions} s JOIN moved m
+              ON epoch_ms(s.ts) + blind_skew_ms() >= m.new_first
+             AND epoch_ms(s.ts) + blind_skew_ms() < m.old_first
+            WHERE s.state = 'TERMINATED'""",
     },
 }
 # Prepared tables of counts of records per group (`n`, by every other column): an append
@@ -242,6 +325,11 @@ def analyse(
             blind_before = con.execute(SESSION_BLIND).fetchall()
         except duckdb.CatalogException as e:
             raise Fallback("no partial blindness recorded") from e
+        for blind_table in sorted({how["blind"] for how in BLIND_LOCAL.values()}):
+            con.execute(
+                f"CREATE OR REPLACE TEMP TABLE rg_was_{blind_table} AS "
+                f"SELECT * FROM {_base(con, blind_table)}"
+            )
         for table in ("sessions", "streams", "events", "inbox", "dispatches", "proxy"):
             _scoped_view(con, table)
         for q in catalog.load("prep"):
@@ -273,13 +361,14 @@ def analyse(
                     con.execute(stmt)
         if con.execute(SESSION_BLIND).fetchall() != blind_before:
             raise Fallback("a sessions file shows other facts than it did")
+        nearby = _near_sessions(con)
         runs = [
             (name, q, blind.get(name))
             for name, q in catalog.detectors().items()
             if not cannottell.missing_needs(q, counts)
         ]
         recount = [name for name, q, _ in runs if q.header.list("undecided")]
-        _forget(con, runs)
+        _forget(con, runs, nearby)
         for name, q, plan in runs:
             if plan is not None:
                 cannottell.record_cannot_tell(con, name, q, plan)
@@ -317,6 +406,8 @@ def analyse(
                 if near is not None:
                     kept = f"coalesce({_IN_SCOPE}, false)"
                     con.execute(f"DELETE FROM {SCOPE}.{near['table']} WHERE NOT {kept}")
+            elif name in nearby:
+                _near_run(con, q, plan, bound, nearby[name], BLIND_LOCAL[name]["tables"])
             elif name in groups.DETECTORS:
                 groups.rerun(
                     con,
@@ -340,7 +431,7 @@ def analyse(
             seconds[name] = time.perf_counter() - t0
         if scoped:
             _search(con, scoped=False)
-        local = sorted(SESSION_DETECTORS.intersection(seconds))
+        local = sorted(SESSION_DETECTORS.union(nearby).intersection(seconds))
         if one_row(
             con.execute(
                 """SELECT count(*) FROM main.findings
@@ -369,6 +460,9 @@ def analyse(
             con.execute("DROP TABLE IF EXISTS rg_new")
             con.execute("DROP TABLE IF EXISTS rg_new_rows")
             con.execute("DROP TABLE IF EXISTS rg_fact_stages")
+            for name, how in BLIND_LOCAL.items():
+                con.execute(f"DROP TABLE IF EXISTS rg_was_{how['blind']}")
+                con.execute(f"DROP TABLE IF EXISTS rg_near_{name}")
             con.execute("DROP VIEW IF EXISTS temp.a_gate_units")
 
 
@@ -419,7 +513,9 @@ def _added_counts(con: duckdb.DuckDBPyConnection, q: catalog.Query) -> None:
 
 
 def _forget(
-    con: duckdb.DuckDBPyConnection, runs: list[tuple[str, catalog.Query, cannottell.Plan | None]]
+    con: duckdb.DuckDBPyConnection,
+    runs: list[tuple[str, catalog.Query, cannottell.Plan | None]],
+    near: dict[str, str],
 ) -> None:
     """Delete what the detectors about to run will find again, for them all at once (one
     statement per table, not a few per detector): the findings they replace (of the
@@ -447,7 +543,7 @@ def _forget(
                 n
                 for n in names
                 if n not in SESSION_DETECTORS and n not in NEAR_SESSIONS
-                and n not in groups.DETECTORS
+                and n not in groups.DETECTORS and n not in near
             ],
         }  # fmt: skip
 
@@ -459,6 +555,58 @@ def _forget(
     units = replaced(undecided)
     units["whole"] += [n for n in undecided if n in groups.DETECTORS]
     con.execute(f"DELETE FROM main.cannot_tell_units WHERE {which}", units)
+    # Those of BLIND_LOCAL run for some sessions: theirs.
+    for n, sessions in near.items():
+        mine = f"detector = $d AND session_hmac IN (SELECT session_hmac FROM {sessions})"
+        if n in ran:
+            con.execute(f"DELETE FROM main.findings WHERE {mine}", {"d": n})
+        if n in undecided:
+            con.execute(f"DELETE FROM main.cannot_tell_units WHERE {mine}", {"d": n})
+
+
+def _near_sessions(con: duckdb.DuckDBPyConnection) -> dict[str, str]:
+    """For each detector of BLIND_LOCAL whose blindness table only grew, the temporary table
+    of the sessions to run it for: the pending ones and those the growth may move."""
+    out = {}
+    for name, how in BLIND_LOCAL.items():
+        if not one_row(con.execute(how["grew"]))[0]:
+            continue  # run whole
+        near = how["near"].format(proxy=_base(con, "proxy"), sessions=_base(con, "sessions"))
+        con.execute(
+            f"""CREATE OR REPLACE TEMP TABLE rg_near_{name} AS
+                SELECT session_hmac FROM rg_affected UNION SELECT * FROM ({near})"""
+        )
+        out[name] = f"rg_near_{name}"
+    return out
+
+
+def _near_run(
+    con: duckdb.DuckDBPyConnection,
+    q: catalog.Query,
+    plan: cannottell.Plan | None,
+    bound: dict[str, Any],
+    sessions: str,
+    tables: tuple[str, ...],
+) -> None:
+    """Run a detector of BLIND_LOCAL for the sessions listed in `sessions`, on temporary
+    views of its `tables` holding their rows (and the files its plan leaves out left out)."""
+    rows = f"session_hmac IN (SELECT session_hmac FROM {sessions})"
+    made = []
+    for t in tables:
+        if plan is None or t not in plan.exclude:
+            con.execute(
+                f"CREATE OR REPLACE TEMP VIEW {t} AS SELECT * FROM {_base(con, t)} WHERE {rows}"
+            )
+            made.append(t)
+    if plan is not None:
+        made += cannottell.shadow(con, plan, rows)
+    try:
+        con.execute(
+            f"INSERT INTO main.findings BY NAME SELECT $detector AS detector, * FROM ({q.sql})",
+            bound,
+        )
+    finally:
+        cannottell.unshadow(con, made)
 
 
 def _keyed_prep(con: duckdb.DuckDBPyConnection, q: catalog.Query, table: str, key: str) -> None:

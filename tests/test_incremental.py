@@ -659,6 +659,61 @@ def test_key_attempts_are_recomputed_for_the_new_rows_keys(tmp_path):
     con.close()
 
 
+def test_blind_log_growth_reaches_the_sessions_it_may_hide(tmp_path):
+    """session_after_terminal and delete_fabricated are run, after an append, for the
+    pending sessions and those the growth of a log blind to session ids may now hide
+    (incremental.BLIND_LOCAL): a request that log served after an untouched session's
+    end to that session's client makes it undecided, and the log's longer span undecides
+    the TERMINATED sessions without a DELETE that began in it, each as a full analysis
+    finds; a finding of a session the growth cannot reach stays as it was (fails when
+    the two detectors are run whole)."""
+    live = tmp_path / "live"
+    shutil.copytree(SAMPLE, live, ignore=shutil.ignore_patterns("*.md", "*.json", "*.toml"))
+    con = dbm.connect(str(tmp_path / "t.duckdb"))
+    ingest(con, [live], CONF)
+    runner.analyse(con, CONF)
+
+    def undecided(detector: str) -> set:
+        return {
+            r[0]
+            for r in con.execute(
+                "SELECT session_hmac FROM cannot_tell_units WHERE detector = $d", {"d": detector}
+            ).fetchall()
+        }
+
+    ended, who, end_ms = con.execute(
+        """SELECT session_hmac, principal, epoch_ms(terminal_ts) FROM a_sessions
+           WHERE terminal_ts IS NOT NULL AND principal IS NOT NULL
+             AND session_hmac NOT IN (SELECT session_hmac FROM findings
+                                      WHERE detector = 'session_after_terminal')
+           ORDER BY terminal_ts DESC LIMIT 1"""
+    ).fetchone()
+    assert ended not in undecided("session_after_terminal")
+    before = undecided("delete_fabricated")
+    (kept,) = con.execute(
+        "SELECT min(session_hmac) FROM findings WHERE detector = 'session_after_terminal'"
+    ).fetchone()
+    planted = {"s": kept, "d": "session_after_terminal"}
+    mine = "detector = $d AND session_hmac = $s"
+    (detail,) = con.execute(f"SELECT detail FROM findings WHERE {mine}", planted).fetchone()
+    con.execute(f"""UPDATE findings SET detail = '{{"kept": 1}}' WHERE {mine}""", planted)
+    served = datetime.fromtimestamp((end_ms + 1000) / 1000, UTC)
+    row = _proxy_row(served, "POST", None, principal=who, jsonrpc_method="tools/call")
+    with open(live / "proxy-blind.jsonl", "ab") as fh:
+        fh.write(row)
+    ingest(con, [live], CONF)
+    runner.analyse(con, CONF)
+    assert get_meta(con, "analysis_mode") == "incremental"
+    assert con.execute(f"SELECT detail->>'kept' FROM findings WHERE {mine}", planted).fetchone()[0]
+    con.execute(f"UPDATE findings SET detail = $x WHERE {mine}", {"x": detail, **planted})
+    assert ended in undecided("session_after_terminal")
+    assert before < undecided("delete_fabricated")
+    after_append = _analysis_state(con)
+    runner.analyse(con, CONF, force=True)
+    assert after_append == _analysis_state(con)
+    con.close()
+
+
 def test_report_hashes_what_was_read_of_a_grown_file(tmp_path):
     # An append leaves files.sha256 empty (hashing the whole file each cycle would cost
     # more than the append); the report hashes what was read, or says it cannot.
