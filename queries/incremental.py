@@ -301,7 +301,8 @@ def analyse(
     blind: dict[str, cannottell.Plan] | None = None,
     finish: Callable[[list[str]], None] | None = None,
 ) -> None:
-    """Recompute for the pending sessions (inside the caller's transaction). `blind`: the
+    """Recompute for the pending sessions (inside the caller's transaction, after it defined
+    the shared macros: runner.analyse). `blind`: the
     plans of `plans()`, as `possible()` accepted them; `finish`: what to run after the
     detectors while the scope of the pending sessions is still there (gate_facts), given
     the detectors whose undecided units are to be counted again."""
@@ -320,6 +321,7 @@ def analyse(
     _drop_scope(con)
     con.execute(f"CREATE SCHEMA {SCOPE}")
     seconds: dict[str, float] = {}
+    _DATABASE[id(con)] = one_row(con.execute("SELECT current_database()"))[0]
     try:
         try:
             blind_before = con.execute(SESSION_BLIND).fetchall()
@@ -356,6 +358,8 @@ def analyse(
                 _added_counts(con, q)
             elif q.name in KEYED_PREP:
                 _keyed_prep(con, q, *KEYED_PREP[q.name])
+            elif q.name == "macros":
+                continue  # defined by the caller before the plans (runner.analyse)
             else:
                 for stmt in q.statements():
                     con.execute(stmt)
@@ -453,6 +457,7 @@ def analyse(
         if finish is not None:
             finish(recount)
     finally:
+        _DATABASE.pop(id(con), None)
         # After a failed statement the transaction is aborted and the caller rolls back.
         with contextlib.suppress(duckdb.Error):
             _search(con, scoped=False)
@@ -685,10 +690,14 @@ def _in_scope(con: duckdb.DuckDBPyConnection) -> Iterator[None]:
         _search(con, scoped=False)
 
 
+# The database's name during analyse(), by connection: looked up once, not per table named.
+_DATABASE: dict[int, str] = {}
+
+
 def _base(con: duckdb.DuckDBPyConnection, table: str) -> str:
     """A table of the database itself: `main.x` alone would also find a temporary view `x`
     (cannottell.shadow), which reads this scope's view of it."""
-    db = one_row(con.execute("SELECT current_database()"))[0]
+    db = _DATABASE.get(id(con)) or one_row(con.execute("SELECT current_database()"))[0]
     return f'"{db}".main.{table}'
 
 
