@@ -556,7 +556,8 @@ def table(results: list[dict]) -> str:
     row("— prepare step: s", lambda r: f"{r['analyse']['prep_s']:.1f}")
     row("— detectors: s", lambda r: f"{r['analyse']['detect_s']:.1f}")
     row(
-        "— gate facts (`a_gate_units`, `a_gate_sessions`, `a_stage_samples`): s",
+        "— gate facts (`a_gate_sessions`, `a_gate_units`, `a_gate_requests`, `a_gate_findings`, "
+        "`a_stage_samples`): s",
         lambda r: f"{r['analyse']['facts_s']:.1f}",
     )
     row(

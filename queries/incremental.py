@@ -755,8 +755,8 @@ def gate_facts(
     session, by the same statement run on the scope; the facts of findings (a few per
     thousand units, from detectors of every kind) are built again whole. The stage
     samples are summarised again for the stages whose facts changed."""
-    if not _has(con, "main", "a_gate_units"):
-        raise Fallback("gate facts: not kept narrow yet")
+    if not _has(con, "main", "a_gate_requests"):
+        raise Fallback("gate facts: not kept in a table per kind of unit yet")
     build: dict[str, tuple[str, dict[str, Any]]] = {}
     for stmt, bound in statements:
         if _TEMP_MACRO.match(_COMMENTS.sub("", stmt).strip()):  # the readers' macros
@@ -790,18 +790,18 @@ def gate_facts(
     stmt, bound = build["a_gate_sessions"]
     with _in_scope(con):
         con.execute(stmt, bound)
-    # The facts replaced: every finding's, and the pending sessions' (by their key, or by
-    # session_hmac for those of a session not known before).
-    old = f"""fact = 'findings' OR {_IN_SCOPE}
-              OR sid IN (SELECT sid FROM main.a_gate_sessions WHERE {_IN_SCOPE})"""
-    # The stages whose samples may change: those of the unit facts replaced, before and
-    # after (the samples summarise no finding).
+    # The facts replaced: every finding's, and the pending sessions' units and proxy
+    # records (by their key, or by session_hmac for those of a session not known before).
+    old = f"""{_IN_SCOPE} OR sid IN (SELECT sid FROM main.a_gate_sessions WHERE {_IN_SCOPE})"""
+    # The stages whose samples may change: those of the units replaced, before and after
+    # (the samples summarise units of a_gate_units alone: no proxy record nor finding).
     con.execute(
         f"""CREATE OR REPLACE TEMP TABLE rg_fact_stages AS
-            SELECT DISTINCT stage FROM main.a_gate_units
-            WHERE ({old}) AND fact <> 'findings' AND stage IS NOT NULL"""
+            SELECT DISTINCT stage FROM main.a_gate_units WHERE ({old}) AND stage IS NOT NULL"""
     )
     con.execute(f"DELETE FROM main.a_gate_units WHERE {old}")
+    con.execute(f"DELETE FROM main.a_gate_requests WHERE {old}")
+    con.execute("DELETE FROM main.a_gate_findings")
     con.execute(
         f"""CREATE OR REPLACE TEMP TABLE rg_gate_sessions AS
             SELECT n.* REPLACE (coalesce(o.sid, m.top + row_number() OVER (
@@ -819,17 +819,18 @@ def gate_facts(
         if _has(con, SCOPE, table):
             con.execute(f"DROP TABLE {SCOPE}.{table}")
     con.execute(f"CREATE TABLE {SCOPE}.findings AS SELECT * FROM main.findings")
-    stmt, bound = build["a_gate_units"]
-    with _in_scope(con):
-        con.execute(stmt, bound)
-    con.execute(
-        f"""INSERT INTO rg_fact_stages
-            SELECT DISTINCT stage FROM {SCOPE}.a_gate_units
-            WHERE fact <> 'findings' AND stage IS NOT NULL
-            EXCEPT SELECT stage FROM rg_fact_stages"""
-    )
-    con.execute(f"INSERT INTO main.a_gate_units BY NAME SELECT * FROM {SCOPE}.a_gate_units")
-    con.execute(f"DROP TABLE {SCOPE}.a_gate_units")
+    for table in UNIT_TABLES:
+        stmt, bound = build[table]
+        with _in_scope(con):
+            con.execute(stmt, bound)
+        if table == "a_gate_units":
+            con.execute(
+                f"""INSERT INTO rg_fact_stages
+                    SELECT DISTINCT stage FROM {SCOPE}.a_gate_units WHERE stage IS NOT NULL
+                    EXCEPT SELECT stage FROM rg_fact_stages"""
+            )
+        con.execute(f"INSERT INTO main.{table} BY NAME SELECT * FROM {SCOPE}.{table}")
+        con.execute(f"DROP TABLE {SCOPE}.{table}")
     # The samples read the facts of those stages through a temporary view of their units
     # (temporary views come first whatever the search path), not a copy of them.
     con.execute(
@@ -849,8 +850,9 @@ def gate_facts(
 
 
 # What the gate facts' statements build (queries/sql/facts/gate_facts.sql), besides the
-# readers' temporary macros.
-FACT_TABLES = ("a_gate_sessions", "a_gate_units", "a_stage_samples")
+# readers' temporary macros: the tables of the units, one per kind of unit, in this order.
+UNIT_TABLES = ("a_gate_units", "a_gate_requests", "a_gate_findings")
+FACT_TABLES = ("a_gate_sessions", *UNIT_TABLES, "a_stage_samples")
 _TEMP_MACRO = re.compile(r"CREATE\s+OR\s+REPLACE\s+TEMP\s+MACRO\s", re.IGNORECASE)
 _COMMENTS = re.compile(r"^\s*--.*$", re.MULTILINE)
 

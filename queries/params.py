@@ -56,7 +56,7 @@ def from_config(config: Config) -> dict[str, Any]:
     }
 
 
-# The facts a_gate_units holds (queries/sql/facts/gate_facts.sql).
+# The facts the gate facts hold (queries/sql/facts/gate_facts.sql, read as gate_facts()).
 FACTS = (
     "delivered_events",
     "completed_streams",

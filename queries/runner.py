@@ -195,10 +195,10 @@ def analyse(
     force: bool = False,
 ) -> Summary:
     """Refresh derived tables and findings (skipped when already current)."""
-    # A database analysed before the gate facts were kept narrow is not current: gates
-    # read them.
+    # A database analysed before the gate facts were kept in a table per kind of unit is
+    # not current: gates read them.
     current = get_meta(con, "analysis_stamp") == stamp(con, config) and _has_table(
-        con, "a_gate_units"
+        con, "a_gate_requests"
     )
     if not force and only is None and current and _history_current(con):
         return summary(con)

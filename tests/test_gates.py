@@ -448,7 +448,7 @@ def test_the_gate_facts_store_only_units_a_gate_reads(fleet):
         for path in (catalog.SQL_DIR / folder).glob("*.sql"):
             read |= set(re.findall(r"\bfact\s*(?:=|<>)\s*'(\w+)'", path.read_text()))
     read.discard("none")  # gate_rows's placeholder row of a stage without facts
-    stored = {r[0] for r in con.execute("SELECT DISTINCT fact FROM a_gate_units").fetchall()}
+    stored = {r[0] for r in con.execute("SELECT DISTINCT fact FROM gate_facts()").fetchall()}
     assert stored == set(params.FACTS) == read
 
 

@@ -267,14 +267,15 @@ def _analysis_state(con) -> dict:
 
 
 def _gate_facts_state(con) -> dict:
-    """The gate facts as their readers read them (gate_facts()) and what each session
-    tells them: the integer key that names a session in them is the analysis's own (an
-    incremental one numbers new sessions after the last), not compared."""
+    """The gate facts as their readers read them (gate_facts()), their tables and what each
+    session tells them: the integer key that names a session in them is the analysis's
+    own (an incremental one numbers new sessions after the last), not compared."""
     return {
-        "a_gate_units": sorted(con.execute("SELECT * FROM gate_facts()").fetchall(), key=repr),
-        "a_gate_sessions": sorted(
-            con.execute("SELECT * EXCLUDE (sid) FROM a_gate_sessions").fetchall(), key=repr
-        ),
+        "gate_facts": sorted(con.execute("SELECT * FROM gate_facts()").fetchall(), key=repr),
+        **{
+            t: sorted(con.execute(f"SELECT * EXCLUDE (sid) FROM {t}").fetchall(), key=repr)
+            for t in ("a_gate_sessions", "a_gate_units", "a_gate_requests", "a_gate_findings")
+        },
     }
 
 

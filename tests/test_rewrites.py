@@ -1032,17 +1032,20 @@ def test_gate_facts_build_no_hash_table_of_records(fleet_db, which):
     most of the step's 3 GB) and joined every window of a key: the control."""
     con, _ = fleet_db
     values = params.from_config(Config())
-    stmt = (
-        named.get("build", "facts").statements()[1]  # a_gate_units (a_gate_sessions first)
+    stmts = (
+        # a_gate_units and a_gate_requests (a_gate_sessions first, a_gate_findings last)
+        named.get("build", "facts").statements()[1:3]
         if which == "current"
         else next(
             q for q in named.parse(OLD / "gate_facts.sql", "facts") if q.name == "build"
-        ).statements()[0]
+        ).statements()[:1]
     )
-    query = _v1(con, stmt[stmt.index(" AS\nWITH") + 4 :])
-    bound = {k: values[k] for k in runner.PROBE_PARAMS}
     big = {"events", "inbox", "streams", "dispatches", "proxy", "a_stage_windows"}
-    builds = _hash_join_builds(con, query, bound)
+    builds = []
+    for stmt in stmts:
+        query = _v1(con, stmt[stmt.index(" AS\nWITH") + 4 :])
+        bound = {k: values[k] for k in runner.PROBE_PARAMS if f"${k}" in stmt}
+        builds += _hash_join_builds(con, query, bound)
     wide = [(kind, t) for kind, t in builds if big & set(t)]
     assert builds
     if which == "current":
@@ -1094,7 +1097,11 @@ def test_gate_facts_rewrite_gives_the_replaced_tables(fleet_db, changed):
         finally:
             con.execute("RESET search_path")
         assert (
-            con.execute("SELECT count(*) FROM v1.a_gate_units").fetchone()[0]
+            con.execute(
+                "SELECT (SELECT count(*) FROM v1.a_gate_units) "
+                "+ (SELECT count(*) FROM v1.a_gate_requests) "
+                "+ (SELECT count(*) FROM v1.a_gate_findings)"
+            ).fetchone()[0]
             == con.execute("SELECT count(*) FROM v1_facts").fetchone()[0]
         )
         pairs = {
@@ -1252,5 +1259,61 @@ def test_detector_driven_from_candidates_gives_the_replaced_rows(fleet_db, name,
             assert bases <= set(found), found
             if name == "duplicate_dispatch":
                 assert found_broke(con) > 0
+    finally:
+        con.execute("ROLLBACK")
+
+
+def _facts_read(con, path: Path | None, schema: str) -> None:
+    """The gate facts of the statements of `path` (None: the current ones), built in
+    `schema` with the readers' macros of the same file, read as their readers read them
+    (gate_facts()) into the temporary table `<schema>_facts`."""
+    values = params.from_config(Config())
+    queries = (
+        [named.get(n, "facts") for n in ("build", "setup", "samples")]
+        if path is None
+        else named.parse(path, "facts")
+    )
+    con.execute(f"SET search_path = '{schema},main'")
+    try:
+        for q in queries:
+            for stmt in q.statements():
+                con.execute(stmt, {k: values[k] for k in runner.PROBE_PARAMS if f"${k}" in stmt})
+        con.execute(f"CREATE TEMP TABLE {schema}_facts AS SELECT * FROM gate_facts()")
+    finally:
+        con.execute("RESET search_path")
+
+
+@pytest.mark.parametrize("changed", [None, "many stages"], ids=["as analysed", "many stages"])
+def test_gate_facts_per_kind_of_unit_give_the_one_table_facts(fleet_db, changed):
+    """The gate facts kept in a table per kind of unit (a record's units, the proxy
+    records, the gated findings), read through gate_facts(), are row for row and type for
+    type those of the one table they replaced (tests/fixtures/sql_v0/one_table), and so
+    are the stage samples; on both fleets, as analysed and under a rollout of many stages.
+    Rolled back."""
+    con, _ = fleet_db
+    con.execute("BEGIN TRANSACTION")
+    try:
+        if changed:
+            _many_stages(con)
+        con.execute("CREATE SCHEMA v0")
+        con.execute("CREATE SCHEMA v1")
+        _facts_read(con, OLD / "one_table" / "gate_facts.sql", "v0")
+        _facts_read(con, None, "v1")
+        kinds = dict(con.execute("SELECT fact, count(*) FROM v1_facts GROUP BY ALL").fetchall())
+        assert set(kinds) == set(params.FACTS), kinds
+        for old, new in (("v0_facts", "v1_facts"), ("v0.a_stage_samples", "v1.a_stage_samples")):
+            n = con.execute(f"SELECT count(*) FROM {old}").fetchone()[0]
+            assert con.execute(f"SELECT count(*) FROM {new}").fetchone()[0] == n > 0
+            for a, b in ((old, new), (new, old)):
+                extra = con.execute(f"SELECT * FROM {a} EXCEPT ALL SELECT * FROM {b}").fetchall()
+                assert not extra, (a, extra[:3])
+        assert (
+            con.execute("DESCRIBE v0_facts").fetchall()
+            == con.execute("DESCRIBE v1_facts").fetchall()
+        )
+        # proxy records of no known session keep their session_hmac
+        assert con.execute(
+            "SELECT count(*) FROM v1.a_gate_requests WHERE sid IS NULL AND session_hmac NOTNULL"
+        ).fetchone()[0]
     finally:
         con.execute("ROLLBACK")

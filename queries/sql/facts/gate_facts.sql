@@ -15,11 +15,16 @@
 --          says `-- causes: true`.
 --          Stored narrow: what a fact's session tells (its revision, server, client,
 --          baseline) is kept once per session (a_gate_sessions, keyed by an integer `sid`)
---          and each unit names its session by that key (a_gate_units; a unit of no known
---          session keeps its session_hmac, NULL or not, and sid NULL). What every reader
---          reads is the table macro gate_facts() (`setup`) that joins them back: a row per
---          unit, as the one table they were until 2026-12-03 (its rows of 18 columns
---          were most of this step's CPU: writing them).
+--          and each unit names its session by that key (a unit of no known session keeps
+--          its session_hmac, NULL or not, and sid NULL), in a table of the columns its
+--          kind of unit has: a_gate_units (a record's unit: delivered events, completed
+--          streams, write dispatches, recoveries, sized answers), a_gate_requests (a proxy
+--          record: its status, method, origin, raw id, reconnect flag), a_gate_findings (a
+--          gated finding: its detector and cause). What every reader reads is the table
+--          macro gate_facts() (`setup`) that joins them back: a row per unit, as the one
+--          table they were until 2026-12-03 (its rows of 18 columns were most of this
+--          step's CPU: writing them; then one table of 14 columns, most of them NULL on
+--          most rows, and writing those NULLs was half of the step at 10M events).
 -- filters: none
 -- What each known session tells the facts of its units, once per session. Its key is the
 -- session's place in the order of session_hmac (an incremental analysis keeps a session's
@@ -31,6 +36,8 @@ SELECT (row_number() OVER (ORDER BY session_hmac))::INTEGER AS sid, session_hmac
        is_baseline(session_hmac, cohort) AS baseline, principal
 FROM a_sessions;
 
+-- A record's units (a_gate_units): fact, stage, time, session, a recovery's seconds, a write
+-- dispatch's file.
 CREATE OR REPLACE TABLE a_gate_units AS
 WITH units AS (
     -- delivered events: accepted receipts where the client keeps an inbox, else the
@@ -68,15 +75,24 @@ WITH units AS (
     FROM proxy
     WHERE judged_event_stream(method, status, body_bytes_sent, resp_content_type, client_closed)
 ),
--- Each unit and proxy record with its session's key and cohort (`known`: a session of
--- a_sessions, through a_gate_sessions joined once); a unit of no known session keeps its
--- session_hmac.
+-- Each unit with its session's key and cohort (`known`: a session of a_sessions, through
+-- a_gate_sessions joined once); a unit of no known session keeps its session_hmac.
 located AS (
     SELECT u.* EXCLUDE (principal), a.sid, a.sid IS NOT NULL AS known, a.cohort,
            is_probe(a.client, coalesce(a.principal, u.principal)) AS probe
     FROM units u LEFT JOIN a_gate_sessions a ON a.session_hmac = u.session_hmac
-),
-located_proxy AS (
+)
+-- Each is attributed its stage (stage_attributed in macros.sql: the windows looked up by
+-- the record's time, linear in the stages).
+SELECT fact, stage, ts, sid, CASE WHEN sid IS NULL THEN session_hmac END AS session_hmac,
+       secs, file_id
+FROM stage_attributed(located, known, cohort, ts)
+WHERE NOT probe OR list_contains($probe_facts, fact);
+
+-- The proxy records (a_gate_requests, fact `proxy_records`): stage, time, session, status,
+-- method, origin, raw id, whether it is a reconnect, its file.
+CREATE OR REPLACE TABLE a_gate_requests AS
+WITH located_proxy AS (
     SELECT p.ts, p.session_hmac, p.status, p.method, p.origin, p.raw_session_id, p.file_id,
            p.pos, p.last_event_id, a.sid, a.sid IS NOT NULL AS known, a.cohort,
            is_probe(a.client, coalesce(a.principal, p.principal)) AS probe
@@ -94,50 +110,31 @@ first_gets AS (
     FROM stage_attributed(located_gets, known, cohort, ts)
     GROUP BY ALL
 ),
--- Each is attributed its stage (stage_attributed in macros.sql: the windows looked up by
--- the record's time, linear in the stages).
-staged_units AS (
-    SELECT * EXCLUDE (known, cohort) FROM stage_attributed(located, known, cohort, ts)
-),
-records AS (
-    SELECT fact, stage, ts, sid, CASE WHEN sid IS NULL THEN session_hmac END AS session_hmac,
-           secs, NULL::VARCHAR AS detector,
-           NULL::INTEGER AS status, NULL::VARCHAR AS method, NULL::VARCHAR AS origin,
-           NULL::BOOLEAN AS raw_session_id, NULL::BOOLEAN AS reconnect,
-           file_id, NULL::VARCHAR AS cause, probe
-    FROM staged_units
-),
 proxied AS (
     SELECT * EXCLUDE (known, cohort) FROM stage_attributed(located_proxy, known, cohort, ts)
-),
-requests AS (
-    -- a GET after its session's first within the stage it is counted in re-opens
-    SELECT 'proxy_records' AS fact, p.stage, p.ts, p.sid,
-           CASE WHEN p.sid IS NULL THEN p.session_hmac END AS session_hmac,
-           NULL::DOUBLE AS secs, NULL::VARCHAR AS detector, p.status, p.method, p.origin,
-           p.raw_session_id,
-           is_reconnect(p.method, p.last_event_id, p.status,
-                        reopens(p.method, p.ts, p.file_id, p.pos, g.first_get)) AS reconnect,
-           p.file_id, NULL::VARCHAR AS cause, p.probe
-    FROM proxied p
-    LEFT JOIN first_gets g
-      ON p.method = 'GET' AND g.session_hmac = p.session_hmac
-     AND g.stage IS NOT DISTINCT FROM p.stage
-),
-found AS (
-    SELECT 'findings' AS fact, f.stage, f.ts, a.sid,
-           CASE WHEN a.sid IS NULL THEN f.session_hmac END AS session_hmac, NULL::DOUBLE AS secs,
-           f.detector, NULL::INTEGER, NULL::VARCHAR, NULL::VARCHAR, NULL::BOOLEAN,
-           NULL::BOOLEAN, NULL::BIGINT, json_extract_string(f.detail, '$.reason'),
-           is_probe(a.client, a.principal) AS probe
-    FROM findings f
-    LEFT JOIN a_gate_sessions a ON a.session_hmac = f.session_hmac
-    WHERE gated(f.detail)
 )
-SELECT * EXCLUDE (probe)
-FROM (SELECT * FROM records UNION ALL SELECT * FROM requests UNION ALL SELECT * FROM found)
-WHERE NOT probe OR list_contains($probe_facts, fact)
-   OR (fact = 'findings' AND list_contains($probe_detectors, detector));
+-- a GET after its session's first within the stage it is counted in re-opens
+SELECT p.stage, p.ts, p.sid, CASE WHEN p.sid IS NULL THEN p.session_hmac END AS session_hmac,
+       p.status, p.method, p.origin, p.raw_session_id,
+       is_reconnect(p.method, p.last_event_id, p.status,
+                    reopens(p.method, p.ts, p.file_id, p.pos, g.first_get)) AS reconnect,
+       p.file_id
+FROM proxied p
+LEFT JOIN first_gets g
+  ON p.method = 'GET' AND g.session_hmac = p.session_hmac
+ AND g.stage IS NOT DISTINCT FROM p.stage
+WHERE NOT p.probe OR list_contains($probe_facts, 'proxy_records');
+
+-- The gated findings (a_gate_findings, fact `findings`): stage, time, session, detector,
+-- cause.
+CREATE OR REPLACE TABLE a_gate_findings AS
+SELECT f.stage, f.ts, a.sid, CASE WHEN a.sid IS NULL THEN f.session_hmac END AS session_hmac,
+       f.detector, json_extract_string(f.detail, '$.reason') AS cause
+FROM findings f
+LEFT JOIN a_gate_sessions a ON a.session_hmac = f.session_hmac
+WHERE gated(f.detail)
+  AND (NOT is_probe(a.client, a.principal) OR list_contains($probe_facts, 'findings')
+       OR list_contains($probe_detectors, f.detector));
 
 -- name: setup
 -- purpose: per-connection macros (temporary, so a read-only connection works): the filter
@@ -157,6 +154,7 @@ CREATE OR REPLACE TEMP MACRO rg_keep(stage, baseline, revision, server, client, 
 -- The gate facts, a row per unit with its session's dimensions (a unit of no known session:
 -- its own session_hmac, the revision of a record of no known session, no server nor
 -- client, not baseline): what every gate measure, the stage samples and the dashboard read.
+-- Each kind of unit from its table, with NULL for the columns it has none of.
 CREATE OR REPLACE TEMP MACRO gate_facts() AS TABLE
     SELECT u.fact, u.stage, u.ts, coalesce(a.session_hmac, u.session_hmac) AS session_hmac,
            u.secs, u.detector, u.status, u.method, u.origin, u.raw_session_id, u.reconnect,
@@ -164,7 +162,20 @@ CREATE OR REPLACE TEMP MACRO gate_facts() AS TABLE
            CASE WHEN u.sid IS NULL THEN record_revision(u.session_hmac, NULL)
                 ELSE a.revision END AS revision,
            a.server, a.client, coalesce(a.baseline, false) AS baseline
-    FROM a_gate_units u LEFT JOIN a_gate_sessions a ON a.sid = u.sid;
+    FROM (SELECT fact, stage, ts, sid, session_hmac, secs, NULL::VARCHAR AS detector,
+                 NULL::BIGINT AS status, NULL::VARCHAR AS method, NULL::VARCHAR AS origin,
+                 NULL::BOOLEAN AS raw_session_id, NULL::BOOLEAN AS reconnect, file_id,
+                 NULL::VARCHAR AS cause
+          FROM a_gate_units
+          UNION ALL
+          SELECT 'proxy_records', stage, ts, sid, session_hmac, NULL, NULL, status, method,
+                 origin, raw_session_id, reconnect, file_id, NULL
+          FROM a_gate_requests
+          UNION ALL
+          SELECT 'findings', stage, ts, sid, session_hmac, NULL, detector, NULL, NULL, NULL,
+                 NULL, NULL, NULL, cause
+          FROM a_gate_findings) u
+    LEFT JOIN a_gate_sessions a ON a.sid = u.sid;
 
 -- The gate facts a measure aggregates, grouped by `k`: per stage (`by_stage`: every
 -- stage has a row, one that is no fact when nothing happened in it), else the facts the
