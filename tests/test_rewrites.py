@@ -681,6 +681,16 @@ def test_a_missing_finds_every_hole_whatever_the_seqs_span(streams):
     assert con.execute("SELECT count(*) FROM a_missing").fetchone()[0] == len(expected)
 
 
+def _new_and_old(con: duckdb.DuckDBPyConnection, file: str, table: str) -> None:
+    """Runs the prepare `file` as replaced (tests/fixtures/sql_v0), then as it is, and asserts
+    both make the same rows of `table`, in the same order; the current file's table is left."""
+    got = {}
+    for side, path in (("old", OLD), ("new", catalog.SQL_DIR / "prep")):
+        _prep_file(con, path / file)
+        got[side] = con.execute(f"SELECT * FROM {table}").fetchall()
+    assert got["new"] == got["old"], (file, got)
+
+
 def _streams_con(rows: list[tuple]) -> duckdb.DuckDBPyConnection:
     """A database holding the macros and a stream ledger of `rows`: (file_id, pos, ms, state,
     request_id), one stream, inserted in the order given."""
@@ -712,11 +722,7 @@ def test_a_streams_orders_records_tied_in_time_by_file_and_position(stored):
         (3, 2**40 - 1, 5, "RESUME_PENDING", None),
     ]
     con = _streams_con(rows if stored == "in log order" else rows[::-1])
-    got = {}
-    for side, path in (("new", catalog.SQL_DIR / "prep"), ("old", OLD)):
-        _prep_file(con, path / "06_stream_life.sql")
-        got[side] = con.execute("SELECT * FROM a_streams").fetchall()
-    assert got["new"] == got["old"]
+    _new_and_old(con, "06_stream_life.sql", "a_streams")
     assert con.execute("SELECT request_id, last_state FROM a_streams").fetchall() == [
         ("r-first", "RESUME_PENDING")
     ]
@@ -753,11 +759,7 @@ def test_a_sessions_orders_records_tied_in_time_by_file_and_position(stored):
         (3, 2**40 - 1, 5, "TERMINATED", "p-last", "c-last"),
     ]
     con = _sessions_con(rows if stored == "in log order" else rows[::-1])
-    got = {}
-    for side, path in (("new", catalog.SQL_DIR / "prep"), ("old", OLD)):
-        _prep_file(con, path / "02_sessions.sql")
-        got[side] = con.execute("SELECT * FROM a_sessions").fetchall()
-    assert got["new"] == got["old"]
+    _new_and_old(con, "02_sessions.sql", "a_sessions")
     assert con.execute("SELECT principal, client_name, terminated FROM a_sessions").fetchall() == [
         ("p-first", "c-first", True)
     ]
