@@ -15,11 +15,27 @@ WITH session_rows AS (
            lag(state) OVER (PARTITION BY session_hmac ORDER BY ts, file_id, pos) AS prev
     FROM sessions
 ),
-stream_rows AS (
-    SELECT session_hmac, generation, stream_id, ts, state,
-           lag(state) OVER (PARTITION BY session_hmac, generation, stream_id
-                            ORDER BY ts, file_id, pos) AS prev
+-- A stream whose rows are STREAM_OPEN, then CLOSED, and nothing else (most streams) follows
+-- the machine whatever its repeats: only the others are ordered row by row (the window's
+-- sort of every stream row by its text keys was most of this query).
+in_order AS (
+    SELECT session_hmac, generation, stream_id
     FROM streams
+    GROUP BY ALL
+    HAVING count(*) FILTER (WHERE state IN ('STREAM_OPEN', 'CLOSED')) = count(*)
+       AND coalesce(max(record_order(ts, file_id, pos)) FILTER (WHERE state = 'STREAM_OPEN')
+                    < min(record_order(ts, file_id, pos)) FILTER (WHERE state = 'CLOSED'),
+                    count(*) FILTER (WHERE state = 'CLOSED') = 0)
+),
+stream_rows AS (
+    SELECT s.session_hmac, s.generation, s.stream_id, s.ts, s.state,
+           lag(s.state) OVER (PARTITION BY s.session_hmac, s.generation, s.stream_id
+                              ORDER BY s.ts, s.file_id, s.pos) AS prev
+    FROM streams s
+    ANTI JOIN in_order o
+      ON s.session_hmac IS NOT DISTINCT FROM o.session_hmac
+     AND s.generation IS NOT DISTINCT FROM o.generation
+     AND s.stream_id IS NOT DISTINCT FROM o.stream_id
 ),
 allowed(kind, prev, state) AS (
     VALUES ('session', NULL, 'SESSION_ACTIVE'),
