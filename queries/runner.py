@@ -209,11 +209,13 @@ def analyse(
         if stmt.strip():
             con.execute(stmt)
     # The shared macros first: a detector's units predicate may call one before any
-    # prepare step has run in this database (cannottell.plan).
-    for q in catalog.load("prep"):
-        if q.name == "macros":
-            for stmt in q.statements():
-                con.execute(stmt)
+    # prepare step has run in this database (cannottell.plan). One transaction for them
+    # all: each definition committed apart wrote (and synced) the log of its own.
+    with transaction(con):
+        for q in catalog.load("prep"):
+            if q.name == "macros":
+                for stmt in q.statements():
+                    con.execute(stmt)
     # Detectors may also read what replaygate itself recorded (queries/decisionfile.py).
     history_version = decisionfile.version(con)
     counts["decision_history"] = decisionfile.load_table(con)
