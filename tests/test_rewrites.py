@@ -1331,3 +1331,47 @@ def test_gate_facts_per_kind_of_unit_give_the_one_table_facts(fleet_db, changed)
         ).fetchone()[0]
     finally:
         con.execute("ROLLBACK")
+
+
+@pytest.mark.parametrize("changed", [None, "many stages"], ids=["as analysed", "many stages"])
+def test_gate_units_staged_per_session_give_the_replaced_facts(fleet_db, changed):
+    """A record's units take their stage grid from their session, looked up once per session
+    (stage_grid, stage_of), and keep their kind as an ENUM: read through gate_facts(),
+    row for row and type for type the facts of the statements they replaced, whose every
+    unit looked its grid up itself (tests/fixtures/sql_v0/stage_per_unit), and so are the
+    stage samples; on both fleets, as analysed and under a rollout of many stages with
+    units of no session (events the server logged for sessions without receipts, and of
+    none), which take the grid of a record of no known session. Rolled back."""
+    con, _ = fleet_db
+    con.execute("BEGIN TRANSACTION")
+    try:
+        if changed:
+            _many_stages(con)
+            con.execute("DELETE FROM a_inbox_sessions WHERE hash(session_hmac) % 5 = 0")
+            con.execute("UPDATE events SET session_hmac = NULL WHERE hash(event_id, pos) % 40 = 0")
+        con.execute("CREATE SCHEMA v0")
+        con.execute("CREATE SCHEMA v1")
+        _facts_read(con, OLD / "stage_per_unit" / "gate_facts.sql", "v0")
+        _facts_read(con, None, "v1")
+        for old, new in (("v0_facts", "v1_facts"), ("v0.a_stage_samples", "v1.a_stage_samples")):
+            n = con.execute(f"SELECT count(*) FROM {old}").fetchone()[0]
+            assert con.execute(f"SELECT count(*) FROM {new}").fetchone()[0] == n > 0
+            for a, b in ((old, new), (new, old)):
+                extra = con.execute(f"SELECT * FROM {a} EXCEPT ALL SELECT * FROM {b}").fetchall()
+                assert not extra, (a, extra[:3])
+        assert (
+            con.execute("DESCRIBE v0_facts").fetchall()
+            == con.execute("DESCRIBE v1_facts").fetchall()
+        )
+        # units staged, of known sessions and of none (by the grid of no known session)
+        staged = dict(
+            con.execute(
+                "SELECT sid IS NULL, count(*) FROM v1.a_gate_units WHERE stage IS NOT NULL "
+                "GROUP BY ALL"
+            ).fetchall()
+        )
+        assert staged.get(False)
+        if changed:
+            assert staged.get(True)
+    finally:
+        con.execute("ROLLBACK")

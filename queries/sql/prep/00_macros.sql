@@ -146,18 +146,29 @@ CREATE OR REPLACE MACRO attributed(w_key, w_start, w_end, session_known, cohort,
 -- rule at its time `t`: a row per stage whose window holds it, one with NULL for none. The
 -- windows are looked up through the spans they cut time into (a_stage_spans, by the cell
 -- of `t`: 01_stages.sql), never joined with every window of the record's key (quadratic
--- in the stages). Every stage attribution of a record calls it. (The record's cell is a
--- column before the cells are joined: with the cell an expression of the join, a caller's
--- `WHERE stage IS NOT NULL` let the planner join the grid with the cells first and then
--- every record with all of its key's cells.)
-CREATE OR REPLACE MACRO stage_attributed(tbl, session_known, cohort, t) AS TABLE
-    SELECT x.* EXCLUDE (rg_key, rg_cell), c.stage
-    FROM (SELECT r.*, g.key AS rg_key,
-                 least((epoch_ms(t) - epoch_ms(g.origin)) // g.width, g.last_cell) AS rg_cell
-          FROM query_table(tbl) r
-          LEFT JOIN a_stage_grid g ON g.key = stage_key(session_known, cohort)) x
+-- in the stages). Every stage attribution of a record calls stage_attributed, or its two
+-- steps, for a caller that looks the first up once per session rather than per record
+-- (the gate facts: a session's records all have its key): stage_grid gives each row of
+-- `tbl` the grid of its key (stage_key; rg_key, the grid's origin in epoch ms, its cells'
+-- width and last cell: NULL where no window has that key), stage_of the stage of each row
+-- of `tbl` that has those columns, at its time `t` (and drops them). (The record's cell
+-- is a column before the cells are joined: with the cell an expression of the join, a
+-- caller's `WHERE stage IS NOT NULL` let the planner join the grid with the cells first
+-- and then every record with all of its key's cells.)
+CREATE OR REPLACE MACRO stage_grid(tbl, session_known, cohort) AS TABLE
+    SELECT r.*, g.key AS rg_key, epoch_ms(g.origin) AS rg_origin, g.width AS rg_width,
+           g.last_cell AS rg_last
+    FROM query_table(tbl) r
+    LEFT JOIN a_stage_grid g ON g.key = stage_key(session_known, cohort);
+CREATE OR REPLACE MACRO stage_of(tbl, t) AS TABLE
+    SELECT x.* EXCLUDE (rg_key, rg_origin, rg_width, rg_last, rg_cell), c.stage
+    FROM (SELECT r.*, least((epoch_ms(t) - r.rg_origin) // r.rg_width, r.rg_last) AS rg_cell
+          FROM query_table(tbl) r) x
     LEFT JOIN a_stage_cells c
       ON c.key = x.rg_key AND c.cell = x.rg_cell AND in_window(t, c.span_start, c.span_end);
+CREATE OR REPLACE MACRO stage_attributed(tbl, session_known, cohort, t) AS TABLE
+    WITH rg_gridded AS (FROM stage_grid(tbl, session_known, cohort))
+    FROM stage_of(rg_gridded, t);
 
 -- Partial blindness: a file that cannot show a fact another file of its record type shows
 -- (a_blind_spans, 13_blind_spans.sql) could hold the evidence that decides a unit when
