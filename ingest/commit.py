@@ -200,7 +200,7 @@ class Commit(Quarantine):
         ordered = staged.fmt.lines
         try:
             if ordered:
-                # The rows are numbered in the reader's order (readers.jsonl_direct_sql).
+                # The rows are numbered in the reader's order (readers.NUMBERED_AFTER).
                 self._exec("RESET preserve_insertion_order")
             n = one_row(
                 self._exec(
@@ -210,6 +210,7 @@ class Commit(Quarantine):
             )[0]
             if ordered:
                 self._exec("SET preserve_insertion_order = false")
+                self._number_rows(staged, rt, file_id, n)
         except duckdb.Error as exc:
             raise Unproven(staged) from exc
         if staged.counted and n:
@@ -218,6 +219,27 @@ class Commit(Quarantine):
             raise Unproven(staged)
         result.rows[rt.table] = n
         self._note_changes(rt, file_id, staged.shift)
+
+    def _number_rows(self, staged: Staged, rt: RecordType, file_id: int, n: int) -> None:
+        """Give the `n` rows a direct read just inserted without positions
+        (readers.NUMBERED_AFTER) their lines (or data rows): their places in the table,
+        where an insert that holds insertion order puts the reader's rows in its order (as
+        a staged file's rowids are its positions), after the lines before what was read.
+        Unproven unless they are the table's last `n` places, one after the other."""
+        first, last, count = one_row(
+            self._exec(
+                f"SELECT min(rowid), max(rowid), count(*) FROM {rt.table}"
+                " WHERE file_id = $f AND pos IS NULL",
+                {"f": file_id},
+            )
+        )
+        if count != n or (n and last - first + 1 != n):
+            raise Unproven(staged)
+        self._exec(
+            f"UPDATE {rt.table} SET pos = rowid - $first + 1 + $shift"
+            " WHERE file_id = $f AND pos IS NULL",
+            {"f": file_id, "first": first, **shift(staged)},
+        )
 
     def _note_changes(self, rt: RecordType, file_id: int, shift: int) -> None:
         """What the next analysis must look at again (queries/incremental.py): the

@@ -325,6 +325,80 @@ def _filters(node: dict) -> list[str]:
     return own + [f for child in node.get("children", []) for f in _filters(child)]
 
 
+def _operators(node: dict) -> list[str]:
+    """The names of every operator in a plan (EXPLAIN's JSON)."""
+    return [node.get("name", "")] + [n for c in node.get("children", []) for n in _operators(c)]
+
+
+@pytest.mark.parametrize("fmt", ["jsonl", "csv"])
+def test_a_text_file_read_straight_in_is_read_on_every_thread(fmt, tmp_path):
+    """The direct read of a text format numbers no row in the read (readers.NUMBERED_AFTER):
+    a window over the reader's rows (`row_number() OVER ()`, `WITH ORDINALITY`) runs the
+    read, its checks and the insert on one thread, so its plan holds none."""
+    table = _events(50)
+    path = tmp_path / f"events.{fmt}"
+    if fmt == "csv":
+        pa_csv.write_csv(table, path)
+    else:
+        path.write_text("".join(json.dumps(r) + "\n" for r in table.to_pylist()))
+    src = readers.detect(path)
+    assert src is not None and src.default_type is not None
+    rt = src.default_type
+    con = dbm.connect(":memory:")
+    reading = readers.Reading(src, path, "none", [f.name for f in rt.fields], True, con, typed=rt)
+    direct = readers.FORMATS[fmt].direct
+    assert direct is not None
+    inner = direct(reading)
+    assert inner is not None
+    sql = commit.direct_insert_sql(rt, validate.checked_sql(rt, f"({inner})", reading.native))
+    params = {"path": str(path), "compression": "none", "file_id": 1, "t": rt.table, "shift": 0}
+    plan = con.execute(
+        f"EXPLAIN (FORMAT json) {sql}", {k: v for k, v in params.items() if f"${k}" in sql}
+    ).fetchall()[0][1]
+    names = _operators(json.loads(plan)[0])
+    assert [n for n in names if n.endswith("INSERT")], names
+    assert not [n for n in names if "WINDOW" in n], names
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("fmt", ["jsonl", "csv"])
+def test_a_large_text_file_read_straight_in_keeps_its_lines(fmt, tmp_path, monkeypatch):
+    """A text file large enough for DuckDB to read on several threads, read straight in
+    and numbered after the insert (commit._number_rows), grown and read again: each row's
+    `pos` is its line (its `seq` here), as the line-exact read loads it."""
+    n = 90_000
+    table = _events(n)
+    folder = tmp_path / "in"
+    folder.mkdir()
+    path = folder / f"events.{fmt}"
+
+    def write(t: pa.Table, mode: str) -> None:
+        if fmt == "csv":
+            buf = io.BytesIO()
+            pa_csv.write_csv(t, buf, pa_csv.WriteOptions(include_header=mode == "w"))
+            with open(path, mode + "b") as fh:
+                fh.write(buf.getvalue())
+        else:
+            with open(path, mode) as fh:
+                fh.write("".join(json.dumps(r) + "\n" for r in t.to_pylist()))
+
+    write(table.slice(0, 70_000), "w")
+
+    def grow(i: int) -> None:
+        if i == 1:
+            write(table.slice(70_000), "a")
+
+    spy = assert_same([[folder], [folder]], tmp_path, monkeypatch, grow)
+    assert spy.direct == [path.name] * 2
+    con = duckdb.connect(str(tmp_path / "direct.duckdb"), read_only=True)
+    try:
+        assert con.execute(
+            "SELECT count(*), count(*) FILTER (WHERE pos = seq), min(pos), max(pos) FROM events"
+        ).fetchone() == (n, n, 1, n)
+    finally:
+        con.close()
+
+
 @pytest.mark.parametrize("fmt", ["jsonl", "csv", "parquet"])
 def test_direct_insert_filters_no_typed_value(fmt, tmp_path):
     """A file read straight into its table is cast and checked in one projection: no
