@@ -19,6 +19,7 @@ import hashlib
 import os
 import zlib
 from collections.abc import Iterator
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -66,6 +67,9 @@ class Scan:
     # Scanned and found without a tab or a CR: whitespace the typed JSON reader skips
     # before a record where the line-exact reader does not (stagereads.py, its fast read).
     plain: bool = False
+    # SHA-256 of every byte scanned (the manifest's `sha256` of a plain file read whole),
+    # when the scan was asked for it; "" otherwise.
+    sha256: str = ""
 
 
 @dataclass
@@ -286,18 +290,60 @@ def _raw_digest(path: Path) -> str:
 
 
 def _buffers(
-    path: Path, gz: bool, state: dict[str, Any]
+    path: Path, gz: bool, state: dict[str, Any], reused: int = 1
 ) -> Iterator[tuple[bytes | bytearray, int]]:
-    """(buffer, length) pairs of the content; plain files are read into one reused
-    buffer, so a large file costs no allocation or copy beyond the read."""
+    """(buffer, length) pairs of the content; plain files are read into `reused`
+    buffers in turn, so a large file costs no allocation or copy beyond the read (a
+    buffer is read into again `reused` buffers later)."""
     if gz:
         for chunk in content_chunks(path, gz, state=state):
             yield chunk, len(chunk)
         return
-    buf = bytearray(SCAN_CHUNK)
+    bufs = [bytearray(SCAN_CHUNK) for _ in range(reused)]
+    i = 0
     with open(path, "rb", buffering=0) as fh:
-        while n := fh.readinto(buf):
-            yield buf, n
+        while n := fh.readinto(bufs[i]):
+            yield bufs[i], n
+            i = (i + 1) % reused
+
+
+# Newlines in a segment of at least this many bytes are counted with numpy (about a
+# third of bytes.count's CPU); numpy is imported for the first such segment only.
+_NUMPY_COUNT = 1 << 16
+
+
+def _newlines(buf: bytes | bytearray, start: int, end: int) -> int:
+    """Newlines in buf[start:end]."""
+    if end - start < _NUMPY_COUNT:
+        return buf.count(b"\n", start, end)
+    import numpy as np
+
+    return int(np.count_nonzero(np.frombuffer(buf, np.uint8, end - start, start) == 10))
+
+
+class _Sha256:
+    """SHA-256 of a scan's buffers, taken in a thread of its own while the scan goes on
+    (hashlib lets go of the GIL for a large buffer): the file is read once for both
+    digests, and the two take a core each. A buffer is hashed before the scan reads into
+    it again (_buffers with two buffers: `wait` before the next read)."""
+
+    def __init__(self) -> None:
+        self.h = hashlib.sha256()
+        self.pool = ThreadPoolExecutor(1)
+        self.pending: list[Future[None]] = []
+
+    def update(self, view: memoryview) -> None:
+        self.pending.append(self.pool.submit(self.h.update, view))
+
+    def wait(self, keep: int) -> None:
+        """Until at most `keep` buffers are still being hashed."""
+        while len(self.pending) > keep:
+            self.pending.pop(0).result()
+
+    def hexdigest(self) -> str:
+        self.wait(0)
+        self.pool.shutdown()
+        return self.h.hexdigest()
 
 
 def _hasher() -> blake3.blake3:
@@ -311,15 +357,19 @@ def scan(
     whole: bool,
     offsets: set[int],
     lines_at: dict[tuple[int, str], int] | None = None,
+    sha: bool = False,
 ) -> Scan:
     """Digest the content once, noting the digest at each of `offsets` (the consumed
     lengths of known files), the digest at the end of the last complete line, and the
     lines up to there. `whole`: the content is complete even without a final newline.
     `lines_at`: the lines of known prefixes, by (length, digest); a plain file's lines
     are then not counted up to the last of them, and a prefix whose digest matches
-    takes its known count (an append costs the digest of what was read, not a count)."""
+    takes its known count (an append costs the digest of what was read, not a count).
+    `sha`: also take the SHA-256 of a plain file's bytes (Scan.sha256), in the same
+    read."""
     out = Scan()
     h = _hasher()
+    sha_of = _Sha256() if sha and not gz else None
     marks = sorted(o for o in offsets if o > 0)
     size = 0 if gz else path.stat().st_size
     skip_to = max((o for o, _ in lines_at or {} if 0 < o <= size), default=0)
@@ -332,7 +382,9 @@ def scan(
     state: dict[str, Any] = {}
     run = 0  # bytes of the line being read (buffers are shorter than MAX_LINE)
     tab_cr = False
-    for buf, n in _buffers(path, gz, state):
+    for buf, n in _buffers(path, gz, state, 1 if sha_of is None else 2):
+        if sha_of is not None:
+            sha_of.update(memoryview(buf)[:n])
         first = buf.find(b"\n", 0, n)
         if first < 0:
             run += n
@@ -350,7 +402,7 @@ def scan(
             if nl >= 0:
                 h.update(view[i : nl + 1])
                 if pos >= skip_to:
-                    lines += buf.count(b"\n", i, nl + 1)
+                    lines += _newlines(buf, i, nl + 1)
                 at_nl = (h.copy(), pos + nl + 1 - i, lines)
                 h.update(view[nl + 1 : end])
             else:
@@ -364,7 +416,11 @@ def scan(
                     anchor = (pos, known)
                 mi += 1
         view.release()
+        if sha_of is not None:
+            sha_of.wait(1)  # the other buffer is read into next
     out.length = pos
+    if sha_of is not None:
+        out.sha256 = sha_of.hexdigest()
     out.overlong = out.overlong or run > MAX_LINE
     out.plain = not tab_cr
     if skip_to:
@@ -579,7 +635,9 @@ def _decide(
             return Decision("unchanged", sc, k)
     whole = src.gzip or not FORMATS[kind].lines
     lines_at = {(k.consumed, k.digest): k.lines for k in cands if k.digest}
-    sc = scan(src.path, src.gzip, whole, {k.consumed for k in cands}, lines_at)
+    # A file no loaded file of its format may continue is new (or the duplicate of one
+    # in this run): the manifest's SHA-256 of it is taken in the same read.
+    sc = scan(src.path, src.gzip, whole, {k.consumed for k in cands}, lines_at, sha=not cands)
     match = [k for k in cands if continues(k, sc, kind)]
     if not match:
         return Decision("new", sc)

@@ -72,13 +72,19 @@ class Planner(Reads):
             if waits:
                 read_path = self.tmp / f"{n}.lines"
                 identity.copy_prefix(src.path, sc.complete, read_path)
-            # Hash while DuckDB reads (both release the GIL).
-            with ThreadPoolExecutor(1) as pool:
-                digest = pool.submit(sha256, src.path)
+            if sc.sha256:
+                # Taken by the scan (identity.scan), in the read that digested the file.
                 staged = self._stage_file(
-                    src, n, shown, None, read_path, overlong, self._fast(sc, d)
+                    src, n, shown, sc.sha256, read_path, overlong, self._fast(sc, d)
                 )
-                staged.sha = digest.result()
+            else:
+                # Hash while DuckDB reads (both release the GIL).
+                with ThreadPoolExecutor(1) as pool:
+                    digest = pool.submit(sha256, src.path)
+                    staged = self._stage_file(
+                        src, n, shown, None, read_path, overlong, self._fast(sc, d)
+                    )
+                    staged.sha = digest.result()
             staged.replaces = list(d.retire)
         if staged.table and fmt.bare_cr is not None and self._split_at_cr(staged, sc, d):
             # DuckDB's reader ends a line at a CR (a bare one, or a CRLF's in a file of

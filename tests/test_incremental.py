@@ -4,9 +4,12 @@ form, ends up exactly as one ingest of the final files (rows, quarantine, findin
 from __future__ import annotations
 
 import gzip
+import hashlib
 import json
 import os
+import random
 import shutil
+from dataclasses import replace
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -525,6 +528,24 @@ def test_scan_counts_lines_the_same_with_known_prefixes(
         plain.prefixes,
     )
     assert fast.lines == content[: fast.complete].count(b"\n")
+
+
+@pytest.mark.parametrize("size", [0, 5, identity.SCAN_CHUNK, 2 * identity.SCAN_CHUNK + 12345])
+def test_scan_takes_the_sha256_in_the_same_read(tmp_path, size):
+    """The scan's SHA-256 (hashed in a thread of its own over buffers read into in turn)
+    is the file's, over several buffers and at their edges; its lines, counted in large
+    segments with numpy, are the file's; and nothing else of the scan changes."""
+    rng = random.Random(size)
+    alphabet = bytes(b"ab\n{}"[i % 5] for i in range(256))
+    content = rng.randbytes(size).translate(alphabet)
+    p = tmp_path / "f.jsonl"
+    p.write_bytes(content)
+    plain = identity.scan(p, False, False, {size // 3})
+    both = identity.scan(p, False, False, {size // 3}, sha=True)
+    assert both.sha256 == hashlib.sha256(content).hexdigest()
+    assert plain.sha256 == ""
+    assert replace(both, sha256="") == plain
+    assert both.lines == content[: both.complete].count(b"\n")
 
 
 def _dispatch(ts, did, tool, session, principal, request, key, payload, status=200) -> bytes:
