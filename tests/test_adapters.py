@@ -263,3 +263,35 @@ def test_the_answers_size_and_type_from_each_proxy(tmp_path):
     assert got == [(0, sse), (412, sse), (None, None), (0, sse)]
     both = ["proxy.body_bytes_sent", "proxy.resp_content_type"]
     assert facts == {"caddy": both, "nginx": both, "plain": None, "envoy": both}
+
+
+def test_a_files_facts_are_stored_in_one_statement_each_once(tmp_path):
+    """capabilities.record stores a file's facts, by its keys and by its rows' values, in
+    one statement, each fact once (by its keys when both show it), and a fact the file
+    already has is not stored again (a grown file)."""
+    from replaygate.ingest import capabilities
+
+    con = dbm.connect(str(tmp_path / "facts.duckdb"))
+    try:
+        con.execute(
+            "INSERT INTO proxy (file_id, pos, principal, origin) VALUES (7, 1, 'alice', 'x')"
+        )
+        sent: list[str] = []
+
+        class Counted:
+            def execute(self, sql, params=None):
+                sent.append(" ".join(sql.split()[:3]))
+                return con.execute(sql, params or {})
+
+        capabilities.record(Counted(), 7, ["proxy"], {"proxy.principal", "proxy.client_addr"})
+        assert sent.count("INSERT INTO file_facts") == 1
+        rows = con.execute("SELECT fact, how FROM file_facts ORDER BY fact").fetchall()
+        assert rows == [
+            ("proxy.client_addr", "keys"),
+            ("proxy.origin", "values"),
+            ("proxy.principal", "keys"),
+        ]
+        capabilities.record(con, 7, ["proxy"], {"proxy.principal"}, grown=True)
+        assert con.execute("SELECT count(*) FROM file_facts").fetchone() == (3,)
+    finally:
+        con.close()
