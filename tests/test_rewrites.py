@@ -477,9 +477,11 @@ def test_no_windowed_count_star_with_a_filter():
 
 # --- prepared tables rewritten in place (the replaced file's statements kept in sql_v0) ----
 
-# Each rewritten prepare file, with the tables it makes that the rest of the analysis reads.
+# Each rewritten prepare file, with the tables it makes that the rest of the analysis reads
+# (a file rewritten a second time is kept in a folder of sql_v0 named for the version).
 REWRITTEN_PREP = {
     "02_sessions.sql": ("a_sessions",),
+    "hash_grouped/03_event_index.sql": ("a_event_repeats",),
     "05_missing.sql": ("a_missing",),
     "06_stream_life.sql": ("a_streams",),
     "07_recoveries.sql": ("a_recoveries",),
@@ -536,7 +538,7 @@ def test_prepare_rewrite_gives_the_replaced_tables(fleet_db, file, changed):
         if changed:
             for stmt in _EDGE_CASES:
                 con.execute(stmt)
-            _prep_file(con, catalog.SQL_DIR / "prep" / file)
+            _prep_file(con, catalog.SQL_DIR / "prep" / Path(file).name)
         con.execute("CREATE SCHEMA v0")
         con.execute("SET search_path = 'v0,main'")
         try:

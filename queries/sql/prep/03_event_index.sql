@@ -10,10 +10,17 @@
 -- needs: events
 CREATE OR REPLACE TABLE a_event_repeats AS
 -- A 64-bit hash first: only the rows whose hash repeats are grouped by the full key (the
--- HAVING drops what a collision let through).
-WITH repeated AS (
-    SELECT hash(session_hmac, generation, event_id) AS h
-    FROM events GROUP BY h HAVING count(*) > 1
+-- HAVING drops what a collision let through). The repeated hashes are found by sorting
+-- them (a hash equal to the next one in order repeats): a grouping of the hashes held a
+-- group per event (10.2M at 10M events), and cost more CPU the more memory it was given;
+-- the sort costs the same under a tenth of the memory limit.
+WITH hashes AS (
+    SELECT hash(session_hmac, generation, event_id) AS h FROM events
+),
+repeated AS (
+    SELECT DISTINCT h
+    FROM (SELECT h, lead(h) OVER (ORDER BY h) AS next_h FROM hashes)
+    WHERE h = next_h
 )
 SELECT session_hmac, generation, event_id,
        coalesce(arg_min(stream_id, (ts, file_id, pos)) FILTER (WHERE disposition <> 'replayed'),
