@@ -20,6 +20,13 @@ _SETTINGS = {
     # Timestamps as Parquet's standard microseconds, which DuckDB reads as TIMESTAMPTZ.
     "spark.sql.parquet.outputTimestampType": "TIMESTAMP_MICROS",
     "spark.sql.execution.arrow.pyspark.enabled": "true",
+    # No constraints propagated through the plans. A step kept in the executors
+    # (localCheckpoint, spark/analyse.py) carries its optimised plan's constraints
+    # unfiltered; where the optimiser took out the fresh names of a step it read (a shared
+    # step reading another), those constraints name columns the kept step does not have,
+    # and a UNION reading it fails to analyse ("key not found: session_hmac#..."). The
+    # constraints only infer filters (IS NOT NULL on join keys): the results are the same.
+    "spark.sql.constraintPropagation.enabled": "false",
     # Standard error belongs to replaygate's own messages.
     "spark.ui.showConsoleProgress": "false",
 }
