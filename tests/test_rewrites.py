@@ -1270,6 +1270,7 @@ def test_detector_driven_from_candidates_gives_the_replaced_rows(fleet_db, name,
                 ).fetchall()
             )
             bases = {
+                "undelivered_result": {"server", "client", "proxy"},
                 "duplicate_dispatch": {"idempotency_key", "inbox", "retry", "suspected"},
             }.get(name, set())
             assert bases <= set(found), found

@@ -41,21 +41,62 @@
 --   log without the session (an initialize's answer, a redacting format) adds its evidence
 --   to the stream another basis found nearest its run, else the request is judged alone.
 -- A result or error dropped under backpressure is `dropped_terminal`'s, not this one's.
-WITH life AS (
-    -- each stream once (a_streams: its opening request, last state, close reasons)
+-- Driven from the few streams that can be findings, never from every stream: a POST's
+-- answer is checked against the receipts once, as the answers (result or error events)
+-- no receipt names, in one anti join of the answers with the receipts; the streams of
+-- those, the streams the server basis can judge (ended without completing, in sessions
+-- without receipts) and the streams an empty answer is placed on are the candidates, and
+-- only their answers are grouped and their requests looked up.
+WITH
+-- the answers (result or error) the server logged, by the event index
+ends AS (
+    SELECT session_hmac, generation, stream_id, event_id, first_ts, replayed, dropped,
+           delivered
+    FROM a_event_index
+    WHERE kind IN ('result', 'error')
+),
+-- the answers of sessions with receipts that no receipt names
+unreceived AS MATERIALIZED (
+    SELECT e.session_hmac, e.generation, e.stream_id, e.event_id
+    FROM ends e
+    SEMI JOIN a_inbox_sessions s
+      ON s.session_hmac = e.session_hmac AND s.generation = e.generation
+    ANTI JOIN inbox i
+      ON i.session_hmac = e.session_hmac AND i.generation = e.generation
+     AND i.event_id = e.event_id
+),
+-- each empty answer's nearest POST stream(s) of its session (a_empty_answers)
+nearest AS (SELECT * FROM a_empty_answers),
+-- the streams any basis may find: a client's unreceived answer, a server-basis stream
+-- (ended without completing, close reasons recorded, a session without receipts), the
+-- one stream an empty answer is placed on
+candidates AS (
+    SELECT session_hmac, generation, stream_id FROM unreceived
+    UNION ALL
+    SELECT session_hmac, generation, stream_id
+    FROM a_streams
+    ANTI JOIN a_inbox_sessions USING (session_hmac, generation)
+    WHERE method = 'POST' AND NOT completed AND reasoned AND last_state <> 'STREAM_OPEN'
+    UNION ALL
+    SELECT session_hmac, generation, stream_id FROM nearest WHERE n = 1
+),
+life AS (
+    -- each candidate stream once (a_streams: its opening request, last state, close
+    -- reasons)
     SELECT session_hmac, generation, stream_id, opened_ts, last_state, completed, reasoned,
            method, request_id, tool_name, tool_class
     FROM a_streams
+    SEMI JOIN candidates c USING (session_hmac, generation, stream_id)
 ),
--- the answer the server produced on each stream, by its own log
+-- the answer the server produced on each candidate stream, by its own log
 terminal AS (
     SELECT session_hmac, generation, stream_id,
            arg_min(event_id, (first_ts, event_id)) AS event_id,
            min(first_ts) AS produced_ts,
            bool_or(replayed) AS replayed,
            bool_and(dropped AND NOT delivered) AS dropped_only
-    FROM a_event_index
-    WHERE kind IN ('result', 'error')
+    FROM ends
+    SEMI JOIN candidates c USING (session_hmac, generation, stream_id)
     GROUP BY ALL
 ),
 posts AS (
@@ -71,25 +112,29 @@ server AS (
     WHERE event_id IS NOT NULL AND NOT dropped_only AND NOT replayed AND NOT completed
       AND reasoned AND last_state <> 'STREAM_OPEN'
 ),
+-- (the stream's answer is one of the index's rows of it: unreceived names it or not)
 client AS (
     SELECT p.session_hmac, p.generation, p.stream_id, 'client' AS basis
     FROM posts p
     SEMI JOIN a_inbox_sessions USING (session_hmac, generation)
+    SEMI JOIN unreceived u
+      ON u.session_hmac = p.session_hmac AND u.generation = p.generation
+     AND u.event_id = p.event_id
     WHERE p.event_id IS NOT NULL AND NOT p.dropped_only AND p.last_state <> 'STREAM_OPEN'
-      AND NOT EXISTS (SELECT 1 FROM inbox i
-                       WHERE i.session_hmac = p.session_hmac AND i.generation = p.generation
-                         AND i.event_id = p.event_id)
 ),
 empty AS (
     SELECT ts, session_hmac, request_id, duration_ms, client_closed, file_id, pos
     FROM proxy
     WHERE empty_event_stream(method, status, body_bytes_sent, resp_content_type)
 ),
--- each empty answer's nearest POST stream(s) of its session (a_empty_answers)
-nearest AS (SELECT * FROM a_empty_answers),
 -- each empty answer placed on one stream, and what the server's log says of it: the
 -- answer produced, or (a session it covers) none produced
-covered AS (SELECT DISTINCT session_hmac, generation FROM events),
+-- (only the sessions of the empty answers' streams are looked up among the events)
+covered AS (
+    SELECT DISTINCT e.session_hmac, e.generation
+    FROM events e
+    SEMI JOIN nearest c ON c.session_hmac = e.session_hmac AND c.generation = e.generation
+),
 on_stream AS (
     SELECT c.file_id, c.pos, c.session_hmac, c.generation, c.stream_id,
            p.event_id IS NOT NULL AS produced, v.session_hmac IS NOT NULL AS covered
@@ -140,10 +185,15 @@ by_stream AS (
           UNION ALL SELECT session_hmac, generation, stream_id, 'proxy' FROM attached)
     GROUP BY ALL
 ),
+-- (only the requests of the streams found)
 tool_classes AS (
-    SELECT session_hmac, generation, request_id, min(tool_class) AS tool_class
-    FROM dispatches
-    WHERE request_id IS NOT NULL AND tool_class IS NOT NULL
+    SELECT d.session_hmac, d.generation, d.request_id, min(d.tool_class) AS tool_class
+    FROM dispatches d
+    SEMI JOIN (SELECT p.session_hmac, p.generation, p.request_id
+               FROM by_stream b JOIN posts p USING (session_hmac, generation, stream_id)) f
+      ON f.session_hmac = d.session_hmac AND f.generation = d.generation
+     AND f.request_id = d.request_id
+    WHERE d.request_id IS NOT NULL AND d.tool_class IS NOT NULL
     GROUP BY ALL
 ),
 streams_found AS (
