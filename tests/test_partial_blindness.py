@@ -121,6 +121,29 @@ def test_reinit_missing_a_reinit_a_blind_proxy_log_may_hold_is_cannot_tell(tmp_p
     assert gate["cannot_tell"] == 1
 
 
+def test_the_units_of_each_log_kept_from_a_detector_are_counted_apart(tmp_path):
+    # proxy-b and proxy-c log no session ids while proxy-a does: reinit_missing is kept
+    # from both, and the 404s of each (any of them may be on a session) are counted for
+    # that log alone, one and two (the logs kept from a detector are counted in one
+    # statement, grouped by file).
+    run(
+        tmp_path,
+        **{
+            "proxy-a": [_init(0), _dead(1000)],
+            "proxy-b": [px(5_000, status=404, principal="p1", jsonrpc_method="tools/call")],
+            "proxy-c": [
+                px(t, status=404, principal="p2", jsonrpc_method="tools/call")
+                for t in (6_000, 7_000)
+            ],
+        },
+    )
+    kept = [e for e in _cannot_tell(tmp_path)["reinit_missing"] if e[1] == "proxy.session_hmac"]
+    assert sorted(kept) == [
+        ("proxy-b.jsonl", "proxy.session_hmac", 1),
+        ("proxy-c.jsonl", "proxy.session_hmac", 2),
+    ]
+
+
 def test_reinit_missing_outside_every_blind_logs_time_is_still_found(tmp_path):
     found, _ = run(
         tmp_path,
