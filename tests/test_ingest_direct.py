@@ -457,3 +457,82 @@ def test_a_batch_loads_the_larger_files_first(tmp_path):
         assert con.execute("SELECT count(*) FROM events").fetchone() == (3000 + 20 + 9 + 1999,)
     finally:
         con.close()
+
+
+def _tagged(n: int, tag: str, bad: set[int] = frozenset()) -> pa.Table:
+    t = _events(n, bad)
+    ids = pa.array([f"{tag}{i}" for i in range(n)])
+    return t.set_column(t.schema.get_field_index("event_id"), "event_id", ids)
+
+
+def _write(path, table: pa.Table) -> None:
+    if path.suffix == ".csv":
+        buf = io.BytesIO()
+        pa_csv.write_csv(table, buf)
+        path.write_bytes(buf.getvalue())
+    else:
+        path.write_text("".join(json.dumps(r) + "\n" for r in table.to_pylist()))
+
+
+@pytest.mark.parametrize("fmt", ["jsonl", "csv"])
+def test_positions_after_deletes_and_other_files_in_the_transaction(fmt, tmp_path, monkeypatch):
+    """Rows numbered after the insert keep their line when the table already holds rows,
+    a rewritten file's old rows were deleted in the same transaction and another file of
+    the batch rolled back for a bad line."""
+    folder = tmp_path / "in"
+    folder.mkdir()
+    a, b, c = (folder / f"events-{x}.{fmt}" for x in "abc")
+    _write(a, _tagged(400, "a"))
+    _write(b, _tagged(300, "b"))
+
+    def step(i: int) -> None:
+        if i == 1:
+            _write(a, _tagged(350, "A"))  # rewritten: its old rows deleted, then read
+            _write(c, _tagged(250, "c", bad={120}))  # a bad row: the batch rolls back
+
+    spy = assert_same([[folder], [folder], [folder]], tmp_path, monkeypatch, step)
+    assert spy.direct.count(a.name) >= 2 and b.name in spy.direct
+    con = duckdb.connect(str(tmp_path / "direct.duckdb"), read_only=True)
+    try:
+        got = con.execute(
+            """SELECT f.name, count(*), count(*) FILTER (WHERE e.pos = e.seq)
+               FROM events e JOIN files f USING (file_id) WHERE f.status = 'loaded'
+               GROUP BY ALL ORDER BY 1"""
+        ).fetchall()
+        assert got == [(a.name, 350, 350), (b.name, 300, 300), (c.name, 249, 249)]
+        where = "line" if fmt == "jsonl" else '"row"'
+        q = con.execute(f"SELECT {where} FROM quarantine").fetchall()
+        assert q == [(121,)]
+    finally:
+        con.close()
+
+
+def test_positions_of_gzip_without_final_newline_and_blank_lines(tmp_path, monkeypatch):
+    """A gzip file whose last line has no newline goes straight in (its last line is a
+    row); a plain one waits for it; a file with a blank line is staged: every row's pos
+    is its line."""
+    folder = tmp_path / "in"
+    folder.mkdir()
+    text = "".join(json.dumps(r) + "\n" for r in _tagged(300, "g").to_pylist())
+    (folder / "events-g.jsonl.gz").write_bytes(gzip.compress(text.rstrip("\n").encode(), mtime=0))
+    (folder / "events-p.jsonl").write_text(text.rstrip("\n"))
+    lines = [json.dumps(r) for r in _tagged(200, "k").to_pylist()]
+    lines.insert(50, "")  # a blank line 51: rows after it are on line seq + 1
+    (folder / "events-k.jsonl").write_text("\n".join(lines) + "\n")
+    spy = assert_same([[folder], [folder]], tmp_path, monkeypatch)
+    assert "events-g.jsonl.gz" in spy.direct
+    con = duckdb.connect(str(tmp_path / "direct.duckdb"), read_only=True)
+    try:
+        shifted = con.execute(
+            """SELECT count(*), count(*) FILTER (WHERE e.pos = e.seq + (e.seq > 50)::INT)
+               FROM events e JOIN files f USING (file_id) WHERE f.name = 'events-k.jsonl'"""
+        ).fetchone()
+        assert shifted == (200, 200)
+        exact = con.execute(
+            """SELECT f.name, count(*), count(*) FILTER (WHERE e.pos = e.seq)
+               FROM events e JOIN files f USING (file_id)
+               WHERE f.name <> 'events-k.jsonl' GROUP BY ALL ORDER BY 1"""
+        ).fetchall()
+        assert exact == [("events-g.jsonl.gz", 300, 300), ("events-p.jsonl", 299, 299)]
+    finally:
+        con.close()
