@@ -72,7 +72,7 @@ def test_numpy_newline_count_equals_bytes_count_at_its_threshold(kind):
     for start in (0, 1, 7, t - 1):
         for length in (0, 1, t - 2, t - 1, t, t + 1, 2 * t + 3):
             end = min(len(data), start + length)
-            assert identity._newlines(data, start, end) == data.count(b"\n", start, end), (
-                start,
-                length,
-            )
+            for large in (True, False):  # a file of _NUMPY_FILE or more, or a smaller one
+                assert identity._newlines(data, start, end, large) == data.count(
+                    b"\n", start, end
+                ), (start, length, large)
