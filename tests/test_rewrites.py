@@ -40,6 +40,8 @@ REWRITTEN = (
     "priming_lost",
     "dropped_terminal",
     "allowed_origin_refused",
+    "cross_stream_acceptance",
+    "session_after_terminal",
 )
 # Prepared tables now kept as views over the records and a small table (the files of the
 # tables they replaced, in order: each may read the one before).
@@ -154,6 +156,72 @@ def test_detector_rewrite_gives_the_replaced_findings(fleet_db, name):
     old_rows = _rows(fleet_db, _v1(fleet_db, old.sql), bound, undecided=undecided)
     assert new_rows == old_rows
     assert new_rows, f"{name}: no findings to compare on this fleet"
+
+
+def test_cross_stream_acceptance_server_basis_as_the_replaced_query(fleet_db):
+    """The server's basis of cross_stream_acceptance (sessions without receipts: a replayed
+    event another stream produced), its events' streams looked up among the repeated event
+    ids instead of in the whole event index, reports what the replaced query reported, with
+    the receipts of the sessions with replays taken away and about half of the replayed
+    events first logged on another stream, so that the basis is reached. Rolled back."""
+    con, _ = fleet_db
+    q = catalog.detectors()["cross_stream_acceptance"]
+    old = catalog.parse(OLD / "cross_stream_acceptance.sql", "detectors")
+    con.execute("BEGIN TRANSACTION")
+    try:
+        con.execute(
+            """DELETE FROM inbox WHERE session_hmac IN
+               (SELECT session_hmac FROM events WHERE disposition = 'replayed')"""
+        )
+        con.execute(
+            """UPDATE events SET stream_id = stream_id || '-first'
+               WHERE disposition <> 'replayed' AND hash(event_id) % 2 = 0
+                 AND (session_hmac, generation, event_id) IN
+                     (SELECT (session_hmac, generation, event_id) FROM events
+                      WHERE disposition = 'replayed')"""
+        )
+        for file in ("03_event_index.sql", "05_missing.sql"):
+            _prep_file(con, catalog.SQL_DIR / "prep" / file)
+        new_rows, old_rows = (sorted(con.execute(sql).fetchall()) for sql in (q.sql, old.sql))
+        assert new_rows == old_rows
+        bases = Counter(json.loads(r[-1])["basis"] for r in new_rows)
+        assert bases["server"] > 0, bases
+    finally:
+        con.execute("ROLLBACK")
+
+
+# Proxy rows of a log blind to session ids that name no client: anyone's (a_blind_clients).
+_NAMELESS = """UPDATE proxy SET principal = NULL, client_addr = NULL
+    WHERE session_hmac IS NULL AND hash(pos) % 3 = 0 AND file_id IN
+        (SELECT file_id FROM a_blind_spans WHERE fact = 'proxy.session_hmac')"""
+
+
+@pytest.mark.parametrize("nameless", [False, True], ids=["as analysed", "rows naming no client"])
+def test_session_after_terminal_undecides_the_replaced_units(fleet_db, nameless):
+    """session_after_terminal, its clients joined by equality and the blind rows naming no
+    client apart (not by one join on `client = client OR client IS NULL`), returns the rows of
+    the query it replaced, its `cannot_tell` units and their files included (which the
+    comparison above leaves out), also with blind rows that name no client. Rolled back."""
+    con, _ = fleet_db
+    q = catalog.detectors()["session_after_terminal"]
+    old = catalog.parse(OLD / "session_after_terminal.sql", "detectors")
+    bound = params.bind(q, params.from_config(Config()))
+    con.execute("BEGIN TRANSACTION")
+    try:
+        if nameless:
+            con.execute(_NAMELESS)
+            _prep_file(con, catalog.SQL_DIR / "prep" / "13_blind_spans.sql")
+            assert con.execute(
+                "SELECT count(*) FROM a_blind_clients WHERE client IS NULL"
+            ).fetchone()[0]
+        new_rows, old_rows = (
+            sorted(con.execute(sql, bound).fetchall()) for sql in (q.sql, old.sql)
+        )
+        assert new_rows == old_rows
+        kinds = Counter(r[1] for r in new_rows)
+        assert kinds["cannot_tell"] > 0 and kinds["critical"] > 0, kinds
+    finally:
+        con.execute("ROLLBACK")
 
 
 def test_the_sessionless_proxy_branch_is_exercised(fleet_db):
