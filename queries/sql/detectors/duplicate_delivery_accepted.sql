@@ -18,11 +18,18 @@
 -- accepted receipt was a fifth of this query at 10M events.
 -- (The receipts are read twice rather than kept between the two: a kept copy of every
 -- accepted receipt, all its columns, was most of this query's memory and spilled at 10M.)
-WITH repeated AS (
-    SELECT hash(session_hmac, generation, stream_id, event_id) AS k
+-- The repeated hashes are found by sorting them (a hash equal to the next one in order
+-- repeats), as the event index finds its repeated ids: a grouping of the hashes held a group
+-- per accepted receipt (10.1M at 10M events) for the few hundred that repeat.
+WITH hashes AS (
+    SELECT hash(session_hmac, generation, stream_id, event_id) AS h
     FROM inbox
     WHERE verdict = 'accepted'
-    GROUP BY k HAVING count(*) >= 2
+),
+repeated AS (
+    SELECT DISTINCT h AS k
+    FROM (SELECT h, lead(h) OVER (ORDER BY h) AS next_h FROM hashes)
+    WHERE h = next_h
 )
 SELECT session_hmac, generation, stream_id, event_id, 'high' AS severity, min(ts) AS ts,
        json_object('accepted', count(*), 'message_digest', message_digest,
