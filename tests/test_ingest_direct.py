@@ -14,6 +14,7 @@ import io
 import json
 import re
 from pathlib import Path
+from typing import Any
 
 import duckdb
 import pyarrow as pa
@@ -330,14 +331,14 @@ def _operators(node: dict) -> list[str]:
     return [node.get("name", "")] + [n for c in node.get("children", []) for n in _operators(c)]
 
 
-@pytest.mark.parametrize("fmt", ["jsonl", "csv"])
-def test_a_text_file_read_straight_in_is_read_on_every_thread(fmt, tmp_path):
-    """The direct read of a text format numbers no row in the read (readers.NUMBERED_AFTER):
-    a window over the reader's rows (`row_number() OVER ()`, `WITH ORDINALITY`) runs the
-    read, its checks and the insert on one thread, so its plan holds none."""
+def _direct_insert(fmt: str, tmp_path: Path) -> tuple[Any, duckdb.DuckDBPyConnection, str, dict]:
+    """A 50-event file of `fmt` read straight in, as the load sends it: its record type, an
+    empty database, the insert statement and its bound values."""
     table = _events(50)
     path = tmp_path / f"events.{fmt}"
-    if fmt == "csv":
+    if fmt == "parquet":
+        pq.write_table(table, path)
+    elif fmt == "csv":
         pa_csv.write_csv(table, path)
     else:
         path.write_text("".join(json.dumps(r) + "\n" for r in table.to_pylist()))
@@ -352,10 +353,21 @@ def test_a_text_file_read_straight_in_is_read_on_every_thread(fmt, tmp_path):
     assert inner is not None
     sql = commit.direct_insert_sql(rt, validate.checked_sql(rt, f"({inner})", reading.native))
     params = {"path": str(path), "compression": "none", "file_id": 1, "t": rt.table, "shift": 0}
-    plan = con.execute(
-        f"EXPLAIN (FORMAT json) {sql}", {k: v for k, v in params.items() if f"${k}" in sql}
-    ).fetchall()[0][1]
-    names = _operators(json.loads(plan)[0])
+    return rt, con, sql, {k: v for k, v in params.items() if f"${k}" in sql}
+
+
+def _explain(con: duckdb.DuckDBPyConnection, sql: str, bound: dict) -> dict:
+    """The plan of `sql` (EXPLAIN's JSON)."""
+    return json.loads(con.execute(f"EXPLAIN (FORMAT json) {sql}", bound).fetchall()[0][1])[0]
+
+
+@pytest.mark.parametrize("fmt", ["jsonl", "csv"])
+def test_a_text_file_read_straight_in_is_read_on_every_thread(fmt, tmp_path):
+    """The direct read of a text format numbers no row in the read (readers.NUMBERED_AFTER):
+    a window over the reader's rows (`row_number() OVER ()`, `WITH ORDINALITY`) runs the
+    read, its checks and the insert on one thread, so its plan holds none."""
+    _, con, sql, bound = _direct_insert(fmt, tmp_path)
+    names = _operators(_explain(con, sql, bound))
     assert [n for n in names if n.endswith("INSERT")], names
     assert not [n for n in names if "WINDOW" in n], names
 
@@ -405,35 +417,12 @@ def test_direct_insert_filters_no_typed_value(fmt, tmp_path):
     filter of the insert's plan holds a field's typed value or its reason (DuckDB would
     write the cast into the filter once per mention of the value: a timestamp's four
     times), so a row that would not load fails the insert instead (commit.py)."""
-    table = _events(50)
-    path = tmp_path / f"events.{fmt}"
-    if fmt == "parquet":
-        pq.write_table(table, path)
-    elif fmt == "csv":
-        pa_csv.write_csv(table, path)
-    else:
-        path.write_text("".join(json.dumps(r) + "\n" for r in table.to_pylist()))
-    src = readers.detect(path)
-    assert src is not None and src.default_type is not None
-    rt = src.default_type
-    con = dbm.connect(":memory:")
-    reading = readers.Reading(src, path, "none", [f.name for f in rt.fields], True, con, typed=rt)
-    direct = readers.FORMATS[fmt].direct
-    assert direct is not None
-    inner = direct(reading)
-    assert inner is not None
-    sql = commit.direct_insert_sql(rt, validate.checked_sql(rt, f"({inner})", reading.native))
-    params = {"path": str(path), "compression": "none", "file_id": 1, "t": rt.table, "shift": 0}
-    plan = con.execute(
-        f"EXPLAIN (FORMAT json) {sql}", {k: v for k, v in params.items() if f"${k}" in sql}
-    ).fetchall()[0][1]
+    rt, con, sql, bound = _direct_insert(fmt, tmp_path)
     typed = {f"f_{f.name}" for f in rt.fields}
-    for expr in _filters(json.loads(plan)[0]):
+    for expr in _filters(_explain(con, sql, bound)):
         assert not typed & set(re.findall(r"\bf_\w+", expr)), expr
     # The statement loads every row of a clean file.
-    assert con.execute(sql, {k: v for k, v in params.items() if f"${k}" in sql}).fetchall() == [
-        (50,)
-    ]
+    assert con.execute(sql, bound).fetchall() == [(50,)]
 
 
 def test_a_batch_loads_the_larger_files_first(tmp_path):

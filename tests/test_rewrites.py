@@ -1384,6 +1384,20 @@ def _facts_read(con, path: Path | None, schema: str) -> None:
         con.execute("RESET search_path")
 
 
+def _assert_same_facts(con) -> None:
+    """The facts and stage samples built in schema v0 (the replaced statements) and v1 (the
+    current ones) by _facts_read: the same rows, as many and more than none, both ways, and
+    the facts of the same types."""
+    for old, new in (("v0_facts", "v1_facts"), ("v0.a_stage_samples", "v1.a_stage_samples")):
+        n = con.execute(f"SELECT count(*) FROM {old}").fetchone()[0]
+        assert con.execute(f"SELECT count(*) FROM {new}").fetchone()[0] == n > 0
+        for a, b in ((old, new), (new, old)):
+            extra = con.execute(f"SELECT * FROM {a} EXCEPT ALL SELECT * FROM {b}").fetchall()
+            assert not extra, (a, extra[:3])
+    types = [con.execute(f"DESCRIBE {t}").fetchall() for t in ("v0_facts", "v1_facts")]
+    assert types[0] == types[1]
+
+
 @pytest.mark.parametrize("changed", [None, "many stages"], ids=["as analysed", "many stages"])
 def test_gate_facts_per_kind_of_unit_give_the_one_table_facts(fleet_db, changed):
     """The gate facts kept in a table per kind of unit (a record's units, the proxy
@@ -1402,16 +1416,7 @@ def test_gate_facts_per_kind_of_unit_give_the_one_table_facts(fleet_db, changed)
         _facts_read(con, None, "v1")
         kinds = dict(con.execute("SELECT fact, count(*) FROM v1_facts GROUP BY ALL").fetchall())
         assert set(kinds) == set(params.FACTS), kinds
-        for old, new in (("v0_facts", "v1_facts"), ("v0.a_stage_samples", "v1.a_stage_samples")):
-            n = con.execute(f"SELECT count(*) FROM {old}").fetchone()[0]
-            assert con.execute(f"SELECT count(*) FROM {new}").fetchone()[0] == n > 0
-            for a, b in ((old, new), (new, old)):
-                extra = con.execute(f"SELECT * FROM {a} EXCEPT ALL SELECT * FROM {b}").fetchall()
-                assert not extra, (a, extra[:3])
-        assert (
-            con.execute("DESCRIBE v0_facts").fetchall()
-            == con.execute("DESCRIBE v1_facts").fetchall()
-        )
+        _assert_same_facts(con)
         # proxy records of no known session keep their session_hmac
         assert con.execute(
             "SELECT count(*) FROM v1.a_gate_requests WHERE sid IS NULL AND session_hmac NOTNULL"
@@ -1440,16 +1445,7 @@ def test_gate_units_staged_per_session_give_the_replaced_facts(fleet_db, changed
         con.execute("CREATE SCHEMA v1")
         _facts_read(con, OLD / "stage_per_unit" / "gate_facts.sql", "v0")
         _facts_read(con, None, "v1")
-        for old, new in (("v0_facts", "v1_facts"), ("v0.a_stage_samples", "v1.a_stage_samples")):
-            n = con.execute(f"SELECT count(*) FROM {old}").fetchone()[0]
-            assert con.execute(f"SELECT count(*) FROM {new}").fetchone()[0] == n > 0
-            for a, b in ((old, new), (new, old)):
-                extra = con.execute(f"SELECT * FROM {a} EXCEPT ALL SELECT * FROM {b}").fetchall()
-                assert not extra, (a, extra[:3])
-        assert (
-            con.execute("DESCRIBE v0_facts").fetchall()
-            == con.execute("DESCRIBE v1_facts").fetchall()
-        )
+        _assert_same_facts(con)
         # units staged, of known sessions and of none (by the grid of no known session)
         staged = dict(
             con.execute(
