@@ -36,27 +36,22 @@ BASES = ("idempotency_key", "retry", "suspected", "inbox")
 
 # The changed dispatches, with the keys of the groups they belong to: the pending
 # sessions' (`{scoped}`, their rows copied already: every new row with a session is of a
-# pending session), and those without a session that are new or whose principal has a new
-# sessionless proxy request. Rows are found by a few columns, then fetched by row id.
+# pending session), and those without a session that are new (`{new_dispatches}`, the new
+# rows copied already) or whose principal has a new sessionless proxy request
+# (`{new_proxy}`). Rows are found by a few columns, then fetched by row id; a row found
+# twice is one (DISTINCT below).
 _CHANGED = """
 CREATE OR REPLACE TEMP TABLE rg_dd_changed AS
 WITH d AS (
     SELECT * FROM {scoped}
     UNION ALL
+    SELECT * FROM {new_dispatches} WHERE session_hmac IS NULL
+    UNION ALL
     SELECT * FROM {dispatches} WHERE rowid IN (
-        SELECT t.rowid FROM {dispatches} t
-        JOIN (SELECT file_id, min(from_pos) AS from_pos FROM analysis_pending_rows
-              WHERE tbl = 'dispatches' GROUP BY file_id) r
-          ON t.file_id = r.file_id AND t.pos > r.from_pos
-        WHERE t.session_hmac IS NULL
-        UNION
         SELECT rowid FROM {dispatches}
         WHERE session_hmac IS NULL AND principal IN (
-            SELECT p.principal FROM {proxy} p
-            JOIN (SELECT file_id, min(from_pos) AS from_pos FROM analysis_pending_rows
-                  WHERE tbl = 'proxy' GROUP BY file_id) r
-              ON p.file_id = r.file_id AND p.pos > r.from_pos
-            WHERE p.session_hmac IS NULL AND p.principal IS NOT NULL))
+            SELECT principal FROM {new_proxy}
+            WHERE session_hmac IS NULL AND principal IS NOT NULL))
 )
 SELECT DISTINCT d.file_id, d.pos, d.idempotency_key, d.tool_name, d.payload_digest,
        dispatch_sender(d.principal, d.session_hmac) AS sender,
@@ -133,16 +128,25 @@ def rerun(
     plan: cannottell.Plan | None,
     base: Callable[[str], str],
     scoped: Callable[[str], str],
+    new: Callable[[str], str],
 ) -> None:
     """Replace `name`'s findings of the changed groups. `base(table)`: the database's own
     table (not a temporary view of the same name); `scoped(table)`: the copy of the
-    pending sessions' rows of it (incremental.py's scope)."""
+    pending sessions' rows of it (incremental.py's scope); `new(table)`: the copy of its
+    new rows (incremental.py's delta)."""
     if one_row(con.execute("SELECT count(*) FROM a_blind_dispatches"))[0]:
         # A dispatch file without digests beside one with them: the units it leaves
         # undecided are counted per file, not per group.
         raise Fallback(f"{name}: dispatch files without payload digests beside others")
     tables = {t: base(t) for t in ("dispatches", "proxy")}
-    con.execute(_CHANGED.format(scoped=scoped("dispatches"), **tables))
+    con.execute(
+        _CHANGED.format(
+            scoped=scoped("dispatches"),
+            new_dispatches=new("dispatches"),
+            new_proxy=new("proxy"),
+            **tables,
+        )
+    )
     con.execute(_SCOPE.format(**tables))
     con.execute(_FIRSTS)
     excluded = dict(plan.exclude) if plan else {}

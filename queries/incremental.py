@@ -215,6 +215,7 @@ BLIND_LOCAL: dict[str, dict[str, Any]] = {
 # read every record (3 % of a 1M re-analysis), for the new rows alone a hundredth of them.
 ADDITIVE_PREP = {"a_stage_sources"}
 DELTA = "rg_delta"
+KEYED = "rg_keyed"
 # Prepared tables whose rows out of a key's group of rows of one record table depend on
 # that group alone ({name: (table, key)}; no row without a key): an append changes the
 # groups of its new rows' keys, recomputed from all of their rows; the rest stand.
@@ -334,25 +335,17 @@ def analyse(
             )
         for table in ("sessions", "streams", "events", "inbox", "dispatches", "proxy"):
             _scoped_view(con, table)
+        _new_rows(con)
         for q in catalog.load("prep"):
             if q.name in SESSION_PREP:
                 _scoped_prep(con, q)
             elif q.name in ROW_PREP:
                 base = ROW_PREP[q.name]
                 con.execute(
-                    """CREATE OR REPLACE TEMP TABLE rg_new_rows AS
-                       SELECT file_id, min(from_pos) AS from_pos FROM analysis_pending_rows
-                       WHERE tbl = $t GROUP BY file_id""",
-                    {"t": base},
+                    f"""INSERT INTO {SCOPE}.{base}
+                        SELECT * FROM {DELTA}.{base} WHERE session_hmac IS NULL"""
                 )
-                con.execute(
-                    f"""INSERT INTO {SCOPE}.{base} SELECT * FROM {_base(con, base)}
-                        WHERE rowid IN (SELECT t.rowid FROM {_base(con, base)} t
-                                        JOIN rg_new_rows r
-                                          ON t.file_id = r.file_id AND t.pos > r.from_pos
-                                        WHERE t.session_hmac IS NULL)"""
-                )
-                _scoped_prep(con, q)
+                _scoped_prep(con, q, rows=True)
                 # Those rows leave the scope again (copying the table anew read it whole).
                 con.execute(f"DELETE FROM {SCOPE}.{base} WHERE NOT coalesce({_IN_SCOPE}, false)")
             elif q.name in ADDITIVE_PREP:
@@ -361,6 +354,12 @@ def analyse(
                 _keyed_prep(con, q, *KEYED_PREP[q.name])
             elif q.name == "macros":
                 continue  # defined by the caller before the plans (runner.analyse)
+            elif set(q.needs) == {"rollout"}:
+                # The stage windows read the rollout log alone, which an incremental run
+                # never follows a change of (ingest asks for a full analysis): its tables
+                # stand as the last analysis left them (rebuilt, they were 6 statements
+                # and 6 tables rewritten at the commit for the same rows).
+                continue
             else:
                 for stmt in q.statements():
                     con.execute(stmt)
@@ -422,6 +421,7 @@ def analyse(
                     plan,
                     lambda t: _base(con, t),
                     lambda t: f"{SCOPE}.{t}",
+                    lambda t: f"{DELTA}.{t}",
                 )
             else:
                 made = cannottell.shadow(con, plan) if plan else []
@@ -463,8 +463,8 @@ def analyse(
         with contextlib.suppress(duckdb.Error):
             _search(con, scoped=False)
             _drop_scope(con)
+            _drop_schema(con, DELTA)
             con.execute("DROP TABLE IF EXISTS rg_new")
-            con.execute("DROP TABLE IF EXISTS rg_new_rows")
             con.execute("DROP TABLE IF EXISTS rg_fact_stages")
             for name, how in BLIND_LOCAL.items():
                 con.execute(f"DROP TABLE IF EXISTS rg_was_{how['blind']}")
@@ -477,23 +477,7 @@ def _added_counts(con: duckdb.DuckDBPyConnection, q: catalog.Query) -> None:
     hold only the new rows (schema `rg_delta`, first on the search path), and add what it
     counts to the table's counts."""
     tables = list(dict.fromkeys(_CREATES.findall(q.sql)))
-    con.execute(f"CREATE SCHEMA {DELTA}")
     try:
-        new = con.execute(
-            """SELECT tbl, file_id, min(from_pos) FROM analysis_pending_rows
-               GROUP BY ALL ORDER BY ALL"""
-        ).fetchall()
-        for rt in contract.RECORD_TYPES:
-            base = _base(con, rt.table)
-            con.execute(f"CREATE TABLE {DELTA}.{rt.table} AS SELECT * FROM {base} LIMIT 0")
-            # A file's new rows one file at a time: a filter on the file and its position
-            # skips the blocks of other rows (a join with the pending files read them all).
-            for _, file_id, from_pos in (n for n in new if n[0] == rt.table):
-                con.execute(
-                    f"""INSERT INTO {DELTA}.{rt.table} SELECT * FROM {base}
-                        WHERE file_id = $f AND pos > $p""",
-                    {"f": file_id, "p": from_pos},
-                )
         con.execute(f"SET search_path = '{DELTA},main'")
         try:
             for stmt in q.statements():
@@ -515,7 +499,32 @@ def _added_counts(con: duckdb.DuckDBPyConnection, q: catalog.Query) -> None:
             con.execute(f"INSERT INTO main.{t} BY NAME SELECT * FROM rg_counts")
             con.execute("DROP TABLE rg_counts")
     finally:
-        _drop_schema(con, DELTA)
+        for t in tables:
+            con.execute(f"DROP TABLE IF EXISTS {DELTA}.{t}")
+
+
+def _new_rows(con: duckdb.DuckDBPyConnection) -> None:
+    """Copy the new rows of every record table (ingest notes where each file's new rows
+    start, `analysis_pending_rows`) into schema `rg_delta`, once: the counts per stage
+    (ADDITIVE_PREP) read them all; the keys of KEYED_PREP, the proxy rows of ROW_PREP, the
+    gate facts and duplicate_dispatch's changed groups the new rows without a session
+    (each found them by a join of its whole table with the pending files before)."""
+    con.execute(f"CREATE SCHEMA {DELTA}")
+    new = con.execute(
+        """SELECT tbl, file_id, min(from_pos) FROM analysis_pending_rows
+           GROUP BY ALL ORDER BY ALL"""
+    ).fetchall()
+    for rt in contract.RECORD_TYPES:
+        base = _base(con, rt.table)
+        con.execute(f"CREATE TABLE {DELTA}.{rt.table} AS SELECT * FROM {base} LIMIT 0")
+        # A file's new rows one file at a time: a filter on the file and its position
+        # skips the blocks of other rows (a join with the pending files read them all).
+        for _, file_id, from_pos in (n for n in new if n[0] == rt.table):
+            con.execute(
+                f"""INSERT INTO {DELTA}.{rt.table} SELECT * FROM {base}
+                    WHERE file_id = $f AND pos > $p""",
+                {"f": file_id, "p": from_pos},
+            )
 
 
 def _forget(
@@ -617,41 +626,36 @@ def _near_run(
 
 def _keyed_prep(con: duckdb.DuckDBPyConnection, q: catalog.Query, table: str, key: str) -> None:
     """Run a prepare query local to the groups of `table` by `key` (KEYED_PREP) on a copy
-    of the rows of the new rows' keys (schema `rg_delta`, first on the search path), and
+    of the rows of the new rows' keys (schema `rg_keyed`, first on the search path), and
     replace those keys' rows of its tables."""
     made = list(dict.fromkeys(_CREATES.findall(q.sql)))
     base = _base(con, table)
     con.execute(
         f"""CREATE OR REPLACE TEMP TABLE rg_keys AS
-            SELECT DISTINCT t.{key} FROM {base} t
-            JOIN (SELECT file_id, min(from_pos) AS from_pos FROM analysis_pending_rows
-                  WHERE tbl = $t GROUP BY file_id) r
-              ON t.file_id = r.file_id AND t.pos > r.from_pos
-            WHERE t.{key} IS NOT NULL""",
-        {"t": table},
+            SELECT DISTINCT {key} FROM {DELTA}.{table} WHERE {key} IS NOT NULL"""
     )
     keyed = f"{key} IN (SELECT {key} FROM rg_keys)"
-    con.execute(f"CREATE SCHEMA {DELTA}")
+    con.execute(f"CREATE SCHEMA {KEYED}")
     try:
         con.execute(
-            f"""CREATE TABLE {DELTA}.{table} AS SELECT * FROM {base}
+            f"""CREATE TABLE {KEYED}.{table} AS SELECT * FROM {base}
                 WHERE rowid IN (SELECT rowid FROM {base} WHERE {keyed})"""
         )
-        con.execute(f"SET search_path = '{DELTA},main'")
+        con.execute(f"SET search_path = '{KEYED},main'")
         try:
             for stmt in q.statements():
                 con.execute(stmt)
         finally:
             _search(con, scoped=False)
         for t in made:
-            if key not in _columns(con, DELTA, t):
+            if key not in _columns(con, KEYED, t):
                 raise Fallback(f"{t}: no `{key}`")
-            if one_row(con.execute(f"SELECT count(*) FROM {DELTA}.{t} WHERE {key} IS NULL"))[0]:
+            if one_row(con.execute(f"SELECT count(*) FROM {KEYED}.{t} WHERE {key} IS NULL"))[0]:
                 raise Fallback(f"{t}: a row without a `{key}`")
             con.execute(f"DELETE FROM main.{t} WHERE {keyed}")
-            con.execute(f"INSERT INTO main.{t} BY NAME SELECT * FROM {DELTA}.{t}")
+            con.execute(f"INSERT INTO main.{t} BY NAME SELECT * FROM {KEYED}.{t}")
     finally:
-        _drop_schema(con, DELTA)
+        _drop_schema(con, KEYED)
         con.execute("DROP TABLE IF EXISTS rg_keys")
 
 
@@ -717,23 +721,26 @@ def _scoped_view(con: duckdb.DuckDBPyConnection, table: str, source: str | None 
     )
 
 
-def _scoped_prep(con: duckdb.DuckDBPyConnection, q: catalog.Query) -> None:
+def _scoped_prep(con: duckdb.DuckDBPyConnection, q: catalog.Query, rows: bool = False) -> None:
     """Run a session-local prepare query for the affected sessions, then replace their
-    rows in the full table; later scoped queries read the scoped rows."""
+    rows in the full table; later scoped queries read the scoped rows. `rows`: a query of
+    ROW_PREP, whose scope also held the new rows without a session."""
     tables = list(dict.fromkeys(_CREATES.findall(q.sql)))
     with _in_scope(con):
         for stmt in q.statements():
             con.execute(stmt)
     for t in tables:
-        cols = _columns(con, SCOPE, t)
-        if "session_hmac" not in cols:
-            raise Fallback(f"{t}: no session_hmac column")
+        # A table without session_hmac fails this statement (a binder error): the caller
+        # rolls back and runs a full analysis (a look-up of the columns first was a
+        # statement per table for nothing).
         con.execute(
             f"DELETE FROM main.{t} WHERE session_hmac IN (SELECT session_hmac FROM rg_affected)"
         )
         con.execute(f"INSERT INTO main.{t} BY NAME SELECT * FROM {SCOPE}.{t}")
-        # What later scoped queries read: the affected sessions' rows, as in main now.
-        con.execute(f"DELETE FROM {SCOPE}.{t} WHERE NOT coalesce({_IN_SCOPE}, false)")
+        if rows:
+            # What later scoped queries read: the affected sessions' rows, as in main now
+            # (the scope of any other prepare query holds no other rows).
+            con.execute(f"DELETE FROM {SCOPE}.{t} WHERE NOT coalesce({_IN_SCOPE}, false)")
 
 
 # The record tables the gate facts take their units from (queries/sql/facts).
@@ -756,7 +763,8 @@ def gate_facts(
     session, by the same statement run on the scope; the facts of findings (a few per
     thousand units, from detectors of every kind) are built again whole. The stage
     samples are summarised again for the stages whose facts changed."""
-    if not _has(con, "main", "a_gate_requests"):
+    tables = _tables(con)
+    if ("main", "a_gate_requests") not in tables:
         raise Fallback("gate facts: not kept in a table per kind of unit yet")
     build: dict[str, tuple[str, dict[str, Any]]] = {}
     for stmt, bound in statements:
@@ -770,17 +778,10 @@ def gate_facts(
     if set(build) != set(FACT_TABLES):
         raise Fallback("gate facts: not the statements expected")
     for table in FACT_UNITS:
-        if not _has(con, SCOPE, table):
+        if (SCOPE, table) not in tables:
             _scoped_view(con, table)
         con.execute(
-            f"""INSERT INTO {SCOPE}.{table} SELECT * FROM {_base(con, table)}
-                WHERE rowid IN (
-                    SELECT t.rowid FROM {_base(con, table)} t
-                    JOIN (SELECT file_id, min(from_pos) AS from_pos FROM analysis_pending_rows
-                          WHERE tbl = $t GROUP BY file_id) r
-                      ON t.file_id = r.file_id AND t.pos > r.from_pos
-                    WHERE t.session_hmac IS NULL)""",
-            {"t": table},
+            f"INSERT INTO {SCOPE}.{table} SELECT * FROM {DELTA}.{table} WHERE session_hmac IS NULL"
         )
     # The pending sessions' keys and what they tell, from their a_sessions rows (up to
     # date now), numbered by the same statement on the scope.
@@ -817,8 +818,7 @@ def gate_facts(
     # The whole of what the facts join their units to (up to date for the pending
     # sessions now), and every finding.
     for table in ("a_sessions", "a_inbox_sessions", "findings", "a_gate_sessions"):
-        if _has(con, SCOPE, table):
-            con.execute(f"DROP TABLE {SCOPE}.{table}")
+        con.execute(f"DROP TABLE IF EXISTS {SCOPE}.{table}")
     con.execute(f"CREATE TABLE {SCOPE}.findings AS SELECT * FROM main.findings")
     for table in UNIT_TABLES:
         stmt, bound = build[table]
@@ -864,13 +864,13 @@ def _columns(con: duckdb.DuckDBPyConnection, schema: str, table: str) -> list[st
     return [d[0] for d in con.execute(f"SELECT * FROM {schema}.{table} LIMIT 0").description]
 
 
-def _has(con: duckdb.DuckDBPyConnection, schema: str, table: str) -> bool:
-    return bool(
-        one_row(
-            con.execute(
-                "SELECT count(*) FROM duckdb_tables() WHERE schema_name = $s "
-                "AND table_name = $t AND database_name = current_database()",
-                {"s": schema, "t": table},
-            )
-        )[0]
-    )
+def _tables(con: duckdb.DuckDBPyConnection) -> set[tuple[str, str]]:
+    """The database's tables, (schema, name), in one look-up (one per table asked about
+    was ten statements of the gate facts)."""
+    return {
+        (str(s), str(t))
+        for s, t in con.execute(
+            "SELECT schema_name, table_name FROM duckdb_tables() "
+            "WHERE database_name = current_database()"
+        ).fetchall()
+    }

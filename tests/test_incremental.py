@@ -478,6 +478,47 @@ def test_record_counts_per_stage_are_added_to_after_an_append(tmp_path):
     con.close()
 
 
+def test_stage_windows_stand_after_an_append_and_follow_a_grown_rollout_log(tmp_path):
+    """The stage windows (01_stages.sql) read the rollout log alone: an append of other
+    records leaves them as the last analysis made them (a row planted in one of their
+    tables is still there: rebuilt, they lose it), and the results equal a full analysis's;
+    a grown rollout log asks for a full analysis, which rebuilds them."""
+    data = {
+        "sessions.jsonl": _content("sessions.jsonl"),
+        "events.jsonl": _content("events.jsonl.gz"),
+        "proxy-access.jsonl": _content("proxy-access.jsonl.gz"),
+    }
+    rollout = (SAMPLE / "rollout.csv").read_bytes()
+    live = tmp_path / "live"
+    live.mkdir()
+    _write(live / "rollout.csv", _cut(rollout, 0.75))
+    con = dbm.connect(str(tmp_path / "t.duckdb"))
+    for name, content in data.items():
+        _write(live / name, _cut(content, 0.9))
+    ingest(con, [live], CONF)
+    runner.analyse(con, CONF)
+    planted = "SELECT count(*) FROM a_hygiene WHERE stage = 'planted'"
+    con.execute("INSERT INTO a_hygiene VALUES ('planted', now(), now())")
+    for name, content in data.items():
+        _write(live / name, content)
+    ingest(con, [live], CONF)
+    runner.analyse(con, CONF)
+    assert get_meta(con, "analysis_mode") == "incremental"
+    assert con.execute(planted).fetchone()[0] == 1
+    con.execute("DELETE FROM a_hygiene WHERE stage = 'planted'")
+    tables = ("a_stages", "a_stage_windows", "a_hygiene", "a_stage_spans", "a_stage_cells")
+    kept = _found(con, tables)
+    runner.analyse(con, CONF, force=True)
+    assert _found(con, tables) == kept
+    con.execute("INSERT INTO a_hygiene VALUES ('planted', now(), now())")
+    _write(live / "rollout.csv", rollout)
+    ingest(con, [live], CONF)
+    runner.analyse(con, CONF)
+    assert get_meta(con, "analysis_mode") == "full"
+    assert con.execute(planted).fetchone()[0] == 0
+    con.close()
+
+
 @pytest.mark.parametrize(
     ("name", "table", "gz"),
     [
