@@ -5,6 +5,7 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 
@@ -286,3 +287,41 @@ def test_a_caddy_log_of_thousands_of_lines_loads_under_the_load_memory_limit(tmp
     report = ingest(con, [log], Config())
     assert [(f.status, f.rows) for f in report.files] == [("loaded", {"proxy": n})]
     con.close()
+
+
+def test_the_key_scan_parses_a_line_once_and_finds_the_keys_one_scan_per_key_found(tmp_path):
+    # readers.proxy_keys_sql asks for every candidate key in one `json_exists` of a list of
+    # paths, each line parsed once; it replaced one `bool_or(json_exists(...))` per key
+    # (readers.proxy_keys_columns, which the Spark ingest still runs), asked 25 keys at a
+    # time. Held equal to that on every proxy log fixture and on a log whose keys the
+    # user names, with lines that are not JSON, blank or not objects among them.
+    import duckdb
+
+    from replaygate.ingest import readers
+
+    user = {"nginx": {"mcp_session_id": "sess", "origin": "req_origin"}}
+    mine = tmp_path / "mine.log"
+    lines = [json.dumps(_nginx(T0, 200, sid="a", req_origin="https://x", sess="b")), "", "{bad"]
+    mine.write_text("\n".join([*lines, "[1, 2]", json.dumps({"request": {"headers": {}}})]) + "\n")
+    fixtures = Path(__file__).parent / "fixtures" / "proxy"
+    logs = [*sorted(fixtures.rglob("*.log")), mine]
+    con = duckdb.connect()
+    for fields in ({}, user):
+        keys = adapters.candidate_keys(fields)
+        for log in logs:
+            params = {"path": str(log), "compression": "none"}
+            readers.clear_rejects(con)
+            before = con.execute(
+                f"""SELECT {readers.proxy_keys_columns(keys)} FROM (
+                    SELECT try(json(raw)) AS j FROM {readers._raw_lines()}
+                    WHERE raw IS NOT NULL LIMIT {readers.KEY_SCAN_LINES}) WHERE j IS NOT NULL""",
+                params,
+            ).fetchone()
+            readers.clear_rejects(con)
+            found = con.execute(
+                readers.proxy_keys_sql(),
+                {**params, "paths": [k.path for k in keys], "n": len(keys)},
+            ).fetchall()
+            now = {keys[i - 1].path for i, yes in found if yes}
+            assert now == {k.path for k, yes in zip(keys, before, strict=True) if yes}, log.name
+            assert now or log is not mine
