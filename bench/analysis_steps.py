@@ -11,7 +11,11 @@ the detector that runs it (or that it binds as `$detector`), else to the table i
 creates (`a_missing`, ...), else to its first words. Peak RSS per step is sampled every
 5 ms from /proc (a step shorter than that may show its predecessor's level); the whole
 process's peak is `ru_maxrss`. The process start, imports and the database's opening are
-not counted in the steps (they are in `process_cpu_s`). Not a timed test: numbers depend
+not counted in the steps (they are in `process_cpu_s`). With `--profile DIR` every
+statement's DuckDB profile (JSON, every operator's time and rows) is kept in DIR, one file
+per statement numbered in order, and each step adds what DuckDB spilled (`spill_mb`: bytes
+written to the temporary folder) and the folder's peak (`temp_peak_mb`); the profiling
+costs a little CPU, so compare runs that both had it. Not a timed test: numbers depend
 on the machine and its load.
 """
 
@@ -65,11 +69,37 @@ class Timed:
     """A connection whose every `execute` is timed and attributed to a step."""
 
     def __init__(
-        self, con: Any, steps: dict[str, dict[str, float]], peak: Peak, progress: bool = False
+        self,
+        con: Any,
+        steps: dict[str, dict[str, float]],
+        peak: Peak,
+        progress: bool = False,
+        profile: Path | None = None,
     ) -> None:
         self._con, self._steps, self._peak = con, steps, peak
         self._progress = progress
+        self._profile, self._n = profile, 0
         self.label: str | None = None
+        if profile:
+            profile.mkdir(parents=True, exist_ok=True)
+            con.execute("SET enable_profiling = 'json'")
+            con.execute("SET profiling_coverage = 'ALL'")  # CREATE TABLE ... AS too
+            con.execute("SET profiling_output = $f", {"f": str(profile / "last.json")})
+
+    def _kept_profile(self, label: str) -> dict[str, float]:
+        """The last statement's profile moved aside; its spill and temporary peak in MB."""
+        assert self._profile
+        last = self._profile / "last.json"
+        if not last.exists():  # a statement that failed writes none
+            return {}
+        self._n += 1
+        kept = self._profile / f"{self._n:05d}-{re.sub(r'[^A-Za-z0-9_]+', '_', label)}.json"
+        os.replace(last, kept)
+        system = json.loads(kept.read_text()).get("system", {})
+        return {
+            "spill_mb": system.get("total_bytes_spilled", 0) / 1e6,
+            "temp_peak_mb": system.get("peak_temp_dir_size", 0) / 1e6,
+        }
 
     def execute(self, sql: str, *args: Any, **kw: Any) -> Any:
         bound = args[0] if args and isinstance(args[0], dict) else {}
@@ -91,9 +121,16 @@ class Timed:
             p = self._peak.take() / 1e6
             s["peak_mb"] = max(s["peak_mb"], p)
             s["n"] += 1
+            spilled = self._kept_profile(label) if self._profile else {}
+            if spilled:
+                s["spill_mb"] = s.get("spill_mb", 0.0) + spilled["spill_mb"]
+                s["temp_peak_mb"] = max(s.get("temp_peak_mb", 0.0), spilled["temp_peak_mb"])
             if self._progress:  # each statement as it ends: a run cut short still tells
                 c, t = time.process_time() - c0, time.perf_counter() - t0
                 line = f"{label}\t{c:.3f} CPU s\t{t:.3f} s\t{p:,.0f} MB"
+                line += f"\t{time.strftime('%H:%M:%S')}\tload {os.getloadavg()[0]:.1f}"
+                if spilled:
+                    line += f"\tspilled {spilled['spill_mb']:,.0f} MB"
                 print(line, file=sys.stderr, flush=True)
 
     def __getattr__(self, name: str) -> Any:
@@ -109,12 +146,13 @@ def main() -> None:
     ap.add_argument(
         "--progress", action="store_true", help="print each statement to stderr as it ends"
     )
+    ap.add_argument("--profile", type=Path, help="keep every statement's DuckDB profile here")
     args = ap.parse_args()
     peak = Peak()
     steps: dict[str, dict[str, float]] = defaultdict(
         lambda: {"cpu_s": 0.0, "s": 0.0, "peak_mb": 0.0, "n": 0}
     )
-    con = Timed(db.connect(str(args.db)), steps, peak, args.progress)
+    con = Timed(db.connect(str(args.db)), steps, peak, args.progress, args.profile)
     run_detector = runner._run_detector
 
     def timed_detector(c: Any, name: str, *rest: Any) -> None:
@@ -153,9 +191,10 @@ def main() -> None:
         f"process {out['process_cpu_s']} CPU s, peak {out['peak_mb']:,} MB, "
         f"{findings:,} findings, load {out['load']}"
     )
-    print("| step | CPU s | s | peak MB | statements |\n|---|---|---|---|---|")
+    print("| step | CPU s | s | peak MB | spilled MB | statements |\n|---|---|---|---|---|---|")
     for k, s in list(out["steps"].items())[: args.top]:
-        print(f"| {k} | {s['cpu_s']} | {s['s']} | {s['peak_mb']:,.0f} | {s['n']} |")
+        spilled = f"{s['spill_mb']:,.0f}" if "spill_mb" in s else ""
+        print(f"| {k} | {s['cpu_s']} | {s['s']} | {s['peak_mb']:,.0f} | {spilled} | {s['n']} |")
 
 
 if __name__ == "__main__":
