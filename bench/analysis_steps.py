@@ -86,16 +86,22 @@ class Timed:
             con.execute("SET profiling_coverage = 'ALL'")  # CREATE TABLE ... AS too
             con.execute("SET profiling_output = $f", {"f": str(profile / "last.json")})
 
-    def _kept_profile(self, label: str) -> dict[str, float]:
-        """The last statement's profile moved aside; its spill and temporary peak in MB."""
+    def _kept_profile(self, label: str, sql: str) -> dict[str, float]:
+        """The statement's profile moved aside; its spill and temporary peak in MB."""
         assert self._profile
         last = self._profile / "last.json"
         if not last.exists():  # a statement that failed writes none
             return {}
+        profile = json.loads(last.read_text())
+        if profile.get("query", {}).get("sql") != sql:
+            # A SELECT whose rows are fetched after `execute` returns writes its profile
+            # then: this one is an earlier statement's, not this one's.
+            last.unlink()
+            return {}
         self._n += 1
         kept = self._profile / f"{self._n:05d}-{re.sub(r'[^A-Za-z0-9_]+', '_', label)}.json"
         os.replace(last, kept)
-        system = json.loads(kept.read_text()).get("system", {})
+        system = profile.get("system", {})
         return {
             "spill_mb": system.get("total_bytes_spilled", 0) / 1e6,
             "temp_peak_mb": system.get("peak_temp_dir_size", 0) / 1e6,
@@ -121,7 +127,7 @@ class Timed:
             p = self._peak.take() / 1e6
             s["peak_mb"] = max(s["peak_mb"], p)
             s["n"] += 1
-            spilled = self._kept_profile(label) if self._profile else {}
+            spilled = self._kept_profile(label, sql) if self._profile else {}
             if spilled:
                 s["spill_mb"] = s.get("spill_mb", 0.0) + spilled["spill_mb"]
                 s["temp_peak_mb"] = max(s.get("temp_peak_mb", 0.0), spilled["temp_peak_mb"])

@@ -70,9 +70,10 @@ def test_analysis_step_times_the_gate_facts(tmp_path):
     # bench/analysis_steps.py on the same database: each statement of the analysis counted
     # once, under its detector or the table it makes (the per-step tables of the doc)
     steps_json = tmp_path / "steps.json"
+    profiles = tmp_path / "profiles"
     r = subprocess.run(
         [sys.executable, str(BENCH / "analysis_steps.py"), str(db), "--json", str(steps_json),
-         "--progress"],
+         "--progress", "--profile", str(profiles)],
         capture_output=True, text=True, env=run.ENV,
     )  # fmt: skip
     assert r.returncode == 0, r.stderr[-2000:]
@@ -83,10 +84,17 @@ def test_analysis_step_times_the_gate_facts(tmp_path):
     assert sum(s["cpu_s"] for s in steps.values()) <= res["analysis_cpu_s"] + 0.01
     # --progress: every statement on stderr as it ends, under its step's label (a run cut
     # short, such as a 100M analysis stopped, still tells where its time went)
+    # (label, CPU s, s, MB, clock, load, and with --profile what it spilled)
     rows = [line.split("\t") for line in r.stderr.splitlines()]
-    printed = [row[0] for row in rows if len(row) == 4 and row[1].endswith(" CPU s")]
+    printed = [row[0] for row in rows if len(row) >= 6 and row[1].endswith(" CPU s")]
     assert sorted(set(printed)) == sorted(steps)
     assert len(printed) == sum(s["n"] for s in steps.values())
+    # --profile: DuckDB's profile of each statement that ends within `execute` (a SELECT
+    # whose rows are fetched later leaves none), numbered in order, and each step's spill
+    kept = sorted(profiles.glob("[0-9]*.json"))
+    assert 0 < len(kept) <= len(printed) and kept[0].name.startswith("00001-")
+    assert "operator" in json.loads(kept[-1].read_text())
+    assert "spill_mb" in steps["a_missing"] and "temp_peak_mb" in steps["a_missing"]
 
 
 @pytest.mark.slow
