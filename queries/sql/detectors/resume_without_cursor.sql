@@ -28,10 +28,12 @@
 -- Driven from the re-opens, a few per thousand streams: every position and lost event is
 -- found by joining the candidates to the rows of their own streams, never by aggregating
 -- whole tables (which grows with the fleet, not with the re-opens).
--- Only the streams that disconnected are ordered (the windows partition by stream; a
--- NULL-safe semi join keeps a stream logged without its session one partition).
+-- Only the streams that disconnected on a resumable session are ordered (about one in
+-- nine of the broken streams; the windows partition by stream; a NULL-safe semi join keeps
+-- a stream logged without its session one partition).
 WITH disconnected AS (
     SELECT DISTINCT session_hmac, generation, stream_id FROM streams
+    SEMI JOIN (SELECT session_hmac FROM a_sessions WHERE resumable) r USING (session_hmac)
     WHERE state = 'DISCONNECTED'
 ),
 ordered AS (
