@@ -879,6 +879,60 @@ def _many_stages(con) -> None:
     )
 
 
+# Prepare files whose rows were made narrow (the replaced files in
+# tests/fixtures/sql_v0/prep_wide): {file: (table, the replaced table's columns it keeps)}.
+NARROWED_PREP = {
+    "08_proxy_staged.sql": ("a_proxy_staged", "stage, session_hmac, file_id, pos"),
+    "10_stage_sources.sql": ("a_stage_sources", "stage, source, n"),
+}
+
+
+@pytest.mark.parametrize("changed", [False, True], ids=["as analysed", "many stages"])
+@pytest.mark.parametrize("file", sorted(NARROWED_PREP))
+def test_narrowed_prepare_gives_the_replaced_rows(fleet_db, file, changed):
+    """The staged proxy records, kept as their stage, session, file and position, and the
+    records per stage and source, counted by numbers named after the counting, are row
+    for row and type for type those columns of the tables of the files they replaced
+    (tests/fixtures/sql_v0/prep_wide), which copied every column of a staged record and
+    grouped by names; on both fleets, as analysed and under a rollout of many stages
+    (cohorts of many and of overlapping windows, records of no known session). Rolled
+    back."""
+    con, _ = fleet_db
+    table, cols = NARROWED_PREP[file]
+    con.execute("BEGIN TRANSACTION")
+    try:
+        if changed:
+            _many_stages(con)
+        con.execute("CREATE SCHEMA v0")
+        con.execute("SET search_path = 'v0,main'")
+        try:
+            _prep_file(con, OLD / "prep_wide" / file)
+        finally:
+            con.execute("RESET search_path")
+        _prep_file(con, catalog.SQL_DIR / "prep" / file)
+        old, new = f"SELECT {cols} FROM v0.{table}", f"SELECT * FROM main.{table}"
+        n = con.execute(f"SELECT count(*) FROM ({old})").fetchone()[0]
+        assert con.execute(f"SELECT count(*) FROM ({new})").fetchone()[0] == n > 0
+        for a, b in ((old, new), (new, old)):
+            extra = con.execute(f"{a} EXCEPT ALL {b}").fetchall()
+            assert not extra, (file, extra[:3])
+        types = [con.execute(f"DESCRIBE {q}").fetchall() for q in (old, new)]
+        assert types[0] == types[1]
+        if table == "a_proxy_staged":
+            # records of known sessions staged, and (many stages) of none
+            known = dict(
+                con.execute(
+                    """SELECT session_hmac IN (SELECT session_hmac FROM a_sessions), count(*)
+                       FROM a_proxy_staged GROUP BY ALL"""
+                ).fetchall()
+            )
+            assert known.get(True)
+            if changed:
+                assert known.get(False) or known.get(None)
+    finally:
+        con.execute("ROLLBACK")
+
+
 @pytest.mark.parametrize("changed", [False, True], ids=["as analysed", "many stages"])
 def test_dashboard_record_macros_give_the_replaced_rows(fleet_db, changed):
     """The dashboard's records with their filter dimensions (`rg_findings()`, `rg_proxy()`,
