@@ -208,6 +208,20 @@ BLIND_LOCAL: dict[str, dict[str, Any]] = {
             WHERE s.state = 'TERMINATED'""",
     },
 }
+# Detectors whose finding of a row depends on that row alone (and on the configuration,
+# which an incremental run never follows a change of): after an append they judge the new
+# rows alone (`rg_delta`, with the files their plan leaves out left out) and the findings
+# of the other rows stand. The value: None, or for a detector that returns each finding
+# once (SELECT DISTINCT), its columns, by which a new row's finding equal to one already
+# found is not added again (columns the query no longer returns fail the statement, and
+# the run falls back to a full analysis). Judged whole, the four read every dispatch and
+# proxy row: 0.035-0.042 CPU s of a 1 % append's re-analysis at 1M, 0.012-0.016 so.
+ROW_DETECTORS: dict[str, str | None] = {
+    "missing_idempotency_key": None,
+    "allowed_origin_refused": "session_hmac, severity, ts, detail",
+    "invalid_origin_accepted": "session_hmac, severity, ts, detail",
+    "origin_refused_not_403": "session_hmac, severity, ts, detail",
+}
 # Prepared tables of counts of records per group (`n`, by every other column): an append
 # adds the counts of its new rows to them, since an incremental run's rows are never
 # replaced nor removed and its rollout log is unchanged (either makes a full analysis).
@@ -412,6 +426,8 @@ def analyse(
                     con.execute(f"DELETE FROM {SCOPE}.{near['table']} WHERE NOT {kept}")
             elif name in nearby:
                 _near_run(con, q, plan, bound, nearby[name], BLIND_LOCAL[name]["tables"])
+            elif name in ROW_DETECTORS:
+                _row_run(con, q, plan, bound, ROW_DETECTORS[name])
             elif name in groups.DETECTORS:
                 groups.rerun(
                     con,
@@ -558,7 +574,7 @@ def _forget(
                 n
                 for n in names
                 if n not in SESSION_DETECTORS and n not in NEAR_SESSIONS
-                and n not in groups.DETECTORS and n not in near
+                and n not in groups.DETECTORS and n not in near and n not in ROW_DETECTORS
             ],
         }  # fmt: skip
 
@@ -618,6 +634,36 @@ def _near_run(
     try:
         con.execute(
             f"INSERT INTO main.findings BY NAME SELECT $detector AS detector, * FROM ({q.sql})",
+            bound,
+        )
+    finally:
+        cannottell.unshadow(con, made)
+
+
+def _row_run(
+    con: duckdb.DuckDBPyConnection,
+    q: catalog.Query,
+    plan: cannottell.Plan | None,
+    bound: dict[str, Any],
+    once: str | None,
+) -> None:
+    """Run a detector of ROW_DETECTORS on temporary views of the new rows of the tables it
+    reads (its plan's files left out), adding what it finds to the findings that stand;
+    `once`: its columns, when it returns each finding once (a new row's finding equal to
+    one found before is not added again)."""
+    made = []
+    try:
+        for t in q.needs:
+            out = plan.exclude.get(t, ()) if plan is not None else ()
+            kept = f" WHERE file_id NOT IN ({', '.join(str(int(i)) for i in out)})" if out else ""
+            con.execute(f"CREATE OR REPLACE TEMP VIEW {t} AS SELECT * FROM {DELTA}.{t}{kept}")
+            made.append(t)
+        new = f"SELECT * FROM ({q.sql})"
+        if once is not None:
+            new = f"""SELECT {once} FROM ({q.sql})
+                      EXCEPT SELECT {once} FROM main.findings WHERE detector = $detector"""
+        con.execute(
+            f"INSERT INTO main.findings BY NAME SELECT $detector AS detector, * FROM ({new})",
             bound,
         )
     finally:

@@ -478,6 +478,79 @@ def test_record_counts_per_stage_are_added_to_after_an_append(tmp_path):
     con.close()
 
 
+def test_row_detectors_judge_the_new_rows_alone_and_find_each_finding_once(tmp_path):
+    """The detectors whose finding of a row depends on that row alone (ROW_DETECTORS) judge
+    an append's new rows alone: a new row whose finding equals one found before (the same
+    request logged again) adds none to a detector that returns each finding once, as a
+    full analysis finds it once; every result equals a full analysis's; and a finding
+    planted before an append stands (judged whole, it is lost)."""
+    data = {
+        "sessions.jsonl": _content("sessions.jsonl"),
+        "events.jsonl": _content("events.jsonl.gz"),
+        "proxy-access.jsonl": _content("proxy-access.jsonl.gz"),
+    }
+    live = tmp_path / "live"
+    live.mkdir()
+    shutil.copy(SAMPLE / "rollout.csv", live / "rollout.csv")
+    con = dbm.connect(str(tmp_path / "t.duckdb"))
+    for name, content in data.items():
+        _write(live / name, _cut(content, 0.9))
+    ingest(con, [live], CONF)
+    runner.analyse(con, CONF)
+    t = con.execute("SELECT max(ts) FROM proxy").fetchone()[0]
+    session = con.execute("SELECT min(session_hmac) FROM sessions").fetchone()[0]
+    # Served to a foreign Origin (invalid_origin_accepted), refused to an allowed one
+    # (allowed_origin_refused), refused to a foreign one with a 404 (origin_refused_not_403).
+    rows = b"".join(
+        _proxy_row(t, "POST", session, origin=origin, status=status, jsonrpc_method="tools/call")
+        for origin, status in (
+            ("https://evil.example", 200),
+            ("https://app.example.com", 403),
+            ("https://evil.example", 404),
+        )
+    )
+    found = {}
+    for step in (1, 2):
+        for name, content in data.items():
+            _write(live / name, content)
+        # The same three requests once in the first append, twice after the second.
+        _write(live / "proxy-access.jsonl", data["proxy-access.jsonl"] + rows * step)
+        ingest(con, [live], CONF)
+        runner.analyse(con, CONF)
+        assert get_meta(con, "analysis_mode") == "incremental"
+        after_append = _analysis_state(con)
+        found[step] = dict(
+            con.execute(
+                """SELECT detector, count(*) FROM findings
+                   WHERE ts = $t AND list_contains($d, detector) GROUP BY ALL""",
+                {"t": t, "d": list(incremental.ROW_DETECTORS)},
+            ).fetchall()
+        )
+        runner.analyse(con, CONF, force=True)
+        assert _analysis_state(con) == after_append
+    assert (
+        found[1]
+        == found[2]
+        == {
+            "invalid_origin_accepted": 1,
+            "allowed_origin_refused": 1,
+            "origin_refused_not_403": 1,
+        }
+    )
+    con.execute(
+        """INSERT INTO findings (detector, dispatch_id, severity, ts, detail)
+           VALUES ('missing_idempotency_key', 'planted', 'high', now(), '{}')"""
+    )
+    _write(live / "proxy-access.jsonl", data["proxy-access.jsonl"] + rows * 3)
+    ingest(con, [live], CONF)
+    runner.analyse(con, CONF)
+    assert get_meta(con, "analysis_mode") == "incremental"
+    assert con.execute(
+        "SELECT count(*) FROM findings WHERE dispatch_id = 'planted'"
+    ).fetchone() == (1,)
+    con.close()
+
+
 def test_stage_windows_stand_after_an_append_and_follow_a_grown_rollout_log(tmp_path):
     """The stage windows (01_stages.sql) read the rollout log alone: an append of other
     records leaves them as the last analysis made them (a row planted in one of their
