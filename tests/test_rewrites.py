@@ -1226,6 +1226,7 @@ def test_gate_facts_rewrite_gives_the_replaced_tables(fleet_db, changed):
             con.execute("INSERT INTO a_inbox_sessions VALUES (NULL, 1), (NULL, NULL)")
             con.execute("UPDATE events SET session_hmac = NULL WHERE hash(event_id, pos) % 40 = 0")
             con.execute("UPDATE events SET generation = NULL WHERE hash(event_id, pos) % 40 = 1")
+            _prep_file(con, catalog.SQL_DIR / "prep" / "11_server_missing.sql")
             order = "DESC" if changed == "first" else "ASC"
             con.execute(
                 f"""CREATE OR REPLACE TABLE a_stage_windows AS SELECT * FROM a_stage_windows
@@ -1507,6 +1508,7 @@ def test_gate_units_staged_per_session_give_the_replaced_facts(fleet_db, changed
             _many_stages(con)
             con.execute("DELETE FROM a_inbox_sessions WHERE hash(session_hmac) % 5 = 0")
             con.execute("UPDATE events SET session_hmac = NULL WHERE hash(event_id, pos) % 40 = 0")
+            _prep_file(con, catalog.SQL_DIR / "prep" / "11_server_missing.sql")
         con.execute("CREATE SCHEMA v0")
         con.execute("CREATE SCHEMA v1")
         _facts_read(con, OLD / "stage_per_unit" / "gate_facts.sql", "v0")
@@ -1522,5 +1524,33 @@ def test_gate_units_staged_per_session_give_the_replaced_facts(fleet_db, changed
         assert staged.get(False)
         if changed:
             assert staged.get(True)
+    finally:
+        con.execute("ROLLBACK")
+
+
+@pytest.mark.parametrize("changed", [False, True], ids=["as analysed", "server basis"])
+def test_gate_units_look_the_server_basis_up_among_the_sessions_it_judges(fleet_db, changed):
+    """The events the server logged for a session (and generation) without receipts, looked
+    up among the sessions the server judges (a_server_sessions, prepared with
+    a_server_missing), are the delivered events they were when looked up among the
+    sessions with receipts (tests/fixtures/sql_v0/receipts_looked_up): the gate facts read
+    through gate_facts() row for row and type for type, and the stage samples; on both
+    fleets, as analysed and with sessions without receipts, receipts of no session, events
+    of no session and of no generation. Rolled back."""
+    con, _ = fleet_db
+    con.execute("BEGIN TRANSACTION")
+    try:
+        if changed:
+            con.execute("DELETE FROM a_inbox_sessions WHERE hash(session_hmac) % 5 = 0")
+            con.execute("INSERT INTO a_inbox_sessions VALUES (NULL, 1), (NULL, NULL)")
+            con.execute("UPDATE events SET session_hmac = NULL WHERE hash(event_id, pos) % 40 = 0")
+            con.execute("UPDATE events SET generation = NULL WHERE hash(event_id, pos) % 40 = 1")
+            _prep_file(con, catalog.SQL_DIR / "prep" / "11_server_missing.sql")
+            assert con.execute("SELECT count(*) FROM a_server_sessions").fetchone()[0] > 0
+        con.execute("CREATE SCHEMA v0")
+        con.execute("CREATE SCHEMA v1")
+        _facts_read(con, OLD / "receipts_looked_up" / "gate_facts.sql", "v0")
+        _facts_read(con, None, "v1")
+        _assert_same_facts(con)
     finally:
         con.execute("ROLLBACK")

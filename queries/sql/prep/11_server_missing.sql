@@ -5,12 +5,16 @@
 --          reopened, an event stored after the cursor and before the resume that the store
 --          did not replay. Priming and heartbeat events never count.
 -- needs: events, streams
+-- The sessions (and generations) the server judges: events logged and no client receipt
+-- at all (a_server_sessions: the gate facts take these sessions' delivered events from
+-- the log). Named ones: a row of no session or generation matches none anyway.
+CREATE OR REPLACE TABLE a_server_sessions AS
+SELECT DISTINCT session_hmac, generation FROM events
+ANTI JOIN a_inbox_sessions USING (session_hmac, generation)
+WHERE session_hmac IS NOT NULL AND generation IS NOT NULL;
+
 CREATE OR REPLACE TABLE a_server_missing AS
-WITH own AS (
-    -- sessions judged by the server: no client receipt at all
-    SELECT DISTINCT session_hmac, generation FROM events
-    ANTI JOIN a_inbox_sessions USING (session_hmac, generation)
-),
+WITH own AS (SELECT session_hmac, generation FROM a_server_sessions),
 dropped AS (
     SELECT session_hmac, generation, stream_id, event_id, seq, kind, cumulative, first_ts,
            'dropped' AS how
