@@ -17,8 +17,8 @@ CREATE OR REPLACE TABLE a_missing AS
 -- Nothing of the size of the receipts or the event log is kept between the parts of this
 -- statement: the accepted receipts are read again where they are needed (a kept copy of
 -- them, and of the event index read twice, spilled at 10M events), their distinct seqs are
--- counted per stream in blocks of bits, and the event log is read once, for the streams
--- with a hole or a completed end.
+-- counted per stream in bits, and the event log is read once, for the streams with a hole
+-- or a completed end.
 WITH unjudged AS MATERIALIZED (
     SELECT session_hmac, generation
     FROM a_inbox_sessions
@@ -32,27 +32,44 @@ acc AS NOT MATERIALIZED (
     ANTI JOIN unjudged USING (session_hmac, generation)
     WHERE verdict = 'accepted' AND seq IS NOT NULL AND origin_stream_id IS NOT NULL
 ),
--- A stream has a hole when its seqs span more than it has distinct ones. Its seqs are
--- counted in blocks of 63 consecutive ones (seq // 63), each seq setting bit seq mod 63 of
--- its block's BIGINT: the bits set never count more than the block's distinct seqs, and
--- exactly as many for seqs of zero or more (a negative seq may share a bit with another
--- and make a candidate, never hide a hole; the holes below are exact). One grouping of the
--- receipts by stream and block replaces a count of every distinct (stream, seq).
-acc_blocks AS (
+-- One grouping of the accepted receipts by stream, with a row per completed stream's ledger
+-- record (seq NULL) among them, answers both questions asked of a stream: has it a hole,
+-- and after which seq is a completed stream's tail. A stream whose seqs span at most 63 has
+-- a hole exactly when its seqs set fewer bits of a BIGINT (bit seq mod 63: the residues of
+-- at most 63 consecutive numbers differ) than they span. One that spans more has a hole
+-- for certain when it has fewer receipts than it spans; otherwise (a seq accepted twice may
+-- hide one) its distinct seqs are counted in blocks of 63 consecutive ones (seq // 63, a
+-- negative seq possibly sharing a bit: a candidate, never a hidden hole). The holes
+-- themselves are found exactly, from the candidates' receipts. (Each of these was a
+-- grouping or a join of its own: the receipts by stream and block, the blocks by stream,
+-- the completed streams made distinct and joined with the receipts' last seqs.)
+stats AS (
     SELECT session_hmac, generation, stream_id, min(seq) AS lo, max(seq) AS hi,
-           bit_or(1::BIGINT << ((seq % 63 + 63) % 63)) AS seen
-    FROM acc
-    GROUP BY session_hmac, generation, stream_id, seq // 63
+           count(seq) AS n, bit_count(bit_or(1::BIGINT << ((seq % 63 + 63) % 63))) AS bits,
+           bool_or(completed) AS completed
+    FROM (SELECT *, false AS completed FROM acc
+          UNION ALL
+          SELECT session_hmac, generation, stream_id, NULL, true
+          FROM streams WHERE is_completed(state, close_reason))
+    GROUP BY ALL
 ),
-acc_stats AS (
-    SELECT session_hmac, generation, stream_id, min(lo) AS lo, max(hi) AS hi,
-           sum(bit_count(seen)) AS distinct_seqs
-    FROM acc_blocks GROUP BY ALL
+long_blocks AS (
+    SELECT session_hmac, generation, stream_id,
+           bit_count(bit_or(1::BIGINT << ((seq % 63 + 63) % 63))) AS bits
+    FROM acc
+    SEMI JOIN (SELECT session_hmac, generation, stream_id FROM stats
+               WHERE hi - lo >= 63 AND hi - lo + 1 <= n) USING (session_hmac, generation, stream_id)
+    GROUP BY session_hmac, generation, stream_id, seq // 63
 ),
 gappy AS (
     SELECT session_hmac, generation, stream_id
-    FROM acc_stats
-    WHERE hi - lo + 1 > distinct_seqs
+    FROM stats
+    WHERE hi - lo + 1 > CASE WHEN hi - lo < 63 THEN bits ELSE n END
+    UNION ALL
+    SELECT session_hmac, generation, stream_id
+    FROM long_blocks JOIN stats USING (session_hmac, generation, stream_id)
+    GROUP BY session_hmac, generation, stream_id, lo, hi
+    HAVING hi - lo + 1 > sum(long_blocks.bits)
 ),
 steps AS (
     SELECT *, lag(seq) OVER (PARTITION BY session_hmac, generation, stream_id ORDER BY seq) AS prev
@@ -64,39 +81,62 @@ holes AS (
     WHERE seq > prev + 1
 ),
 -- What the event log is read for, per stream: the seqs after its last accepted one (a
--- completed stream: `tails`) and its holes. Kept as rows, not a list per stream: a list
--- aggregate's state does not spill, and the grouping into lists ran out of memory at 10M
--- events under 200 MB (at 100M under 3 GB).
-tails AS (
-    SELECT c.session_hmac, c.generation, c.stream_id, coalesce(a.hi, -1) AS tail_after
-    FROM (SELECT DISTINCT session_hmac, generation, stream_id
-          FROM streams SEMI JOIN a_inbox_sessions USING (session_hmac, generation)
-          WHERE is_completed(state, close_reason)) c
-    LEFT JOIN acc_stats a USING (session_hmac, generation, stream_id)
+-- completed stream of a session with receipts: `tail_after`) and its holes. Kept as rows,
+-- not a list per stream: a list aggregate's state does not spill, and the grouping into
+-- lists ran out of memory at 10M events under 200 MB (at 100M under 3 GB).
+targets AS (
+    SELECT session_hmac, generation, stream_id, coalesce(hi, -1) AS tail_after, NULL AS seq
+    FROM stats SEMI JOIN a_inbox_sessions USING (session_hmac, generation)
+    WHERE completed
+    UNION ALL
+    SELECT session_hmac, generation, stream_id, NULL, seq FROM holes
 ),
--- The event log read once: every event looked up by a 64-bit hash of its stream (a table of
--- two numbers per tail or hole, not of three text keys); the few events found are joined
--- again by the full key, which drops what a collision let through (and DISTINCT the second
--- match it made: an event index row is one event id of a session).
-ev_found AS (
-    SELECT DISTINCT e.*
-    FROM a_event_index e
-    JOIN (SELECT hash(session_hmac, generation, stream_id) AS h, tail_after, NULL AS seq
-          FROM tails
-          UNION ALL
-          SELECT hash(session_hmac, generation, stream_id), NULL, seq FROM holes) t
-      ON hash(e.session_hmac, e.generation, e.stream_id) = t.h
-    WHERE e.seq > t.tail_after OR e.seq = t.seq
+-- The event log read once: every event looked up by a 64-bit hash of its stream, the few
+-- found then checked against the full key of the target they matched, which drops what a
+-- collision let through (the key is carried, not looked up again: a join of the few found
+-- with every target built its hash table of the targets). The events are read from their
+-- table, not the event index: an event id logged more than once is left out of the few found
+-- and taken from `a_event_repeats` (its row of the index), as the index does for every
+-- event (that anti join of every event was a fifth of this statement at 10M).
+hashed AS (
+    SELECT hash(session_hmac, generation, stream_id) AS h, session_hmac AS t_session,
+           generation AS t_generation, stream_id AS t_stream, tail_after, seq AS t_seq
+    FROM targets
+),
+found AS MATERIALIZED (
+    SELECT e.session_hmac, e.generation, e.stream_id, e.seq, e.event_id, e.kind,
+           coalesce(e.cumulative, false) AS cumulative, e.ts AS first_ts,
+           e.seq > t.tail_after AS in_tail,
+           t.t_session, t.t_generation, t.t_stream, true AS logged
+    FROM events e
+    JOIN hashed t ON hash(e.session_hmac, e.generation, e.stream_id) = t.h
+    WHERE e.seq > t.tail_after OR e.seq = t.t_seq
+    UNION ALL
+    SELECT r.session_hmac, r.generation, r.stream_id, r.seq, r.event_id, r.kind,
+           r.cumulative, r.first_ts, r.seq > t.tail_after,
+           t.t_session, t.t_generation, t.t_stream, false
+    FROM a_event_repeats r
+    JOIN hashed t ON hash(r.session_hmac, r.generation, r.stream_id) = t.h
+    WHERE r.seq > t.tail_after OR r.seq = t.t_seq
 ),
 ev AS (
-    SELECT e.*, e.seq > t.tail_after AS in_tail
-    FROM ev_found e
-    LEFT JOIN tails t USING (session_hmac, generation, stream_id)
-    LEFT JOIN holes h USING (session_hmac, generation, stream_id, seq)
-    WHERE e.seq > t.tail_after OR h.seq IS NOT NULL
+    SELECT DISTINCT session_hmac, generation, stream_id, seq, event_id, kind, cumulative,
+           first_ts, in_tail
+    FROM (SELECT * FROM found
+          ANTI JOIN a_event_repeats r
+            ON found.session_hmac IS NOT DISTINCT FROM r.session_hmac
+           AND found.generation IS NOT DISTINCT FROM r.generation
+           AND found.event_id IS NOT DISTINCT FROM r.event_id
+          WHERE logged
+          UNION ALL
+          SELECT * FROM found WHERE NOT logged)
+    -- (one expression, which the planner keeps on the rows found instead of making the
+    -- full key a condition of the join with every event)
+    WHERE coalesce(session_hmac = t_session AND generation = t_generation
+                   AND stream_id = t_stream, false)
 ),
 missing AS (
-    SELECT * FROM holes
+    SELECT session_hmac, generation, stream_id, seq FROM holes
     UNION
     SELECT session_hmac, generation, stream_id, seq FROM ev WHERE in_tail
 )
