@@ -130,8 +130,8 @@ ev AS (
           WHERE logged
           UNION ALL
           SELECT * FROM found WHERE NOT logged)
-    -- (one expression, which the planner keeps on the rows found instead of making the
-    -- full key a condition of the join with every event)
+    -- (one expression: the planner checks it only where the hash and the seq matched; as
+    -- three equalities it made the full key a key of the join with every event)
     WHERE coalesce(session_hmac = t_session AND generation = t_generation
                    AND stream_id = t_stream, false)
 ),
