@@ -803,7 +803,8 @@ def test_blind_log_growth_reaches_the_sessions_it_may_hide(tmp_path):
     end to that session's client makes it undecided, and the log's longer span undecides
     the TERMINATED sessions without a DELETE that began in it, each as a full analysis
     finds; a finding of a session the growth cannot reach stays as it was (fails when
-    the two detectors are run whole)."""
+    the two detectors are run whole, and when they read the scope's copies of the pending
+    sessions' rows for sessions beyond them)."""
     live = tmp_path / "live"
     shutil.copytree(SAMPLE, live, ignore=shutil.ignore_patterns("*.md", "*.json", "*.toml"))
     con = dbm.connect(str(tmp_path / "t.duckdb"))
@@ -845,6 +846,66 @@ def test_blind_log_growth_reaches_the_sessions_it_may_hide(tmp_path):
     con.execute(f"UPDATE findings SET detail = $x WHERE {mine}", {"x": detail, **planted})
     assert ended in undecided("session_after_terminal")
     assert before < undecided("delete_fabricated")
+    after_append = _analysis_state(con)
+    runner.analyse(con, CONF, force=True)
+    assert after_append == _analysis_state(con)
+    con.close()
+
+
+def test_auth_subject_mismatch_follows_the_pending_sessions(tmp_path):
+    """auth_subject_mismatch is session-local (incremental.SESSION_DETECTORS): after an
+    append it judges the pending sessions alone, on the scope's copies of their rows with
+    the proxy files that cannot show a subject left out (the scoped shadow): a request
+    served to another subject in a session finds it, a subject-less ledger file's session
+    newly served is undecided, each as a full analysis finds; a finding of a session the
+    append did not touch stands (fails when the detector is run whole)."""
+    live = tmp_path / "live"
+    shutil.copytree(SAMPLE, live, ignore=shutil.ignore_patterns("*.md", "*.json", "*.toml"))
+    con = dbm.connect(str(tmp_path / "t.duckdb"))
+    ingest(con, [live], CONF)
+    runner.analyse(con, CONF)
+    mine = "detector = 'auth_subject_mismatch' AND session_hmac = $s"
+    (kept,) = con.execute(
+        "SELECT min(session_hmac) FROM findings WHERE detector = 'auth_subject_mismatch'"
+    ).fetchone()
+    assert kept is not None
+    (detail,) = con.execute(f"SELECT detail FROM findings WHERE {mine}", {"s": kept}).fetchone()
+    con.execute(f"""UPDATE findings SET detail = '{{"kept": 1}}' WHERE {mine}""", {"s": kept})
+    t = con.execute("SELECT max(ts) FROM proxy").fetchone()[0]
+    # A session with a subject and no finding, and one whose subject a blind ledger file
+    # may hide, not undecided yet (else the first such one).
+    served, subject = con.execute(
+        """SELECT session_hmac, auth_subject FROM a_sessions
+           WHERE auth_subject IS NOT NULL AND session_hmac IN (SELECT session_hmac FROM proxy)
+             AND session_hmac NOT IN (SELECT session_hmac FROM findings
+                                      WHERE detector = 'auth_subject_mismatch')
+           ORDER BY session_hmac LIMIT 1"""
+    ).fetchone()
+    (hidden,) = con.execute(
+        """SELECT session_hmac FROM a_subject_unknown
+           ORDER BY session_hmac IN (SELECT session_hmac FROM cannot_tell_units
+                                     WHERE detector = 'auth_subject_mismatch'), session_hmac
+           LIMIT 1"""
+    ).fetchone()
+    rows = _proxy_row(t, "POST", served, auth_subject=subject + "-other") + _proxy_row(
+        t, "POST", hidden, auth_subject="sub-someone"
+    )
+    # proxy-edge.jsonl shows subjects and session ids: the same files are left out after.
+    with open(live / "proxy-edge.jsonl", "ab") as fh:
+        fh.write(rows)
+    ingest(con, [live], CONF)
+    runner.analyse(con, CONF)
+    assert get_meta(con, "analysis_mode") == "incremental"
+    kept_now = con.execute(f"SELECT detail->>'kept' FROM findings WHERE {mine}", {"s": kept})
+    assert kept_now.fetchall() == [("1",)]
+    found = con.execute(f"SELECT count(*) FROM findings WHERE {mine}", {"s": served})
+    assert found.fetchone() == (1,)
+    assert con.execute(
+        """SELECT count(*) FROM cannot_tell_units
+           WHERE detector = 'auth_subject_mismatch' AND session_hmac = $s""",
+        {"s": hidden},
+    ).fetchone()[0]
+    con.execute(f"UPDATE findings SET detail = $x WHERE {mine}", {"x": detail, "s": kept})
     after_append = _analysis_state(con)
     runner.analyse(con, CONF, force=True)
     assert after_append == _analysis_state(con)
