@@ -1315,13 +1315,15 @@ def test_gate_facts_rewrite_gives_the_replaced_tables(fleet_db, changed):
 WHOLE_TABLES = OLD / "whole_tables"
 # Detectors whose later replaced versions are kept elsewhere, each compared the same way:
 # whole_tables/, hash_grouped/, proxy_copied/ (reinit_missing as it copied every proxy
-# request with its client once for its four reads) and all_disconnects/ (priming_lost and
+# request with its client once for its four reads), all_disconnects/ (priming_lost and
 # resume_without_cursor as they judged every broken stream before keeping the resumable
-# sessions').
+# sessions') and kept_copies/ (duplicate_dispatch as it kept a copy of every execution and
+# every write for its bases, and joined the broken writes with every execution).
 LATER_VERSIONS = sorted(
     [(p.stem, p) for p in WHOLE_TABLES.glob("*.sql")]
     + [(p.stem, p) for p in (OLD / "proxy_copied").glob("*.sql")]
     + [(p.stem, p) for p in (OLD / "all_disconnects").glob("*.sql")]
+    + [(p.stem, p) for p in (OLD / "kept_copies").glob("*.sql")]
     + [("duplicate_delivery_accepted", OLD / "hash_grouped" / "duplicate_delivery_accepted.sql")]
 )
 

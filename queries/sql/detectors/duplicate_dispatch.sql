@@ -34,31 +34,26 @@
 -- key at any time; the same sender and tool within the retry window, the earlier one
 -- broken, which a blind one may have; both keyless, the same caller and tool within the
 -- re-send window) is `cannot_tell` too ("same payload"), naming the first such file.
--- Only what a basis reads of an execution is kept (a copy of every executed dispatch, all
--- its columns, with its streams' span joined on, was most of this query): whether a write's
--- stream broke is looked up among the streams that disconnected, and the span of the
--- streams of a request (`spans`) only for the keyless writes and the blind files'
--- executions, the two bases that compare it.
-WITH executed AS (
-    SELECT d.dispatch_id, d.ts, d.session_hmac, d.generation, d.request_id, d.principal,
-           d.idempotency_key, d.payload_digest, d.tool_name, d.tool_class, d.http_status,
-           dispatch_sender(d.principal, d.session_hmac) AS sender,
-           dispatch_caller(d.principal, d.session_hmac) AS caller
-    FROM dispatches d
-    WHERE d.outcome = 'executed'
+-- Nothing of the size of the executions is kept between the parts of this query: each use
+-- reads the executed writes from `dispatches` with its own filter (a kept copy of every
+-- execution, read three times, and of every write, read eight, spilled at 10M events under a
+-- tenth of the memory limit: x30 from 10M to 100M), and whatever is compared pairwise is
+-- first narrowed to its few candidates: the broken writes, the executions of a broken write's
+-- tool and payload (its re-sends and earlier attempts), the keyless writes and the blind
+-- files' executions. Whether a write's stream broke is looked up among the streams that
+-- disconnected, and the span of the streams of a request (`spans`) only for the keyless
+-- writes and the blind files' executions, the two bases that compare it.
+WITH writes AS NOT MATERIALIZED (
+    SELECT dispatch_id, ts, session_hmac, generation, request_id, principal, idempotency_key,
+           payload_digest, tool_name, http_status,
+           dispatch_sender(principal, session_hmac) AS sender
+    FROM dispatches
+    WHERE outcome = 'executed' AND is_write(tool_class)
 ),
 broke_streams AS (
     SELECT DISTINCT session_hmac, generation, request_id
     FROM a_streams
     WHERE disconnected AND request_id IS NOT NULL
-),
-writes AS (
-    SELECT e.*, b.request_id IS NOT NULL AS stream_broke
-    FROM executed e
-    LEFT JOIN broke_streams b
-      ON b.session_hmac = e.session_hmac AND b.generation = e.generation
-     AND b.request_id = e.request_id
-    WHERE is_write(e.tool_class)
 ),
 keyless_writes AS (
     SELECT * FROM writes
@@ -101,8 +96,11 @@ proxy_broke AS (
                 WHERE session_hmac IS NULL AND principal IS NOT NULL
                   AND request_id IS NOT NULL AND ts IS NOT NULL
                 UNION ALL
+                -- (only the groups of a sessionless write: no other group returns a row)
                 SELECT principal, request_id, ts, NULL, ts
-                FROM proxy
+                FROM proxy p
+                SEMI JOIN (SELECT principal, request_id FROM writes
+                           WHERE session_hmac IS NULL) w USING (principal, request_id)
                 WHERE status >= 400 AND principal IS NOT NULL AND request_id IS NOT NULL
                   AND ts IS NOT NULL))
     WHERE fail_ts IS NULL AND dispatch_id IS NOT NULL
@@ -110,14 +108,30 @@ proxy_broke AS (
            OR epoch_ms(after_ts) - epoch_ms(ts) <= $retry_window_s * 1000)
 ),
 broken AS (
-    SELECT w.*,
-           list_value(CASE WHEN w.stream_broke THEN 'stream_disconnected' END,
+    SELECT w.dispatch_id, w.ts, w.session_hmac, w.generation, w.idempotency_key,
+           w.payload_digest, w.tool_name, w.sender,
+           list_value(CASE WHEN b.request_id IS NOT NULL THEN 'stream_disconnected' END,
                       CASE WHEN coalesce(w.http_status, 200) >= 400 THEN 'dispatch_status' END,
                       CASE WHEN pb.dispatch_id IS NOT NULL THEN 'proxy_status' END)
                .list_filter(lambda x: x IS NOT NULL) AS evidence
-    FROM writes w LEFT JOIN proxy_broke pb USING (dispatch_id)
-    WHERE w.stream_broke OR coalesce(w.http_status, 200) >= 400
+    FROM writes w
+    LEFT JOIN broke_streams b
+      ON b.session_hmac = w.session_hmac AND b.generation = w.generation
+     AND b.request_id = w.request_id
+    LEFT JOIN proxy_broke pb USING (dispatch_id)
+    WHERE b.request_id IS NOT NULL OR coalesce(w.http_status, 200) >= 400
        OR pb.dispatch_id IS NOT NULL
+),
+-- The executions a broken write's re-send, or an earlier attempt of it, may be: those of a
+-- broken write's tool and payload (a semi join with the broken writes, a superset of their
+-- senders' groups). Joining the broken writes with every execution built its hash table of
+-- the executions.
+related AS (
+    SELECT d.dispatch_id, d.ts, d.idempotency_key, d.tool_name, d.payload_digest,
+           dispatch_sender(d.principal, d.session_hmac) AS sender
+    FROM dispatches d
+    SEMI JOIN broken a ON a.tool_name = d.tool_name AND a.payload_digest = d.payload_digest
+    WHERE d.outcome = 'executed'
 ),
 -- The key and receipt groupings hash their wide keys first: only the rows whose 64-bit
 -- hash repeats (a superset of the real groups of two or more) are grouped by the full key.
@@ -167,7 +181,7 @@ by_retry AS (
                AS dispatches,
            min(a.evidence) AS evidence
     FROM broken a
-    JOIN executed b
+    JOIN related b
       ON b.sender = a.sender AND b.tool_name = a.tool_name
      AND b.payload_digest = a.payload_digest
      AND b.ts > a.ts
@@ -175,14 +189,15 @@ by_retry AS (
      AND (b.idempotency_key IS NULL OR b.idempotency_key IS DISTINCT FROM a.idempotency_key)
     -- a re-send of a re-send is the same logical operation as its first attempt
     WHERE NOT EXISTS (
-        SELECT 1 FROM executed z
+        SELECT 1 FROM related z
          WHERE z.sender = a.sender AND z.tool_name = a.tool_name
            AND z.payload_digest = a.payload_digest AND z.ts < a.ts
            AND epoch_ms(a.ts) - epoch_ms(z.ts) <= $retry_window_s * 1000)
     GROUP BY a.session_hmac, a.generation, a.dispatch_id, a.ts
 ),
 keyless AS (
-    SELECT w.*, coalesce(s.opened_ts, w.ts) AS start_ts, coalesce(s.last_ts, w.ts) AS end_ts
+    SELECT w.*, dispatch_caller(w.principal, w.session_hmac) AS caller,
+           coalesce(s.opened_ts, w.ts) AS start_ts, coalesce(s.last_ts, w.ts) AS end_ts
     FROM keyless_writes w
     LEFT JOIN spans s
       ON s.session_hmac = w.session_hmac AND s.generation = w.generation
