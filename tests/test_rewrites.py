@@ -198,15 +198,18 @@ _NAMELESS = """UPDATE proxy SET principal = NULL, client_addr = NULL
         (SELECT file_id FROM a_blind_spans WHERE fact = 'proxy.session_hmac')"""
 
 
+@pytest.mark.parametrize("replaced", ["", "kept_copies"], ids=["v0", "kept_copies"])
 @pytest.mark.parametrize("nameless", [False, True], ids=["as analysed", "rows naming no client"])
-def test_session_after_terminal_undecides_the_replaced_units(fleet_db, nameless):
+def test_session_after_terminal_undecides_the_replaced_units(fleet_db, nameless, replaced):
     """session_after_terminal, its clients joined by equality and the blind rows naming no
-    client apart (not by one join on `client = client OR client IS NULL`), returns the rows of
-    the query it replaced, its `cannot_tell` units and their files included (which the
-    comparison above leaves out), also with blind rows that name no client. Rolled back."""
+    client apart (not by one join on `client = client OR client IS NULL`), a session's
+    clients read by each use (not kept) and its late rows looked up by a hash of their
+    session first, returns the rows of the queries it replaced, its
+    `cannot_tell` units and their files included (which the comparison above leaves out),
+    also with blind rows that name no client. Rolled back."""
     con, _ = fleet_db
     q = catalog.detectors()["session_after_terminal"]
-    old = catalog.parse(OLD / "session_after_terminal.sql", "detectors")
+    old = catalog.parse(OLD / replaced / "session_after_terminal.sql", "detectors")
     bound = params.bind(q, params.from_config(Config()))
     con.execute("BEGIN TRANSACTION")
     try:
@@ -1318,7 +1321,9 @@ WHOLE_TABLES = OLD / "whole_tables"
 # request with its client once for its four reads), all_disconnects/ (priming_lost and
 # resume_without_cursor as they judged every broken stream before keeping the resumable
 # sessions') and kept_copies/ (duplicate_dispatch as it kept a copy of every execution and
-# every write for its bases, and joined the broken writes with every execution).
+# every write for its bases, and joined the broken writes with every execution;
+# session_after_terminal as it joined every receipt and request with every session by its key
+# and kept a copy of every session's clients).
 LATER_VERSIONS = sorted(
     [(p.stem, p) for p in WHOLE_TABLES.glob("*.sql")]
     + [(p.stem, p) for p in (OLD / "proxy_copied").glob("*.sql")]
