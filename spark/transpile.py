@@ -415,8 +415,9 @@ def histogram(node: exp.Expression) -> exp.Expression:
 
 def small_functions(node: exp.Expression) -> exp.Expression:
     """Functions with another name or form in Spark: `hash` (xxhash64),
-    `make_timestamptz(µs)` (timestamp_micros), `isfinite`, `try` (non-ANSI Spark returns
-    NULL where DuckDB's try() does), `getvariable('x')` (the bound parameter :x),
+    `make_timestamptz(µs)` (timestamp_micros), `epoch_us` (unix_micros), `isfinite`,
+    `try` (non-ANSI Spark returns NULL where DuckDB's try() does), `getvariable('x')`
+    (the bound parameter :x),
     `starts_with` (startswith), `suffix` (endswith), `encode` (the string's UTF-8
     bytes), `quantile_cont` (percentile)."""
     name = _fn_name(node)
@@ -426,6 +427,8 @@ def small_functions(node: exp.Expression) -> exp.Expression:
         return _anon("xxhash64", *[a.copy() for a in node.expressions])
     if name == "make_timestamptz" and len(node.expressions) == 1:
         return _anon("timestamp_micros", node.expressions[0].copy())
+    if name == "epoch_us" and len(node.expressions) == 1:
+        return _anon("unix_micros", node.expressions[0].copy())
     if name == "isfinite":
         (d,) = node.expressions
         return _sql("NOT isnan(d) AND abs(d) <> double('infinity')").transform(
@@ -704,6 +707,7 @@ SPARK_FUNCTIONS = frozenset(
         "first",
         "timestamp_millis",
         "timestamp_micros",
+        "unix_micros",
         "collect_list",
         "collect_set",
         "array_sort",

@@ -91,3 +91,45 @@ def test_rfc3339_edge_forms_on_the_command_line_and_in_records(tmp_path):
     doc = json.loads(r.stdout)
     f = doc["files"][0]
     assert (f["rows"], f["quarantined"]) == ({"sessions": 1}, 2), f
+
+
+def test_a_timestamp_is_truncated_to_its_millisecond_as_date_trunc_does():
+    """validate.ms_sql skips ICU's date_trunc for a value already on a millisecond: the
+    same value as date_trunc for every timestamp, before and after 1970, at the ends of
+    the range, infinite and NULL; and the checked rows of text with microseconds hold
+    their millisecond (checked_sql truncates the parsed column)."""
+    from replaygate.core.contract import BY_TABLE
+    from replaygate.ingest.validate import checked_sql, ms_sql
+
+    con = duckdb.connect()
+    con.execute("SET TimeZone = 'UTC'")
+    con.execute(
+        """CREATE TABLE w AS
+           SELECT TIMESTAMPTZ '1969-12-31 23:59:59+00' + to_microseconds(x * 250) AS t
+           FROM range(-20000, 20000) r(x)
+           UNION ALL SELECT unnest([TIMESTAMPTZ '0001-01-01 00:00:00.123456+00',
+                                    TIMESTAMPTZ '9999-12-31 23:59:59.999999+00',
+                                    TIMESTAMPTZ '2026-11-28 10:00:00.250001+00',
+                                    'infinity'::TIMESTAMPTZ, '-infinity'::TIMESTAMPTZ, NULL])"""
+    )
+    differ, aligned, not_aligned = con.execute(
+        f"""SELECT count(*) FILTER (WHERE {ms_sql("t")} IS DISTINCT FROM
+                                          date_trunc('millisecond', t)),
+                   count(*) FILTER (WHERE epoch_us(t) % 1000 = 0),
+                   count(*) FILTER (WHERE epoch_us(t) % 1000 <> 0)
+            FROM w"""
+    ).fetchone()
+    assert differ == 0
+    assert aligned > 100 and not_aligned > 100  # both branches taken, before 1970 too
+    rt = BY_TABLE["sessions"]
+    texts = {f"f_{f.name}": "NULL" for f in rt.fields}
+    texts |= {
+        "f_ts": "'2026-11-28T10:00:00.123999Z'",
+        "f_created_at": "'1960-01-01T00:00:00.0009Z'",
+    }
+    rows = ", ".join(f"{v} AS {k}" for k, v in texts.items())
+    ts, created = con.execute(
+        f"SELECT t_ts, t_created_at FROM ({checked_sql(rt, f'(SELECT {rows})')})"
+    ).fetchone()
+    assert ts == datetime(2026, 11, 28, 10, 0, 0, 123000, tzinfo=UTC)
+    assert created == datetime(1960, 1, 1, 0, 0, 0, 0, tzinfo=UTC)
