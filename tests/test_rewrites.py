@@ -565,6 +565,7 @@ REWRITTEN_PREP = {
     "hash_grouped/03_event_index.sql": ("a_event_repeats",),
     "05_missing.sql": ("a_missing",),
     "bit_blocks/05_missing.sql": ("a_missing",),
+    "holes_reread/05_missing.sql": ("a_missing",),
     "06_stream_life.sql": ("a_streams",),
     "07_recoveries.sql": ("a_recoveries",),
     "11_resumes.sql": ("a_resumes",),

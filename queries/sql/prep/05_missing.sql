@@ -9,43 +9,32 @@ CREATE OR REPLACE TABLE a_inbox_sessions AS
 SELECT DISTINCT session_hmac, generation FROM inbox;
 
 CREATE OR REPLACE TABLE a_missing AS
--- Without the event log a hole is a fact only where the client numbered every data event it
--- should have got: the synthetic sessions of `replaygate probe`, whose seqs count the data
--- events of an uncut reference call (never priming or heartbeats). Other clients' seqs may
--- skip a heartbeat, or leave an event unplaced: their sessions need the event log.
--- (a_inbox_sessions: the sessions of `inbox`, which are a_inbox's)
 -- Nothing of the size of the receipts or the event log is kept between the parts of this
 -- statement: the accepted receipts are read again where they are needed (a kept copy of
 -- them, and of the event index read twice, spilled at 10M events), their distinct seqs are
 -- counted per stream in bits, and the event log is read once, for the streams with a hole
 -- or a completed end.
-WITH unjudged AS MATERIALIZED (
-    SELECT session_hmac, generation
-    FROM a_inbox_sessions
-    ANTI JOIN events e USING (session_hmac, generation)
-    WHERE session_hmac NOT IN (SELECT session_hmac FROM a_sessions
-                               WHERE is_probe(client_name, principal))
-),
-acc AS NOT MATERIALIZED (
+WITH acc AS NOT MATERIALIZED (
     SELECT session_hmac, generation, origin_stream_id AS stream_id, seq
     FROM a_inbox
-    ANTI JOIN unjudged USING (session_hmac, generation)
     WHERE verdict = 'accepted' AND seq IS NOT NULL AND origin_stream_id IS NOT NULL
 ),
 -- One grouping of the accepted receipts by stream, with a row per completed stream's ledger
 -- record (seq NULL) among them, answers both questions asked of a stream: has it a hole,
 -- and after which seq is a completed stream's tail. A stream whose seqs span at most 63 has
 -- a hole exactly when its seqs set fewer bits of a BIGINT (bit seq mod 63: the residues of
--- at most 63 consecutive numbers differ) than they span. One that spans more has a hole
+-- at most 63 consecutive numbers differ) than they span, and its holes are the seqs of the
+-- span whose bit is not set (no receipt read again). One that spans more has a hole
 -- for certain when it has fewer receipts than it spans; otherwise (a seq accepted twice may
 -- hide one) its distinct seqs are counted in blocks of 63 consecutive ones (seq // 63, a
--- negative seq possibly sharing a bit: a candidate, never a hidden hole). The holes
--- themselves are found exactly, from the candidates' receipts. (Each of these was a
--- grouping or a join of its own: the receipts by stream and block, the blocks by stream,
--- the completed streams made distinct and joined with the receipts' last seqs.)
+-- negative seq possibly sharing a bit: a candidate, never a hidden hole), and its holes are
+-- found from its receipts. (Each of these was a grouping or a join of its own: the
+-- receipts by stream and block, the blocks by stream, the completed streams made distinct
+-- and joined with the receipts' last seqs; the holes of every stream with one were found
+-- from its receipts, read again.)
 stats AS (
     SELECT session_hmac, generation, stream_id, min(seq) AS lo, max(seq) AS hi,
-           count(seq) AS n, bit_count(bit_or(1::BIGINT << ((seq % 63 + 63) % 63))) AS bits,
+           count(seq) AS n, bit_or(1::BIGINT << ((seq % 63 + 63) % 63)) AS mask,
            bool_or(completed) AS completed
     FROM (SELECT *, false AS completed FROM acc
           UNION ALL
@@ -61,10 +50,10 @@ long_blocks AS (
                WHERE hi - lo >= 63 AND hi - lo + 1 <= n) USING (session_hmac, generation, stream_id)
     GROUP BY session_hmac, generation, stream_id, seq // 63
 ),
-gappy AS (
+long_gappy AS (
     SELECT session_hmac, generation, stream_id
     FROM stats
-    WHERE hi - lo + 1 > CASE WHEN hi - lo < 63 THEN bits ELSE n END
+    WHERE hi - lo >= 63 AND hi - lo + 1 > n
     UNION ALL
     SELECT session_hmac, generation, stream_id
     FROM long_blocks JOIN stats USING (session_hmac, generation, stream_id)
@@ -73,21 +62,53 @@ gappy AS (
 ),
 steps AS (
     SELECT *, lag(seq) OVER (PARTITION BY session_hmac, generation, stream_id ORDER BY seq) AS prev
-    FROM (SELECT DISTINCT * FROM acc SEMI JOIN gappy USING (session_hmac, generation, stream_id))
+    FROM (SELECT DISTINCT * FROM acc SEMI JOIN long_gappy USING (session_hmac, generation, stream_id))
 ),
-holes AS (
+found_holes AS (
+    SELECT session_hmac, generation, stream_id, seq
+    FROM (SELECT session_hmac, generation, stream_id, mask, unnest(range(lo, hi + 1)) AS seq
+          FROM stats
+          WHERE hi - lo < 63 AND hi - lo + 1 > bit_count(mask))
+    WHERE mask & (1::BIGINT << ((seq % 63 + 63) % 63)) = 0
+    UNION ALL
     SELECT session_hmac, generation, stream_id, unnest(range(prev + 1, seq)) AS seq
     FROM steps
     WHERE seq > prev + 1
+),
+-- Without the event log a hole is a fact only where the client numbered every data event it
+-- should have got: the synthetic sessions of `replaygate probe`, whose seqs count the data
+-- events of an uncut reference call (never priming or heartbeats). Other clients' seqs may
+-- skip a heartbeat, or leave an event unplaced: their sessions need the event log, and
+-- the receipts of a session with receipts (a_inbox_sessions: the sessions of `inbox`) and
+-- no event logged count for nothing: no hole, and a completed stream's tail after no seq.
+-- Only the sessions that could show either are looked up among the events, not every
+-- session with receipts: the holes' and those of the ids logged more than once (a session
+-- without events has no other event to find below).
+unjudged AS MATERIALIZED (
+    SELECT session_hmac, generation
+    FROM (SELECT session_hmac, generation FROM found_holes
+          UNION
+          SELECT session_hmac, generation FROM a_event_repeats)
+    SEMI JOIN a_inbox_sessions USING (session_hmac, generation)
+    ANTI JOIN events e USING (session_hmac, generation)
+    WHERE session_hmac NOT IN (SELECT session_hmac FROM a_sessions
+                               WHERE is_probe(client_name, principal))
+),
+holes AS MATERIALIZED (
+    SELECT * FROM found_holes ANTI JOIN unjudged USING (session_hmac, generation)
 ),
 -- What the event log is read for, per stream: the seqs after its last accepted one (a
 -- completed stream of a session with receipts: `tail_after`) and its holes. Kept as rows,
 -- not a list per stream: a list aggregate's state does not spill, and the grouping into
 -- lists ran out of memory at 10M events under 200 MB (at 100M under 3 GB).
 targets AS (
-    SELECT session_hmac, generation, stream_id, coalesce(hi, -1) AS tail_after, NULL AS seq
-    FROM stats SEMI JOIN a_inbox_sessions USING (session_hmac, generation)
-    WHERE completed
+    SELECT s.session_hmac, s.generation, s.stream_id,
+           CASE WHEN u.session_hmac IS NULL THEN coalesce(s.hi, -1) ELSE -1 END AS tail_after,
+           NULL AS seq
+    FROM stats s
+    SEMI JOIN a_inbox_sessions USING (session_hmac, generation)
+    LEFT JOIN unjudged u USING (session_hmac, generation)
+    WHERE s.completed
     UNION ALL
     SELECT session_hmac, generation, stream_id, NULL, seq FROM holes
 ),
