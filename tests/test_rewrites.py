@@ -777,6 +777,90 @@ def test_a_missing_finds_every_hole_whatever_the_seqs_span(streams):
     assert con.execute("SELECT count(*) FROM a_missing").fetchone()[0] == len(expected)
 
 
+_SESSION_STATES = [
+    "SESSION_ACTIVE",
+    "DELETE_REQUESTED",
+    "SESSION_EXPIRED",
+    "TERMINATED",
+    "REINITIALIZE_REQUIRED",
+    "OTHER",
+]
+_STREAM_STATES = ["STREAM_OPEN", "CLOSED", "DISCONNECTED", "RESUME_PENDING"]
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    st.lists(
+        st.tuples(st.integers(0, 2), st.sampled_from(_SESSION_STATES), st.integers(0, 4)),
+        max_size=12,
+    ),
+    st.lists(
+        st.tuples(st.integers(0, 2), st.sampled_from(_STREAM_STATES), st.integers(0, 4)),
+        max_size=12,
+    ),
+)
+# every allowed path in order, one with a step skipped, one out of order, ties in time
+@example(
+    [
+        (0, "SESSION_ACTIVE", 0),
+        (0, "DELETE_REQUESTED", 1),
+        (0, "TERMINATED", 2),
+        (0, "REINITIALIZE_REQUIRED", 3),
+        (1, "SESSION_ACTIVE", 0),
+        (1, "SESSION_EXPIRED", 1),
+        (1, "REINITIALIZE_REQUIRED", 2),
+        (2, "SESSION_ACTIVE", 0),
+        (2, "TERMINATED", 1),
+    ],
+    [(0, "STREAM_OPEN", 0), (0, "CLOSED", 0), (1, "CLOSED", 1), (1, "STREAM_OPEN", 2)],
+)
+@example(
+    [
+        (0, "SESSION_ACTIVE", 1),
+        (0, "DELETE_REQUESTED", 1),
+        (1, "DELETE_REQUESTED", 0),
+        (1, "SESSION_ACTIVE", 1),
+        (2, "SESSION_ACTIVE", 0),
+        (2, "DELETE_REQUESTED", 1),
+        (2, "REINITIALIZE_REQUIRED", 2),
+    ],
+    [],
+)
+def test_state_violation_orders_only_the_ledgers_out_of_order(sessions, streams):
+    """state_violation orders row by row only the sessions and streams whose states are not
+    already a path of the machine in blocks (rank by rank, no step skipped), and gives the
+    rows of the version that ordered every session row (tests/fixtures/sql_v0/rows_ordered)
+    whatever the states, their order, ties in time and rows of no session."""
+    con = _macros_con()
+    con.execute(
+        """CREATE TABLE sessions (file_id BIGINT, pos BIGINT, ts TIMESTAMPTZ,
+               session_hmac VARCHAR, generation BIGINT, state VARCHAR)"""
+    )
+    con.execute(
+        """CREATE TABLE streams (file_id BIGINT, pos BIGINT, ts TIMESTAMPTZ,
+               session_hmac VARCHAR, generation BIGINT, stream_id VARCHAR, state VARCHAR)"""
+    )
+    key = ["s0", "s1", None]
+    t = "TIMESTAMPTZ '2026-01-01 00:00:00+00' + to_seconds($t)"
+    for i, (k, state, secs) in enumerate(sessions):
+        con.execute(
+            f"INSERT INTO sessions VALUES (1, $i, {t}, $s, 1, $state)",
+            {"i": i, "t": secs, "s": key[k], "state": state},
+        )
+    for i, (k, state, secs) in enumerate(streams):
+        con.execute(
+            f"INSERT INTO streams VALUES (2, $i, {t}, 's0', 1, $s, $state)",
+            {"i": i, "t": secs, "s": key[k], "state": state},
+        )
+
+    def rows(path: Path) -> list[tuple]:
+        sql = catalog.parse(path, "detectors").sql
+        return sorted(map(repr, con.execute(sql).fetchall()))
+
+    new = rows(catalog.SQL_DIR / "detectors" / "state_violation.sql")
+    assert new == rows(OLD / "rows_ordered" / "state_violation.sql")
+
+
 def test_a_missing_groups_no_lists():
     """A list aggregate's state is held in memory and never spilled: a_missing's grouping of
     every completed stream's hole seqs into a list ran out of memory at 10M events under
@@ -1330,6 +1414,7 @@ LATER_VERSIONS = sorted(
     + [(p.stem, p) for p in (OLD / "proxy_copied").glob("*.sql")]
     + [(p.stem, p) for p in (OLD / "all_disconnects").glob("*.sql")]
     + [(p.stem, p) for p in (OLD / "kept_copies").glob("*.sql")]
+    + [(p.stem, p) for p in (OLD / "rows_ordered").glob("*.sql")]
     + [("duplicate_delivery_accepted", OLD / "hash_grouped" / "duplicate_delivery_accepted.sql")]
 )
 
@@ -1409,7 +1494,7 @@ def test_detector_driven_from_candidates_gives_the_replaced_rows(fleet_db, name,
     """A detector rewritten to start from its few candidate units (or to find its repeated
     keys by sorting their hashes, or to read a table by each use instead of copying it)
     returns exactly the rows of the versions it replaced (tests/fixtures/sql_v0/whole_tables,
-    hash_grouped, proxy_copied, all_disconnects), every column and the
+    hash_grouped, proxy_copied, all_disconnects, kept_copies, rows_ordered), every column and the
     detail byte for byte, cannot-tell units included, on both fleets as analysed and with
     the cases it took apart added (_DETECTOR_CASES, the prepare step run again on them).
     Rolled back."""
