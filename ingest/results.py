@@ -51,6 +51,30 @@ class IngestReport:
     def quarantined(self) -> int:
         return sum(f.quarantined for f in self.files)
 
+    def as_dict(self) -> dict[str, Any]:
+        """The report as `ingest --json` prints it (without the findings of an analysis
+        after the load, which the CLI adds)."""
+        return {
+            "files": [
+                {
+                    "path": f.path,
+                    "status": f.status,
+                    "rows": f.rows,
+                    "quarantined": f.quarantined,
+                    "blank": f.blank,
+                    "lines": f.lines,
+                    "note": f.note or None,
+                    **({"facts": f.facts} if f.facts is not None else {}),
+                }
+                for f in self.files
+            ],
+            "rows_loaded": self.rows_by_type(),
+            "rows_quarantined": self.quarantined,
+            "quarantine_reasons": dict(self.quarantine_reasons.most_common()),
+            "skipped": self.skipped,
+            "warnings": self.warnings,
+        }
+
 
 class Progress(Protocol):
     """What an ingest reports its progress to (NullProgress: nothing)."""

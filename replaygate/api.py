@@ -200,15 +200,20 @@ class Resolved:
     note: str
 
 
-def resolve_config(db_path: str | None, path: str | os.PathLike[str] | None) -> Resolved:
+def resolve_config(
+    db_path: str | None,
+    path: str | os.PathLike[str] | None,
+    con: duckdb.DuckDBPyConnection | None = None,
+) -> Resolved:
     """The configuration for a command on a database: the one given (--config), else the
     one its last analysis ran with, else ./replaygate.toml, else the built-in defaults.
     Reading the stored one means a reader without --config shows what the analysis
-    showed, whatever folder it runs in."""
+    showed, whatever folder it runs in. `con`: the command's own connection to the
+    database, read instead of opening it again."""
     if path is not None:
         conf = load_config(path)
         return Resolved(conf, "given", f"{conf.source} (--config, {_short(conf)})")
-    stored = _stored(db_path) if db_path else None
+    stored = _stored(db_path, con) if db_path else None
     local = load_config(None)
     if stored is not None:
         note = f"{stored.source}, as stored with the analysis ({_short(stored)})"
@@ -223,18 +228,21 @@ def _short(conf: Config) -> str:
     return f"sha256 {conf.digest()[:12]}"
 
 
-def _stored(db_path: str) -> Config | None:
-    if not os.path.exists(db_path):
-        return None
-    try:
-        con = db.connect(db_path, read_only=True)
-    except (ReplaygateError, duckdb.Error):
-        # Busy (a writer holds it) or not a database yet: the command itself says so.
-        return None
-    try:
-        conf = runner.stored_config(con)
-    finally:
-        con.close()
+def _stored(db_path: str, open_con: duckdb.DuckDBPyConnection | None = None) -> Config | None:
+    if open_con is not None:
+        conf = runner.stored_config(open_con)
+    else:
+        if not os.path.exists(db_path):
+            return None
+        try:
+            con = db.connect(db_path, read_only=True)
+        except (ReplaygateError, duckdb.Error):
+            # Busy (a writer holds it) or not a database yet: the command itself says so.
+            return None
+        try:
+            conf = runner.stored_config(con)
+        finally:
+            con.close()
     if conf is not None:
         gatedefs.min_samples(conf)
     return conf

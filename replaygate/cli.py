@@ -6,6 +6,7 @@ traceback. `--json` puts exactly one JSON document on standard output.
 
 from __future__ import annotations
 
+import os
 import sys
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
@@ -101,16 +102,31 @@ def ingest(
     from replaygate.api import ingest as run_ingest
 
     from .progress import RichProgress
-    from .render import ingest_summary
 
-    conf = load_config(config_path, db)
-    con = dbm.connect(db, role="ingest")
+    con = None
+    if config_path is None and os.path.exists(db):
+        # The configuration its last analysis stored is read from the connection the
+        # load uses, not from one opened for it alone (each open costs about 0.03 CPU s,
+        # paid by every batch of a load in batches). A configuration that fails to load
+        # still fails before a new database is made.
+        con = dbm.connect(db, role="ingest")
+    try:
+        conf = load_config(config_path, db, con)
+    except BaseException:
+        if con is not None:
+            dbm.close(con)
+        raise
+    if con is None:
+        con = dbm.connect(db, role="ingest")
     report = run_ingest(con, list(paths), conf, progress=RichProgress(), source=source)
     analysed = None if no_analyse else _analyse(con, conf)
     dbm.close(con)
     if as_json:
-        emit_json(ingest_summary(report, analysed, as_dict=True))
+        emit_json({**report.as_dict(), "findings": analysed})
     else:
+        # rich (the tables) only for the text summary.
+        from .render import ingest_summary
+
         ingest_summary(report, analysed)
     for w in report.warnings:
         say(f"warning: {w}", err=True)

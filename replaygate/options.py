@@ -10,6 +10,8 @@ from typing import TYPE_CHECKING, Any, TypeVar
 import click
 
 if TYPE_CHECKING:
+    import duckdb
+
     from replaygate.api import Config
 
 # A click command function, as the option decorators below take and return it.
@@ -113,13 +115,16 @@ def say(text: object, err: bool = False) -> None:
     click.echo(terminal(text), err=err)
 
 
-def load_config(path: str | None, db: str | None = None) -> Config:
+def load_config(
+    path: str | None, db: str | None = None, con: duckdb.DuckDBPyConnection | None = None
+) -> Config:
     """The configuration a command uses: --config, else (with a database) the one its last
     analysis ran with, else ./replaygate.toml, else the defaults. Which one is kept for
-    `say_config`, so the command can name it once it has succeeded."""
+    `say_config`, so the command can name it once it has succeeded. `con`: the command's
+    connection to the database `db`, if it has one open already."""
     from replaygate.api import resolve_config
 
-    resolved = resolve_config(db, path)
+    resolved = resolve_config(db, path, con)
     ctx = click.get_current_context(silent=True)
     if ctx is not None:
         ctx.meta["replaygate.config"] = resolved.note

@@ -5,25 +5,17 @@ from __future__ import annotations
 import sys
 import threading
 from collections.abc import Callable
+from typing import TYPE_CHECKING
 
-from rich.console import Console
-from rich.progress import (
-    BarColumn,
-    DownloadColumn,
-    Progress,
-    TaskID,
-    TextColumn,
-    TimeRemainingColumn,
-    TransferSpeedColumn,
-)
+if TYPE_CHECKING:
+    from rich.progress import Progress, TaskID
 
 
 class RichProgress:
     def __init__(self) -> None:
-        self.console = Console(stderr=True)
         self.enabled = sys.stderr.isatty()
         self.bar: Progress | None = None
-        self.task = TaskID(0)
+        self.task: TaskID  # set with the bar
         self.base = 0
         self._stop = threading.Event()
         self._poller: threading.Thread | None = None
@@ -31,15 +23,28 @@ class RichProgress:
     def start(self, total_bytes: int, n_files: int) -> None:
         if not self.enabled:
             if total_bytes > 100_000_000:
-                self.console.print(f"reading {n_files} files, {total_bytes / 1e6:,.0f} MB ...")
+                sys.stderr.write(f"reading {n_files} files, {total_bytes / 1e6:,.0f} MB ...\n")
             return
+        # rich only for a terminal: importing it costs about 0.1 CPU s, which every
+        # `replaygate ingest` without one (a cron job, a load in batches: one run per
+        # batch) would pay for nothing.
+        from rich.console import Console
+        from rich.progress import (
+            BarColumn,
+            DownloadColumn,
+            Progress,
+            TextColumn,
+            TimeRemainingColumn,
+            TransferSpeedColumn,
+        )
+
         self.bar = Progress(
             TextColumn("[bold]{task.description}"),
             BarColumn(),
             DownloadColumn(),
             TransferSpeedColumn(),
             TimeRemainingColumn(),
-            console=self.console,
+            console=Console(stderr=True),
             transient=True,
         )
         self.bar.start()

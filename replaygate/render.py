@@ -115,32 +115,8 @@ def _t(value: object) -> str:
     return escape(one_line(value))
 
 
-def ingest_summary(
-    report: IngestReport, analysed: Mapping[str, Any] | None = None, as_dict: bool = False
-) -> dict[str, Any] | None:
+def ingest_summary(report: IngestReport, analysed: Mapping[str, Any] | None = None) -> None:
     by_type = report.rows_by_type()
-    if as_dict:
-        return {
-            "files": [
-                {
-                    "path": f.path,
-                    "status": f.status,
-                    "rows": f.rows,
-                    "quarantined": f.quarantined,
-                    "blank": f.blank,
-                    "lines": f.lines,
-                    "note": f.note or None,
-                    **({"facts": f.facts} if f.facts is not None else {}),
-                }
-                for f in report.files
-            ],
-            "rows_loaded": by_type,
-            "rows_quarantined": report.quarantined,
-            "quarantine_reasons": dict(report.quarantine_reasons.most_common()),
-            "skipped": report.skipped,
-            "warnings": report.warnings,
-            "findings": analysed,
-        }
     statuses: dict[str, int] = {}
     for f in report.files:
         statuses[f.status] = statuses.get(f.status, 0) + 1

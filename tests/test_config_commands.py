@@ -95,3 +95,23 @@ def test_watch_keeps_the_stored_configuration(narrow_db, tmp_path):
     # It analysed (if at all) with the stored configuration: still the one in the database.
     status = json.loads(run("status", "--db", db, "--json").stdout)["configuration"]
     assert status["sha256"] == digest and status["findings_current"]
+
+
+def test_ingest_keeps_the_stored_configuration(narrow_db, tmp_path):
+    """`ingest` without --config reads the stored configuration through the connection
+    it loads with (not one opened for it apart), and analyses with it: the database keeps
+    the narrow configuration, where the defaults would replace it."""
+    db, _, digest = narrow_db
+    logs = tmp_path / "nothing-new"
+    logs.mkdir()
+    r = run("ingest", logs, "--db", db, "--json", cwd=tmp_path)
+    assert r.returncode == 0, r.stderr
+    assert json.loads(r.stdout)["findings"] is not None
+    status = json.loads(run("status", "--db", db, "--json").stdout)["configuration"]
+    assert status["sha256"] == digest and status["findings_current"]
+    # A configuration that does not load fails the command before it makes a database.
+    (tmp_path / "replaygate.toml").write_text("no_such_key = 1\n")
+    fresh = tmp_path / "fresh.duckdb"
+    r = run("ingest", logs, "--db", fresh, cwd=tmp_path)
+    assert r.returncode == 1 and "no_such_key" in r.stderr
+    assert not fresh.exists()
