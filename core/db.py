@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import contextlib
-import hashlib
 import os
 import time
 import weakref
@@ -215,21 +214,11 @@ def _open(path: str, read_only: bool) -> duckdb.DuckDBPyConnection:
     return con
 
 
-# The meta key under which a database keeps the digest of the schema statements that
-# last brought it up to date (ensure_schema).
-SCHEMA_DDL_META = "schema_ddl"
-
-
 def ensure_schema(con: duckdb.DuckDBPyConnection) -> None:
-    """Create what is missing of the schema, and bring a database of an earlier version
-    up to date. Skipped, in one statement, for a database these very statements brought
-    up to date and whose record tables have every field's column: about 30 statements
-    otherwise, paid by every writer that opens it (each batch of a load in batches)."""
-    ddl = [stmt for stmt in _BOOKKEEPING.split(";") if stmt.strip()] + table_ddl()
-    digest = hashlib.sha256(";".join(ddl).encode()).hexdigest()
-    if _up_to_date(con, digest):
-        return
-    for stmt in ddl:
+    for stmt in _BOOKKEEPING.split(";"):
+        if stmt.strip():
+            con.execute(stmt)
+    for stmt in table_ddl():
         con.execute(stmt)
     _add_new_fields(con)
     con.execute(
@@ -237,30 +226,6 @@ def ensure_schema(con: duckdb.DuckDBPyConnection) -> None:
         {"v": SCHEMA_VERSION},
     )
     con.execute("INSERT INTO meta VALUES ('data_version', '0') ON CONFLICT DO NOTHING")
-    set_meta(con, SCHEMA_DDL_META, digest)
-
-
-def _up_to_date(con: duckdb.DuckDBPyConnection, digest: str) -> bool:
-    """Whether the schema statements with this digest brought the database up to date
-    and every record table still has each of its fields' columns (a column dropped
-    since is added again, as for a database from before the field)."""
-    try:
-        row = con.execute(
-            """SELECT (SELECT value FROM meta WHERE key = $k) = $d
-                      AND (SELECT count(*) FROM duckdb_columns()
-                           WHERE database_name = current_database() AND schema_name = 'main'
-                             AND list_contains($columns, table_name || '.' || column_name))
-                          = len($columns)""",
-            {"k": SCHEMA_DDL_META, "d": digest, "columns": _record_columns()},
-        ).fetchall()
-    except duckdb.CatalogException:
-        return False  # no meta table: a new database
-    return bool(row and row[0][0])
-
-
-def _record_columns() -> list[str]:
-    """`table.column` of every field a record table stores."""
-    return [f"{rt.table}.{f.name}" for rt in RECORD_TYPES for f in rt.stored_fields]
 
 
 def _add_new_fields(con: duckdb.DuckDBPyConnection) -> None:

@@ -175,19 +175,3 @@ def test_database_from_before_the_release_field_gets_the_column(tmp_path):
     assert duckdb.connect(path, read_only=True).execute(
         "SELECT count(*) FROM sessions WHERE release IS NULL"
     ).fetchone() == (0,)
-
-
-def test_a_database_brought_up_to_date_by_other_schema_statements_is_again(tmp_path):
-    """Opening a database skips the schema statements only when the same statements
-    brought it up to date (core/db.py, ensure_schema): a database an earlier version
-    made, without a bookkeeping column it added since, gets the column."""
-    path = str(tmp_path / "old.duckdb")
-    con = dbm.connect(path)
-    assert dbm.get_meta(con, dbm.SCHEMA_DDL_META)
-    con.execute("ALTER TABLE files DROP COLUMN ids_dropped")
-    dbm.set_meta(con, dbm.SCHEMA_DDL_META, "an earlier version's")
-    con.close()
-    con = dbm.connect(path)
-    assert "ids_dropped" in {r[0] for r in con.execute("DESCRIBE files").fetchall()}
-    assert dbm.get_meta(con, dbm.SCHEMA_DDL_META) not in (None, "an earlier version's")
-    con.close()
