@@ -23,6 +23,7 @@ Detectors whose rule is about a field's absence (`missing_idempotency_key`,
 from __future__ import annotations
 
 import re
+from collections.abc import Collection
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -361,15 +362,23 @@ def record_coverage(
 
 
 def record_cannot_tell(
-    con: duckdb.DuckDBPyConnection, name: str, q: catalog.Query, plan: Plan
+    con: duckdb.DuckDBPyConnection,
+    name: str,
+    q: catalog.Query,
+    plan: Plan,
+    standing: Collection[tuple[str, str]] = (),
 ) -> None:
     """Store a detector's units that no file could show a needed fact for, whole and by
-    the rollout stage they belong to (after the prepare step: it reads the stages)."""
+    the rollout stage they belong to (after the prepare step: it reads the stages).
+    `standing`: the entries (file, missing) whose counts by stage the last analysis
+    stored and are kept as they are (an incremental analysis: incremental.py)."""
     for entry in plan.cannot_tell:
         con.execute(
             "INSERT INTO cannot_tell VALUES ($d, $f, $m, $u)",
             {"d": name, "f": entry["file"], "m": entry["missing"], "u": entry["units"]},
         )
+        if (entry["file"], entry["missing"]) in standing:
+            continue
         con.execute(
             "INSERT INTO cannot_tell_stages SELECT $d, $f, $m, stage, units FROM "
             f"({stage_units_sql(units(q), entry['scope'])})",

@@ -912,6 +912,72 @@ def test_auth_subject_mismatch_follows_the_pending_sessions(tmp_path):
     con.close()
 
 
+def test_cannot_tell_by_stage_of_untouched_blind_files_stands(tmp_path):
+    """After an append, the counts by stage of a detector's units in a file left out of
+    its input (cannot_tell_stages) stand when that file received no new rows and holds no
+    row of a pending session (incremental._standing_stage_counts): a count planted before
+    the append is still there after it (counted again, the old way, it is lost: the test
+    fails so); the counts of a file that grew, and of one holding a row of a session the
+    append touched, are counted again (kept, the planted counts stay: the test fails so),
+    and the whole equals a full analysis."""
+    live = tmp_path / "live"
+    shutil.copytree(SAMPLE, live, ignore=shutil.ignore_patterns("*.md", "*.json", "*.toml"))
+    con = dbm.connect(str(tmp_path / "t.duckdb"))
+    ingest(con, [live], CONF)
+    runner.analyse(con, CONF)
+    entry = "detector = $d AND file = $f AND missing = $m"
+    planted = {
+        "untouched": {"d": "cursor_on_post", "f": "proxy-redacted.jsonl"},
+        "grown": {"d": "cursor_on_post", "f": "proxy-edge.jsonl"},
+        "touched": {"d": "auth_subject_mismatch", "f": "proxy-nginx.jsonl"},
+    }
+    for p in planted.values():
+        p["f"] = str(live / p["f"])
+        p["m"] = "proxy.last_event_id" if p["d"] == "cursor_on_post" else "proxy.auth_subject"
+        assert con.execute(f"SELECT count(*) FROM cannot_tell_stages WHERE {entry}", p).fetchone()[
+            0
+        ], p
+        con.execute(f"UPDATE cannot_tell_stages SET units = units + 7 WHERE {entry}", p)
+    # A session with a unit of auth_subject_mismatch in the nginx log, given a request in
+    # the edge log (which shows what it showed: the same files are left out after).
+    (touched,) = con.execute(
+        """SELECT min(p.session_hmac) FROM proxy p JOIN files f USING (file_id)
+           WHERE f.path = $f AND p.session_hmac IS NOT NULL AND p.status BETWEEN 200 AND 299""",
+        {"f": planted["touched"]["f"]},
+    ).fetchone()
+    assert touched is not None
+    subject = con.execute(
+        "SELECT auth_subject FROM a_sessions WHERE session_hmac = $s", {"s": touched}
+    ).fetchone()
+    t = con.execute("SELECT max(ts) FROM proxy").fetchone()[0]
+    with open(live / "proxy-edge.jsonl", "ab") as fh:
+        fh.write(_proxy_row(t, "POST", touched, auth_subject=subject[0] if subject else None))
+    ingest(con, [live], CONF)
+    runner.analyse(con, CONF)
+    assert get_meta(con, "analysis_mode") == "incremental"
+    planted_now = {
+        k: sorted(
+            con.execute(f"SELECT stage, units FROM cannot_tell_stages WHERE {entry}", p).fetchall()
+        )
+        for k, p in planted.items()
+    }
+    p = planted["untouched"]
+    con.execute(f"UPDATE cannot_tell_stages SET units = units - 7 WHERE {entry}", p)
+    after_append = _analysis_state(con)
+    runner.analyse(con, CONF, force=True)
+    assert after_append == _analysis_state(con)
+    full = {
+        k: sorted(
+            con.execute(f"SELECT stage, units FROM cannot_tell_stages WHERE {entry}", p).fetchall()
+        )
+        for k, p in planted.items()
+    }
+    assert planted_now["untouched"] == [(stage, n + 7) for stage, n in full["untouched"]]
+    assert planted_now["grown"] == full["grown"]
+    assert planted_now["touched"] == full["touched"]
+    con.close()
+
+
 def test_report_hashes_what_was_read_of_a_grown_file(tmp_path):
     # An append leaves files.sha256 empty (hashing the whole file each cycle would cost
     # more than the append); the report hashes what was read, or says it cannot.
