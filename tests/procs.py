@@ -36,13 +36,23 @@ REAL_PROXIES = [
 # free port out twice meanwhile: two servers would then race for it.
 _GIVEN: set[int] = set()
 
+# `./dev test` runs two pytest processes at once, and the kernel may hand a port one of them
+# picked to the other too. It gives each its own half of the ports (0 or 1), so the two
+# never hand out the same port: the half of port p is p // 2 % 2, not p % 2, as Linux
+# hands out only odd ports to a bind to port 0 while it can.
+PORT_HALF = "REPLAYGATE_TEST_PORT_HALF"
+
 
 def free_port() -> int:
-    """A port nothing listens on now and that this process has not handed out before."""
+    """A port nothing listens on now and that this process has not handed out before, of
+    this process's half of the ports when it has one (`PORT_HALF`)."""
+    half = int(os.environ[PORT_HALF]) if PORT_HALF in os.environ else None
     while True:
         with socket.socket() as s:
             s.bind(("127.0.0.1", 0))
             port = s.getsockname()[1]
+        if half is not None and port // 2 % 2 != half:
+            continue
         if port not in _GIVEN:
             _GIVEN.add(port)
             return port

@@ -341,6 +341,7 @@ def _gate_fact_units(con, data: dict[str, bytes]) -> tuple[dict[str, bytes], dat
     return rows, t
 
 
+@pytest.mark.slow  # half a minute: ./dev test runs it beside the others
 def test_analysis_after_appends_follows_what_changed_and_equals_a_full_one(tmp_path, monkeypatch):
     data = {
         "sessions.jsonl": _content("sessions.jsonl"),
@@ -669,6 +670,7 @@ def _dispatch(ts, did, tool, session, principal, request, key, payload, status=2
     return (",".join(map(str, cells)) + "\n").encode()
 
 
+@pytest.mark.slow  # half a minute: ./dev test runs it beside the others
 def test_duplicate_dispatch_groups_across_sessions_after_appends(tmp_path):
     # duplicate_dispatch's groups span sessions: a re-send from a new session of a write
     # whose first attempt had no session, a key reused in another session, a sessionless

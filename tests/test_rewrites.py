@@ -484,6 +484,7 @@ _ROW = st.tuples(
 )
 
 
+@pytest.mark.slow  # half a minute: ./dev test runs it beside the others
 @settings(max_examples=150, deadline=None)
 @given(rows=st.lists(_ROW, max_size=40), budget=st.sampled_from([0.1, 0.2, 0.5]))
 @example(  # GETs without a cursor either side of a window's bound, one tied in a millisecond
