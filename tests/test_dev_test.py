@@ -45,8 +45,11 @@ def _stub(tmp_path: Path, others: str, beside: str) -> Path:
 
 def _start(tmp_path: Path, py: Path, *args: str) -> subprocess.Popen:
     script = f'set -euo pipefail\nPY="{py}"\n{_run_tests_function()}\nrun_tests "$@"\n'
+    # Ctrl-C comes from a terminal, where SIGINT is not ignored; a test run started in the
+    # background (nohup, a runner without job control) ignores it, bash cannot undo that
+    # for itself, and the interrupt test would time out.
     return subprocess.Popen(
-        ["bash", "-c", script, "dev", *args],
+        ["env", "--default-signal=INT", "bash", "-c", script, "dev", *args],
         cwd=ROOT,
         env=dict(os.environ, TMPDIR=str(tmp_path)),
         stdout=subprocess.PIPE,
