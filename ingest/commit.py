@@ -19,7 +19,7 @@ import duckdb
 from replaygate.core.contract import RECORD_TYPES, RecordType
 from replaygate.core.db import get_meta, one_row, set_meta
 
-from . import capabilities, identity, readers, validate
+from . import capabilities, identity, pieces, readers, validate
 from .quarantine import Quarantine
 from .results import FileResult
 from .stagearea import Moved, Staged, Unproven
@@ -192,26 +192,21 @@ class Commit(Quarantine):
         self.raw_without_key += staged.ids_dropped
 
     def _insert_direct(self, staged: Staged, result: FileResult, file_id: int) -> None:
-        """Read a file straight into its table (stagereads._direct). It is kept only if
-        every line (or row) loaded: else, or when the read fails, Unproven rolls the
-        batch back and the file is staged and loaded row by row with its quarantine."""
+        """Read a file straight into its table (stagereads._direct), in pieces side by
+        side when it was cut into some (pieces.py). It is kept only if every line (or
+        row) loaded: else, or when the read fails, Unproven rolls the batch back and the
+        file is staged and loaded row by row with its quarantine."""
         rt = staged.typed
         assert rt is not None and staged.direct is not None  # read as one record type
-        ordered = staged.fmt.lines
+        params = {**staged.direct_params, "file_id": file_id, "t": rt.table, **shift(staged)}
         try:
-            if ordered:
-                # The rows are numbered in the reader's order (readers.NUMBERED_AFTER).
-                self._exec("RESET preserve_insertion_order")
-            n = one_row(
-                self._exec(
-                    direct_insert_sql(rt, staged.direct),
-                    {**staged.direct_params, "file_id": file_id, "t": rt.table, **shift(staged)},
-                )
-            )[0]
-            if ordered:
-                self._exec("SET preserve_insertion_order = false")
-                self._number_rows(staged, rt, file_id, n)
-        except duckdb.Error as exc:
+            if staged.pieces:
+                assert staged.piece_source is not None  # set with the pieces
+                with pieces.feeding(staged.piece_source, staged.pieces, staged.pipes):
+                    n = one_row(self._exec(direct_insert_sql(rt, staged.direct), params))[0]
+            else:
+                n = one_row(self._exec(direct_insert_sql(rt, staged.direct), params))[0]
+        except (duckdb.Error, OSError) as exc:
             raise Unproven(staged) from exc
         if staged.counted and n:
             staged.rows_staged = staged.lines = n
@@ -219,27 +214,6 @@ class Commit(Quarantine):
             raise Unproven(staged)
         result.rows[rt.table] = n
         self._note_changes(rt, file_id, staged.shift)
-
-    def _number_rows(self, staged: Staged, rt: RecordType, file_id: int, n: int) -> None:
-        """Give the `n` rows a direct read just inserted without positions
-        (readers.NUMBERED_AFTER) their lines (or data rows): their places in the table,
-        where an insert that holds insertion order puts the reader's rows in its order (as
-        a staged file's rowids are its positions), after the lines before what was read.
-        Unproven unless they are the table's last `n` places, one after the other."""
-        first, last, count = one_row(
-            self._exec(
-                f"SELECT min(rowid), max(rowid), count(*) FROM {rt.table}"
-                " WHERE file_id = $f AND pos IS NULL",
-                {"f": file_id},
-            )
-        )
-        if count != n or (n and last - first + 1 != n):
-            raise Unproven(staged)
-        self._exec(
-            f"UPDATE {rt.table} SET pos = rowid - $first + 1 + $shift"
-            " WHERE file_id = $f AND pos IS NULL",
-            {"f": file_id, "first": first, **shift(staged)},
-        )
 
     def _note_changes(self, rt: RecordType, file_id: int, shift: int) -> None:
         """What the next analysis must look at again (queries/incremental.py): the

@@ -70,6 +70,13 @@ class Scan:
     # SHA-256 of every byte scanned (the manifest's `sha256` of a plain file read whole),
     # when the scan was asked for it; "" otherwise.
     sha256: str = ""
+    # Where a plain file read from its start may be cut into pieces read side by side
+    # (pieces.py): (offset just after a newline, the lines before it), at most one per
+    # buffer scanned. None in a gzip file.
+    cuts: list[tuple[int, int]] = field(default_factory=list)
+    # A double quote after the first line (a quoted field of delimited text may then hold
+    # a line end, and a record span lines).
+    quoted: bool = False
 
 
 @dataclass
@@ -396,6 +403,8 @@ def scan(
             out.overlong = out.overlong or run + first > MAX_LINE
             run = n - buf.rfind(b"\n", 0, n) - 1
         out.unit_sep = out.unit_sep or buf.find(b"\x1f", 0, n) >= 0
+        if not out.quoted and (pos or first >= 0):
+            out.quoted = buf.find(b'"', 0 if pos else first, n) >= 0
         tab_cr = tab_cr or buf.find(b"\t", 0, n) >= 0 or buf.find(b"\r", 0, n) >= 0
         view = memoryview(buf)[:n]
         i = 0
@@ -420,6 +429,8 @@ def scan(
                     anchor = (pos, known)
                 mi += 1
         view.release()
+        if not gz and at_nl[1] > (out.cuts[-1][0] if out.cuts else 0):
+            out.cuts.append((at_nl[1], at_nl[2]))
         if sha_of is not None:
             sha_of.wait(1)  # the other buffer is read into next
     out.length = pos
@@ -433,6 +444,8 @@ def scan(
         prefix = anchor[1] + _count_lines(path, anchor[0], min(skip_to, pos))
         lines += prefix
         at_nl = (at_nl[0], at_nl[1], at_nl[2] + prefix)
+        # A cut's lines were counted from skip_to on; before it, not at all.
+        out.cuts = [(o, n + prefix) for o, n in out.cuts if o >= skip_to]
     full = h.hexdigest()
     if (whole and not state.get("truncated")) or at_nl[1] == pos:
         out.complete, out.digest = pos, full

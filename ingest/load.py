@@ -16,6 +16,7 @@ This module runs the batches; the loader's parts each live in a module of their 
 - `stageplan`: what to stage of a file by its identity decision (identity.py), and its
   lines counted;
 - `stagereads`: a file staged with its format's readers (fast, or line for line);
+- `pieces`: a large text file read straight into its table in pieces side by side;
 - `quarantine`: the quarantine rows of a staged file;
 - `commit`: the transaction's writes (rows, manifest, identity, retired files);
 - `results`: what the run reports.

@@ -320,23 +320,35 @@ def jsonl_fast_sql(r: Reading, keep: str = "") -> str | None:
     return wrap(inner, r.src)
 
 
-# The `pos` of a row read straight into its table from a text format: left NULL by the
-# read and numbered after the insert by the row's place in the table, which holds the
-# reader's order (commit.py, `_number_rows`). Numbering in the read (`row_number() OVER
-# ()`, or `WITH ORDINALITY`, the same streaming window) runs the whole read on one
-# thread: the reader, the checks and the insert's compression (about 2.9 of the 3.1 CPU
-# s of the 1M fleet's event log on one core, where DuckDB's reader alone uses both).
-NUMBERED_AFTER = "CAST(NULL AS BIGINT) AS pos, "
+# The `pos` of a row read straight into its table from a text format: its place in the
+# reader's rows after the `$before` lines (or data rows) before what it reads. The
+# window runs its pipeline on one thread, so a large file is read in pieces side by
+# side, each numbered from the lines before it (pieces.py, in_pieces).
+NUMBERED = "row_number() OVER () + $before AS pos, "
+# What the reader of one piece binds apart from the other pieces' readers.
+_PIECE_PARAMS = re.compile(r"\$(path|before|header)\b")
+
+
+def in_pieces(sql: str, n: int) -> str:
+    """A direct read's SQL (`$path`, `$before`, and for CSV `$header`) for `n` pieces of
+    one file: a UNION ALL of its reader over each piece, binding `$path_<i>`,
+    `$before_<i>` and `$header_<i>` (pieces.py)."""
+
+    def piece(i: int) -> str:
+        return "(" + _PIECE_PARAMS.sub(lambda m: f"${m.group(1)}_{i}", sql) + ")"
+
+    return " UNION ALL ".join(piece(i) for i in range(n))
 
 
 def jsonl_direct_sql(r: Reading) -> str | None:
-    """jsonl_fast_sql's rows with `pos` NULL (NUMBERED_AFTER): the load numbers them in
-    the reader's order (it holds insertion order for this read), which is the file's
-    line order only for a file of one row per line, as the load proves (stagereads.py,
-    commit.py: every line one loaded row, or the file is staged and read line by line)."""
-    fast = jsonl_fast_sql(r, keep=NUMBERED_AFTER)
+    """jsonl_fast_sql's rows with `pos` (NUMBERED: in the reader's order, which is the
+    file's line order only for a file of one row per line, as the load proves:
+    stagereads.py, commit.py: every line one loaded row, or the file is staged and read
+    line by line)."""
+    fast = jsonl_fast_sql(r, keep=NUMBERED)
     # A row of nothing but NULLs may be a `null` line, one with a number spelled otherwise
-    # is read otherwise: left out, so the file is staged.
+    # is read otherwise: left out, so the file is staged. (Filtered above the window: the
+    # rows after it keep their numbers.)
     return None if fast is None else f"SELECT * FROM ({fast}) WHERE NOT rg_unsure"
 
 
@@ -348,12 +360,14 @@ def csv_header(path: Path, gz: bool) -> list[str]:
     return next(csv.reader(io.StringIO(first)), [])
 
 
-def csv_read(columns: int, rejects: bool = True) -> str:
+def csv_read(columns: int, rejects: bool = True, header: str = "true") -> str:
     """DuckDB's read of a CSV file's data rows (`$path`, `$compression`): `columns`
     columns as text named by position (`c0`, `c1`, ...), the records it rejects kept in
     `rg_rejects` with their lines (rejects_by_line_sql). The Spark ingest reads a file
     with it where Spark's CSV reader would read other rows (spark/lakeload.py).
-    Without `rejects`, the same read fails on the first record it would reject."""
+    Without `rejects`, the same read fails on the first record it would reject.
+    `header`: SQL for whether the first line is the header (a piece after the first
+    has none: in_pieces)."""
     names = ", ".join(f"'c{i}': 'VARCHAR'" for i in range(columns))
     keep = (
         ",\n                  store_rejects = true, rejects_table = 'rg_rejects',"
@@ -361,7 +375,7 @@ def csv_read(columns: int, rejects: bool = True) -> str:
         if rejects
         else ""
     )
-    return f"""read_csv($path, header = true, columns = {{{names}}}, auto_detect = false,
+    return f"""read_csv($path, header = {header}, columns = {{{names}}}, auto_detect = false,
                   delim = ',', quote = '"', escape = '"', compression = $compression{keep})"""
 
 
@@ -372,17 +386,17 @@ def csv_sql(r: Reading) -> str:
 
 
 def csv_direct_sql(r: Reading) -> str | None:
-    """CSV read straight into its table: csv_sql's rows with `pos` NULL, each row's data
-    row once the load numbers them (NUMBERED_AFTER: in the reader's order, which the load
-    holds for this read), read without
-    keeping rejects, so a record the line-exact read would reject fails the read (the
-    file is then staged). None for a file with a `schema` column: a row of it may name
-    another record type, which only the staged read sorts out."""
+    """CSV read straight into its table: csv_sql's rows with `pos`, each row's data row
+    (NUMBERED: in the reader's order), read without keeping rejects, so a record the
+    line-exact read would reject fails the read (the file is then staged). `$header`:
+    whether what is read starts with the header line. None for a file with a `schema`
+    column: a row of it may name another record type, which only the staged read sorts
+    out."""
     header = csv_header(r.path, r.gz)
     if r.typed is None or "schema" in {name.strip() for name in header}:
         return None
-    rows = csv_read(len(header), rejects=False)
-    return wrap(csv_rows_sql(rows, header, r.names, r.key_available, NUMBERED_AFTER), r.src)
+    rows = csv_read(len(header), rejects=False, header="$header")
+    return wrap(csv_rows_sql(rows, header, r.names, r.key_available, NUMBERED), r.src)
 
 
 def csv_rows_sql(
@@ -599,8 +613,8 @@ class Format:
     # A faster staging SQL of the same rows for a file of one record type that it reads
     # whole, line for line (the load proves that before it keeps them), or None.
     fast: Callable[[Reading], str | None] | None = None
-    # The same rows with `pos`, each row's position (NULL for a format of lines: the load
-    # numbers them after the insert, NUMBERED_AFTER), for a file of one record type read
+    # The same rows with `pos`, each row's position (for a format of lines, NUMBERED from
+    # `$before`; it may be read in pieces, in_pieces), for a file of one record type read
     # straight into its table inside the load transaction, kept only when every line (or
     # row) loaded (commit.py; else the batch is rolled back and the file staged); None:
     # always staged.

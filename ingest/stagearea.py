@@ -24,6 +24,7 @@ from replaygate.core.config import Config
 from replaygate.core.contract import RecordType
 
 from . import identity, readers, staging
+from .pieces import Piece
 from .redact import padded_keys
 from .results import IngestReport
 
@@ -72,6 +73,11 @@ class Staged:
     # gives or fails (not known before: in a text format of delimited records, a file's
     # data rows are not its lines).
     counted: bool = False
+    # A direct read in pieces side by side (pieces.py): the file they are cut from, the
+    # pieces and their named pipes; none for a read of the file whole.
+    piece_source: Path | None = None
+    pieces: list[Piece] = field(default_factory=list)
+    pipes: list[Path] = field(default_factory=list)
 
     @property
     def read(self) -> bool:

@@ -75,14 +75,14 @@ class Planner(Reads):
             if sc.sha256:
                 # Taken by the scan (identity.scan), in the read that digested the file.
                 staged = self._stage_file(
-                    src, n, shown, sc.sha256, read_path, overlong, self._fast(sc, d)
+                    src, n, shown, sc.sha256, read_path, overlong, self._fast(sc, d), sc
                 )
             else:
                 # Hash while DuckDB reads (both release the GIL).
                 with ThreadPoolExecutor(1) as pool:
                     digest = pool.submit(sha256, src.path)
                     staged = self._stage_file(
-                        src, n, shown, None, read_path, overlong, self._fast(sc, d)
+                        src, n, shown, None, read_path, overlong, self._fast(sc, d), sc
                     )
                     staged.sha = digest.result()
             staged.replaces = list(d.retire)

@@ -18,7 +18,7 @@ import duckdb
 from replaygate.core.contract import RecordType, all_field_names
 from replaygate.core.db import one_row
 
-from . import identity, readers, validate
+from . import identity, pieces, readers, validate
 from .results import unreadable
 from .stagearea import Staged, StagingArea
 
@@ -52,11 +52,13 @@ class Reads(StagingArea):
         read_path: Path | None = None,
         overlong: bool = False,
         lines: int | None = None,
+        scan: identity.Scan | None = None,
     ) -> Staged:
         """Stage the file, or `read_path` instead: its new lines, already decompressed.
         `overlong`: the scan saw a line longer than readers.MAX_LINE, or the line
         reader's delimiter (identity.drop_long_lines). `lines`: what is read has that
-        many lines, and may be read by its format's fast reader (_stage_fast)."""
+        many lines, and may be read by its format's fast reader (_stage_fast). `scan`:
+        what is read is the scanned content from its start (its cuts: pieces.py)."""
         staged = Staged(src, shown, sha or "", None, n=n)
         compression = readers.GZIP if src.gzip and read_path is None else "none"
         fmt = readers.FORMATS[src.format]
@@ -76,7 +78,7 @@ class Reads(StagingArea):
             self.direct_reads
             and typed is not None
             and not (overlong and fmt.lines)
-            and self._direct(staged, read_path, compression, typed, lines)
+            and self._direct(staged, read_path, compression, typed, lines, scan)
         ):
             return staged
         table = self._staging_table(n, read_path)
@@ -163,6 +165,7 @@ class Reads(StagingArea):
         compression: str,
         typed: RecordType,
         lines: int | None,
+        scan: identity.Scan | None = None,
     ) -> bool:
         """Whether the file is read straight into its table inside the transaction
         instead of staged (readers.Format.direct): a file of one record type whose rows
@@ -171,7 +174,8 @@ class Reads(StagingArea):
         and for a text format of data rows (delimited records; also only a file _fast
         allows) the rows the insert loads, which fails on any row it would not load
         (`Staged.counted`). The load keeps the rows only when every one of them loaded;
-        any other file is staged (commit.py)."""
+        any other file is staged (commit.py). A large plain file of lines read from its
+        start (`scan`) is read in pieces side by side (_pieces)."""
         fmt = staged.fmt
         if fmt.direct is None or staged.n in self.staged_only or (fmt.lines and lines is None):
             return False
@@ -183,8 +187,24 @@ class Reads(StagingArea):
             inner = fmt.direct(reading)
             if inner is None:
                 return False
+            cut = self._pieces(fmt, read_path, compression, lines, scan)
+            if len(cut) > 1:
+                inner = readers.in_pieces(inner, len(cut))
             sql = validate.checked_sql(typed, f"({inner})", reading.native)
             params = self._read_params(sql, read_path, compression)
+            if len(cut) > 1:
+                staged.piece_source, staged.pieces = read_path, cut
+                staged.pipes = pieces.pipe_paths(self.tmp, str(staged.n), cut)
+                del params["path"]
+                for i, (piece, pipe) in enumerate(zip(cut, staged.pipes, strict=True)):
+                    params[f"path_{i}"] = str(pipe)
+                    # Of a format with a header line, the data rows before a piece
+                    # are its lines before, less that one.
+                    params[f"before_{i}"] = piece.before - (1 if i and fmt.header else 0)
+                    params[f"header_{i}"] = i == 0
+            else:
+                params.update({"before": 0, "header": True})
+            params = {k: v for k, v in params.items() if f"${k}" in sql}
             if not fmt.lines:
                 # A format of rows, not lines: counted by its reader (from metadata).
                 lines = one_row(self._exec(f"SELECT count(*) FROM ({inner})", params))[0]
@@ -195,10 +215,39 @@ class Reads(StagingArea):
         staged.direct, staged.direct_params = sql, params
         staged.typed = typed
         # Data rows of text (a quoted field may hold a line end) are counted by the
-        # insert, which loads every row the reader gives or fails.
-        staged.counted = fmt.lines and fmt.row_positions
+        # insert, which loads every row the reader gives or fails; read in pieces, every
+        # line but the header is one (_pieces), which the count then proves.
+        staged.counted = fmt.lines and fmt.row_positions and not staged.pieces
         staged.rows_staged = staged.lines = 0 if staged.counted else lines
+        if staged.pieces and fmt.header:
+            staged.rows_staged = staged.lines = lines - 1
         return True
+
+    def _pieces(
+        self,
+        fmt: readers.Format,
+        read_path: Path,
+        compression: str,
+        lines: int | None,
+        scan: identity.Scan | None,
+    ) -> list[pieces.Piece]:
+        """The pieces a direct read of a format of lines reads side by side (pieces.py):
+        as many as DuckDB has threads, for a plain file read from its start whose every
+        line is one row (of a format of data rows, a file without a double quote after
+        its header: a quoted field may hold a line end); one piece, the whole, otherwise."""
+        whole = [pieces.Piece(0, 0, 0)]
+        if (
+            scan is None
+            or lines is None
+            or not fmt.lines
+            or compression != "none"
+            or not pieces.can_feed()
+            or (fmt.row_positions and scan.quoted)
+        ):
+            return whole
+        threads = int(one_row(self._exec("SELECT current_setting('threads')"))[0])
+        cut = pieces.cut(scan.cuts, scan.complete, threads)
+        return cut if len(cut) > 1 and read_path.stat().st_size >= scan.complete else whole
 
     def _stage_fast(
         self,

@@ -467,6 +467,7 @@ LOAD_SHARES = {
     "adapters",
     "capabilities",
     "identity",
+    "pieces",
     "readers",
     "redact",
     "staging",

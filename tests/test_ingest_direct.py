@@ -353,6 +353,7 @@ def _direct_insert(fmt: str, tmp_path: Path) -> tuple[Any, duckdb.DuckDBPyConnec
     assert inner is not None
     sql = commit.direct_insert_sql(rt, validate.checked_sql(rt, f"({inner})", reading.native))
     params = {"path": str(path), "compression": "none", "file_id": 1, "t": rt.table, "shift": 0}
+    params |= {"before": 0, "header": True}  # the file read whole (readers.NUMBERED)
     return rt, con, sql, {k: v for k, v in params.items() if f"${k}" in sql}
 
 
@@ -361,22 +362,12 @@ def _explain(con: duckdb.DuckDBPyConnection, sql: str, bound: dict) -> dict:
     return json.loads(con.execute(f"EXPLAIN (FORMAT json) {sql}", bound).fetchall()[0][1])[0]
 
 
-@pytest.mark.parametrize("fmt", ["jsonl", "csv"])
-def test_a_text_file_read_straight_in_is_read_on_every_thread(fmt, tmp_path):
-    """The direct read of a text format numbers no row in the read (readers.NUMBERED_AFTER):
-    a window over the reader's rows (`row_number() OVER ()`, `WITH ORDINALITY`) runs the
-    read, its checks and the insert on one thread, so its plan holds none."""
-    _, con, sql, bound = _direct_insert(fmt, tmp_path)
-    names = _operators(_explain(con, sql, bound))
-    assert [n for n in names if n.endswith("INSERT")], names
-    assert not [n for n in names if "WINDOW" in n], names
-
-
 @pytest.mark.slow
 @pytest.mark.parametrize("fmt", ["jsonl", "csv"])
 def test_a_large_text_file_read_straight_in_keeps_its_lines(fmt, tmp_path, monkeypatch):
     """A text file large enough for DuckDB to read on several threads, read straight in
-    and numbered after the insert (commit._number_rows), grown and read again: each row's
+    (numbered in the read, readers.NUMBERED; in pieces side by side past
+    pieces.PIECE_BYTES, tests/test_ingest_pieces.py), grown and read again: each row's
     `pos` is its line (its `seq` here), as the line-exact read loads it."""
     n = 90_000
     table = _events(n)
