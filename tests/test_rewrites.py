@@ -1406,10 +1406,11 @@ WHOLE_TABLES = OLD / "whole_tables"
 # whole_tables/, hash_grouped/, proxy_copied/ (reinit_missing as it copied every proxy
 # request with its client once for its four reads), all_disconnects/ (priming_lost and
 # resume_without_cursor as they judged every broken stream before keeping the resumable
-# sessions') and kept_copies/ (duplicate_dispatch as it kept a copy of every execution and
+# sessions'), kept_copies/ (duplicate_dispatch as it kept a copy of every execution and
 # every write for its bases, and joined the broken writes with every execution;
 # session_after_terminal as it joined every receipt and request with every session by its key
-# and kept a copy of every session's clients).
+# and kept a copy of every session's clients) and wide_reread/ (duplicate_delivery_accepted as
+# it read every column of every accepted receipt again for the ones whose hash repeats).
 LATER_VERSIONS = sorted(
     [(p.stem, p) for p in WHOLE_TABLES.glob("*.sql")]
     + [(p.stem, p) for p in (OLD / "proxy_copied").glob("*.sql")]
@@ -1417,6 +1418,7 @@ LATER_VERSIONS = sorted(
     + [(p.stem, p) for p in (OLD / "kept_copies").glob("*.sql")]
     + [(p.stem, p) for p in (OLD / "rows_ordered").glob("*.sql")]
     + [("duplicate_delivery_accepted", OLD / "hash_grouped" / "duplicate_delivery_accepted.sql")]
+    + [(p.stem, p) for p in (OLD / "wide_reread").glob("*.sql")]
 )
 
 # Changes to the fleet that reach every basis and branch of those detectors: sessions whose
@@ -1495,10 +1497,10 @@ def test_detector_driven_from_candidates_gives_the_replaced_rows(fleet_db, name,
     """A detector rewritten to start from its few candidate units (or to find its repeated
     keys by sorting their hashes, or to read a table by each use instead of copying it)
     returns exactly the rows of the versions it replaced (tests/fixtures/sql_v0/whole_tables,
-    hash_grouped, proxy_copied, all_disconnects, kept_copies, rows_ordered), every column and the
-    detail byte for byte, cannot-tell units included, on both fleets as analysed and with
-    the cases it took apart added (_DETECTOR_CASES, the prepare step run again on them).
-    Rolled back."""
+    hash_grouped, proxy_copied, all_disconnects, kept_copies, rows_ordered, wide_reread), every
+    column and the detail byte for byte, cannot-tell units included, on both fleets as
+    analysed and with the cases it took apart added (_DETECTOR_CASES, the prepare step run
+    again on them). Rolled back."""
     con, kind = fleet_db
     con.execute("BEGIN TRANSACTION")
     try:
