@@ -1409,8 +1409,9 @@ WHOLE_TABLES = OLD / "whole_tables"
 # sessions'), kept_copies/ (duplicate_dispatch as it kept a copy of every execution and
 # every write for its bases, and joined the broken writes with every execution;
 # session_after_terminal as it joined every receipt and request with every session by its key
-# and kept a copy of every session's clients) and wide_reread/ (duplicate_delivery_accepted as
-# it read every column of every accepted receipt again for the ones whose hash repeats).
+# and kept a copy of every session's clients) and wide_reread/ (duplicate_delivery_accepted,
+# and duplicate_dispatch's inbox basis, as they read every column of every accepted receipt
+# again for the ones whose hash repeats).
 LATER_VERSIONS = sorted(
     [(p.stem, p) for p in WHOLE_TABLES.glob("*.sql")]
     + [(p.stem, p) for p in (OLD / "proxy_copied").glob("*.sql")]
