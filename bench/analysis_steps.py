@@ -40,6 +40,8 @@ _PAGE = os.sysconf("SC_PAGE_SIZE")
 _CREATE = re.compile(
     r"CREATE\s+(?:OR\s+REPLACE\s+)?(?:TEMP(?:ORARY)?\s+)?(TABLE|VIEW|MACRO)\s+(\w+)", re.I
 )
+# A prepared table declared with its columns, then filled (a_streams): one step with it.
+_FILL = re.compile(r"^\s*INSERT\s+INTO\s+(a_\w+)\s", re.I)
 
 
 class Peak:
@@ -114,8 +116,8 @@ class Timed:
         elif isinstance(bound.get("detector"), str):  # a detector run outside the runner's
             label = bound["detector"]  # own loop (incremental.analyse)
         else:
-            m = _CREATE.search(sql)
-            label = m.group(2) if m else " ".join(sql.split()[:3])
+            m, fill = _CREATE.search(sql), _FILL.match(sql)
+            label = fill.group(1) if fill else m.group(2) if m else " ".join(sql.split()[:3])
         self._peak.take()
         c0, t0 = time.process_time(), time.perf_counter()
         try:

@@ -855,17 +855,40 @@ def shared_ctes(table: str, sql: str) -> tuple[list[Table], str]:
     return steps, _with(table, tree, ctes, shared)
 
 
+# How DuckDB stores a column (`c VARCHAR USING COMPRESSION uncompressed`): none of Spark's.
+_STORAGE = re.compile(r"\s+USING\s+COMPRESSION\s+\w+", re.IGNORECASE)
+
+
 def prepare_steps(statements: list[str]) -> list[Table]:
     """A prep file's statements as tables to materialise in order: `CREATE TABLE AS`, and
     `CREATE TEMP VIEW AS`, and `ALTER TABLE t ADD COLUMN c T` with the `UPDATE t SET c =
-    expr` after it (a new version of t with the column)."""
+    expr` after it (a new version of t with the column), and `CREATE TABLE t (columns)`
+    with the `INSERT INTO t SELECT` after it (t as the query, whose columns must be named
+    as declared; a column's `USING COMPRESSION`, how DuckDB stores it, means nothing
+    here)."""
     out: list[Table] = []
     pending: dict[tuple[str, str], str] = {}
+    declared: dict[str, list[str]] = {}
     for stmt in statements:
         if is_macro(stmt):
             continue
-        tree = parse(stmt)
-        if isinstance(tree, exp.Create) and tree.kind in ("TABLE", "VIEW"):
+        tree = parse(_STORAGE.sub("", stmt))
+        if isinstance(tree, exp.Create) and tree.kind == "TABLE" and tree.expression is None:
+            schema = tree.this
+            if not isinstance(schema, exp.Schema) or not isinstance(schema.this, exp.Table):
+                raise Untranslatable("CREATE TABLE without AS or columns")
+            declared[schema.this.name] = [c.name for c in schema.expressions]
+        elif isinstance(tree, exp.Insert):
+            table = tree.this.name if isinstance(tree.this, exp.Table) else None
+            query = tree.expression
+            if table not in declared or not isinstance(query, exp.Query):
+                raise Untranslatable("INSERT into a table not declared just before")
+            if query.named_selects != declared.pop(table):
+                raise Untranslatable(f"INSERT INTO {table}: columns not named as declared")
+            shared, sql = shared_ctes(table, to_spark(query.sql(dialect="duckdb")))
+            out += shared
+            out.append(Table(table, sql))
+        elif isinstance(tree, exp.Create) and tree.kind in ("TABLE", "VIEW"):
             query = tree.expression
             if query is None:
                 raise Untranslatable(f"CREATE {tree.kind} without AS")
@@ -896,4 +919,6 @@ def prepare_steps(statements: list[str]) -> list[Table]:
             raise Untranslatable(f"statement kind {type(tree).__name__} has no Spark form")
     if pending:
         raise Untranslatable(f"columns added and never set: {sorted(pending)}")
+    if declared:
+        raise Untranslatable(f"tables declared and never filled: {sorted(declared)}")
     return out

@@ -568,6 +568,7 @@ REWRITTEN_PREP = {
     "bit_blocks/05_missing.sql": ("a_missing",),
     "holes_reread/05_missing.sql": ("a_missing",),
     "06_stream_life.sql": ("a_streams",),
+    "compressed/06_stream_life.sql": ("a_streams",),
     "07_recoveries.sql": ("a_recoveries",),
     "11_resumes.sql": ("a_resumes",),
 }
@@ -957,6 +958,32 @@ def test_a_sessions_orders_records_tied_in_time_by_file_and_position(stored):
     assert con.execute("SELECT principal, client_name, terminated FROM a_sessions").fetchall() == [
         ("p-first", "c-first", True)
     ]
+
+
+def test_a_streams_stores_its_session_keys_and_digests_uncompressed(fleet_db):
+    """a_streams' session keys and payload digests are written as they are (DuckDB's string
+    compression of them was about a third of the step at 10M events, for half their
+    bytes); its other text columns compress as DuckDB chooses, and the replaced file
+    (tests/fixtures/sql_v0/compressed) let DuckDB compress the two as well."""
+    con, _ = fleet_db
+
+    def stored(path: Path) -> dict[str, set[str]]:
+        _prep_file(con, path)
+        con.execute("CHECKPOINT")
+        out: dict[str, set[str]] = {}
+        for col, how in con.execute(
+            """SELECT column_name, compression FROM pragma_storage_info('a_streams')
+               WHERE segment_type <> 'VALIDITY'"""
+        ).fetchall():
+            out.setdefault(col, set()).add(how)
+        return out
+
+    old = stored(OLD / "compressed" / "06_stream_life.sql")
+    new = stored(catalog.SQL_DIR / "prep" / "06_stream_life.sql")
+    plain = {"session_hmac", "payload_digest"}
+    assert all(new[c] == {"Uncompressed"} for c in plain), new
+    assert any(old[c] != {"Uncompressed"} for c in plain), old
+    assert any(new[c] != {"Uncompressed"} for c in set(new) - plain), new
 
 
 def test_record_order_refuses_what_it_cannot_order_exactly():

@@ -197,6 +197,22 @@ def test_alter_and_update_become_a_new_version_of_the_table():
     assert "CAST(x > 0 AS BOOLEAN) AS y FROM a" in steps[1].sql
 
 
+def test_a_table_declared_then_filled_is_its_query():
+    """`CREATE TABLE t (columns)` and the `INSERT INTO t SELECT` after it are t as the
+    query (a column's storage, `USING COMPRESSION`, dropped); a query whose columns are not
+    named as declared, or a table never filled, has no Spark form."""
+    create = "CREATE OR REPLACE TABLE t (x VARCHAR USING COMPRESSION uncompressed, y BIGINT)"
+    steps = transpile.prepare_steps([create, "INSERT INTO t SELECT a AS x, b AS y FROM s"])
+    assert [(s.name, s.view) for s in steps] == [("t", False)]
+    assert steps[0].sql == "SELECT a AS x, b AS y FROM s"
+    with pytest.raises(transpile.Untranslatable, match="named as declared"):
+        transpile.prepare_steps([create, "INSERT INTO t SELECT b AS y, a AS x FROM s"])
+    with pytest.raises(transpile.Untranslatable, match="never filled"):
+        transpile.prepare_steps([create])
+    with pytest.raises(transpile.Untranslatable, match="not declared"):
+        transpile.prepare_steps(["INSERT INTO t SELECT 1 AS x"])
+
+
 def test_a_cte_read_twice_is_a_step_of_its_own():
     """Spark inlines a CTE at each read: one read twice is materialised once, before the
     statement, with the CTEs it reads that are read once kept inline."""
