@@ -564,6 +564,7 @@ def test_no_windowed_count_star_with_a_filter():
 REWRITTEN_PREP = {
     "02_sessions.sql": ("a_sessions",),
     "hash_grouped/03_event_index.sql": ("a_event_repeats",),
+    "index_joined/04_inbox.sql": ("a_inbox_resolved",),
     "05_missing.sql": ("a_missing",),
     "bit_blocks/05_missing.sql": ("a_missing",),
     "holes_reread/05_missing.sql": ("a_missing",),
@@ -656,6 +657,19 @@ def test_prepare_rewrite_gives_the_replaced_tables(fleet_db, file, changed):
                        WHERE m.seq < s.hi"""
                 ).fetchone()[0]
                 assert hidden > 0
+        if file == "index_joined/04_inbox.sql":
+            # receipts resolved through the repeated event ids and through the events
+            # themselves, and (with the changes: events deleted) receipts no event resolves
+            kinds = con.execute(
+                """SELECT count(*) FILTER (WHERE r.event_id IS NOT NULL AND i.seq IS NOT NULL),
+                          count(*) FILTER (WHERE r.event_id IS NULL AND i.seq IS NOT NULL),
+                          count(*) FILTER (WHERE i.seq IS NULL)
+                   FROM a_inbox_resolved i
+                   LEFT JOIN a_event_repeats r USING (session_hmac, generation, event_id)"""
+            ).fetchone()
+            assert min(kinds[:2]) > 0, kinds
+            if changed:
+                assert kinds[2] > 0, kinds
         if file == "07_recoveries.sql":
             # reopened streams, retries carried from earlier rows, disconnects never
             # recovered, and (with the changes) streams logged without their session
@@ -728,6 +742,68 @@ def test_a_missing_event_of_two_ids_is_the_one_logged_first():
         for file in ("03_event_index.sql", "04_inbox.sql", "05_missing.sql"):
             _prep_file(con, catalog.SQL_DIR / "prep" / file)
         assert con.execute("SELECT seq, event_id FROM a_missing").fetchall() == [(2, "e2-2")]
+
+
+def test_a_receipt_is_resolved_as_through_the_event_index():
+    """A receipt lacking its place takes it from the event index's row of its key as before
+    (tests/fixtures/sql_v0/index_joined): from the repeated ids' row when its id was logged
+    more than once (once per receipt, however many rows logged it), from the event itself
+    when once; a key with a NULL part, or that no event has, takes nothing, even when
+    events share it."""
+    con = _missing_con()
+    con.execute(
+        """INSERT INTO events VALUES
+           (1, 1, TIMESTAMPTZ '2026-01-01 00:00:01+00', 's', 1, 'st1', 'a', 1, 'progress',
+            'sent', false),
+           (1, 2, TIMESTAMPTZ '2026-01-01 00:00:02+00', 's', 1, 'st1', 'b', 2, 'message',
+            'sent', false),
+           (1, 3, TIMESTAMPTZ '2026-01-01 00:00:03+00', 's', 1, 'st2', 'b', 5, 'message',
+            'replayed', false),
+           (1, 4, TIMESTAMPTZ '2026-01-01 00:00:04+00', 's', NULL, 'st3', 'c', 7, 'result',
+            'sent', false),
+           (1, 5, TIMESTAMPTZ '2026-01-01 00:00:05+00', 's', NULL, 'st3', 'c', 7, 'result',
+            'sent', false),
+           (1, 6, TIMESTAMPTZ '2026-01-01 00:00:06+00', 's', NULL, 'st3', 'd', 8, 'result',
+            'sent', false)"""
+    )
+    con.execute(
+        """INSERT INTO inbox
+           SELECT TIMESTAMPTZ '2026-01-01 00:00:10+00' + INTERVAL (n) SECOND, sess, gen,
+                  'st1', eid, verdict, NULL, origin, seq, kind
+           FROM (VALUES (1, 's', 1, 'a', 'accepted', NULL, NULL, 'progress'),
+                        (2, 's', 1, 'b', 'accepted', NULL, NULL, 'message'),
+                        (3, 's', 1, 'b', 'duplicate', NULL, NULL, 'message'),
+                        (4, 's', NULL, 'c', 'accepted', NULL, NULL, 'result'),
+                        (5, 's', NULL, 'd', 'accepted', NULL, NULL, 'result'),
+                        (6, 's', 1, 'z', 'accepted', NULL, NULL, 'message'),
+                        (7, 's', 1, 'a', 'accepted', 'st9', NULL, NULL),
+                        (8, 's', 1, 'a', 'accepted', 'st1', 1, 'progress'),
+                        (9, NULL, 1, 'a', 'accepted', NULL, NULL, 'progress'))
+                AS r(n, sess, gen, eid, verdict, origin, seq, kind)"""
+    )
+    _prep_file(con, catalog.SQL_DIR / "prep" / "03_event_index.sql")
+    cols = """(epoch(ts) - epoch(TIMESTAMPTZ '2026-01-01 00:00:10+00'))::INT,
+              origin_stream_id, seq, kind"""
+    rows = {}
+    for name, path in (("old", OLD / "index_joined"), ("new", catalog.SQL_DIR / "prep")):
+        _prep_file(con, path / "04_inbox.sql")
+        rows[name] = sorted(
+            con.execute(f"SELECT {cols} FROM a_inbox_resolved").fetchall(), key=repr
+        )
+    assert (
+        rows["new"]
+        == rows["old"]
+        == [
+            (1, "st1", 1, "progress"),
+            (2, "st1", 2, "message"),
+            (3, "st1", 2, "message"),
+            (4, None, None, "result"),
+            (5, None, None, "result"),
+            (6, None, None, "message"),
+            (7, "st9", 1, "progress"),
+            (9, None, None, "progress"),
+        ]
+    )
 
 
 _FULL = list(range(-1, 63))  # -1 and 62 share bit 62 of block 0 (seq // 63 truncates)
