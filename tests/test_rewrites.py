@@ -1766,3 +1766,29 @@ def test_gate_units_look_the_server_basis_up_among_the_sessions_it_judges(fleet_
         _assert_same_facts(con)
     finally:
         con.execute("ROLLBACK")
+
+
+@pytest.mark.parametrize("changed", [None, "many stages"], ids=["as analysed", "many stages"])
+def test_gate_sessions_numbered_as_stored_give_the_replaced_facts(fleet_db, changed):
+    """The sessions of the gate facts numbered in the order a_sessions holds them, not
+    sorted by session_hmac: read through gate_facts(), row for row and type for type the
+    facts of the statements that sorted them (tests/fixtures/sql_v0/sessions_sorted), and
+    so are the stage samples; on both fleets, as analysed and under a rollout of many
+    stages. Rolled back."""
+    con, _ = fleet_db
+    con.execute("BEGIN TRANSACTION")
+    try:
+        if changed:
+            _many_stages(con)
+        con.execute("CREATE SCHEMA v0")
+        con.execute("CREATE SCHEMA v1")
+        _facts_read(con, OLD / "sessions_sorted" / "gate_facts.sql", "v0")
+        _facts_read(con, None, "v1")
+        _assert_same_facts(con)
+        # every session once, by a key of its own
+        assert con.execute(
+            "SELECT count(*) = count(DISTINCT sid) AND count(*) = (SELECT count(*) FROM "
+            "a_sessions) FROM v1.a_gate_sessions"
+        ).fetchone()[0]
+    finally:
+        con.execute("ROLLBACK")
