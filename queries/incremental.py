@@ -492,7 +492,8 @@ def analyse(
             for name, how in BLIND_LOCAL.items():
                 con.execute(f"DROP TABLE IF EXISTS rg_was_{how['blind']}")
                 con.execute(f"DROP TABLE IF EXISTS rg_near_{name}")
-            con.execute("DROP VIEW IF EXISTS temp.a_gate_units")
+            for table in SAMPLED_TABLES:
+                con.execute(f"DROP VIEW IF EXISTS temp.{table}")
 
 
 def _added_counts(con: duckdb.DuckDBPyConnection, q: catalog.Query) -> None:
@@ -913,7 +914,7 @@ def gate_facts(
     thousand units, from detectors of every kind) are built again whole. The stage
     samples are summarised again for the stages whose facts changed."""
     tables = _tables(con)
-    if ("main", "a_gate_requests") not in tables:
+    if ("main", "a_gate_details") not in tables:
         raise Fallback("gate facts: not kept in a table per kind of unit yet")
     build: dict[str, tuple[str, dict[str, Any]]] = {}
     for stmt, bound in statements:
@@ -945,13 +946,19 @@ def gate_facts(
     # records (by their key, or by session_hmac for those of a session not known before).
     old = f"""{_IN_SCOPE} OR sid IN (SELECT sid FROM main.a_gate_sessions WHERE {_IN_SCOPE})"""
     # The stages whose samples may change: those of the units replaced, before and after
-    # (the samples summarise units of a_gate_units alone: no proxy record nor finding).
+    # (the samples summarise a record's units alone, SAMPLED_TABLES: no proxy record nor
+    # finding).
     con.execute(
         f"""CREATE OR REPLACE TEMP TABLE rg_fact_stages AS
-            SELECT DISTINCT stage FROM main.a_gate_units WHERE ({old}) AND stage IS NOT NULL"""
+            {
+            " UNION ".join(
+                f"SELECT stage FROM main.{t} WHERE ({old}) AND stage IS NOT NULL"
+                for t in SAMPLED_TABLES
+            )
+        }"""
     )
-    con.execute(f"DELETE FROM main.a_gate_units WHERE {old}")
-    con.execute(f"DELETE FROM main.a_gate_requests WHERE {old}")
+    for table in (*SAMPLED_TABLES, "a_gate_requests"):
+        con.execute(f"DELETE FROM main.{table} WHERE {old}")
     con.execute("DELETE FROM main.a_gate_findings")
     con.execute(
         f"""CREATE OR REPLACE TEMP TABLE rg_gate_sessions AS
@@ -973,26 +980,28 @@ def gate_facts(
         stmt, bound = build[table]
         with _in_scope(con):
             con.execute(stmt, bound)
-        if table == "a_gate_units":
+        if table in SAMPLED_TABLES:
             con.execute(
                 f"""INSERT INTO rg_fact_stages
-                    SELECT DISTINCT stage FROM {SCOPE}.a_gate_units WHERE stage IS NOT NULL
+                    SELECT DISTINCT stage FROM {SCOPE}.{table} WHERE stage IS NOT NULL
                     EXCEPT SELECT stage FROM rg_fact_stages"""
             )
         con.execute(f"INSERT INTO main.{table} BY NAME SELECT * FROM {SCOPE}.{table}")
         con.execute(f"DROP TABLE {SCOPE}.{table}")
     # The samples read the facts of those stages through a temporary view of their units
     # (temporary views come first whatever the search path), not a copy of them.
-    con.execute(
-        f"""CREATE OR REPLACE TEMP VIEW a_gate_units AS SELECT * FROM {_base(con, "a_gate_units")}
-            WHERE stage IN (SELECT stage FROM rg_fact_stages)"""
-    )
     stmt, bound = build["a_stage_samples"]
     try:
+        for table in SAMPLED_TABLES:
+            con.execute(
+                f"""CREATE OR REPLACE TEMP VIEW {table} AS SELECT * FROM {_base(con, table)}
+                    WHERE stage IN (SELECT stage FROM rg_fact_stages)"""
+            )
         with _in_scope(con):
             con.execute(stmt, bound)
     finally:
-        con.execute("DROP VIEW IF EXISTS temp.a_gate_units")
+        for table in SAMPLED_TABLES:
+            con.execute(f"DROP VIEW IF EXISTS temp.{table}")
     con.execute(
         "DELETE FROM main.a_stage_samples WHERE stage IN (SELECT stage FROM rg_fact_stages)"
     )
@@ -1000,8 +1009,10 @@ def gate_facts(
 
 
 # What the gate facts' statements build (queries/sql/facts/gate_facts.sql), besides the
-# readers' temporary macros: the tables of the units, one per kind of unit, in this order.
-UNIT_TABLES = ("a_gate_units", "a_gate_requests", "a_gate_findings")
+# readers' temporary macros: the tables of the units, one per kind of unit, in this order;
+# those of a record's units, which the stage samples summarise.
+UNIT_TABLES = ("a_gate_units", "a_gate_details", "a_gate_requests", "a_gate_findings")
+SAMPLED_TABLES = ("a_gate_units", "a_gate_details")
 FACT_TABLES = ("a_gate_sessions", *UNIT_TABLES, "a_stage_samples")
 _TEMP_MACRO = re.compile(r"CREATE\s+OR\s+REPLACE\s+TEMP\s+MACRO\s", re.IGNORECASE)
 _COMMENTS = re.compile(r"^\s*--.*$", re.MULTILINE)

@@ -198,7 +198,7 @@ def analyse(
     # A database analysed before the gate facts were kept in a table per kind of unit is
     # not current: gates read them.
     current = get_meta(con, "analysis_stamp") == stamp(con, config) and _has_table(
-        con, "a_gate_requests"
+        con, "a_gate_details"
     )
     if not force and only is None and current and _history_current(con):
         return summary(con)

@@ -277,7 +277,13 @@ def _gate_facts_state(con) -> dict:
         "gate_facts": sorted(con.execute("SELECT * FROM gate_facts()").fetchall(), key=repr),
         **{
             t: sorted(con.execute(f"SELECT * EXCLUDE (sid) FROM {t}").fetchall(), key=repr)
-            for t in ("a_gate_sessions", "a_gate_units", "a_gate_requests", "a_gate_findings")
+            for t in (
+                "a_gate_sessions",
+                "a_gate_units",
+                "a_gate_details",
+                "a_gate_requests",
+                "a_gate_findings",
+            )
         },
     }
 

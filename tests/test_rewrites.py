@@ -1369,6 +1369,19 @@ def _hash_join_builds(con, sql: str, bound: dict[str, Any]) -> list[tuple[str, l
     """Each hash join of `sql`'s plan: its type and the tables its build side reads (below
     a grouping, none: the build holds its groups, not the rows it read)."""
     plan = json.loads(con.execute(f"EXPLAIN (FORMAT json) {sql}", bound).fetchall()[0][1])
+    return [(kind, t) for n in plan for kind, t, _ in _builds(n)]
+
+
+def _hash_join_built_rows(con, sql: str, bound: dict[str, Any]) -> list[tuple[str, list[str], int]]:
+    """Each hash join of `sql` as it ran (`EXPLAIN ANALYZE`): its type, the tables its build
+    side reads (as _hash_join_builds) and the rows it built its table of."""
+    plan = json.loads(con.execute(f"EXPLAIN ANALYZE (FORMAT json) {sql}", bound).fetchall()[0][1])
+    return [j for n in plan["operator"] for j in _builds(n)]
+
+
+def _builds(node: dict) -> list[tuple[str, list[str], int]]:
+    """The hash joins of a plan `node` (EXPLAIN's or EXPLAIN ANALYZE's): type, the tables
+    the build side reads, the rows it holds (EXPLAIN ANALYZE's; else 0)."""
 
     def tables(n: dict) -> list[str]:
         if n["name"] in ("HASH_GROUP_BY", "PERFECT_HASH_GROUP_BY"):
@@ -1378,45 +1391,76 @@ def _hash_join_builds(con, sql: str, bound: dict[str, Any]) -> list[tuple[str, l
         )
         return own + [t for c in n.get("children", []) for t in tables(c)]
 
-    def joins(n: dict) -> list[tuple[str, list[str]]]:
+    def joins(n: dict) -> list[tuple[str, list[str], int]]:
+        build = n["children"][1] if n["name"] == "HASH_JOIN" else None
         own = (
-            [(n["extra_info"].get("Join Type", ""), tables(n["children"][1]))]
-            if (n["name"] == "HASH_JOIN")
+            [
+                (
+                    n["extra_info"].get("Join Type", ""),
+                    tables(build),
+                    int(build.get("intermediate_rows", 0)),
+                )
+            ]
+            if build is not None
             else []
         )
         return own + [j for c in n.get("children", []) for j in joins(c)]
 
-    return [j for n in plan for j in joins(n)]
+    return joins(node)
 
 
 @pytest.mark.parametrize("which", ["current", "replaced"])
 def test_gate_facts_build_no_hash_table_of_records(fleet_db, which):
-    """The gate facts' hash joins build their tables from the small side: sessions, stage
-    cells, the sessions with receipts, findings, the sessions' first GETs (a grouping of
-    the proxy's GETs); never from the record tables the units come from (events,
-    receipts, streams, dispatches, proxy records) nor from every stage window. The
-    replaced statement built one of every event (an ANTI JOIN: 10M rows at 10M events,
-    most of the step's 3 GB) and joined every window of a key: the control."""
+    """The gate facts' hash joins never build a table that grows with the events, as they
+    ran: none of the events, receipts, streams or proxy records (6 to 20 times the sessions,
+    here as at 10M events), nor of every stage window. A build from a record table holds
+    no more rows than twice the sessions: what the facts hold of the sessions anyway, give
+    or take; so the planner may build from the few units of a session (its write dispatches
+    and recoveries, 1.3 times the sessions here, 1.6 at 10M events, a_gate_details), which
+    it does where its estimate of the writes falls below the sessions, but from nothing that
+    is counted in events. (Until a_gate_details, no build read a record table at all; the
+    rows, not the table's name, are what a build holds at scale.) The replaced statement
+    built one of every event (an ANTI JOIN: 10M rows at 10M events, most of the step's 3 GB)
+    and joined every window of a key: the control."""
     con, _ = fleet_db
     values = params.from_config(Config())
     stmts = (
-        # a_gate_units and a_gate_requests (a_gate_sessions first, a_gate_findings last)
-        named.get("build", "facts").statements()[1:3]
+        # a_gate_units, a_gate_details and a_gate_requests (not a_gate_sessions, the macro
+        # that locates a record's units, a_gate_findings)
+        [
+            s
+            for s in named.get("build", "facts").statements()
+            if re.search(r"TABLE a_gate_(units|details|requests) AS", s)
+        ]
         if which == "current"
         else next(
             q for q in named.parse(OLD / "gate_facts.sql", "facts") if q.name == "build"
         ).statements()[:1]
     )
-    big = {"events", "inbox", "streams", "dispatches", "proxy", "a_stage_windows"}
+    records = {"events", "inbox", "streams", "dispatches", "a_recoveries", "proxy"}
+    sessions = con.execute("SELECT count(*) FROM a_sessions").fetchone()[0]
     builds = []
     for stmt in stmts:
         query = _v1(con, stmt[stmt.index(" AS\nWITH") + 4 :])
         bound = {k: values[k] for k in runner.PROBE_PARAMS if f"${k}" in stmt}
-        builds += _hash_join_builds(con, query, bound)
-    wide = [(kind, t) for kind, t in builds if big & set(t)]
+        builds += _hash_join_built_rows(con, query, bound)
+    wide = [
+        (kind, t, n)
+        for kind, t, n in builds
+        if "a_stage_windows" in t or (records & set(t) and n > 2 * sessions)
+    ]
     assert builds
     if which == "current":
-        assert not wide, wide
+        assert not wide, (wide, sessions)
+        # the bound is no wider than the records that grow with the events: each of
+        # them holds more rows than it on this fleet
+        assert (
+            con.execute(
+                "SELECT least((SELECT count(*) FROM events), (SELECT count(*) FROM inbox), "
+                "(SELECT count(*) FROM streams), (SELECT count(*) FROM proxy))"
+            ).fetchone()[0]
+            > 2 * sessions
+        )
     else:
         assert wide
 
@@ -1467,6 +1511,7 @@ def test_gate_facts_rewrite_gives_the_replaced_tables(fleet_db, changed):
         assert (
             con.execute(
                 "SELECT (SELECT count(*) FROM v1.a_gate_units) "
+                "+ (SELECT count(*) FROM v1.a_gate_details) "
                 "+ (SELECT count(*) FROM v1.a_gate_requests) "
                 "+ (SELECT count(*) FROM v1.a_gate_findings)"
             ).fetchone()[0]
@@ -1804,5 +1849,52 @@ def test_gate_sessions_numbered_as_stored_give_the_replaced_facts(fleet_db, chan
             "SELECT count(*) = count(DISTINCT sid) AND count(*) = (SELECT count(*) FROM "
             "a_sessions) FROM v1.a_gate_sessions"
         ).fetchone()[0]
+    finally:
+        con.execute("ROLLBACK")
+
+
+@pytest.mark.parametrize("changed", [None, "many stages"], ids=["as analysed", "many stages"])
+def test_gate_units_with_figures_kept_apart_give_the_replaced_facts(fleet_db, changed):
+    """A record's units with a figure of their own (a write dispatch's file, a recovery's
+    seconds) kept apart from the units that carry none (a_gate_details, a_gate_units):
+    read through gate_facts(), row for row and type for type the facts of the statements
+    that kept them all in one table (tests/fixtures/sql_v0/units_with_figures), and so are
+    the stage samples; on both fleets, as analysed and under a rollout of many stages with
+    units of no session, which take the grid of a record of no known session. Rolled
+    back."""
+    con, _ = fleet_db
+    con.execute("BEGIN TRANSACTION")
+    try:
+        if changed:
+            _many_stages(con)
+            con.execute("DELETE FROM a_inbox_sessions WHERE hash(session_hmac) % 5 = 0")
+            con.execute("UPDATE events SET session_hmac = NULL WHERE hash(event_id, pos) % 40 = 0")
+            con.execute("UPDATE dispatches SET session_hmac = NULL WHERE hash(dispatch_id) % 9 = 0")
+            _prep_file(con, catalog.SQL_DIR / "prep" / "11_server_missing.sql")
+        con.execute("CREATE SCHEMA v0")
+        con.execute("CREATE SCHEMA v1")
+        _facts_read(con, OLD / "units_with_figures" / "gate_facts.sql", "v0")
+        _facts_read(con, None, "v1")
+        _assert_same_facts(con)
+        # each kind of unit in its table, with its figure, and some of them staged (under
+        # many stages the few recoveries of the simulated fleet may fall in none)
+        kinds = dict(
+            con.execute(
+                "SELECT fact::VARCHAR, count(*) FROM v1.a_gate_details GROUP BY ALL"
+            ).fetchall()
+        )
+        assert set(kinds) == {"write_dispatches", "recoveries"} and all(kinds.values()), kinds
+        assert con.execute(
+            "SELECT count(*) FROM v1.a_gate_details WHERE stage IS NOT NULL"
+        ).fetchone()[0]
+        assert con.execute(
+            "SELECT count(*) FILTER (WHERE fact = 'recoveries' AND secs IS NOT NULL) > 0 "
+            "AND count(*) FILTER (WHERE fact = 'write_dispatches' AND file_id IS NOT NULL) > 0 "
+            "FROM v1.a_gate_details"
+        ).fetchone()[0]
+        if changed:
+            assert con.execute(
+                "SELECT count(*) FROM v1.a_gate_details WHERE sid IS NULL AND stage IS NOT NULL"
+            ).fetchone()[0]
     finally:
         con.execute("ROLLBACK")

@@ -18,7 +18,9 @@
 --          and each unit names its session by that key (a unit of no known session keeps
 --          its session_hmac, NULL or not, and sid NULL), in a table of the columns its
 --          kind of unit has: a_gate_units (a record's unit: delivered events, completed
---          streams, write dispatches, recoveries, sized answers), a_gate_requests (a proxy
+--          streams, sized answers), a_gate_details (a record's unit with a figure of its
+--          own: write dispatches and their file, recoveries and their seconds),
+--          a_gate_requests (a proxy
 --          record: its status, method, origin, raw id, reconnect flag), a_gate_findings (a
 --          gated finding: its detector and cause). What every reader reads is the table
 --          macro gate_facts() (`setup`) that joins them back: a row per unit, as the one
@@ -39,18 +41,48 @@ SELECT (row_number() OVER ())::INTEGER AS sid, session_hmac, cohort,
        is_baseline(session_hmac, cohort) AS baseline, principal
 FROM a_sessions;
 
--- A record's units (a_gate_units): fact, stage, time, session, a recovery's seconds, a write
--- dispatch's file.
+-- A record's units (`tbl`, a CTE of their time `ts`, session_hmac, principal and the
+-- columns a kind of unit has), each with its session's key (sid; NULL for a unit of no known
+-- session), its stage and whether it is a `replaygate probe` unit (probe). Its stage grid is
+-- looked up once per session (stage_grid in macros.sql: by the session's cohort, not per
+-- unit); a unit of no known session takes the grid of a record of no known session. Each
+-- is attributed its stage (stage_of in macros.sql: the windows looked up by the record's
+-- time, linear in the stages). For a_gate_units and a_gate_details.
+CREATE OR REPLACE TEMP MACRO gate_located(tbl) AS TABLE
+WITH rg_sessions AS (
+    SELECT sid, session_hmac, cohort, client, principal FROM a_gate_sessions
+),
+rg_gridded AS (FROM stage_grid(rg_sessions, true, cohort)),
+rg_no_session AS (SELECT NULL::VARCHAR AS cohort),
+rg_ungridded AS (FROM stage_grid(rg_no_session, false, cohort)),
+rg_located AS (
+    SELECT u.* EXCLUDE (principal), a.sid,
+           CASE WHEN a.sid IS NULL THEN n.rg_key ELSE a.rg_key END AS rg_key,
+           CASE WHEN a.sid IS NULL THEN n.rg_origin ELSE a.rg_origin END AS rg_origin,
+           CASE WHEN a.sid IS NULL THEN n.rg_width ELSE a.rg_width END AS rg_width,
+           CASE WHEN a.sid IS NULL THEN n.rg_last ELSE a.rg_last END AS rg_last,
+           is_probe(a.client, coalesce(a.principal, u.principal)) AS probe
+    FROM query_table(tbl) u LEFT JOIN rg_gridded a ON a.session_hmac = u.session_hmac
+    CROSS JOIN rg_ungridded n
+)
+FROM stage_of(rg_located, ts);
+
+-- A record's units that carry nothing but their kind (a_gate_units): fact, stage, time,
+-- session. The fact is stored as an ENUM of the kinds of unit, a byte a row, and
+-- gate_facts() reads it back as text (written as text, the column cost about 0.8 CPU s of
+-- the step at 10M events; as an ENUM about 0.5). The units that carry a figure of their own
+-- are kept apart (a_gate_details): here, where 14 million units are written at 10M events,
+-- a column of them was a column of NULLs on all other rows, and writing the two cost 0.8 of
+-- the step's 6-7 CPU s.
 CREATE OR REPLACE TABLE a_gate_units AS
 WITH units AS (
     -- delivered events: accepted receipts where the client keeps an inbox, else the
     -- events the server's log shows it sent or replayed (what the server basis judges).
     -- The receipts are stored once, as delivered events: no gate samples them apart.
-    SELECT 'delivered_events' AS fact, ts, session_hmac, NULL::DOUBLE AS secs,
-           NULL::VARCHAR AS principal, NULL::BIGINT AS file_id
+    SELECT 'delivered_events' AS fact, ts, session_hmac, NULL::VARCHAR AS principal
     FROM inbox WHERE verdict = 'accepted'
     UNION ALL
-    SELECT 'delivered_events', e.ts, e.session_hmac, NULL, NULL, NULL
+    SELECT 'delivered_events', e.ts, e.session_hmac, NULL
     FROM events e
     WHERE e.kind <> 'priming' AND e.disposition IN ('sent', 'replayed')
       -- a session (and generation) without receipts: looked up among those the server
@@ -62,51 +94,37 @@ WITH units AS (
            OR (e.session_hmac, e.generation) IN (
                   SELECT (session_hmac, generation) FROM a_server_sessions))
     UNION ALL
-    SELECT 'completed_streams', ts, session_hmac, NULL, NULL, NULL
+    SELECT 'completed_streams', ts, session_hmac, NULL
     FROM streams WHERE is_completed(state, close_reason)
-    UNION ALL
-    -- (with its file: a gate leaves out the writes of a file its detector was kept from)
-    SELECT 'write_dispatches', ts, session_hmac, NULL, principal, file_id
-    FROM dispatches WHERE is_write(tool_class)
-    UNION ALL
-    SELECT 'recoveries', disc_ts, session_hmac, secs, NULL, NULL
-    FROM a_recoveries WHERE reopen_ts IS NOT NULL
     UNION ALL
     -- answers a proxy log can judge by itself (lost_responses): POSTs answered with an
     -- event stream whose body size it logged, and for an empty one, that the client did
     -- not end the request
-    SELECT 'sized_answers', ts, session_hmac, NULL, principal, NULL
+    SELECT 'sized_answers', ts, session_hmac, principal
     FROM proxy
     WHERE judged_event_stream(method, status, body_bytes_sent, resp_content_type, client_closed)
-),
--- Each unit with its session's key and the grid its stage is looked up in (stage_grid in
--- macros.sql: by the session's cohort, once per session, not per unit); a unit of no known
--- session keeps its session_hmac and takes the grid of a record of no known session.
-sessions AS (
-    SELECT sid, session_hmac, cohort, client, principal FROM a_gate_sessions
-),
-gridded AS (FROM stage_grid(sessions, true, cohort)),
-no_session AS (SELECT NULL::VARCHAR AS cohort),
-ungridded AS (FROM stage_grid(no_session, false, cohort)),
-located AS (
-    SELECT u.* EXCLUDE (principal), a.sid,
-           CASE WHEN a.sid IS NULL THEN n.rg_key ELSE a.rg_key END AS rg_key,
-           CASE WHEN a.sid IS NULL THEN n.rg_origin ELSE a.rg_origin END AS rg_origin,
-           CASE WHEN a.sid IS NULL THEN n.rg_width ELSE a.rg_width END AS rg_width,
-           CASE WHEN a.sid IS NULL THEN n.rg_last ELSE a.rg_last END AS rg_last,
-           is_probe(a.client, coalesce(a.principal, u.principal)) AS probe
-    FROM units u LEFT JOIN gridded a ON a.session_hmac = u.session_hmac
-    CROSS JOIN ungridded n
 )
--- Each is attributed its stage (stage_of in macros.sql: the windows looked up by the
--- record's time, linear in the stages). The fact is stored as an ENUM of the kinds of unit
--- above, a byte a row, and gate_facts() reads it back as text (written as text, the
--- column cost about 0.8 CPU s of the step at 10M events; as an ENUM about 0.5).
-SELECT fact::ENUM('delivered_events', 'completed_streams', 'write_dispatches', 'recoveries',
-                  'sized_answers') AS fact,
+SELECT fact::ENUM('delivered_events', 'completed_streams', 'sized_answers') AS fact,
+       stage, ts, sid, CASE WHEN sid IS NULL THEN session_hmac END AS session_hmac
+FROM gate_located(units)
+WHERE NOT probe OR list_contains($probe_facts, fact);
+
+-- A record's units with a figure of their own (a_gate_details): fact, stage, time, session,
+-- a recovery's seconds, a write dispatch's file (a gate leaves out the writes of a file its
+-- detector was kept from).
+CREATE OR REPLACE TABLE a_gate_details AS
+WITH units AS (
+    SELECT 'write_dispatches' AS fact, ts, session_hmac, NULL::DOUBLE AS secs, principal,
+           file_id
+    FROM dispatches WHERE is_write(tool_class)
+    UNION ALL
+    SELECT 'recoveries', disc_ts, session_hmac, secs, NULL, NULL
+    FROM a_recoveries WHERE reopen_ts IS NOT NULL
+)
+SELECT fact::ENUM('write_dispatches', 'recoveries') AS fact,
        stage, ts, sid, CASE WHEN sid IS NULL THEN session_hmac END AS session_hmac, secs,
        file_id
-FROM stage_of(located, ts)
+FROM gate_located(units)
 WHERE NOT probe OR list_contains($probe_facts, fact);
 
 -- The proxy records (a_gate_requests, fact `proxy_records`): stage, time, session, status,
@@ -182,12 +200,16 @@ CREATE OR REPLACE TEMP MACRO gate_facts() AS TABLE
            CASE WHEN u.sid IS NULL THEN record_revision(u.session_hmac, NULL)
                 ELSE a.revision END AS revision,
            a.server, a.client, coalesce(a.baseline, false) AS baseline
-    FROM (SELECT fact::VARCHAR AS fact, stage, ts, sid, session_hmac, secs,
+    FROM (SELECT fact::VARCHAR AS fact, stage, ts, sid, session_hmac, NULL::DOUBLE AS secs,
                  NULL::VARCHAR AS detector,
                  NULL::BIGINT AS status, NULL::VARCHAR AS method, NULL::VARCHAR AS origin,
-                 NULL::BOOLEAN AS raw_session_id, NULL::BOOLEAN AS reconnect, file_id,
-                 NULL::VARCHAR AS cause
+                 NULL::BOOLEAN AS raw_session_id, NULL::BOOLEAN AS reconnect,
+                 NULL::BIGINT AS file_id, NULL::VARCHAR AS cause
           FROM a_gate_units
+          UNION ALL
+          SELECT fact::VARCHAR, stage, ts, sid, session_hmac, secs, NULL, NULL, NULL, NULL,
+                 NULL, NULL, file_id, NULL
+          FROM a_gate_details
           UNION ALL
           SELECT 'proxy_records', stage, ts, sid, session_hmac, NULL, NULL, status, method,
                  origin, raw_session_id, reconnect, file_id, NULL
