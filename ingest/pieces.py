@@ -18,6 +18,13 @@ notes a line end per buffer with the lines before it (identity.Scan.cuts).
 The load keeps the rows only if every line gave one row (commit.py), as for a file read
 whole: a piece that gives fewer rows than its lines (a blank line the reader skips, a
 feeder that fails) leaves the total short, and the file is staged.
+
+Where a file is cut: at a line end nearest to equal shares, among those after which the
+rows before are a whole number of DuckDB's row groups (group_ends). Each piece's insert
+fills row groups of its own, so only the last piece leaves a partial one; two pieces
+that each left one gave the table partial groups that the next checkpoint merges by
+writing their rows again, full groups between them included (the close of a 1M load of
+JSON Lines or CSV: 0.6-0.75 CPU s, a twentieth of the load).
 """
 
 from __future__ import annotations
@@ -34,6 +41,11 @@ from pathlib import Path
 # The least content worth a piece of its own: a smaller file is read in one piece (its
 # reader, on one thread, is done before a second one would have paid for itself).
 PIECE_BYTES = 8 << 20
+# The rows of one of DuckDB's row groups (its storage's default, which the load's
+# database keeps; tests/test_ingest_pieces.py holds DuckDB to it).
+GROUP_ROWS = 122_880
+# What a look for a line end past a cut of the scan reads at a time.
+_SEEK_CHUNK = 1 << 20
 # How long a feeder waits for its reader at a time before it looks whether the
 # statement is over (a reader that never opens its pipe, or stops reading).
 _POLL_MS = 50
@@ -70,6 +82,50 @@ def cut(cuts: list[tuple[int, int]], end: int, k: int, least: int | None = None)
     return [
         Piece(a[0], b[0], a[1]) for a, b in zip(bounds, bounds[1:], strict=False) if b[0] > a[0]
     ]
+
+
+def group_ends(
+    path: Path, cuts: list[tuple[int, int]], lines: int, k: int, header: int = 0
+) -> list[tuple[int, int]]:
+    """Line ends at which `k` pieces of a file of `lines` lines may be cut so that every
+    piece but the last holds whole row groups (GROUP_ROWS rows; `header`: the lines
+    before the first row), as (offset just after the line end, the lines before it):
+    for each of the k - 1 equal shares, the whole number of groups below it and above
+    it. `cuts`: where the scan noted a line end (identity.Scan.cuts), to start from."""
+    rows = lines - header
+    wanted: set[int] = set()
+    for i in range(1, k):
+        share = rows * i // k
+        for groups in (share // GROUP_ROWS, share // GROUP_ROWS + 1):
+            if 0 < groups * GROUP_ROWS < rows:
+                wanted.add(header + groups * GROUP_ROWS)
+    out = []
+    for before in sorted(wanted):
+        offset = _line_end(path, cuts, before)
+        if offset is not None:
+            out.append((offset, before))
+    return out
+
+
+def _line_end(path: Path, cuts: list[tuple[int, int]], target: int) -> int | None:
+    """The offset just after the `target`-th line end of a file (None: it has fewer),
+    read from the nearest of `cuts` before it (a scan notes one per buffer)."""
+    offset, seen = max(((o, n) for o, n in [(0, 0), *cuts] if n <= target), key=lambda c: c[1])
+    with open(path, "rb") as fh:
+        fh.seek(offset)
+        while seen < target:
+            chunk = fh.read(_SEEK_CHUNK)
+            if not chunk:
+                return None
+            count = chunk.count(b"\n")
+            if seen + count < target:
+                seen, offset = seen + count, offset + len(chunk)
+                continue
+            at = -1
+            for _ in range(target - seen):
+                at = chunk.index(b"\n", at + 1)
+            return offset + at + 1
+    return offset
 
 
 def pipe_paths(folder: Path, name: str, pieces: list[Piece]) -> list[Path]:

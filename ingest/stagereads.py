@@ -232,9 +232,10 @@ class Reads(StagingArea):
         scan: identity.Scan | None,
     ) -> list[pieces.Piece]:
         """The pieces a direct read of a format of lines reads side by side (pieces.py):
-        as many as DuckDB has threads, for a plain file read from its start whose every
-        line is one row (of a format of data rows, a file without a double quote after
-        its header: a quoted field may hold a line end); one piece, the whole, otherwise."""
+        as many as DuckDB has threads, each but the last of whole row groups
+        (pieces.group_ends), for a plain file read from its start whose every line is
+        one row (of a format of data rows, a file without a double quote after its
+        header: a quoted field may hold a line end); one piece, the whole, otherwise."""
         whole = [pieces.Piece(0, 0, 0)]
         if (
             scan is None
@@ -243,11 +244,13 @@ class Reads(StagingArea):
             or compression != "none"
             or not pieces.can_feed()
             or (fmt.row_positions and scan.quoted)
+            or read_path.stat().st_size < scan.complete
         ):
             return whole
         threads = int(one_row(self._exec("SELECT current_setting('threads')"))[0])
-        cut = pieces.cut(scan.cuts, scan.complete, threads)
-        return cut if len(cut) > 1 and read_path.stat().st_size >= scan.complete else whole
+        ends = pieces.group_ends(read_path, scan.cuts, lines, threads, 1 if fmt.header else 0)
+        cut = pieces.cut(ends, scan.complete, threads)
+        return cut if len(cut) > 1 else whole
 
     def _stage_fast(
         self,

@@ -26,13 +26,18 @@ from .test_ingest_direct import _diff, _events, _explain, _operators
 from .test_ingest_fast import CONFIG
 
 THREADS = 3
+# The rows of a row group the pieces are cut to in these tests (an odd number: a piece's
+# rows are a multiple of it only when cut so).
+SMALL_GROUP = 97
 
 
 @pytest.fixture
 def small_pieces(monkeypatch: pytest.MonkeyPatch) -> list[int]:
-    """Pieces of 16 KB and up, cut at the scan's 16 KB buffers; returns the piece counts
-    of every read in pieces (a spy on pieces.feeding)."""
+    """Pieces of 16 KB and up, cut at the scan's 16 KB buffers into row groups of
+    GROUP_ROWS (shrunk too); returns the piece counts of every read in pieces (a spy on
+    pieces.feeding)."""
     monkeypatch.setattr(pieces, "PIECE_BYTES", 16 << 10)
+    monkeypatch.setattr(pieces, "GROUP_ROWS", SMALL_GROUP)
     monkeypatch.setattr(identity, "SCAN_CHUNK", 16 << 10)
     real = pieces.cut
     monkeypatch.setattr(
@@ -100,6 +105,62 @@ def test_cut_at_line_ends_into_equal_shares():
     assert pieces.cut(cuts, 1000, 2, least=600) == [pieces.Piece(0, 1000, 0)]
     assert pieces.cut([], 1000, 4, least=100) == [pieces.Piece(0, 1000, 0)]
     assert pieces.cut(cuts, 1000, 1, least=100) == [pieces.Piece(0, 1000, 0)]
+
+
+def test_duckdb_fills_row_groups_of_group_rows(tmp_path):
+    """pieces.GROUP_ROWS is the rows of a row group of a database the load makes."""
+    con = dbm.connect(str(tmp_path / "g.duckdb"))
+    try:
+        con.execute("CREATE TABLE t AS SELECT range AS i FROM range(300000)")
+        counts = con.execute(
+            "SELECT max(count) FROM pragma_storage_info('t') GROUP BY row_group_id "
+            "ORDER BY row_group_id"
+        ).fetchall()
+    finally:
+        con.close()
+    assert [c[0] for c in counts] == [pieces.GROUP_ROWS, pieces.GROUP_ROWS, 300000 - 2 * 122_880]
+
+
+@pytest.mark.parametrize("fmt", ["jsonl", "csv"])
+def test_every_piece_but_the_last_holds_whole_row_groups(fmt, small_pieces, tmp_path, monkeypatch):
+    """A piece's insert fills row groups of its own: cut anywhere else, each piece left a
+    partial group, which the next checkpoint merges by writing its rows again."""
+    path = tmp_path / f"events.{fmt}"
+    _write(path, _events(4000))
+    got: list[list[pieces.Piece]] = []
+    feeding = pieces.feeding
+
+    def spy(source, cut, pipes):
+        got.append(list(cut))
+        return feeding(source, cut, pipes)
+
+    monkeypatch.setattr(pieces, "feeding", spy)
+    _ingest(tmp_path, tmp_path / "g.duckdb", False, monkeypatch)
+    assert [len(c) for c in got] == [THREADS], got
+    header = 1 if fmt == "csv" else 0
+    raw = path.read_bytes()
+    for piece in got[0][1:]:
+        assert raw[piece.start - 1 : piece.start] == b"\n"
+        assert piece.before == raw[: piece.start].count(b"\n")
+        assert (piece.before - header) % SMALL_GROUP == 0, piece
+    shares = [p.end - p.start for p in got[0]]
+    assert max(shares) < 2 * min(shares), shares  # near equal shares still
+
+
+def test_group_ends_are_line_ends_of_whole_groups(tmp_path, monkeypatch):
+    monkeypatch.setattr(pieces, "GROUP_ROWS", 10)
+    monkeypatch.setattr(pieces, "_SEEK_CHUNK", 64)  # a line end looked for over chunks
+    path = tmp_path / "f.csv"
+    data = b"h\n" + b"".join(b"%d,x\n" % i for i in range(95))
+    path.write_bytes(data)
+    cuts = [(o, data[:o].count(b"\n")) for o in range(1, len(data)) if data[o - 1] == 10][::17]
+    for k, want in ((2, [41, 51]), (3, [31, 41, 61, 71]), (4, [21, 31, 41, 51, 71, 81])):
+        ends = pieces.group_ends(path, cuts, 96, k, header=1)
+        assert [n for _, n in ends] == want, k
+        for offset, before in ends:
+            assert data[:offset].count(b"\n") == before and data[offset - 1] == 10
+    # Fewer rows than a group: nowhere to cut.
+    assert pieces.group_ends(path, cuts, 9, 2) == []
 
 
 def test_the_scan_notes_where_a_file_may_be_cut(tmp_path, monkeypatch):
