@@ -1573,7 +1573,8 @@ WHOLE_TABLES = OLD / "whole_tables"
 # session_after_terminal as it joined every receipt and request with every session by its key
 # and kept a copy of every session's clients) and wide_reread/ (duplicate_delivery_accepted,
 # and duplicate_dispatch's inbox basis, as they read every column of every accepted receipt
-# again for the ones whose hash repeats).
+# again for the ones whose hash repeats) and pending_grouped/ (unrecovered_stream as it
+# grouped every stream row).
 LATER_VERSIONS = sorted(
     [(p.stem, p) for p in WHOLE_TABLES.glob("*.sql")]
     + [(p.stem, p) for p in (OLD / "proxy_copied").glob("*.sql")]
@@ -1582,6 +1583,7 @@ LATER_VERSIONS = sorted(
     + [(p.stem, p) for p in (OLD / "rows_ordered").glob("*.sql")]
     + [("duplicate_delivery_accepted", OLD / "hash_grouped" / "duplicate_delivery_accepted.sql")]
     + [(p.stem, p) for p in (OLD / "wide_reread").glob("*.sql")]
+    + [(p.stem, p) for p in (OLD / "pending_grouped").glob("*.sql")]
 )
 
 # Changes to the fleet that reach every basis and branch of those detectors: sessions whose
@@ -1623,6 +1625,23 @@ _DETECTOR_CASES = [
     "UPDATE sessions SET session_hmac = NULL WHERE hash(session_hmac, pos) % 29 = 0",
     "UPDATE inbox SET session_hmac = NULL WHERE hash(session_hmac, event_id) % 31 = 0",
     "UPDATE streams SET resume_from_event_id = NULL WHERE hash(session_hmac, stream_id) % 2 = 0",
+    # resumes asked for after a break, some never settled: a stream's rows that open or
+    # close it after its first break made RESUME_PENDING, or after its first RESUME_PENDING
+    # gone (streams of no session, generation or id among them)
+    """UPDATE streams s SET state = 'RESUME_PENDING'
+       WHERE s.state IN ('STREAM_OPEN', 'CLOSED') AND hash(s.stream_id, s.pos) % 3 = 0
+         AND s.ts > (SELECT min(d.ts) FROM streams d
+                     WHERE d.state = 'DISCONNECTED'
+                       AND d.session_hmac IS NOT DISTINCT FROM s.session_hmac
+                       AND d.generation IS NOT DISTINCT FROM s.generation
+                       AND d.stream_id IS NOT DISTINCT FROM s.stream_id)""",
+    """DELETE FROM streams s
+       WHERE s.state IN ('STREAM_OPEN', 'CLOSED') AND hash(s.stream_id, s.pos) % 4 > 0
+         AND s.ts > (SELECT min(p.ts) FROM streams p
+                     WHERE p.state = 'RESUME_PENDING'
+                       AND p.session_hmac IS NOT DISTINCT FROM s.session_hmac
+                       AND p.generation IS NOT DISTINCT FROM s.generation
+                       AND p.stream_id IS NOT DISTINCT FROM s.stream_id)""",
 ]
 
 
@@ -1660,7 +1679,8 @@ def test_detector_driven_from_candidates_gives_the_replaced_rows(fleet_db, name,
     """A detector rewritten to start from its few candidate units (or to find its repeated
     keys by sorting their hashes, or to read a table by each use instead of copying it)
     returns exactly the rows of the versions it replaced (tests/fixtures/sql_v0/whole_tables,
-    hash_grouped, proxy_copied, all_disconnects, kept_copies, rows_ordered, wide_reread), every
+    hash_grouped, proxy_copied, all_disconnects, kept_copies, rows_ordered, wide_reread,
+    pending_grouped), every
     column and the detail byte for byte, cannot-tell units included, on both fleets as
     analysed and with the cases it took apart added (_DETECTOR_CASES, the prepare step run
     again on them). Rolled back."""
