@@ -570,6 +570,7 @@ REWRITTEN_PREP = {
     "holes_reread/05_missing.sql": ("a_missing",),
     "06_stream_life.sql": ("a_streams",),
     "compressed/06_stream_life.sql": ("a_streams",),
+    "compressed/04_inbox.sql": ("a_inbox_resolved",),
     "07_recoveries.sql": ("a_recoveries",),
     "11_resumes.sql": ("a_resumes",),
     "index_joined/11_resumes.sql": ("a_resumes",),
@@ -1050,11 +1051,19 @@ def test_a_sessions_orders_records_tied_in_time_by_file_and_position(stored):
     ]
 
 
-def test_a_streams_stores_its_session_keys_and_digests_uncompressed(fleet_db):
-    """a_streams' session keys and payload digests are written as they are (DuckDB's string
-    compression of them was about a third of the step at 10M events, for half their
-    bytes); its other text columns compress as DuckDB chooses, and the replaced file
-    (tests/fixtures/sql_v0/compressed) let DuckDB compress the two as well."""
+@pytest.mark.parametrize(
+    ("file", "table", "plain"),
+    [
+        ("06_stream_life.sql", "a_streams", {"session_hmac", "payload_digest"}),
+        ("04_inbox.sql", "a_inbox_resolved", {"event_id"}),
+    ],
+)
+def test_wide_unique_text_is_stored_uncompressed(fleet_db, file, table, plain):
+    """a_streams' session keys and payload digests, and a_inbox_resolved's event ids, are
+    written as they are (DuckDB's string compression of them was about a third of each
+    step's write at 10M events, for half their bytes); the other text columns compress as
+    DuckDB chooses, and the replaced files (tests/fixtures/sql_v0/compressed) let DuckDB
+    compress these as well."""
     con, _ = fleet_db
 
     def stored(path: Path) -> dict[str, set[str]]:
@@ -1062,15 +1071,15 @@ def test_a_streams_stores_its_session_keys_and_digests_uncompressed(fleet_db):
         con.execute("CHECKPOINT")
         out: dict[str, set[str]] = {}
         for col, how in con.execute(
-            """SELECT column_name, compression FROM pragma_storage_info('a_streams')
-               WHERE segment_type <> 'VALIDITY'"""
+            """SELECT column_name, compression FROM pragma_storage_info($t)
+               WHERE segment_type <> 'VALIDITY'""",
+            {"t": table},
         ).fetchall():
             out.setdefault(col, set()).add(how)
         return out
 
-    old = stored(OLD / "compressed" / "06_stream_life.sql")
-    new = stored(catalog.SQL_DIR / "prep" / "06_stream_life.sql")
-    plain = {"session_hmac", "payload_digest"}
+    old = stored(OLD / "compressed" / file)
+    new = stored(catalog.SQL_DIR / "prep" / file)
     assert all(new[c] == {"Uncompressed"} for c in plain), new
     assert any(old[c] != {"Uncompressed"} for c in plain), old
     assert any(new[c] != {"Uncompressed"} for c in set(new) - plain), new
