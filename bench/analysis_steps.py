@@ -1,7 +1,7 @@
 """Benchmark: the analysis step by step — CPU seconds, wall seconds and peak RSS of every
 prepare statement, detector and gate-facts statement, in one process.
 
-    python bench/analysis_steps.py DB [--incremental] [--progress] [--json OUT]
+    python bench/analysis_steps.py DB [--incremental] [--progress] [--json OUT] [--drop-caches]
 
 `DB` is an ingested database (`replaygate ingest --no-analyse`); it is analysed in place
 (`runner.analyse(force=True)`, or with `--incremental` what `watch` runs after an ingest:
@@ -16,7 +16,8 @@ statement's DuckDB profile (JSON, every operator's time and rows) is kept in DIR
 per statement numbered in order, and each step adds what DuckDB spilled (`spill_mb`: bytes
 written to the temporary folder) and the folder's peak (`temp_peak_mb`); the profiling
 costs a little CPU, so compare runs that both had it. Not a timed test: numbers depend
-on the machine and its load.
+on the machine, its load and its page cache: the headline notes the cache at the start
+(`page_cache_mb`), and `--drop-caches` (root) drops it first, so runs start alike.
 """
 
 from __future__ import annotations
@@ -33,8 +34,11 @@ from collections import defaultdict
 from pathlib import Path
 from typing import Any
 
-from replaygate.core import config, db
-from replaygate.queries import runner
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from run import drop_page_cache, page_cache_mb  # noqa: E402
+
+from replaygate.core import config, db  # noqa: E402
+from replaygate.queries import runner  # noqa: E402
 
 _PAGE = os.sysconf("SC_PAGE_SIZE")
 _CREATE = re.compile(
@@ -155,7 +159,15 @@ def main() -> None:
         "--progress", action="store_true", help="print each statement to stderr as it ends"
     )
     ap.add_argument("--profile", type=Path, help="keep every statement's DuckDB profile here")
+    ap.add_argument(
+        "--drop-caches",
+        action="store_true",
+        help="sync and drop the kernel's page cache before the analysis (root on Linux)",
+    )
     args = ap.parse_args()
+    if args.drop_caches:
+        drop_page_cache()
+    cache0 = page_cache_mb()
     peak = Peak()
     steps: dict[str, dict[str, float]] = defaultdict(
         lambda: {"cpu_s": 0.0, "s": 0.0, "peak_mb": 0.0, "n": 0}
@@ -187,6 +199,7 @@ def main() -> None:
         "findings": findings,
         "load": [round(load0, 1), round(os.getloadavg()[0], 1)],
         "memory_limit": os.environ.get("REPLAYGATE_MEMORY_LIMIT", "default"),
+        "page_cache_mb": cache0,
         "steps": {
             k: {m: round(v, 3) if m != "n" else int(v) for m, v in s.items()}
             for k, s in sorted(steps.items(), key=lambda kv: -kv[1]["cpu_s"])
@@ -197,7 +210,7 @@ def main() -> None:
     print(
         f"{out['mode']}: {out['analysis_s']} s / {out['analysis_cpu_s']} CPU s in the analysis, "
         f"process {out['process_cpu_s']} CPU s, peak {out['peak_mb']:,} MB, "
-        f"{findings:,} findings, load {out['load']}"
+        f"{findings:,} findings, load {out['load']}, page cache at start {cache0} MB"
     )
     print("| step | CPU s | s | peak MB | spilled MB | statements |\n|---|---|---|---|---|---|")
     for k, s in list(out["steps"].items())[: args.top]:

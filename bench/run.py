@@ -98,11 +98,38 @@ class _Watch(threading.Thread):
             self.loads.append(os.getloadavg()[0])
 
 
+def page_cache_mb() -> int | None:
+    """The kernel's page cache now (MB, /proc/meminfo's Cached), or None off Linux.
+
+    On the 2-core VMs these figures come from, the same 10M analysis took 29 s right after
+    the cache was dropped and 36-39 s with ~8 GB of it left by earlier runs (the kernel
+    reclaiming pages while DuckDB allocates): every timed step notes it, so two figures
+    are compared only at like cache states."""
+    try:
+        with open("/proc/meminfo") as fh:
+            for line in fh:
+                if line.startswith("Cached:"):
+                    return int(line.split()[1]) // 1024
+    except OSError:
+        pass
+    return None
+
+
+def drop_page_cache() -> None:
+    """Write dirty pages out and drop the page cache (Linux, root only): a like start for
+    a timed step. Refuses with one line rather than measure from an unknown state."""
+    os.sync()
+    try:
+        Path("/proc/sys/vm/drop_caches").write_text("3\n")
+    except OSError as e:
+        raise SystemExit(f"--drop-caches needs root on Linux: {e.strerror}") from None
+
+
 def run_step(cmd: list[str], env: dict | None = None) -> dict:
     """Run a command: wall and CPU seconds and peak RSS (MB), from wait4 of that child,
     the load average before and after and its range while it ran, and the CPU seconds
     of the Java processes it started (`jvm_cpu_s`, when there were any)."""
-    load0 = os.getloadavg()[0]
+    load0, cache0 = os.getloadavg()[0], page_cache_mb()
     t0 = time.perf_counter()
     proc = subprocess.Popen(
         cmd, env={**ENV, **(env or {})}, stdout=subprocess.PIPE, stderr=subprocess.PIPE
@@ -123,6 +150,7 @@ def run_step(cmd: list[str], env: dict | None = None) -> dict:
         "peak_mb": round(usage.ru_maxrss / 1024),
         "load": [round(load0, 1), round(os.getloadavg()[0], 1)],
         "load_range": [round(min(watch.loads), 1), round(max(watch.loads), 1)],
+        "page_cache_mb": cache0,
         **({"jvm_cpu_s": round(sum(watch.jvm.values()), 2)} if watch.jvm else {}),
         "out": out_b.decode(),
     }

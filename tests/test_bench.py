@@ -65,7 +65,9 @@ def test_analysis_step_times_the_gate_facts(tmp_path):
         capture_output=True, text=True, env=run.ENV,
     )  # fmt: skip
     assert r.returncode == 0, r.stderr
-    out = json.loads(run.run_step([sys.executable, "-c", run.ANALYSE, str(db)])["out"])
+    step = run.run_step([sys.executable, "-c", run.ANALYSE, str(db)])
+    assert isinstance(step["page_cache_mb"], int)
+    out = json.loads(step["out"])
     assert 0 < out["facts_s"] < out["analyse_s"]
     # bench/analysis_steps.py on the same database: each statement of the analysis counted
     # once, under its detector or the table it makes (the per-step tables of the doc)
@@ -80,6 +82,9 @@ def test_analysis_step_times_the_gate_facts(tmp_path):
     res = json.loads(steps_json.read_text())
     steps = res["steps"]
     assert res["mode"] == "full" and res["findings"] > 0
+    # the page cache at the start is noted (a 10M run moves ~20 % with it)
+    assert isinstance(res["page_cache_mb"], int) and res["page_cache_mb"] >= 0
+    assert f"page cache at start {res['page_cache_mb']} MB" in r.stdout.splitlines()[0]
     assert {"a_gate_units", "a_stage_samples", "a_missing", "undelivered_result"} <= set(steps)
     assert sum(s["cpu_s"] for s in steps.values()) <= res["analysis_cpu_s"] + 0.01
     # --progress: every statement on stderr as it ends, under its step's label (a run cut
@@ -177,3 +182,16 @@ def test_spark_only_measures_the_spark_steps_apart(tmp_path, monkeypatch):
     assert [r[0] for r in ran] == ["ingest", "findings"] and "--driver-memory 4g " in ran[1][1]
     assert "spark_ingest" not in res and res["spark_db_mb"] == 3
     assert not lake.exists()  # the analysis alone, not kept: the lake is gone after it
+
+
+def test_drop_caches_refuses_in_one_line_without_the_right(monkeypatch):
+    sys.path.insert(0, str(BENCH))
+    import run
+
+    def refuse(self, *a, **kw):
+        raise PermissionError(13, "Permission denied", str(self))
+
+    monkeypatch.setattr(run.os, "sync", lambda: None)
+    monkeypatch.setattr(run.Path, "write_text", refuse)
+    with pytest.raises(SystemExit, match="^--drop-caches needs root on Linux: Permission denied$"):
+        run.drop_page_cache()
