@@ -563,6 +563,7 @@ def test_no_windowed_count_star_with_a_filter():
 # (a file rewritten a second time is kept in a folder of sql_v0 named for the version).
 REWRITTEN_PREP = {
     "02_sessions.sql": ("a_sessions",),
+    "text_states/02_sessions.sql": ("a_sessions",),
     "hash_grouped/03_event_index.sql": ("a_event_repeats",),
     "index_joined/04_inbox.sql": ("a_inbox_resolved",),
     "05_missing.sql": ("a_missing",),
@@ -593,6 +594,17 @@ _EDGE_CASES = [
     """UPDATE streams SET session_hmac = NULL WHERE (session_hmac, generation, stream_id) IN
        (SELECT (session_hmac, generation, stream_id) FROM streams
         WHERE state = 'RESUME_PENDING' AND hash(stream_id, session_hmac) % 4 = 0)""",
+    # sessions whose first record lacks a value a later one has (a_sessions takes those
+    # values column by column), records of no session among them
+    # (a value moved off the records that have it onto those that have none)
+    """UPDATE sessions SET
+           principal = CASE WHEN principal IS NULL THEN 'p-' || pos::VARCHAR END,
+           client_name = CASE WHEN client_name IS NULL THEN 'c-' || pos::VARCHAR END
+       WHERE hash(session_hmac) % 4 = 1""",
+    """UPDATE sessions SET
+           protocol_version = CASE WHEN protocol_version IS NULL THEN '2025-03-26' END,
+           resumable = CASE WHEN resumable IS NULL THEN pos % 2 = 0 END
+       WHERE hash(session_hmac) % 5 = 2""",
 ]
 
 
@@ -672,6 +684,28 @@ def test_prepare_rewrite_gives_the_replaced_tables(fleet_db, file, changed):
             assert min(kinds[:2]) > 0, kinds
             if changed:
                 assert kinds[2] > 0, kinds
+        if Path(file).name == "02_sessions.sql":
+            # sessions whose values are all on their first record and (with the changes)
+            # sessions whose first record lacks one a later record has
+            kinds = con.execute(
+                """SELECT count(*) FILTER (WHERE NOT lacks), count(*) FILTER (WHERE lacks)
+                   FROM (SELECT session_hmac,
+                                (bool_or(o > first AND principal IS NOT NULL)
+                                 AND NOT bool_or(o = first AND principal IS NOT NULL))
+                                OR (bool_or(o > first AND client_name IS NOT NULL)
+                                    AND NOT bool_or(o = first AND client_name IS NOT NULL))
+                                OR (bool_or(o > first AND protocol_version IS NOT NULL)
+                                    AND NOT bool_or(o = first AND protocol_version IS NOT NULL))
+                                    AS lacks
+                         FROM (SELECT *, record_order(ts, file_id, pos) AS o,
+                                      min(record_order(ts, file_id, pos))
+                                          OVER (PARTITION BY session_hmac) AS first
+                               FROM sessions)
+                         GROUP BY session_hmac)"""
+            ).fetchone()
+            assert kinds[0] > 0, kinds
+            if changed:
+                assert kinds[1] > 0, kinds
         if file == "07_recoveries.sql":
             # reopened streams, retries carried from earlier rows, disconnects never
             # recovered, and (with the changes) streams logged without their session
@@ -965,6 +999,69 @@ def test_a_resumes_looks_its_ids_up_among_the_events_not_the_index_view():
 
     assert "a_event_index" not in text(catalog.SQL_DIR / "prep" / "11_resumes.sql")
     assert "a_event_index" in text(OLD / "index_joined" / "11_resumes.sql")
+
+
+def _rows_into_text_states(con, path: Path, tmp: Path) -> tuple[int, int]:
+    """The prepare file's statements run with DuckDB's profile kept: the rows that reached a
+    grouping holding arg_min states of text (eight or more arg_min: a_sessions' values),
+    and the records of `sessions`."""
+    out = tmp / "profile.json"
+    con.execute("SET enable_profiling = 'json'")
+    con.execute("SET profiling_coverage = 'ALL'")
+    con.execute("SET profiling_output = $f", {"f": str(out)})
+    try:
+        _prep_file(con, path)
+    finally:
+        for setting in ("enable_profiling", "profiling_coverage", "profiling_output"):
+            con.execute(f"RESET {setting}")
+
+    def grouped(node: dict) -> int:
+        own = 0
+        if node.get("type") == "HASH_GROUP_BY":
+            states = node.get("extra_info", {}).get("Aggregates", [])
+            if sum(str(a).startswith("arg_min") for a in states) >= 8:
+                own = sum(c.get("intermediate_rows", 0) for c in node.get("children", []))
+        return own + sum(grouped(c) for c in node.get("children", []))
+
+    profile = json.loads(out.read_text())
+    records = con.execute("SELECT count(*) FROM sessions").fetchone()[0]
+    return sum(grouped(n) for n in profile["operator"]), records
+
+
+def test_a_sessions_groups_no_text_for_sessions_whose_first_record_has_all(fleet_db, tmp_path):
+    """Eight arg_min of text kept every session's values in the grouping's states, which
+    went to disk under a tenth of the memory at 10M events: a_sessions takes the values of
+    a session whose first record has all of them from that record, and groups with the
+    eight only the records of the others (none on the simulated fleet)."""
+    con, _ = fleet_db
+    con.execute("BEGIN TRANSACTION")
+    try:
+        # the records of the sessions whose first record lacks a value a later one has
+        later = " OR ".join(
+            f"(count({c}) > 0 AND arg_min({c} IS NULL, record_order(ts, file_id, pos)))"
+            for c in (
+                "rollout_stage",
+                "release",
+                "principal",
+                "auth_subject",
+                "protocol_version",
+                "resumable",
+                "server_instance",
+                "client_name",
+            )
+        )
+        lacking = con.execute(
+            f"""SELECT coalesce(sum(n), 0) FROM (
+                    SELECT count(*) AS n FROM sessions GROUP BY session_hmac HAVING {later})"""
+        ).fetchone()[0]
+        new, records = _rows_into_text_states(
+            con, catalog.SQL_DIR / "prep" / "02_sessions.sql", tmp_path
+        )
+        old, _ = _rows_into_text_states(con, OLD / "text_states" / "02_sessions.sql", tmp_path)
+    finally:
+        con.execute("ROLLBACK")
+    assert old == records > 0
+    assert new == lacking < records / 2, (new, lacking, records)
 
 
 def _new_and_old(con: duckdb.DuckDBPyConnection, file: str, table: str) -> None:
