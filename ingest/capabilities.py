@@ -88,18 +88,24 @@ def record(
     tables: list[str],
     key_facts: set[str],
     grown: bool = False,
+    fresh: bool = False,
 ) -> None:
     """Store the facts a file shows: by its keys (kept from earlier reads of a grown file)
     and by the values of all its rows. `grown`: rows were only added, so what its earlier
-    rows showed still holds and only the facts not shown yet are looked for."""
-    if not grown:
+    rows showed still holds and only the facts not shown yet are looked for. `fresh`: the
+    file id was drawn for this load and has no facts yet, so none are deleted or looked
+    up (two statements of each new file, paid by every batch of a load in batches)."""
+    if not grown and not fresh:
         con.execute("DELETE FROM file_facts WHERE file_id = $f AND how = 'values'", {"f": file_id})
-    known = {
-        r[0]
-        for r in con.execute(
-            "SELECT fact FROM file_facts WHERE file_id = $f AND how = 'values'", {"f": file_id}
-        ).fetchall()
-    }
+    known: set[str] = set()
+    if not fresh:
+        known = {
+            r[0]
+            for r in con.execute(
+                "SELECT fact FROM file_facts WHERE file_id = $f AND how = 'values'",
+                {"f": file_id},
+            ).fetchall()
+        }
     rows = [(fact, "keys") for fact in sorted(key_facts)]
     for table in tables:
         facts = [f for f in optional_facts(table) if f not in known]

@@ -134,10 +134,17 @@ class Commit(Quarantine):
                 staged.shown,
                 staged.decision,
                 staged.row_shift + staged.rows_staged,
+                fresh=not appending,
             )
         if staged.read:
-            tables = list(_rows_by_type(self.con, rows_id)) or list(result.rows)
-            capabilities.record(self.con, rows_id, tables, staged.key_facts, grown=appending)
+            # A new file's manifest row holds result.rows, written above (_manifest, its
+            # keys sorted): not read back. An append's holds its earlier rows' too.
+            tables = (
+                list(_rows_by_type(self.con, rows_id)) if appending else sorted(result.rows)
+            ) or list(result.rows)
+            capabilities.record(
+                self.con, rows_id, tables, staged.key_facts, grown=appending, fresh=not appending
+            )
             if "proxy" in tables:
                 result.facts = capabilities.proxy_summary(capabilities.shown(self.con, rows_id))
         return result
@@ -224,9 +231,12 @@ class Commit(Quarantine):
         if "session_hmac" not in {f.name for f in rt.stored_fields}:
             set_meta(self.con, "analysis_pending_full", "1")
             return
-        if get_meta(self.con, "analysis_pending_full", "0") != "0" or get_meta(
-            self.con, "analysis_noted_through"
-        ) != get_meta(self.con, "data_version", "0"):
+        noted = get_meta(self.con, "analysis_noted_through")
+        if (
+            noted is None  # no analysis ran yet: one look-up, not three, per table of a file
+            or noted != get_meta(self.con, "data_version", "0")
+            or get_meta(self.con, "analysis_pending_full", "0") != "0"
+        ):
             return
         self._exec(
             "INSERT INTO analysis_pending_rows VALUES ($t, $f, $shift)",
@@ -300,9 +310,16 @@ class Commit(Quarantine):
         )
 
     def _identity(
-        self, file_id: int, src: readers.Source, shown: str, d: identity.Decision, rows: int
+        self,
+        file_id: int,
+        src: readers.Source,
+        shown: str,
+        d: identity.Decision,
+        rows: int,
+        fresh: bool = False,
     ) -> None:
-        """What identifies the file by content next time (identity.py)."""
+        """What identifies the file by content next time (identity.py). `fresh`: the id
+        was drawn for this load, so its quarantine rows were written here, naming `shown`."""
         sc = d.scanned
         self._exec(
             """UPDATE files SET path = $path, name = $name, abspath = $abs, size = $size,
@@ -322,6 +339,8 @@ class Commit(Quarantine):
                 "raw": sc.raw_digest,
             },
         )
+        if fresh:
+            return
         # Quarantine rows name the file where their line can be found now.
         self._exec(
             "UPDATE quarantine SET path = $p WHERE file_id = $id AND path <> $p",

@@ -307,6 +307,58 @@ def test_grown_file_is_read_from_where_it_stopped(con, tmp_path):
     assert con.execute("SELECT list(pos ORDER BY pos) FROM proxy").fetchone()[0] == [1, 2, 3, 4, 5]
 
 
+class _Sent:
+    """A connection that keeps the text of every statement sent through it."""
+
+    def __init__(self, con: duckdb.DuckDBPyConnection) -> None:
+        self._con = con
+        self.sql: list[str] = []
+
+    def execute(self, sql, params=None):
+        self.sql.append(" ".join(sql.split()))
+        return self._con.execute(sql, params) if params is not None else self._con.execute(sql)
+
+    def __getattr__(self, name):
+        return getattr(self._con, name)
+
+
+# What a load may ask of a file's id before it writes it: its facts, its quarantine rows'
+# path, its manifest row's counts.
+_LOOK_UPS = (
+    "DELETE FROM file_facts",
+    "SELECT fact FROM file_facts WHERE file_id = $f AND how = 'values'",
+    "UPDATE quarantine SET path",
+    "SELECT rows_by_type FROM files",
+)
+
+
+def test_a_new_file_is_not_looked_up_by_the_id_drawn_for_it(con, tmp_path):
+    """A new file's id is drawn for its load, so nothing is stored under it yet: its load
+    neither deletes nor reads back facts, renames no quarantine row's path and does not
+    read back the manifest row it wrote (a statement each per file, paid again by every
+    batch of a load in batches). A grown file's load still reads what it adds to. Either
+    way the manifest, the facts and the quarantine rows are what they were."""
+    good = json.dumps(SAMPLES["proxy"])
+    path = tmp_path / "proxy.jsonl"
+    path.write_text(f"{good}\n{{broken\n{good}\n")
+    sent = _Sent(con)
+    ingest(sent, [path], Config())  # type: ignore[arg-type]
+    assert [s for s in sent.sql if s.startswith(_LOOK_UPS)] == []
+    shown = con.execute("SELECT path FROM files").fetchone()[0]
+    assert con.execute("SELECT path, line FROM quarantine").fetchall() == [(shown, 2)]
+    assert con.execute("SELECT rows_by_type FROM files").fetchone()[0] == '{"proxy": 2}'
+    facts = con.execute("SELECT fact, how FROM file_facts ORDER BY fact").fetchall()
+    assert ("proxy.origin", "values") in facts
+    with open(path, "a") as fh:
+        fh.write(f"{good}\n")
+    sent.sql.clear()
+    report = ingest(sent, [path], Config())  # type: ignore[arg-type]
+    assert report.files[0].status == "appended"
+    assert [s for s in sent.sql if s.startswith(_LOOK_UPS)] != []
+    assert con.execute("SELECT rows_by_type FROM files").fetchone()[0] == '{"proxy": 3}'
+    assert con.execute("SELECT fact, how FROM file_facts ORDER BY fact").fetchall() == facts
+
+
 def test_failure_mid_ingest_leaves_db_unchanged(con, tmp_path, monkeypatch):
     first = (
         _write(tmp_path / "a" / "rollout.jsonl", "jsonl", [SAMPLES["rollout"]])
