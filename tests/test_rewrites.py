@@ -569,6 +569,7 @@ REWRITTEN_PREP = {
     "05_missing.sql": ("a_missing",),
     "bit_blocks/05_missing.sql": ("a_missing",),
     "holes_reread/05_missing.sql": ("a_missing",),
+    "wide_probe/05_missing.sql": ("a_missing",),
     "06_stream_life.sql": ("a_streams",),
     "compressed/06_stream_life.sql": ("a_streams",),
     "compressed/04_inbox.sql": ("a_inbox_resolved",),
@@ -986,6 +987,25 @@ def test_a_missing_groups_no_lists():
 
     assert not pattern.search(text(catalog.SQL_DIR / "prep" / "05_missing.sql"))
     assert pattern.search("SELECT list(seq ORDER BY seq) FROM holes")
+
+
+def test_a_missing_joins_every_event_with_the_targets_by_narrow_columns_alone():
+    """a_missing's join of every event with the tails and holes went external under a tenth
+    of the memory limit and wrote the events' text columns it carried (3.9 GB at 10M
+    events): every event is looked up by its stream's hash and seq, only the places of the
+    few found are kept, and those are read again by their place."""
+    joined = re.compile(
+        r"SELECT ((?:(?!SELECT)[^;])*?)\s+FROM events e\s+(?:SEMI\s+)?JOIN hashed t", re.I
+    )
+
+    def text(path: Path) -> str:
+        return "\n".join(catalog.parse(path, "prep").statements())
+
+    assert [
+        m.group(1) for m in joined.finditer(text(catalog.SQL_DIR / "prep" / "05_missing.sql"))
+    ] == ["e.file_id, e.pos"]
+    replaced = joined.search(text(OLD / "wide_probe" / "05_missing.sql"))
+    assert replaced and "e.event_id" in replaced.group(1)
 
 
 def test_a_resumes_looks_its_ids_up_among_the_events_not_the_index_view():

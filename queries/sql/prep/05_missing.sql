@@ -39,7 +39,11 @@ stats AS (
     FROM (SELECT *, false AS completed FROM acc
           UNION ALL
           SELECT session_hmac, generation, stream_id, NULL, true
-          FROM streams WHERE is_completed(state, close_reason))
+          -- (only a session with receipts has tails: its streams alone are looked up here,
+          -- once, not the grouping's rows by every reader of the targets)
+          FROM streams
+          SEMI JOIN a_inbox_sessions USING (session_hmac, generation)
+          WHERE is_completed(state, close_reason))
     GROUP BY ALL
 ),
 long_blocks AS (
@@ -101,60 +105,70 @@ holes AS MATERIALIZED (
 -- completed stream of a session with receipts: `tail_after`) and its holes. Kept as rows,
 -- not a list per stream: a list aggregate's state does not spill, and the grouping into
 -- lists ran out of memory at 10M events under 200 MB (at 100M under 3 GB).
-targets AS (
+targets AS NOT MATERIALIZED (
     SELECT s.session_hmac, s.generation, s.stream_id,
            CASE WHEN u.session_hmac IS NULL THEN coalesce(s.hi, -1) ELSE -1 END AS tail_after,
            NULL AS seq
     FROM stats s
-    SEMI JOIN a_inbox_sessions USING (session_hmac, generation)
     LEFT JOIN unjudged u USING (session_hmac, generation)
     WHERE s.completed
     UNION ALL
     SELECT session_hmac, generation, stream_id, NULL, seq FROM holes
 ),
--- The event log read once: every event looked up by a 64-bit hash of its stream, the few
--- found then checked against the full key of the target they matched, which drops what a
--- collision let through (the key is carried, not looked up again: a join of the few found
--- with every target built its hash table of the targets). The events are read from their
--- table, not the event index: an event id logged more than once is left out of the few found
--- and taken from `a_event_repeats` (its row of the index), as the index does for every
--- event (that anti join of every event was a fifth of this statement at 10M).
-hashed AS (
-    SELECT hash(session_hmac, generation, stream_id) AS h, session_hmac AS t_session,
-           generation AS t_generation, stream_id AS t_stream, tail_after, seq AS t_seq
+-- The event log read once, narrow: every event's 64-bit hash of its stream, its seq and its
+-- place in its log (file id, position) are looked up among the targets' hashes and bounds,
+-- and only the places of the few found are kept. Those events are read again by their place
+-- (a semi join DuckDB applies in the scan before reading the other columns), with the
+-- columns a missing event needs, and checked against their target by its full key (the
+-- targets looked up by the hashes found first, so the check joins few rows with few), which
+-- drops what a collision let through. (The join of every event with the targets carried the
+-- event's and the target's text columns: under a tenth of the memory limit it went external
+-- and wrote them, 3.9 GB at 10M events.) The events are read from their table, not the
+-- event index: an event id logged more than once is left out of the few found and taken
+-- from `a_event_repeats` (its row of the index), as the index does for every event (that
+-- anti join of every event was a fifth of this statement at 10M). The places are a semi
+-- join, so the planner counts them as fewer than the events and builds its table of them,
+-- and the few read again are a table of their own, so the repeated ids are checked against
+-- them alone (inline, both joins were planned over every event, with its columns).
+hashed AS MATERIALIZED (
+    SELECT hash(session_hmac, generation, stream_id) AS h, tail_after, seq AS t_seq
     FROM targets
 ),
-found AS MATERIALIZED (
-    SELECT e.session_hmac, e.generation, e.stream_id, e.seq, e.event_id, e.kind,
-           coalesce(e.cumulative, false) AS cumulative, e.ts AS first_ts,
-           e.seq > t.tail_after AS in_tail,
-           t.t_session, t.t_generation, t.t_stream, true AS logged
+placed AS (
+    SELECT e.file_id, e.pos
     FROM events e
-    JOIN hashed t ON hash(e.session_hmac, e.generation, e.stream_id) = t.h
-    WHERE e.seq > t.tail_after OR e.seq = t.t_seq
+    SEMI JOIN hashed t
+      ON hash(e.session_hmac, e.generation, e.stream_id) = t.h
+     AND (e.seq > t.tail_after OR e.seq = t.t_seq)
+),
+reread AS MATERIALIZED (
+    SELECT session_hmac, generation, stream_id, seq, event_id, kind,
+           coalesce(cumulative, false) AS cumulative, ts AS first_ts
+    FROM events
+    SEMI JOIN placed USING (file_id, pos)
+),
+found AS MATERIALIZED (
+    SELECT *
+    FROM reread
+    ANTI JOIN a_event_repeats r
+      ON reread.session_hmac IS NOT DISTINCT FROM r.session_hmac
+     AND reread.generation IS NOT DISTINCT FROM r.generation
+     AND reread.event_id IS NOT DISTINCT FROM r.event_id
     UNION ALL
-    SELECT r.session_hmac, r.generation, r.stream_id, r.seq, r.event_id, r.kind,
-           r.cumulative, r.first_ts, r.seq > t.tail_after,
-           t.t_session, t.t_generation, t.t_stream, false
-    FROM a_event_repeats r
-    JOIN hashed t ON hash(r.session_hmac, r.generation, r.stream_id) = t.h
-    WHERE r.seq > t.tail_after OR r.seq = t.t_seq
+    SELECT session_hmac, generation, stream_id, seq, event_id, kind, cumulative, first_ts
+    FROM a_event_repeats
+    WHERE hash(session_hmac, generation, stream_id) IN (SELECT h FROM hashed)
 ),
 ev AS (
-    SELECT DISTINCT session_hmac, generation, stream_id, seq, event_id, kind, cumulative,
-           first_ts, in_tail
-    FROM (SELECT * FROM found
-          ANTI JOIN a_event_repeats r
-            ON found.session_hmac IS NOT DISTINCT FROM r.session_hmac
-           AND found.generation IS NOT DISTINCT FROM r.generation
-           AND found.event_id IS NOT DISTINCT FROM r.event_id
-          WHERE logged
-          UNION ALL
-          SELECT * FROM found WHERE NOT logged)
-    -- (one expression: the planner checks it only where the hash and the seq matched; as
-    -- three equalities it made the full key a key of the join with every event)
-    WHERE coalesce(session_hmac = t_session AND generation = t_generation
-                   AND stream_id = t_stream, false)
+    SELECT DISTINCT f.session_hmac, f.generation, f.stream_id, f.seq, f.event_id, f.kind,
+           f.cumulative, f.first_ts, f.seq > t.tail_after AS in_tail
+    FROM found f
+    JOIN (SELECT * FROM targets
+          WHERE hash(session_hmac, generation, stream_id)
+                IN (SELECT hash(session_hmac, generation, stream_id) FROM found)) t
+      ON f.session_hmac = t.session_hmac AND f.generation = t.generation
+     AND f.stream_id = t.stream_id
+    WHERE f.seq > t.tail_after OR f.seq = t.seq
 ),
 missing AS (
     SELECT session_hmac, generation, stream_id, seq FROM holes
