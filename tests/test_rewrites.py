@@ -573,6 +573,8 @@ REWRITTEN_PREP = {
     "06_stream_life.sql": ("a_streams",),
     "compressed/06_stream_life.sql": ("a_streams",),
     "compressed/04_inbox.sql": ("a_inbox_resolved",),
+    "keys_compressed/05_missing.sql": ("a_inbox_sessions", "a_missing"),
+    "keys_compressed/07_recoveries.sql": ("a_recoveries",),
     "07_recoveries.sql": ("a_recoveries",),
     "11_resumes.sql": ("a_resumes",),
     "index_joined/11_resumes.sql": ("a_resumes",),
@@ -1169,18 +1171,21 @@ def test_a_sessions_orders_records_tied_in_time_by_file_and_position(stored):
 
 
 @pytest.mark.parametrize(
-    ("file", "table", "plain"),
+    ("replaced", "file", "table", "plain"),
     [
-        ("06_stream_life.sql", "a_streams", {"session_hmac", "payload_digest"}),
-        ("04_inbox.sql", "a_inbox_resolved", {"event_id"}),
+        ("compressed", "06_stream_life.sql", "a_streams", {"session_hmac", "payload_digest"}),
+        ("compressed", "04_inbox.sql", "a_inbox_resolved", {"event_id"}),
+        ("keys_compressed", "05_missing.sql", "a_inbox_sessions", {"session_hmac"}),
+        ("keys_compressed", "07_recoveries.sql", "a_recoveries", {"session_hmac"}),
     ],
 )
-def test_wide_unique_text_is_stored_uncompressed(fleet_db, file, table, plain):
+def test_wide_unique_text_is_stored_uncompressed(fleet_db, replaced, file, table, plain):
     """a_streams' session keys and payload digests, and a_inbox_resolved's event ids, are
     written as they are (DuckDB's string compression of them was about a third of each
-    step's write at 10M events, for half their bytes); the other text columns compress as
-    DuckDB chooses, and the replaced files (tests/fixtures/sql_v0/compressed) let DuckDB
-    compress these as well."""
+    step's write at 10M events, for half their bytes), and so are the session keys of
+    a_inbox_sessions and a_recoveries (half to most of their writes); the other columns
+    compress as DuckDB chooses, and the replaced files (tests/fixtures/sql_v0/compressed,
+    keys_compressed) let DuckDB compress these as well."""
     con, _ = fleet_db
 
     def stored(path: Path) -> dict[str, set[str]]:
@@ -1195,7 +1200,7 @@ def test_wide_unique_text_is_stored_uncompressed(fleet_db, file, table, plain):
             out.setdefault(col, set()).add(how)
         return out
 
-    old = stored(OLD / "compressed" / file)
+    old = stored(OLD / replaced / file)
     new = stored(catalog.SQL_DIR / "prep" / file)
     assert all(new[c] == {"Uncompressed"} for c in plain), new
     assert any(old[c] != {"Uncompressed"} for c in plain), old
