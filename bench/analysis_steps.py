@@ -198,7 +198,8 @@ def main() -> None:
         "peak_mb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024),
         "findings": findings,
         "load": [round(load0, 1), round(os.getloadavg()[0], 1)],
-        "memory_limit": os.environ.get("REPLAYGATE_MEMORY_LIMIT", "default"),
+        # The limit the analysis ran under (the override, or core/db.py's rule).
+        "memory_limit": con._con.execute("SELECT current_setting('memory_limit')").fetchone()[0],
         "page_cache_mb": cache0,
         "steps": {
             k: {m: round(v, 3) if m != "n" else int(v) for m, v in s.items()}

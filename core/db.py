@@ -20,15 +20,95 @@ SCHEMA_VERSION = "1"
 
 # Memory DuckDB may hold before it spills to disk (its own default is 80 % of RAM, which
 # a 10M-event analysis fills: 8.5 GB at its peak). Ingest streams each file through
-# staging and needs little; analysis and the dashboard join and group whole tables, and
-# 3 GB keeps a 10M-event analysis under 4 GB of resident memory at a small cost in
-# time. REPLAYGATE_MEMORY_LIMIT overrides both.
-MEMORY_LIMITS = {"ingest": "1.5GB", "default": "3GB"}
+# staging and needs little. An analysis joins and groups whole tables, whose size grows
+# with the events stored: 3 GB keeps a 10M-event analysis under 4 GB of resident memory
+# at a small cost in time, but at 100M every step spills under it (1,185 CPU s against
+# 705.5 under 12 GB, peak 12.3 GB; docs/performance.md, 2026-12-04 afternoon). So the
+# analysis' limit grows with the events, 0.3 GB a million past 10M, up to 12 GB or 60 % of
+# the memory this machine (or its cgroup) has, whichever is less, and never below 3 GB.
+# The dashboard reads what the analysis made (findings, the gate facts), a long-lived
+# server beside which an analysis may run: it keeps the floor (its gate measures peak at
+# 2.2 GB at 100M, nothing spilled). REPLAYGATE_MEMORY_LIMIT overrides every one.
+INGEST_LIMIT = "1.5GB"
+GB = 10**9
+ANALYSIS_FLOOR = 3 * GB
+ANALYSIS_PER_EVENT = 300  # bytes: 0.3 GB per million events stored
+ANALYSIS_CAP = 12 * GB
+RAM_SHARE = 0.6
 
 
-def memory_limit(work: str = "default") -> str:
-    """The memory limit for a kind of work (MEMORY_LIMITS), or the override."""
-    return os.environ.get("REPLAYGATE_MEMORY_LIMIT") or MEMORY_LIMITS[work]
+def analysis_limit(events: int, ram: int | None) -> int:
+    """The memory limit, in bytes, of an analysis of a store of `events` events on a
+    machine with `ram` bytes of memory (None: not known, then the floor)."""
+    cap = ANALYSIS_FLOOR if ram is None else min(ANALYSIS_CAP, int(RAM_SHARE * ram))
+    return max(ANALYSIS_FLOOR, min(events * ANALYSIS_PER_EVENT, cap))
+
+
+def physical_memory() -> int | None:
+    """Bytes of memory this process may use: the machine's, or its cgroup's limit if
+    lower (a container); None where the platform does not say."""
+    try:
+        total = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (AttributeError, ValueError, OSError):
+        return None
+    for limit in ("/sys/fs/cgroup/memory.max", "/sys/fs/cgroup/memory/memory.limit_in_bytes"):
+        with contextlib.suppress(OSError, ValueError):
+            total = min(total, int(Path(limit).read_text().strip()))
+    return total if total > 0 else None
+
+
+def memory_limit(work: str = "analysis", events: int = 0) -> str:
+    """The memory limit for a kind of work (`ingest`, `dashboard`, or `analysis` of a
+    store of `events` events: `analysis_limit`), or the override."""
+    override = os.environ.get("REPLAYGATE_MEMORY_LIMIT")
+    if override:
+        return override
+    if work == "ingest":
+        return INGEST_LIMIT
+    if work == "dashboard":
+        return f"{ANALYSIS_FLOOR // 10**6}MB"
+    return f"{analysis_limit(events, physical_memory()) // 10**6}MB"
+
+
+def memory_help() -> str:
+    """The rule in words, for the CLI's help and the docs."""
+    return (
+        f"Memory: ingest runs under {INGEST_LIMIT.replace('GB', ' GB')}; an analysis "
+        f"(and gates, findings, report) under {ANALYSIS_FLOOR // GB} GB up to "
+        f"{ANALYSIS_FLOOR // ANALYSIS_PER_EVENT // 10**6}M events stored, "
+        f"{ANALYSIS_PER_EVENT * 10**6 / GB:.1f} GB more per million beyond, at most "
+        f"{ANALYSIS_CAP // GB} GB or {RAM_SHARE * 100:.0f} % of this machine's memory; the "
+        f"dashboard under {ANALYSIS_FLOOR // GB} GB. REPLAYGATE_MEMORY_LIMIT (e.g. 8GB) "
+        "sets one limit for all."
+    )
+
+
+def stored_events(con: duckdb.DuckDBPyConnection) -> int:
+    """The events stored, from the table's statistics (no scan: 6 ms at 100M); 0 before
+    the table exists. Asked before the database's objects are checked (`harden`), so
+    through the system's own functions: a macro of the database may shadow a bare name."""
+    made = con.execute(
+        "SELECT system.main.count_star() FROM system.main.duckdb_tables() "
+        "WHERE database_name = system.main.current_database() AND schema_name = 'main' "
+        "AND table_name = 'events'"
+    ).fetchone()
+    if not made or not made[0]:
+        return 0
+    return int(one_row(con.execute("SELECT system.main.count_star() FROM main.events"))[0])
+
+
+def limit_memory(con: duckdb.DuckDBPyConnection) -> str | None:
+    """Give the connection the analysis' limit for the events it stores now. Returns a
+    line to show when the rule raised it above the floor (else None)."""
+    events = stored_events(con)
+    con.execute("SET memory_limit = $m", {"m": memory_limit("analysis", events)})
+    raised = analysis_limit(events, physical_memory())
+    if os.environ.get("REPLAYGATE_MEMORY_LIMIT") or raised <= ANALYSIS_FLOOR:
+        return None
+    return (
+        f"analysing {events:,} events under a memory limit of {raised / GB:.1f} GB "
+        "(3 GB up to 10M events; REPLAYGATE_MEMORY_LIMIT overrides)"
+    )
 
 
 _BOOKKEEPING = """
@@ -203,7 +283,9 @@ def _open(path: str, read_only: bool) -> duckdb.DuckDBPyConnection:
     # DuckDB: its bar would land on standard output, which belongs to --json.
     con.execute("SET enable_progress_bar = true")
     con.execute("SET enable_progress_bar_print = false")
-    con.execute("SET memory_limit = $m", {"m": memory_limit()})
+    # Whatever joins whole tables through this connection (an analysis, gates, a report,
+    # an export) runs under the analysis' limit for the events stored.
+    limit_memory(con)
     try:
         harden(con, read_only)
     except BaseException:

@@ -58,7 +58,8 @@ class Store:
         try:
             con.execute("SET TimeZone = 'UTC'")
             con.execute("SET enable_progress_bar = false")
-            con.execute("SET memory_limit = $m", {"m": dbm.memory_limit()})
+            # The floor, not the analysis' limit: it reads what the analysis made (core/db.py).
+            con.execute("SET memory_limit = $m", {"m": dbm.memory_limit("dashboard")})
             dbm.harden(con, read_only=True)
             yield con
         finally:

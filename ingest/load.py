@@ -31,7 +31,14 @@ from collections.abc import Iterator
 import duckdb
 
 from replaygate.core.config import Config
-from replaygate.core.db import get_meta, memory_limit, one_row, set_meta, transaction
+from replaygate.core.db import (
+    get_meta,
+    limit_memory,
+    memory_limit,
+    one_row,
+    set_meta,
+    transaction,
+)
 from replaygate.core.errors import ReplaygateError
 
 from . import adapters, identity, readers
@@ -274,7 +281,8 @@ def ingest(
             loader.release()
     finally:
         con.execute("RESET preserve_insertion_order")
-        con.execute("SET memory_limit = $m", {"m": memory_limit()})
+        # Back to the analysis' limit, for the events stored now.
+        limit_memory(con)
         loader.close()
         progress.stop()
     for f in report.files:

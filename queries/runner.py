@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Collection, Iterable
+from collections.abc import Callable, Collection, Iterable
 from typing import Any, TypedDict, cast
 
 import duckdb
@@ -16,7 +16,7 @@ import duckdb
 from replaygate.core import config as cfg
 from replaygate.core.config import Config
 from replaygate.core.contract import RECORD_TYPES
-from replaygate.core.db import get_meta, one_row, set_meta, transaction
+from replaygate.core.db import get_meta, limit_memory, one_row, set_meta, transaction
 from replaygate.core.errors import ReplaygateError
 from replaygate.core.timefmt import iso_ms as _iso
 
@@ -193,8 +193,10 @@ def analyse(
     config: Config,
     only: list[str] | None = None,
     force: bool = False,
+    note: Callable[[str], None] | None = None,
 ) -> Summary:
-    """Refresh derived tables and findings (skipped when already current)."""
+    """Refresh derived tables and findings (skipped when already current). `note` is told
+    when the analysis runs under a memory limit raised for a large store (core/db.py)."""
     # A database analysed before the gate facts were kept in a table per kind of unit is
     # not current: gates read them.
     current = get_meta(con, "analysis_stamp") == stamp(con, config) and _has_table(
@@ -222,6 +224,11 @@ def analyse(
     if not force and only is None and current:
         _history_only(con, values, counts, history_version)
         return summary(con)
+    # The limit for the events stored now: the connection may have been opened before
+    # an ingest or a watch cycle added to them.
+    raised = limit_memory(con)
+    if raised and note is not None:
+        note(raised)
     if not force and only is None and _incrementally(con, config, counts):
         set_meta(con, "history_stamp", history_version)
         return summary(con)

@@ -14,6 +14,7 @@ thin function here."""
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -248,8 +249,11 @@ def _stored(db_path: str, open_con: duckdb.DuckDBPyConnection | None = None) -> 
     return conf
 
 
-def open_analysed(path: str, config: Config) -> duckdb.DuckDBPyConnection:
-    """A connection whose findings are current for this data and configuration."""
+def open_analysed(
+    path: str, config: Config, note: Callable[[str], None] | None = None
+) -> duckdb.DuckDBPyConnection:
+    """A connection whose findings are current for this data and configuration (`note`:
+    as `analyse` takes it)."""
     con = db.connect(path, read_only=True)
     try:
         current = runner.is_current(con, config)
@@ -265,7 +269,7 @@ def open_analysed(path: str, config: Config) -> duckdb.DuckDBPyConnection:
             f"{exc}; findings are out of date and the database is busy (another process "
             "holds it open for writing)"
         ) from None
-    runner.analyse(con, config)
+    runner.analyse(con, config, note=note)
     return con
 
 

@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 import click
 
 from replaygate.api import ReplaygateError, Severity, formats_help
+from replaygate.api import db as dbm
 
 from .api import __version__
 from .duration import Duration
@@ -26,6 +27,7 @@ from .options import (
     engine_options,
     json_option,
     load_config,
+    progress_note,
     say,
     say_config,
     source_option,
@@ -52,7 +54,13 @@ def cli() -> None:
       replaygate findings --db fleet.duckdb --severity critical
       replaygate gates --db fleet.duckdb --json      # exit 0 PROCEED, 2 HOLD, 3 ROLLBACK
       replaygate dashboard --db fleet.duckdb
+
+    {memory}
     """
+
+
+# The memory rule in words is core/db.py's (`memory_help`), as the rule itself.
+cli.help = (cli.help or "").replace("{memory}", dbm.memory_help())
 
 
 @cli.command(context_settings=CONTEXT)
@@ -98,7 +106,6 @@ def ingest(
     if engine == "spark":
         _ingest_spark(paths, config_path, as_json, strict, source, lake, spark_master)
         return
-    from replaygate.api import db as dbm
     from replaygate.api import ingest as run_ingest
 
     from .progress import RichProgress
@@ -202,7 +209,7 @@ def _analyse(con: duckdb.DuckDBPyConnection, conf: Config) -> Mapping[str, Any]:
     """Refresh findings after an ingest."""
     from replaygate import api
 
-    return api.analyse(con, conf)
+    return api.analyse(con, conf, note=progress_note)
 
 
 @cli.command(context_settings=CONTEXT)
@@ -352,7 +359,6 @@ def status(db: str, config_path: str | None, as_json: bool) -> None:
     """
     from replaygate import api
     from replaygate.api import data_status as get_status
-    from replaygate.api import db as dbm
 
     from .render import status_table
 
@@ -533,7 +539,7 @@ def findings(
         from replaygate.spark import analyse, runtime
 
         analyse.analyse(runtime.get(spark_master), lake, db, conf)
-    con = api.open_analysed(db, conf)
+    con = api.open_analysed(db, conf, note=progress_note)
     if as_json:
         emit_json(api.findings_doc(con, detectors=detectors, stage=stage, severity=severity))
     else:
@@ -625,7 +631,7 @@ def gates(
     else:
         if paths:
             gatewait.ingest_paths(db, list(paths), conf, source)
-        con = api.open_analysed(db, conf)
+        con = api.open_analysed(db, conf, note=progress_note)
         key = api.resolve_stage(con, stage, release)
         doc = api.gates_doc(con, conf, stage=key, all_stages=all_stages)
     if not doc["stages"]:
@@ -643,7 +649,7 @@ def gates(
         from .junit import render
 
         # The connection that evaluated, else (after --wait) one to read the inputs.
-        known = con if not wait_for else api.open_analysed(db, conf)
+        known = con if not wait_for else api.open_analysed(db, conf, note=progress_note)
         given = [(p, outputs.INPUT) for p in paths]
         guard = outputs.for_database(db, known, conf.source, given)
         if wait_for:
@@ -652,7 +658,7 @@ def gates(
     if record:
         if not wait_for:
             con.close()  # one connection at a time: the refresh below may write
-        rec = api.open_analysed(db, conf)
+        rec = api.open_analysed(db, conf, note=progress_note)
         api.record_decisions(rec, doc, conf, "gates")
         rec.close()
         api.refresh_history_findings(db, conf)
@@ -692,12 +698,11 @@ def dashboard(db: str, config_path: str | None, port: int, host: str) -> None:
     from pathlib import Path
 
     from replaygate import api
-    from replaygate.api import db as dbm
 
     _check_port_free(host, port)
     conf = load_config(config_path, db)
     con = dbm.connect(db)
-    api.analyse(con, conf)
+    api.analyse(con, conf, note=progress_note)
     con.close()
     say_config()
     # Located without importing the package: importing it would pull in streamlit here.
@@ -853,7 +858,7 @@ def report(
     if bundle_pdf and not bundle:
         raise click.UsageError("--pdf puts a PDF in a --bundle (a PDF alone: --format pdf)")
     conf = load_config(config_path, db)
-    con = api.open_analysed(db, conf)
+    con = api.open_analysed(db, conf, note=progress_note)
     doc = rep.build(con, conf, stage, db_path=db, config_path=config_path)
     if output:
         guard = outputs.for_database(db, con, conf.source)

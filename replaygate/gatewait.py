@@ -11,7 +11,7 @@ from typing import Any
 from replaygate.api import Config, Decision, ReplaygateError
 
 from . import duration
-from .options import say
+from .options import progress_note, say
 
 
 def ingest_paths(db: str, paths: list[str], conf: Config, source: str = "auto") -> None:
@@ -23,7 +23,7 @@ def ingest_paths(db: str, paths: list[str], conf: Config, source: str = "auto") 
     con = dbm.connect(db, role="ingest")
     try:
         report = ingest(con, list(paths), conf, source=source)
-        api.analyse(con, conf)
+        api.analyse(con, conf, note=progress_note)
     finally:
         dbm.close(con)
     for w in report.warnings:
@@ -34,7 +34,7 @@ def evaluate_once(db: str, conf: Config, stage: str | None, release: str | None)
     """The gates document of the one stage meant by stage/release (newest by default)."""
     from replaygate import api
 
-    con = api.open_analysed(db, conf)
+    con = api.open_analysed(db, conf, note=progress_note)
     try:
         key = api.resolve_stage(con, stage, release)
         return api.gates_doc(con, conf, stage=key)

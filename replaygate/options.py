@@ -115,6 +115,12 @@ def say(text: object, err: bool = False) -> None:
     click.echo(terminal(text), err=err)
 
 
+def progress_note(text: str) -> None:
+    """One line on standard error while a command works (an analysis under a memory
+    limit raised for a large store), apart from its output."""
+    say(text, err=True)
+
+
 def load_config(
     path: str | None, db: str | None = None, con: duckdb.DuckDBPyConnection | None = None
 ) -> Config:
