@@ -976,6 +976,30 @@ def test_state_violation_orders_only_the_ledgers_out_of_order(sessions, streams)
 
     new = rows(catalog.SQL_DIR / "detectors" / "state_violation.sql")
     assert new == rows(OLD / "rows_ordered" / "state_violation.sql")
+    assert new == rows(OLD / "keys_joined" / "state_violation.sql")
+    # every stream's hash the same (every stream's rows ordered once one is out of order):
+    # a stream in order looked up with the others adds no row
+    sql = catalog.parse(catalog.SQL_DIR / "detectors" / "state_violation.sql", "detectors").sql
+    assert sorted(map(repr, con.execute(sql.replace("hash(", "0 * hash(")).fetchall())) == new
+
+
+def test_state_violation_looks_stream_rows_up_by_hash():
+    """The rows of the streams out of order are looked up by a 64-bit hash of the stream,
+    not by a join on its three text keys (a hash table of their text, x21 from 10M to 100M
+    events); the sessions' join stays by key."""
+    con = _macros_con()
+    con.execute(
+        """CREATE TABLE sessions (file_id BIGINT, pos BIGINT, ts TIMESTAMPTZ,
+               session_hmac VARCHAR, generation BIGINT, state VARCHAR)"""
+    )
+    con.execute(
+        """CREATE TABLE streams (file_id BIGINT, pos BIGINT, ts TIMESTAMPTZ,
+               session_hmac VARCHAR, generation BIGINT, stream_id VARCHAR, state VARCHAR)"""
+    )
+    sql = catalog.parse(catalog.SQL_DIR / "detectors" / "state_violation.sql", "detectors").sql
+    plan = "\n".join(r[1] for r in con.execute(f"EXPLAIN {sql}").fetchall())
+    assert "stream_id IS NOT DISTINCT FROM" not in plan
+    assert "session_hmac IS NOT DISTINCT FROM" in plan
 
 
 def test_a_missing_groups_no_lists():
@@ -1715,6 +1739,7 @@ LATER_VERSIONS = sorted(
     + [("duplicate_delivery_accepted", OLD / "hash_grouped" / "duplicate_delivery_accepted.sql")]
     + [(p.stem, p) for p in (OLD / "wide_reread").glob("*.sql")]
     + [(p.stem, p) for p in (OLD / "pending_grouped").glob("*.sql")]
+    + [(p.stem, p) for p in (OLD / "keys_joined").glob("*.sql")]
 )
 
 # Changes to the fleet that reach every basis and branch of those detectors: sessions whose
@@ -1811,7 +1836,7 @@ def test_detector_driven_from_candidates_gives_the_replaced_rows(fleet_db, name,
     keys by sorting their hashes, or to read a table by each use instead of copying it)
     returns exactly the rows of the versions it replaced (tests/fixtures/sql_v0/whole_tables,
     hash_grouped, proxy_copied, all_disconnects, kept_copies, rows_ordered, wide_reread,
-    pending_grouped), every
+    pending_grouped, keys_joined), every
     column and the detail byte for byte, cannot-tell units included, on both fleets as
     analysed and with the cases it took apart added (_DETECTOR_CASES, the prepare step run
     again on them). Rolled back."""
