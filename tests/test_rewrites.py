@@ -576,6 +576,7 @@ REWRITTEN_PREP = {
     "keys_compressed/05_missing.sql": ("a_inbox_sessions", "a_missing"),
     "keys_compressed/07_recoveries.sql": ("a_recoveries",),
     "07_recoveries.sql": ("a_recoveries",),
+    "09_key_attempts.sql": ("a_key_differing",),
     "11_resumes.sql": ("a_resumes",),
     "index_joined/11_resumes.sql": ("a_resumes",),
 }
@@ -608,6 +609,12 @@ _EDGE_CASES = [
            protocol_version = CASE WHEN protocol_version IS NULL THEN '2025-03-26' END,
            resumable = CASE WHEN resumable IS NULL THEN pos % 2 = 0 END
        WHERE hash(session_hmac) % 5 = 2""",
+    # keys attempted more than once under other payloads, some with no payload digest (the
+    # first attempt's among them), and attempts without a key
+    """UPDATE dispatches SET idempotency_key = 'shared-' || (hash(dispatch_id) % 40)::VARCHAR
+       WHERE hash(dispatch_id) % 23 = 4""",
+    "UPDATE dispatches SET payload_digest = NULL WHERE hash(dispatch_id, pos) % 9 = 0",
+    "UPDATE dispatches SET idempotency_key = NULL WHERE hash(dispatch_id, pos) % 13 = 0",
 ]
 
 
@@ -1047,10 +1054,12 @@ def test_a_resumes_looks_its_ids_up_among_the_events_not_the_index_view():
     assert "a_event_index" in text(OLD / "index_joined" / "11_resumes.sql")
 
 
-def _rows_into_text_states(con, path: Path, tmp: Path) -> tuple[int, int]:
+def _rows_into_text_states(
+    con, path: Path, tmp: Path, states: int = 8, table: str = "sessions"
+) -> tuple[int, int]:
     """The prepare file's statements run with DuckDB's profile kept: the rows that reached a
-    grouping holding arg_min states of text (eight or more arg_min: a_sessions' values),
-    and the records of `sessions`."""
+    grouping holding arg_min states of text (`states` or more arg_min: eight, a_sessions'
+    values), and the records of `table`."""
     out = tmp / "profile.json"
     con.execute("SET enable_profiling = 'json'")
     con.execute("SET profiling_coverage = 'ALL'")
@@ -1064,13 +1073,15 @@ def _rows_into_text_states(con, path: Path, tmp: Path) -> tuple[int, int]:
     def grouped(node: dict) -> int:
         own = 0
         if node.get("type") == "HASH_GROUP_BY":
-            states = node.get("extra_info", {}).get("Aggregates", [])
-            if sum(str(a).startswith("arg_min") for a in states) >= 8:
+            aggregates = node.get("extra_info", {}).get("Aggregates", [])
+            if isinstance(aggregates, str):
+                aggregates = [aggregates]
+            if sum(str(a).startswith("arg_min") for a in aggregates) >= states:
                 own = sum(c.get("intermediate_rows", 0) for c in node.get("children", []))
         return own + sum(grouped(c) for c in node.get("children", []))
 
     profile = json.loads(out.read_text())
-    records = con.execute("SELECT count(*) FROM sessions").fetchone()[0]
+    records = con.execute(f"SELECT count(*) FROM {table}").fetchone()[0]
     return sum(grouped(n) for n in profile["operator"]), records
 
 
@@ -1108,6 +1119,31 @@ def test_a_sessions_groups_no_text_for_sessions_whose_first_record_has_all(fleet
         con.execute("ROLLBACK")
     assert old == records > 0
     assert new == lacking < records / 2, (new, lacking, records)
+
+
+def test_a_key_differing_groups_only_the_keys_attempted_more_than_once(fleet_db, tmp_path):
+    """Its first attempt per key (an arg_min of text ordered by a struct) grouped every keyed
+    attempt, a group per key, and grew x14 from 10M events to 100M: only the attempts of
+    keys whose hash repeats reach that grouping (a key attempted once differs from nothing)."""
+    con, _ = fleet_db
+    repeated = con.execute(
+        """SELECT coalesce(sum(n), 0) FROM (
+               SELECT count(*) AS n FROM dispatches WHERE idempotency_key IS NOT NULL
+               GROUP BY idempotency_key HAVING count(*) > 1)"""
+    ).fetchone()[0]
+    keyed = con.execute(
+        "SELECT count(*) FROM dispatches WHERE idempotency_key IS NOT NULL"
+    ).fetchone()[0]
+    con.execute("BEGIN TRANSACTION")
+    try:
+        new, _ = _rows_into_text_states(
+            con, catalog.SQL_DIR / "prep" / "09_key_attempts.sql", tmp_path, 1, "dispatches"
+        )
+        old, _ = _rows_into_text_states(con, OLD / "09_key_attempts.sql", tmp_path, 1, "dispatches")
+    finally:
+        con.execute("ROLLBACK")
+    assert old == keyed > 0
+    assert 0 < new == repeated < keyed / 2, (new, repeated, keyed)
 
 
 def _new_and_old(con: duckdb.DuckDBPyConnection, file: str, table: str) -> None:
