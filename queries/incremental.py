@@ -916,15 +916,22 @@ def gate_facts(
     tables = _tables(con)
     if ("main", "a_gate_details") not in tables:
         raise Fallback("gate facts: not kept in a table per kind of unit yet")
-    build: dict[str, tuple[str, dict[str, Any]]] = {}
+    # Each table's statements: the one that makes it, and for a table declared with its
+    # columns (a column's storage chosen: CREATE TABLE, then INSERT INTO it), its rows.
+    build: dict[str, list[tuple[str, dict[str, Any]]]] = {}
     for stmt, bound in statements:
-        if _TEMP_MACRO.match(_COMMENTS.sub("", stmt).strip()):  # the readers' macros
+        bare = _COMMENTS.sub("", stmt).strip()
+        if _TEMP_MACRO.match(bare):  # the readers' macros
             con.execute(stmt, bound)
             continue
         made = _CREATES.findall(stmt)
-        if len(made) != 1 or made[0] not in FACT_TABLES:
+        filled = _INSERT.match(bare)
+        if not made and filled and filled[1] in build:
+            build[filled[1]].append((stmt, bound))
+            continue
+        if len(made) != 1 or made[0] not in FACT_TABLES or made[0] in build:
             raise Fallback(f"gate facts: a statement that builds {made or 'nothing'}")
-        build[made[0]] = (stmt, bound)
+        build[made[0]] = [(stmt, bound)]
     if set(build) != set(FACT_TABLES):
         raise Fallback("gate facts: not the statements expected")
     for table in FACT_UNITS:
@@ -939,9 +946,7 @@ def gate_facts(
         f"""CREATE OR REPLACE TABLE {SCOPE}.a_sessions AS
             SELECT * FROM {_base(con, "a_sessions")} WHERE {_IN_SCOPE}"""
     )
-    stmt, bound = build["a_gate_sessions"]
-    with _in_scope(con):
-        con.execute(stmt, bound)
+    _build_in_scope(con, build["a_gate_sessions"])
     # The facts replaced: every finding's, and the pending sessions' units and proxy
     # records (by their key, or by session_hmac for those of a session not known before).
     old = f"""{_IN_SCOPE} OR sid IN (SELECT sid FROM main.a_gate_sessions WHERE {_IN_SCOPE})"""
@@ -977,9 +982,7 @@ def gate_facts(
         con.execute(f"DROP TABLE IF EXISTS {SCOPE}.{table}")
     con.execute(f"CREATE TABLE {SCOPE}.findings AS SELECT * FROM main.findings")
     for table in UNIT_TABLES:
-        stmt, bound = build[table]
-        with _in_scope(con):
-            con.execute(stmt, bound)
+        _build_in_scope(con, build[table])
         if table in SAMPLED_TABLES:
             con.execute(
                 f"""INSERT INTO rg_fact_stages
@@ -990,15 +993,13 @@ def gate_facts(
         con.execute(f"DROP TABLE {SCOPE}.{table}")
     # The samples read the facts of those stages through a temporary view of their units
     # (temporary views come first whatever the search path), not a copy of them.
-    stmt, bound = build["a_stage_samples"]
     try:
         for table in SAMPLED_TABLES:
             con.execute(
                 f"""CREATE OR REPLACE TEMP VIEW {table} AS SELECT * FROM {_base(con, table)}
                     WHERE stage IN (SELECT stage FROM rg_fact_stages)"""
             )
-        with _in_scope(con):
-            con.execute(stmt, bound)
+        _build_in_scope(con, build["a_stage_samples"])
     finally:
         for table in SAMPLED_TABLES:
             con.execute(f"DROP VIEW IF EXISTS temp.{table}")
@@ -1008,6 +1009,15 @@ def gate_facts(
     con.execute(f"INSERT INTO main.a_stage_samples BY NAME SELECT * FROM {SCOPE}.a_stage_samples")
 
 
+def _build_in_scope(
+    con: duckdb.DuckDBPyConnection, steps: list[tuple[str, dict[str, Any]]]
+) -> None:
+    """A gate fact table's statements run on the scope: the table is made there."""
+    with _in_scope(con):
+        for stmt, bound in steps:
+            con.execute(stmt, bound)
+
+
 # What the gate facts' statements build (queries/sql/facts/gate_facts.sql), besides the
 # readers' temporary macros: the tables of the units, one per kind of unit, in this order;
 # those of a record's units, which the stage samples summarise.
@@ -1015,6 +1025,7 @@ UNIT_TABLES = ("a_gate_units", "a_gate_details", "a_gate_requests", "a_gate_find
 SAMPLED_TABLES = ("a_gate_units", "a_gate_details")
 FACT_TABLES = ("a_gate_sessions", *UNIT_TABLES, "a_stage_samples")
 _TEMP_MACRO = re.compile(r"CREATE\s+OR\s+REPLACE\s+TEMP\s+MACRO\s", re.IGNORECASE)
+_INSERT = re.compile(r"INSERT\s+INTO\s+(\w+)\s", re.IGNORECASE)
 _COMMENTS = re.compile(r"^\s*--.*$", re.MULTILINE)
 
 

@@ -2066,6 +2066,65 @@ def test_gate_sessions_numbered_as_stored_give_the_replaced_facts(fleet_db, chan
 
 
 @pytest.mark.parametrize("changed", [None, "many stages"], ids=["as analysed", "many stages"])
+def test_gate_sessions_keys_uncompressed_give_the_replaced_facts(fleet_db, changed):
+    """a_gate_sessions declared with its columns, its session keys uncompressed, then
+    filled by the same query: read through gate_facts(), row for row and type for type
+    the facts of the statement that let DuckDB compress them
+    (tests/fixtures/sql_v0/keys_compressed), and so are the stage samples; on both
+    fleets, as analysed and under a rollout of many stages. Rolled back."""
+    con, _ = fleet_db
+    con.execute("BEGIN TRANSACTION")
+    try:
+        if changed:
+            _many_stages(con)
+        con.execute("CREATE SCHEMA v0")
+        con.execute("CREATE SCHEMA v1")
+        _facts_read(con, OLD / "keys_compressed" / "gate_facts.sql", "v0")
+        _facts_read(con, None, "v1")
+        _assert_same_facts(con)
+        # what each session tells, whatever its key
+        told = "SELECT * EXCLUDE (sid) FROM {}.a_gate_sessions"
+        for a, b in (("v0", "v1"), ("v1", "v0")):
+            assert not con.execute(f"{told.format(a)} EXCEPT ALL {told.format(b)}").fetchall()
+        assert con.execute("SELECT count(*) FROM v1.a_gate_sessions").fetchone()[0] > 0
+    finally:
+        con.execute("ROLLBACK")
+
+
+def test_gate_sessions_keys_are_stored_uncompressed(fleet_db):
+    """a_gate_sessions' session keys are written as they are (DuckDB's string compression
+    of them was about half of writing the table at 10M events); its other columns compress
+    as DuckDB chooses, and the replaced file (tests/fixtures/sql_v0/keys_compressed) let
+    DuckDB compress the keys as well. Built beside the analysis' tables (a checkpoint
+    cannot run inside a transaction), then dropped."""
+    con, _ = fleet_db
+
+    def stored(path: Path | None, schema: str) -> dict[str, set[str]]:
+        con.execute(f"CREATE SCHEMA {schema}")
+        _facts_read(con, path, schema)
+        con.execute("CHECKPOINT")
+        out: dict[str, set[str]] = {}
+        for col, how in con.execute(
+            """SELECT column_name, compression FROM pragma_storage_info($t)
+               WHERE segment_type <> 'VALIDITY'""",
+            {"t": f"{schema}.a_gate_sessions"},
+        ).fetchall():
+            out.setdefault(col, set()).add(how)
+        return out
+
+    try:
+        old = stored(OLD / "keys_compressed" / "gate_facts.sql", "k0")
+        new = stored(None, "k1")
+    finally:
+        for schema in ("k0", "k1"):
+            con.execute(f"DROP TABLE IF EXISTS temp.{schema}_facts")
+            con.execute(f"DROP SCHEMA IF EXISTS {schema} CASCADE")
+    assert new["session_hmac"] == {"Uncompressed"}, new
+    assert old["session_hmac"] != {"Uncompressed"}, old
+    assert any(how != {"Uncompressed"} for col, how in new.items() if col != "session_hmac"), new
+
+
+@pytest.mark.parametrize("changed", [None, "many stages"], ids=["as analysed", "many stages"])
 def test_gate_units_with_figures_kept_apart_give_the_replaced_facts(fleet_db, changed):
     """A record's units with a figure of their own (a write dispatch's file, a recovery's
     seconds) kept apart from the units that carry none (a_gate_details, a_gate_units):
