@@ -1776,6 +1776,7 @@ LATER_VERSIONS = sorted(
     + [(p.stem, p) for p in (OLD / "wide_reread").glob("*.sql")]
     + [(p.stem, p) for p in (OLD / "pending_grouped").glob("*.sql")]
     + [(p.stem, p) for p in (OLD / "keys_joined").glob("*.sql")]
+    + [(p.stem, p) for p in (OLD / "nested_loop").glob("*.sql")]
 )
 
 # Changes to the fleet that reach every basis and branch of those detectors: sessions whose
@@ -1852,6 +1853,25 @@ def _detector_rows(con, path: Path) -> list[str]:
         cannottell.unshadow(con, made)
 
 
+def test_undelivered_result_places_sessionless_answers_by_a_range_join(fleet_db):
+    """An empty answer without a session is set beside the streams found opened within a
+    second of its run by a range join of two comparisons on columns, not a nested loop over
+    every pair (a `BETWEEN` of expressions: a product of the two sides, x100 from 10M to
+    100M events)."""
+    con, _ = fleet_db
+    q = catalog.detectors()["undelivered_result"]
+    plan = "\n".join(
+        r[1]
+        for r in con.execute(
+            f"EXPLAIN {q.sql}", params.bind(q, params.from_config(Config()))
+        ).fetchall()
+    ).lower()
+    # (a condition of expressions leaves DuckDB only the blockwise nested loop; two
+    # comparisons of columns give it a range join, a nested loop only for a few rows)
+    assert "hash join" in plan
+    assert "blockwise nl join" not in plan
+
+
 def found_broke(con) -> int:
     """Re-sends found by their first attempt's stream alone (neither its status nor a
     proxy's)."""
@@ -1872,7 +1892,7 @@ def test_detector_driven_from_candidates_gives_the_replaced_rows(fleet_db, name,
     keys by sorting their hashes, or to read a table by each use instead of copying it)
     returns exactly the rows of the versions it replaced (tests/fixtures/sql_v0/whole_tables,
     hash_grouped, proxy_copied, all_disconnects, kept_copies, rows_ordered, wide_reread,
-    pending_grouped, keys_joined), every
+    pending_grouped, keys_joined, nested_loop), every
     column and the detail byte for byte, cannot-tell units included, on both fleets as
     analysed and with the cases it took apart added (_DETECTOR_CASES, the prepare step run
     again on them). Rolled back."""

@@ -157,16 +157,17 @@ placed AS (
 -- second unit
 found_near AS (
     SELECT e.file_id, e.pos, o.session_hmac, o.generation, o.stream_id,
-           greatest(epoch_ms(e.ts) - epoch_ms(o.opened_ts),
-                    epoch_ms(o.opened_ts) - epoch_ms(e.ts) - coalesce(e.duration_ms, 0),
-                    0) AS dist
-    FROM empty e
-    JOIN (SELECT p.session_hmac, p.generation, p.stream_id, p.opened_ts
+           greatest(epoch_ms(e.ts) - o.opened_ms,
+                    o.opened_ms - epoch_ms(e.ts) - coalesce(e.duration_ms, 0), 0) AS dist
+    FROM (SELECT *, epoch_ms(ts) - 1000 AS lo,
+                 epoch_ms(ts) + coalesce(duration_ms, 0) + 1000 AS hi
+          FROM empty WHERE session_hmac IS NULL) e
+    JOIN (SELECT p.session_hmac, p.generation, p.stream_id, epoch_ms(p.opened_ts) AS opened_ms
           FROM (SELECT * FROM server UNION ALL SELECT * FROM client) b
           JOIN posts p USING (session_hmac, generation, stream_id)) o
-      ON epoch_ms(o.opened_ts) BETWEEN epoch_ms(e.ts) - 1000
-         AND epoch_ms(e.ts) + coalesce(e.duration_ms, 0) + 1000
-    WHERE e.session_hmac IS NULL
+      -- (bounds as columns: a range join of two comparisons, not a nested loop that grows
+      -- with the product of the two)
+      ON o.opened_ms >= e.lo AND o.opened_ms <= e.hi
 ),
 attached AS (
     SELECT file_id, pos, min(session_hmac) AS session_hmac, min(generation) AS generation,
