@@ -48,7 +48,7 @@ from replaygate.core import contract
 from replaygate.core.config import Config
 from replaygate.core.db import get_meta, one_row, set_meta
 
-from . import cannottell, catalog, groups, params
+from . import buckets, cannottell, catalog, groups, params
 from .groups import Fallback
 
 # Prepared tables and detectors whose output for a session depends only on that
@@ -381,8 +381,8 @@ def analyse(
                 # and 6 tables rewritten at the commit for the same rows).
                 continue
             else:
-                for stmt in q.statements():
-                    con.execute(stmt)
+                for stmt, bound in buckets.runs(con, q):
+                    con.execute(stmt, bound)
         if con.execute(SESSION_BLIND).fetchall() != blind_before:
             raise Fallback("a sessions file shows other facts than it did")
         nearby = _near_sessions(con)
@@ -877,8 +877,8 @@ def _scoped_prep(con: duckdb.DuckDBPyConnection, q: catalog.Query, rows: bool = 
     ROW_PREP, whose scope also held the new rows without a session."""
     tables = list(dict.fromkeys(_CREATES.findall(q.sql)))
     with _in_scope(con):
-        for stmt in q.statements():
-            con.execute(stmt)
+        for stmt, bound in buckets.runs(con, q):
+            con.execute(stmt, bound)
     for t in tables:
         # A table without session_hmac fails this statement (a binder error): the caller
         # rolls back and runs a full analysis (a look-up of the columns first was a

@@ -20,7 +20,7 @@ from replaygate.core.db import get_meta, limit_memory, one_row, set_meta, transa
 from replaygate.core.errors import ReplaygateError
 from replaygate.core.timefmt import iso_ms as _iso
 
-from . import cannottell, catalog, decisionfile, groups, incremental, named, params
+from . import buckets, cannottell, catalog, decisionfile, groups, incremental, named, params
 from .outcome import Severity
 
 # The columns that name a finding's unit (its session, stream, event or dispatch), in
@@ -238,8 +238,8 @@ def analyse(
                 con.execute(stmt)
         drop_retired(con)
         for q in catalog.load("prep"):
-            for stmt in q.statements():
-                con.execute(stmt)
+            for stmt, bound in buckets.runs(con, q):
+                con.execute(stmt, bound)
         con.execute("DELETE FROM findings")
         con.execute("DELETE FROM coverage")
         con.execute("DELETE FROM cannot_tell")

@@ -20,7 +20,15 @@ from replaygate.core import db as dbm
 from replaygate.core.config import Config
 from replaygate.core.contract import RECORD_TYPES
 from replaygate.core.db import get_meta, set_meta, transaction
-from replaygate.queries import cannottell, catalog, decisionfile, incremental, params, runner
+from replaygate.queries import (
+    buckets,
+    cannottell,
+    catalog,
+    decisionfile,
+    incremental,
+    params,
+    runner,
+)
 
 from . import lake as lakes
 from . import transpile
@@ -240,7 +248,8 @@ def _analyse(
                 if step.view:
                     views.add(step.name)
                 label = step.name + (f".{k}" if k else "")
-                df = kept(label, spark.sql(step.sql))
+                # A step in buckets (queries/buckets.py) runs whole: Spark partitions it.
+                df = kept(label, spark.sql(step.sql, args=_used(buckets.ONE, step.sql)))
                 if keep == "lake":
                     kept_in[step.name] = lakes.analysis_path(lake, label)
                 df.createOrReplaceTempView(step.name)

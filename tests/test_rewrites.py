@@ -22,8 +22,9 @@ import pytest
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
+from replaygate.core import db
 from replaygate.core.config import Config
-from replaygate.queries import cannottell, catalog, named, params, runner
+from replaygate.queries import buckets, cannottell, catalog, named, params, runner
 
 from .conftest import build
 
@@ -566,6 +567,7 @@ REWRITTEN_PREP = {
     "text_states/02_sessions.sql": ("a_sessions",),
     "hash_grouped/03_event_index.sql": ("a_event_repeats",),
     "index_joined/04_inbox.sql": ("a_inbox_resolved",),
+    "unbucketed/04_inbox.sql": ("a_inbox_resolved",),
     "05_missing.sql": ("a_missing",),
     "bit_blocks/05_missing.sql": ("a_missing",),
     "holes_reread/05_missing.sql": ("a_missing",),
@@ -618,9 +620,9 @@ _EDGE_CASES = [
 ]
 
 
-def _prep_file(con, path: Path) -> None:
-    for stmt in catalog.parse(path, "prep").statements():
-        con.execute(stmt)
+def _prep_file(con, path: Path, in_buckets: int | None = None) -> None:
+    for stmt, bound in buckets.runs(con, catalog.parse(path, "prep"), in_buckets):
+        con.execute(stmt, bound)
 
 
 def _same_tables(con, tables: tuple[str, ...], schema: str) -> int:
@@ -633,6 +635,73 @@ def _same_tables(con, tables: tuple[str, ...], schema: str) -> int:
             assert not extra, (name, a, extra[:3])
         rows += n
     return rows
+
+
+@pytest.mark.parametrize("changed", [False, True], ids=["as analysed", "edge cases"])
+def test_receipts_resolved_in_buckets_are_those_resolved_at_once(fleet_db, changed):
+    """`a_inbox_resolved` made in buckets of sessions (04_inbox.sql's `-- buckets:`,
+    queries/buckets.py) is, row for row, the table made in one bucket: every receipt lands
+    in one bucket exactly, also one of no session (with the changes), and is looked up
+    among its own sessions' events. Rolled back."""
+    con, _ = fleet_db
+    path = catalog.SQL_DIR / "prep" / "04_inbox.sql"
+    runs = buckets.runs(con, catalog.parse(path, "prep"), 5)
+    assert sum(1 for _, bound in runs if bound) == 5
+    con.execute("BEGIN TRANSACTION")
+    try:
+        if changed:
+            for stmt in _EDGE_CASES:
+                con.execute(stmt)
+            con.execute(
+                """UPDATE inbox SET session_hmac = NULL
+                   WHERE hash(event_id) % 23 = 0
+                     AND NOT receipt_placed(origin_stream_id, seq, kind)"""
+            )
+        con.execute("CREATE SCHEMA v0")
+        con.execute("SET search_path = 'v0,main'")
+        try:
+            _prep_file(con, path, 1)
+        finally:
+            con.execute("RESET search_path")
+        _prep_file(con, path, 5)
+        assert _same_tables(con, ("a_inbox_resolved",), "v0") > 0
+        found = con.execute(
+            """SELECT count(*) FILTER (WHERE seq IS NOT NULL),
+                      count(*) FILTER (WHERE session_hmac IS NULL)
+               FROM a_inbox_resolved"""
+        ).fetchone()
+        assert found[0] > 0
+        if changed:
+            assert found[1] > 0
+    finally:
+        con.execute("ROLLBACK")
+
+
+def test_buckets_follow_the_rows_and_the_memory_limit(fleet_db, tmp_path):
+    """As many buckets as the table's rows need at the header's rows per GB of the memory
+    limit, no more: one for the fleet's receipts under the default limit, several when a
+    GB holds fewer of them; their ranges of hashes cover every hash once."""
+    con, _ = fleet_db
+    path = catalog.SQL_DIR / "prep" / "04_inbox.sql"
+    assert buckets.count(con, catalog.parse(path, "prep")) == 1
+    # the same file with a GB holding 100,000 receipts, under a 16 MB limit: 1,600 a bucket
+    small = tmp_path / "04_inbox.sql"
+    small.write_text(re.sub(r"-- buckets: inbox \d+", "-- buckets: inbox 100000", path.read_text()))
+    q = catalog.parse(small, "prep")
+    n = con.execute("SELECT count(*) FROM inbox").fetchone()[0]
+    try:
+        con.execute("SET memory_limit = '16MB'")
+        k = buckets.count(con, q)
+        share = 100000 * buckets.memory_gb(con)
+        assert k > 1 and n / k <= share < n / (k - 1), (n, k, share)
+        assert sum(1 for _, bound in buckets.runs(con, q) if bound) == k
+    finally:
+        con.execute("SET memory_limit = $m", {"m": db.memory_limit()})
+    for k in (1, 2, 7):
+        ranges = buckets.bounds(k)
+        assert ranges[0]["lo"] == 0 and ranges[-1]["hi"] in (0, 2**64 - 1)
+        assert all(a["hi"] + 1 == b["lo"] for a, b in zip(ranges, ranges[1:], strict=False))
+        assert len(ranges) == k
 
 
 @pytest.mark.parametrize("changed", [False, True], ids=["as analysed", "edge cases"])
@@ -1903,8 +1972,8 @@ def test_detector_driven_from_candidates_gives_the_replaced_rows(fleet_db, name,
             for stmt in _DETECTOR_CASES:
                 con.execute(stmt)
             for q in catalog.load("prep"):
-                for stmt in q.statements():
-                    con.execute(stmt)
+                for stmt, bound in buckets.runs(con, q):
+                    con.execute(stmt, bound)
         new = _detector_rows(con, catalog.SQL_DIR / "detectors" / f"{name}.sql")
         old = _detector_rows(con, replaced)
         assert new == old
