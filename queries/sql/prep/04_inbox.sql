@@ -33,9 +33,9 @@ INSERT INTO a_inbox_resolved
 -- receipts are the smaller side, and no event is read twice. A receipt's columns come from
 -- the one of the two that matched (the other's are NULL).
 SELECT i.ts, i.session_hmac, i.generation, i.stream_id, i.event_id, i.verdict,
-       coalesce(i.origin_stream_id, r.stream_id, e.stream_id) AS origin_stream_id,
-       coalesce(i.seq, r.seq, e.seq) AS seq,
-       coalesce(i.kind, r.kind, e.kind) AS kind
+       coalesce(i.origin_stream_id, e.stream_id) AS origin_stream_id,
+       coalesce(i.seq, e.seq) AS seq,
+       coalesce(i.kind, e.kind) AS kind
 --
 -- In buckets of sessions (queries/buckets.py, the header's `buckets`): the join's hash table
 -- holds the receipts of one bucket. At 100M events the 50M receipts without a place did not
@@ -44,13 +44,23 @@ SELECT i.ts, i.session_hmac, i.generation, i.stream_id, i.event_id, i.verdict,
 -- plan without the test. A range of the hash, not a remainder: DuckDB estimates a range
 -- at a fifth of the rows and still builds on the receipts, a remainder at a few rows and
 -- builds on the events.
-FROM (SELECT * FROM inbox
-      WHERE NOT receipt_placed(origin_stream_id, seq, kind)
-        AND ($buckets = 1 OR hash(session_hmac) BETWEEN $lo AND $hi)) i
-LEFT JOIN a_event_repeats r USING (session_hmac, generation, event_id)
+--
+-- The repeated ids' values are merged into the receipt's own before the join with the
+-- events, with a flag saying one matched: the receipts are the join's hash table, and
+-- carrying the repeated ids' four columns into it beside the receipt's three (nearly
+-- always NULL) made each row wider for nothing.
+FROM (SELECT i.ts, i.session_hmac, i.generation, i.stream_id, i.event_id, i.verdict,
+             coalesce(i.origin_stream_id, r.stream_id) AS origin_stream_id,
+             coalesce(i.seq, r.seq) AS seq,
+             coalesce(i.kind, r.kind) AS kind,
+             r.event_id IS NOT NULL AS repeated
+      FROM (SELECT * FROM inbox
+            WHERE NOT receipt_placed(origin_stream_id, seq, kind)
+              AND ($buckets = 1 OR hash(session_hmac) BETWEEN $lo AND $hi)) i
+      LEFT JOIN a_event_repeats r USING (session_hmac, generation, event_id)) i
 LEFT JOIN (SELECT * FROM events
            WHERE $buckets = 1 OR hash(session_hmac) BETWEEN $lo AND $hi) e
-  ON r.event_id IS NULL
+  ON NOT i.repeated
  AND e.session_hmac = i.session_hmac AND e.generation = i.generation
  AND e.event_id = i.event_id;
 
