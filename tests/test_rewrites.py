@@ -1852,6 +1852,8 @@ LATER_VERSIONS = sorted(
     + [(p.stem, p) for p in (OLD / "pending_grouped").glob("*.sql")]
     + [(p.stem, p) for p in (OLD / "keys_joined").glob("*.sql")]
     + [(p.stem, p) for p in (OLD / "nested_loop").glob("*.sql")]
+    + [(p.stem, p) for p in (OLD / "streams_grouped").glob("*.sql")]
+    + [(p.stem, p) for p in (OLD / "multi_key").glob("*.sql")]
 )
 
 # Changes to the fleet that reach every basis and branch of those detectors: sessions whose
@@ -1985,7 +1987,14 @@ def test_detector_driven_from_candidates_gives_the_replaced_rows(fleet_db, name,
         assert new == old
         # (the fleets re-open few broken streams without a cursor: a finding or two; few
         # first breaks on resumable sessions, few 404s)
-        least = {"resume_without_cursor": 1, "priming_lost": 5, "reinit_missing": 3}
+        least = {
+            "resume_without_cursor": 1,
+            "priming_lost": 5,
+            "reinit_missing": 3,
+            # (the edge cases leave no break inside the fleet's rollback window: the rollbacks
+            # of the test below cut through it)
+            "rollback_post_storm": 0,
+        }
         assert len(new) >= (least.get(name, 20) if changed else 1), name
         if changed and kind == "as simulated":
             # every basis reached (on the large-group fleet a principal's proxy failures
@@ -2001,10 +2010,153 @@ def test_detector_driven_from_candidates_gives_the_replaced_rows(fleet_db, name,
                 "undelivered_result": {"server", "client", "proxy"},
                 "duplicate_dispatch": {"idempotency_key", "inbox", "retry", "suspected"},
                 "priming_lost": {"client", "server"},
+                "replay_gap": {"client", "server"},
+                "silent_truncation": {"client", "server"},
             }.get(name, set())
             assert bases <= set(found), found
             if name == "duplicate_dispatch":
                 assert found_broke(con) > 0
+    finally:
+        con.execute("ROLLBACK")
+
+
+def _prepare_again(con) -> None:
+    for q in catalog.load("prep"):
+        for stmt, bound in buckets.runs(con, q):
+            con.execute(stmt, bound)
+
+
+# Rollbacks that cut through the fleet: a window from just before two breaks in three (one
+# of them without an end, windows overlapping; two sessions in three resumable), each broken
+# stream of half the sessions re-POSTed (a new stream of its session and payload) from 0 to
+# 15 minutes after its break, either side of the 10-minute retry window, some under another
+# payload, some after a resume of the broken stream; in the other half, candidates in a
+# ledger blind to payload digests or methods (in a session of four every stream's payload
+# its own, so that those candidates are the only ones).
+_ROLLBACKS = [
+    # (a stream's payload its own in a session of four: no POST of the fleet re-sends it)
+    """UPDATE streams SET payload_digest = payload_digest || '-' || stream_id
+       WHERE hash(session_hmac) % 4 = 0""",
+    """INSERT INTO streams
+       SELECT d.file_id, d.pos + 7000000, d.ts + to_seconds(hash(d.pos) % 900),
+              d.session_hmac, d.generation, d.stream_id || '-re', 'STREAM_OPEN', 'POST',
+              d.request_id,
+              CASE WHEN hash(d.pos) % 7 = 0 THEN 'another' ELSE a.payload_digest END,
+              d.tool_name, d.tool_class, NULL, NULL, NULL, NULL, NULL, NULL
+       FROM streams d
+       JOIN a_streams a USING (session_hmac, generation, stream_id)
+       WHERE d.state = 'DISCONNECTED' AND hash(d.session_hmac) % 2 = 1""",
+    """INSERT INTO streams
+       SELECT file_id, pos + 8000000, ts + to_seconds(1), session_hmac, generation, stream_id,
+              'RESUME_PENDING', NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL,
+              NULL
+       FROM streams
+       WHERE state = 'DISCONNECTED' AND hash(session_hmac, stream_id) % 5 = 0""",
+]
+_ROLLBACK_WINDOWS = [
+    """CREATE OR REPLACE TABLE a_hygiene AS
+       SELECT 'rb-' || row_number() OVER (ORDER BY ts, pos) AS stage,
+              ts - INTERVAL 100 MILLISECOND AS t0,
+              CASE WHEN ts = max(ts) OVER () THEN 'infinity'::TIMESTAMPTZ
+                   ELSE ts + INTERVAL 30 MINUTE END AS t1
+       FROM streams
+       WHERE state = 'DISCONNECTED' AND hash(session_hmac, pos) % 3 > 0""",
+    # (more sessions resumable than the small fleet has)
+    "UPDATE a_sessions SET resumable = true WHERE hash(session_hmac) % 3 > 0",
+    """INSERT INTO a_blind_streams
+       SELECT d.session_hmac, d.generation, d.stream_id || '-blind', d.ts + INTERVAL 5 SECOND,
+              CASE WHEN hash(d.pos) % 2 = 0 THEN 'POST' END,
+              CASE WHEN hash(d.pos) % 2 = 1 THEN a.payload_digest END,
+              (SELECT min(file_id) FROM files), 'blind.jsonl'
+       FROM streams d
+       JOIN a_streams a USING (session_hmac, generation, stream_id)
+       WHERE d.state = 'DISCONNECTED' AND hash(d.session_hmac) % 2 = 0""",
+]
+
+
+@pytest.mark.parametrize("changed", [False, True], ids=["as analysed", "edge cases"])
+def test_rollback_post_storm_from_the_breaks_sessions_gives_the_replaced_rows(fleet_db, changed):
+    """rollback_post_storm, its breaks inside a rollback window found first and the streams
+    of their sessions read once by the session key (tests/fixtures/sql_v0/multi_key), returns
+    the rows of the query it replaced under rollbacks that cut through the fleet (_ROLLBACKS):
+    findings, and units it cannot tell for a blind ledger's candidates, byte for byte, on
+    both fleets, with and without the edge cases. Rolled back."""
+    con, _ = fleet_db
+    con.execute("BEGIN TRANSACTION")
+    try:
+        for stmt in (_DETECTOR_CASES if changed else []) + _ROLLBACKS:
+            con.execute(stmt)
+        _prepare_again(con)
+        for stmt in _ROLLBACK_WINDOWS:
+            con.execute(stmt)
+        new = _detector_rows(con, catalog.SQL_DIR / "detectors" / "rollback_post_storm.sql")
+        old = _detector_rows(con, OLD / "multi_key" / "rollback_post_storm.sql")
+        assert new == old
+        kinds = Counter("'cannot_tell'" in r for r in new)
+        assert kinds[False] >= 20 and kinds[True] >= 3, kinds
+    finally:
+        con.execute("ROLLBACK")
+
+
+def test_rollback_post_storm_reads_the_stream_table_once(fleet_db):
+    """The streams of the breaks' sessions are read from a_streams once, by the session key
+    alone (a join on one key, which DuckDB filters the scan by), not twice by two or three."""
+    con, _ = fleet_db
+    q = catalog.detectors()["rollback_post_storm"]
+    plan = "\n".join(
+        r[1]
+        for r in con.execute(
+            f"EXPLAIN {q.sql}", params.bind(q, params.from_config(Config()))
+        ).fetchall()
+    )
+    assert len(re.findall(r"\bmain\.a_streams\b", plan)) == 1
+
+
+@pytest.mark.parametrize("changed", [False, True], ids=["as analysed", "edge cases"])
+def test_replay_gap_dates_undated_gaps_as_the_replaced_query(fleet_db, changed):
+    """replay_gap, a gap none of whose missing events the log dates looked up among the
+    ledger rows of those streams alone (tests/fixtures/sql_v0/streams_grouped: a correlated
+    subquery, which DuckDB answered by grouping every ledger row), returns the replaced rows
+    when about half the gaps are undated: streams with ledger rows in another generation,
+    streams with none, and gaps of no session or stream. Rolled back."""
+    con, _ = fleet_db
+    con.execute("BEGIN TRANSACTION")
+    try:
+        if changed:
+            for stmt in _DETECTOR_CASES:
+                con.execute(stmt)
+            _prepare_again(con)
+        for tbl in ("a_missing", "a_server_missing"):
+            con.execute(
+                f"""UPDATE {tbl} SET first_ts = NULL
+                    WHERE hash(session_hmac, generation, stream_id) % 2 = 0"""
+            )
+            con.execute(
+                f"""INSERT INTO {tbl} BY NAME
+                    SELECT * REPLACE (NULL AS first_ts,
+                        CASE WHEN hash(seq) % 3 = 0 THEN stream_id || '-unlogged'
+                             ELSE stream_id END AS stream_id,
+                        CASE WHEN hash(seq) % 3 = 1 THEN generation + 1
+                             ELSE generation END AS generation,
+                        CASE WHEN hash(seq) % 5 = 2 THEN NULL
+                             ELSE session_hmac END AS session_hmac)
+                    FROM {tbl} WHERE hash(session_hmac, seq) % 3 = 0"""
+            )
+        assert con.execute("SELECT count(*) FROM a_missing WHERE first_ts IS NULL").fetchone()[0]
+        new = _detector_rows(con, catalog.SQL_DIR / "detectors" / "replay_gap.sql")
+        old = _detector_rows(con, OLD / "streams_grouped" / "replay_gap.sql")
+        assert new == old
+        # gaps dated by the lookup: streams with every missing event undated and ledger rows
+        looked_up = con.execute(
+            """SELECT count(*) FROM (
+                   SELECT session_hmac, stream_id FROM a_missing
+                   GROUP BY session_hmac, generation, stream_id HAVING count(first_ts) = 0) g
+               SEMI JOIN streams s USING (session_hmac, stream_id)"""
+        ).fetchone()[0]
+        assert looked_up > 0
+        undated = [r for r in new if "('ts', 'None')" in r]
+        assert len(new) >= (20 if changed else 5), len(new)
+        assert 0 < len(undated) < len(new), len(undated)
     finally:
         con.execute("ROLLBACK")
 
