@@ -69,6 +69,14 @@ def test_analysis_step_times_the_gate_facts(tmp_path):
     assert isinstance(step["page_cache_mb"], int)
     out = json.loads(step["out"])
     assert 0 < out["facts_s"] < out["analyse_s"]
+    # the limit the analysis ran under, as DuckDB holds it (the rule's for this database)
+    from replaygate.core import db as dbm
+
+    con = dbm.connect(str(db), read_only=True)
+    assert (
+        out["memory_limit"] == con.execute("SELECT current_setting('memory_limit')").fetchone()[0]
+    )
+    con.close()
     # bench/analysis_steps.py on the same database: each statement of the analysis counted
     # once, under its detector or the table it makes (the per-step tables of the doc)
     steps_json = tmp_path / "steps.json"
@@ -182,6 +190,34 @@ def test_spark_only_measures_the_spark_steps_apart(tmp_path, monkeypatch):
     assert [r[0] for r in ran] == ["ingest", "findings"] and "--driver-memory 4g " in ran[1][1]
     assert "spark_ingest" not in res and res["spark_db_mb"] == 3
     assert not lake.exists()  # the analysis alone, not kept: the lake is gone after it
+
+
+def test_the_results_record_the_limit_the_analysis_ran_under(tmp_path, monkeypatch):
+    # Without REPLAYGATE_MEMORY_LIMIT the analysis runs under core/db.py's rule for the
+    # events stored (3 GB up to 10M, 12 GB at 100M): the results say which, as the
+    # analysis reported it, never "default".
+    import json
+
+    sys.path.insert(0, str(BENCH))
+    import run
+
+    monkeypatch.delenv("REPLAYGATE_MEMORY_LIMIT", raising=False)
+    n = 5
+    fleet = run.fleet_dir(tmp_path, n, "parquet")
+    fleet.mkdir()
+    (fleet / "truth.json").write_text(json.dumps({"events": n}))
+
+    def step(cmd, env=None):  # what each step leaves behind, without running it
+        out = "{}"
+        if "ingest" in cmd:
+            Path(cmd[cmd.index("--db") + 1]).write_bytes(b"x")
+        if cmd[1:3] == ["-c", run.ANALYSE]:
+            out = json.dumps({"analyse_s": 1.0, "memory_limit": "11.1 GiB"})
+        return {"seconds": 1.0, "cpu_s": 1.0, "peak_mb": 10, "load": [0.0, 0.0], "out": out}
+
+    monkeypatch.setattr(run, "run_step", step)
+    res = run.bench_size(n, tmp_path, "parquet", False, False)
+    assert res["memory_limit"] == "11.1 GiB"
 
 
 def test_drop_caches_refuses_in_one_line_without_the_right(monkeypatch):
