@@ -251,17 +251,54 @@ def harden(con: duckdb.DuckDBPyConnection, read_only: bool) -> None:
 def check_objects(con: duckdb.DuckDBPyConnection) -> None:
     """The database holds tables, not views: every name replaygate reads must be a
     table it made, or a crafted database could run any query (a view that reads local
-    files) where a table was expected."""
+    files) where a table was expected. Nor may a macro of it take the name of one of
+    DuckDB's own functions or operators: a bare name resolves to the database's macro
+    first, so `current_database()`, `lower(x)` or `a || b` in any query would run what
+    the database says. Asked of the system's own functions, qualified, for that reason
+    (an unqualified `duckdb_views()` could be such a macro)."""
     views = con.execute(
-        "SELECT schema_name || '.' || view_name FROM duckdb_views() "
-        "WHERE NOT internal AND NOT temporary AND database_name = current_database()"
+        "SELECT schema_name, view_name FROM system.main.duckdb_views() "
+        "WHERE NOT internal AND NOT temporary "
+        "AND database_name = system.main.current_database()"
     ).fetchall()
     if views:
         raise ReplaygateError(
-            f"not a replaygate database: it defines views ({views[0][0]}"
+            f"not a replaygate database: it defines views ({views[0][0]}.{views[0][1]}"
             + (f" and {len(views) - 1} more" if len(views) > 1 else "")
             + "); replaygate only makes tables"
         )
+    # (names compared without case, as DuckDB resolves them)
+    own = con.execute(
+        "SELECT DISTINCT schema_name, function_name FROM system.main.duckdb_functions() "
+        "WHERE database_name = system.main.current_database() AND NOT internal "
+        "ORDER BY ALL"
+    ).fetchall()
+    builtin = _builtin_functions(con) if own else frozenset()
+    shadows = [f"{schema}.{name}" for schema, name in own if name.lower() in builtin]
+    if shadows:
+        raise ReplaygateError(
+            f"not a replaygate database: its macro {shadows[0]} takes the name of a DuckDB "
+            "function"
+            + (f" (and {len(shadows) - 1} more)" if len(shadows) > 1 else "")
+            + "; replaygate's macros never do"
+        )
+
+
+_BUILTINS: dict[str, frozenset[str]] = {}
+
+
+def _builtin_functions(con: duckdb.DuckDBPyConnection) -> frozenset[str]:
+    """The names of DuckDB's own functions and operators, lower-cased: the same in every
+    connection of this DuckDB (listing them costs about 14 CPU ms, paid once a process)."""
+    if duckdb.__version__ not in _BUILTINS:
+        _BUILTINS[duckdb.__version__] = frozenset(
+            str(r[0]).lower()
+            for r in con.execute(
+                "SELECT DISTINCT function_name FROM system.main.duckdb_functions() "
+                "WHERE database_name = 'system'"
+            ).fetchall()
+        )
+    return _BUILTINS[duckdb.__version__]
 
 
 def _open(path: str, read_only: bool) -> duckdb.DuckDBPyConnection:

@@ -61,3 +61,50 @@ def test_readers_reach_no_file_and_fetch_no_extension(tmp_path, sample_db):
         is False
     )
     writer.close()
+
+
+@pytest.mark.parametrize(
+    "macro",
+    [
+        "CREATE MACRO lower(x) AS 'not lower'",
+        "CREATE MACRO \"Current_Database\"() AS 'elsewhere'",
+        "CREATE MACRO \"||\"(a, b) AS 'not a concatenation'",
+        "CREATE MACRO read_text(f) AS TABLE SELECT 1 AS content",
+    ],
+    ids=["scalar", "any case", "operator", "table function"],
+)
+def test_a_macro_in_the_name_of_a_duckdb_function_is_refused(tmp_path, sample_db, macro):
+    # A bare name resolves to the database's macro before DuckDB's own function: every
+    # query that calls it (an operator too) would run what the database says.
+    db = _crafted(tmp_path, sample_db, macro)
+    r = run_cli("status", "--db", db, "--json")
+    assert r.returncode == 1, r.stdout[:200]
+    assert "takes the name of a DuckDB function" in r.stderr
+    for read_only in (True, False):
+        with pytest.raises(ReplaygateError, match=r"its macro main\.\S+ takes the name"):
+            dbm.connect(db, read_only=read_only)
+
+
+def test_a_macro_cannot_hide_a_view_from_the_check(tmp_path, sample_db):
+    # The check asks DuckDB's own functions by their qualified names: a database that
+    # shadows current_database() or duckdb_views() still shows its views.
+    db = _crafted(
+        tmp_path,
+        sample_db,
+        "DROP TABLE rollout; CREATE VIEW rollout AS SELECT 1 AS stage; "
+        "CREATE MACRO current_database() AS 'elsewhere'; "
+        "CREATE MACRO duckdb_views() AS TABLE SELECT 1 AS x WHERE false",
+    )
+    with pytest.raises(ReplaygateError, match="defines views"):
+        dbm.connect(db, read_only=True)
+
+
+def test_the_analysis_macros_take_no_duckdb_function_s_name(sample_db):
+    # replaygate's own macros (queries/sql/prep/00_macros.sql and the rest) pass the check.
+    con = dbm.connect(str(sample_db), read_only=True)
+    own = con.execute(
+        "SELECT count(*) FROM system.main.duckdb_functions() "
+        "WHERE database_name = system.main.current_database() AND NOT internal"
+    ).fetchone()[0]
+    con.close()
+    assert own > 10
