@@ -13,9 +13,9 @@ when the insert need not hold the order of its rows) and numbered from the lines
 it. DuckDB's readers cannot start at an offset, so each piece reaches its reader through
 a named pipe that a thread fills from the file (`os.splice`: the kernel moves the pages,
 nothing passes through Python). Where the cuts come from: the scan that digests the file
-notes a line end per buffer with the lines before it (identity.Scan.cuts). Only a format
-whose reader reads a pipe as it goes is cut (readers.Format.pieces: CSV): DuckDB's JSON
-reader keeps every byte it reads from a pipe until its statement ends, so a JSON Lines
+notes a line end per buffer with the lines before it (identity.Scan.cuts). A file is cut
+only up to the size its format allows (readers.Format.piece_limit): DuckDB's JSON reader
+keeps every byte it reads from a pipe until its statement ends, so a larger JSON Lines
 file is read whole, on one thread.
 
 The load keeps the rows only if every line gave one row (commit.py), as for a file read

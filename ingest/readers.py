@@ -322,8 +322,8 @@ def jsonl_fast_sql(r: Reading, keep: str = "") -> str | None:
 
 # The `pos` of a row read straight into its table from a text format: its place in the
 # reader's rows after the `$before` lines (or data rows) before what it reads. The
-# window runs its pipeline on one thread, so a large file of a format that allows it
-# (Format.pieces: CSV) is read in pieces side by side, each numbered from the lines
+# window runs its pipeline on one thread, so a large file of a size its format allows
+# (Format.piece_limit) is read in pieces side by side, each numbered from the lines
 # before it (pieces.py, in_pieces).
 NUMBERED = "row_number() OVER () + $before AS pos, "
 # What the reader of one piece binds apart from the other pieces' readers.
@@ -634,13 +634,14 @@ class Format:
     bare_cr: bytes | None = None
     # Its blank lines are counted (lines = rows + quarantined + blank).
     blank_lines: bool = False
-    # Its direct reader may read a large file in pieces side by side, each fed to it
-    # through a named pipe (pieces.py). DuckDB's JSON reader keeps every byte it reads
-    # from a pipe until its statement ends, so a JSON Lines file read so is held whole
-    # in memory (a 1 GB file: 1,496 MB peak against 567 MB read whole on one thread;
-    # the 349 MB inbox log of the 1M fleet 781 against 332 MB), and the memory first
-    # touched costs CPU (0.3-0.5 CPU s per 350 MB); its CSV reader keeps a few buffers.
-    pieces: bool = True
+    # The largest file its direct reader reads in pieces side by side, each fed to it
+    # through a named pipe (pieces.py); a larger one is read whole, on one thread. None:
+    # any size. DuckDB's JSON reader keeps every byte it reads from a pipe until its
+    # statement ends, so a JSON Lines file read so is held whole in memory (a 1 GB file:
+    # 1,496 MB peak against 567 MB read whole; the 349 MB inbox log of the 1M fleet 781
+    # against 332 MB) and that memory first touched costs CPU (0.3-0.5 CPU s per 350 MB);
+    # read whole it runs on one of the machine's cores. Its CSV reader keeps a few buffers.
+    piece_limit: int | None = None
     # When its reader fails to convert a value (one beyond what DuckDB holds), a copy of
     # the file it can read: fallback(path, out). None: the file is unreadable.
     fallback: Callable[[Path, Path], None] | None = None
@@ -689,6 +690,9 @@ def parquet_epochs(path: Path, out: Path) -> None:
             w.write_batch(pa.record_batch(cols, schema=schema))
 
 
+# The largest JSON Lines file read in pieces (Format.piece_limit): what its reader holds.
+JSONL_PIECE_LIMIT = 512 << 20
+
 register(
     Format(
         "jsonl",
@@ -702,8 +706,9 @@ register(
         # a CR inside a JSON line is whitespace
         bare_cr=b" ",
         blank_lines=True,
-        # read whole, on one thread: DuckDB's JSON reader holds all it reads from a pipe
-        pieces=False,
+        # DuckDB's JSON reader holds all it reads from a pipe: in pieces (both cores, the
+        # wall time of a 2-core machine's load) only up to a third of the load's 1.5 GB
+        piece_limit=JSONL_PIECE_LIMIT,
     )
 )
 register(

@@ -235,14 +235,14 @@ class Reads(StagingArea):
         as many as DuckDB has threads, each but the last of whole row groups
         (pieces.group_ends), for a plain file read from its start whose every line is
         one row (of a format of data rows, a file without a double quote after its
-        header: a quoted field may hold a line end), of a format whose reader may read
-        pipes (readers.Format.pieces); one piece, the whole, otherwise."""
+        header: a quoted field may hold a line end), no larger than its format reads so
+        (readers.Format.piece_limit); one piece, the whole, otherwise."""
         whole = [pieces.Piece(0, 0, 0)]
         if (
             scan is None
             or lines is None
             or not fmt.lines
-            or not fmt.pieces
+            or (fmt.piece_limit is not None and scan.complete > fmt.piece_limit)
             or compression != "none"
             or not pieces.can_feed()
             or (fmt.row_positions and scan.quoted)

@@ -1,16 +1,17 @@
-"""A large CSV file read straight into its table in pieces side by side (ingest/pieces.py)
+"""A large text file read straight into its table in pieces side by side (ingest/pieces.py)
 loads exactly what the line-exact read loads: the same rows, positions, quarantine rows,
-counts and reports, for clean files, for files with a refused line in a later piece (the
-file is then staged), with a quoted field (read whole) and for a file that grows. A JSON
-Lines file as large is read whole, on one thread, never through a pipe (DuckDB's JSON
-reader keeps all it reads from one: readers.Format.pieces), and loads the same, with a
-refused, blank or hostile line in its last part. The pieces here are small (PIECE_BYTES
-and the scan's buffer shrunk), so a file of a few hundred kilobytes is cut as a large
-one is.
+counts and reports, for clean files, for files with a refused, blank or hostile line in
+a later piece (the file is then staged), for CSV with a quoted field (read whole) and
+for a file that grows. A JSON Lines file larger than its format reads in pieces
+(readers.Format.piece_limit: DuckDB's JSON reader keeps all it reads from a pipe) is read
+whole, never through a pipe, and loads the same. The pieces here are small (PIECE_BYTES
+and the scan's buffer shrunk), so a file of a few hundred kilobytes is cut as a large one
+is.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import threading
 import time
@@ -124,7 +125,7 @@ def test_duckdb_fills_row_groups_of_group_rows(tmp_path):
     assert [c[0] for c in counts] == [pieces.GROUP_ROWS, pieces.GROUP_ROWS, 300000 - 2 * 122_880]
 
 
-@pytest.mark.parametrize("fmt", ["csv"])
+@pytest.mark.parametrize("fmt", ["jsonl", "csv"])
 def test_every_piece_but_the_last_holds_whole_row_groups(fmt, small_pieces, tmp_path, monkeypatch):
     """A piece's insert fills row groups of its own: cut anywhere else, each piece left a
     partial group, which the next checkpoint merges by writing its rows again."""
@@ -200,12 +201,9 @@ def test_a_large_file_read_in_pieces_loads_as_read_line_by_line(
         quoted = (folder / "events-clean.csv").read_text().replace(",e7,", ',"e,7",', 1)
         (folder / "events-quoted.csv").write_text(quoted)
     assert_same(folder, tmp_path, monkeypatch)
-    # Not vacuous: the clean CSV file (and the bad one, before it was staged) was read in
-    # as many pieces as DuckDB has threads; a JSON Lines file never through a pipe.
-    if fmt == "jsonl":
-        assert small_pieces == [], small_pieces
-    else:
-        assert small_pieces and set(small_pieces) == {THREADS}, small_pieces
+    # Not vacuous: the clean file (and the bad ones, before they were staged) was read in
+    # as many pieces as DuckDB has threads.
+    assert small_pieces and set(small_pieces) == {THREADS}, small_pieces
     con = duckdb.connect(str(tmp_path / "direct.duckdb"), read_only=True)
     try:
         assert con.execute(
@@ -230,12 +228,31 @@ def test_a_file_read_in_pieces_then_grown(fmt, small_pieces, tmp_path, monkeypat
             _write(path, table.slice(4000), "a")
 
     assert_same(folder, tmp_path, monkeypatch, steps=2, grow=grow)
-    assert small_pieces == ([] if fmt == "jsonl" else [THREADS]), small_pieces
+    assert small_pieces == [THREADS], small_pieces
+
+
+def test_a_json_lines_file_over_the_piece_limit_is_read_whole(small_pieces, tmp_path, monkeypatch):
+    """Its reader would hold every piece it reads from a pipe: a file larger than the
+    limit is read whole, on one thread (its memory then stays that of one buffer), and
+    loads as read line by line; one no larger is read in pieces."""
+    assert readers.FORMATS["jsonl"].piece_limit == readers.JSONL_PIECE_LIMIT
+    assert readers.FORMATS["csv"].piece_limit is None
+    folder = tmp_path / "in"
+    folder.mkdir()
+    _write(folder / "events-large.jsonl", _events(4000))
+    _write(folder / "events-small.jsonl", _events(1500))
+    large = (folder / "events-large.jsonl").stat().st_size
+    limit = (folder / "events-small.jsonl").stat().st_size
+    assert large > limit
+    jsonl = dataclasses.replace(readers.FORMATS["jsonl"], piece_limit=limit)
+    monkeypatch.setitem(readers.FORMATS, "jsonl", jsonl)
+    assert_same(folder, tmp_path, monkeypatch)
+    # Only the small file went through pipes (once, as many pieces as threads).
+    assert small_pieces == [THREADS], small_pieces
 
 
 # Lines the line-exact read refuses, quarantines or reads otherwise than a typed reader
-# would; one of them in the last part of a JSON Lines file large enough to be cut (it is
-# read whole: a piece of it would have been a pipe).
+# would; one of them in the last piece of a file read in pieces.
 HOSTILE = {
     "number-as-string": '"seq": "12"',
     "exponent": '"seq": 1e3',
@@ -277,10 +294,11 @@ def test_a_hostile_line_in_a_later_piece(case, small_pieces, tmp_path, monkeypat
     folder.mkdir()
     (folder / "events.jsonl").write_bytes(_hostile_files()[case])
     assert_same(folder, tmp_path, monkeypatch)
-    assert small_pieces == [], small_pieces
+    # Not vacuous: read in pieces (then staged, if the line does not load).
+    assert small_pieces and max(small_pieces) > 1, small_pieces
 
 
-@pytest.mark.parametrize("fmt", ["csv"])
+@pytest.mark.parametrize("fmt", ["jsonl", "csv"])
 def test_the_pieces_are_numbered_reads_side_by_side(fmt, tmp_path):
     """The insert of a file read in pieces is a UNION of one numbered read per piece
     (each window runs on a thread of its own: DuckDB runs the branches side by side when
@@ -341,12 +359,9 @@ def test_a_feeder_never_outlives_its_statement(tmp_path):
 @pytest.mark.parametrize("fmt", ["jsonl", "csv"])
 def test_a_simulated_fleet_read_in_pieces(fmt, small_pieces, tmp_path, monkeypatch):
     """Every fault of the simulator, in both text formats: its larger files read in
-    pieces (CSV) or whole (JSON Lines) load as read line by line."""
+    pieces load as read line by line."""
     folder = tmp_path / "in"
     simulate(folder, seed=5, sessions=600, fmt=fmt, faults="all")
     (folder / "truth.json").unlink()
     assert_same(folder, tmp_path, monkeypatch)
-    if fmt == "jsonl":
-        assert small_pieces == [], small_pieces
-    else:
-        assert small_pieces and max(small_pieces) == THREADS, small_pieces
+    assert small_pieces and max(small_pieces) == THREADS, small_pieces
