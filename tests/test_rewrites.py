@@ -575,6 +575,7 @@ REWRITTEN_PREP = {
     "wide_probe/05_missing.sql": ("a_missing",),
     "06_stream_life.sql": ("a_streams",),
     "compressed/06_stream_life.sql": ("a_streams",),
+    "text_states/06_stream_life.sql": ("a_streams",),
     "compressed/04_inbox.sql": ("a_inbox_resolved",),
     "keys_compressed/05_missing.sql": ("a_inbox_sessions", "a_missing"),
     "keys_compressed/07_recoveries.sql": ("a_recoveries",),
@@ -623,6 +624,15 @@ _EDGE_CASES = [
        WHERE hash(dispatch_id) % 23 = 4""",
     "UPDATE dispatches SET payload_digest = NULL WHERE hash(dispatch_id, pos) % 9 = 0",
     "UPDATE dispatches SET idempotency_key = NULL WHERE hash(dispatch_id, pos) % 13 = 0",
+    # streams whose first record lacks a request value a later one has (a_streams takes
+    # those values column by column), and streams none of whose records names a request
+    """UPDATE streams SET
+           payload_digest = CASE WHEN state <> 'STREAM_OPEN' THEN 'late-' || pos::VARCHAR END,
+           tool_name = CASE WHEN state = 'CLOSED' THEN 'late-tool' END
+       WHERE hash(session_hmac, stream_id) % 7 = 3""",
+    """UPDATE streams SET payload_digest = NULL, request_id = NULL, method = NULL,
+           tool_class = NULL, tool_name = NULL
+       WHERE hash(session_hmac, stream_id) % 11 = 5""",
 ]
 
 
@@ -791,6 +801,23 @@ def test_prepare_rewrite_gives_the_replaced_tables(fleet_db, file, changed):
             assert kinds[0] > 0, kinds
             if changed:
                 assert kinds[1] > 0, kinds
+        if Path(file).name == "06_stream_life.sql":
+            # streams whose first record has their request, (with the changes) streams
+            # whose first record lacks a value a later one has, and streams that name none
+            kinds = con.execute(
+                """SELECT count(*) FILTER (WHERE NOT lacks AND named),
+                          count(*) FILTER (WHERE lacks), count(*) FILTER (WHERE NOT named)
+                   FROM (SELECT bool_or(payload_digest IS NOT NULL OR tool_name IS NOT NULL)
+                                    AS named,
+                                (count(payload_digest) > 0 AND arg_min(payload_digest IS NULL,
+                                     record_order(ts, file_id, pos)))
+                                OR (count(tool_name) > 0 AND arg_min(tool_name IS NULL,
+                                     record_order(ts, file_id, pos))) AS lacks
+                         FROM streams GROUP BY session_hmac, generation, stream_id)"""
+            ).fetchone()
+            assert kinds[0] > 0, kinds
+            if changed:
+                assert min(kinds) > 0, kinds
         if file == "07_recoveries.sql":
             # reopened streams, retries carried from earlier rows, disconnects never
             # recovered, and (with the changes) streams logged without their session
@@ -1194,6 +1221,41 @@ def test_a_sessions_groups_no_text_for_sessions_whose_first_record_has_all(fleet
         con.execute("ROLLBACK")
     assert old == records > 0
     assert new == lacking < records / 2, (new, lacking, records)
+
+
+def test_a_streams_groups_no_request_text_for_streams_whose_first_record_has_it(fleet_db, tmp_path):
+    """Five arg_min of text kept every stream's request in the grouping's states (the
+    digest's alone over a third of the step; x14-16 from 10M to 100M events): a_streams takes
+    the request of a stream whose first record has all of it from that record, and groups
+    with the five only the records of the others (none on the simulated fleet; with the
+    edge cases, the streams whose first record lacks a value a later one has)."""
+    con, _ = fleet_db
+    lacking = """SELECT coalesce(sum(n), 0) FROM (
+                     SELECT count(*) AS n FROM streams
+                     GROUP BY session_hmac, generation, stream_id HAVING {})""".format(
+        " OR ".join(
+            f"(count({c}) > 0 AND arg_min({c} IS NULL, record_order(ts, file_id, pos)))"
+            for c in ("payload_digest", "request_id", "method", "tool_class", "tool_name")
+        )
+    )
+    for changed in (False, True):
+        con.execute("BEGIN TRANSACTION")
+        try:
+            if changed:
+                for stmt in _EDGE_CASES:
+                    con.execute(stmt)
+            expected = con.execute(lacking).fetchone()[0]
+            new, records = _rows_into_text_states(
+                con, catalog.SQL_DIR / "prep" / "06_stream_life.sql", tmp_path, 5, "streams"
+            )
+            old, _ = _rows_into_text_states(
+                con, OLD / "text_states" / "06_stream_life.sql", tmp_path, 5, "streams"
+            )
+        finally:
+            con.execute("ROLLBACK")
+        assert old == records > 0
+        assert new == expected < records / 2, (changed, new, expected, records)
+        assert (expected > 0) == changed, (changed, expected)
 
 
 def test_a_key_differing_groups_only_the_keys_attempted_more_than_once(fleet_db, tmp_path):

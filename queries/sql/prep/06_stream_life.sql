@@ -24,7 +24,55 @@ CREATE OR REPLACE TABLE a_streams (
     reasoned BOOLEAN
 );
 
+-- A stream's request (digest, id, method, tool) is each column's first non-NULL value (in
+-- time, then file and position: record_order). The grouping keeps no request text: five
+-- arg_min over text held them in its states (the 64-character digest's alone over a third
+-- of the step), which grew x14-16 from 10M to 100M events. It keeps, per stream, the place
+-- of its first record and which of the five columns that record has (a bit each) against
+-- which any record has: where they agree (a stream whose opening record carries its
+-- request: every stream of the simulated fleets) the five are that record's, read by its
+-- place (record_order is one number per record); a stream none of whose records names a
+-- request has none; only the other streams' records are grouped with the five arg_min,
+-- as before.
 INSERT INTO a_streams
+WITH s AS NOT MATERIALIZED (
+    SELECT *, record_order(ts, file_id, pos) AS o,
+           (payload_digest IS NOT NULL)::INTEGER + 2 * (request_id IS NOT NULL)::INTEGER
+           + 4 * (method IS NOT NULL)::INTEGER + 8 * (tool_class IS NOT NULL)::INTEGER
+           + 16 * (tool_name IS NOT NULL)::INTEGER AS has
+    FROM streams
+),
+grouped AS MATERIALIZED (
+    SELECT session_hmac, generation, stream_id,
+           min(ts) AS opened_ts,
+           max(ts) AS last_ts,
+           min(o) AS first_o,
+           arg_min(has, o) AS first_has,
+           bit_or(has) AS any_has,
+           arg_max(state, o) AS last_state,
+           bool_or(state = 'DISCONNECTED') AS disconnected,
+           bool_or(is_completed(state, close_reason)) AS completed,
+           -- a ledger that records no close reason cannot show a completed stream
+           bool_or(close_reason IS NOT NULL) AS reasoned
+    FROM s
+    GROUP BY ALL
+)
+-- a stream whose first record has every request column any of its records has
+SELECT g.session_hmac, g.generation, g.stream_id, g.opened_ts, g.last_ts,
+       f.payload_digest, f.request_id, f.method, f.tool_class, f.tool_name,
+       g.last_state, g.disconnected, g.completed, g.reasoned
+FROM grouped g
+JOIN s f ON f.o = g.first_o
+WHERE g.first_has = g.any_has AND g.any_has <> 0 AND f.has <> 0
+UNION ALL
+-- a stream none of whose records names its request
+SELECT session_hmac, generation, stream_id, opened_ts, last_ts, NULL, NULL, NULL, NULL, NULL,
+       last_state, disconnected, completed, reasoned
+FROM grouped
+WHERE any_has = 0
+UNION ALL
+-- the others (a first record without a value a later one has, or none in order): each
+-- column's first non-NULL value
 SELECT session_hmac, generation, stream_id,
        min(ts) AS opened_ts,
        max(ts) AS last_ts,
@@ -36,8 +84,11 @@ SELECT session_hmac, generation, stream_id,
        arg_max(state, o) AS last_state,
        bool_or(state = 'DISCONNECTED') AS disconnected,
        bool_or(is_completed(state, close_reason)) AS completed,
-       -- a ledger that records no close reason cannot show a completed stream
        bool_or(close_reason IS NOT NULL) AS reasoned
--- (o: record_order, the struct (ts, file_id, pos) as one number)
-FROM (SELECT *, record_order(ts, file_id, pos) AS o FROM streams)
+FROM s
+SEMI JOIN (SELECT session_hmac, generation, stream_id FROM grouped
+           WHERE any_has <> 0 AND first_has IS DISTINCT FROM any_has) x
+  ON x.session_hmac IS NOT DISTINCT FROM s.session_hmac
+ AND x.generation IS NOT DISTINCT FROM s.generation
+ AND x.stream_id IS NOT DISTINCT FROM s.stream_id
 GROUP BY ALL;
