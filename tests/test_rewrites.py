@@ -1915,6 +1915,7 @@ LATER_VERSIONS = sorted(
     + [(p.stem, p) for p in (OLD / "keys_joined").glob("*.sql")]
     + [(p.stem, p) for p in (OLD / "nested_loop").glob("*.sql")]
     + [(p.stem, p) for p in (OLD / "streams_grouped").glob("*.sql")]
+    + [(p.stem, p) for p in (OLD / "later_joined").glob("*.sql")]
     + [(p.stem, p) for p in (OLD / "multi_key").glob("*.sql")]
 )
 

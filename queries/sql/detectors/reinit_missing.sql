@@ -69,11 +69,25 @@ judged AS (
     FROM (SELECT * FROM gone WHERE client IS NOT NULL AND one_client) g
     ASOF LEFT JOIN inits i ON i.client = g.client AND i.init_ts > g.ts
 ),
--- Requests on the dead session after its 404: a join within one session's requests.
+-- Requests on the dead session after its 404: a join within one session's requests, of
+-- the sessions with a 404 alone, found first by a 64-bit hash of their key. (Joined with
+-- every request by the 64-character key, the probe kept 28.4M of 31.6M requests at 100M
+-- events against 0.37M of 3.15M at 10M: DuckDB's Bloom filter of the 404s' sessions
+-- pruned at 10M only, on the session key alone too; a hash table of 8-byte keys is the
+-- cheaper probe for every request.)
+dead AS (
+    SELECT DISTINCT session_hmac, ts FROM gone
+),
+dead_requests AS MATERIALIZED (
+    SELECT r.session_hmac, r.ts FROM p r
+    SEMI JOIN (SELECT DISTINCT hash(session_hmac) AS h FROM dead) d
+      ON hash(r.session_hmac) = d.h
+    WHERE r.method <> 'DELETE'
+),
 later AS (
     SELECT g.session_hmac, g.ts, count(l.ts) AS n
-    FROM (SELECT DISTINCT session_hmac, ts FROM gone) g
-    JOIN p l ON l.session_hmac = g.session_hmac AND l.ts > g.ts AND l.method <> 'DELETE'
+    FROM dead g
+    JOIN dead_requests l ON l.session_hmac = g.session_hmac AND l.ts > g.ts
     GROUP BY ALL
 ),
 -- A re-initialize not seen may be in a proxy log that cannot show one while others do
