@@ -7,12 +7,12 @@
 --          resolved receipts cost about a tenth of the step.
 -- needs: inbox
 -- params: buckets, lo, hi
--- buckets: inbox 5000000
--- 5,000,000 `inbox` rows a GB of the memory limit: at 10M events the 5.06M receipts without
--- a place (of 10.1M rows) were joined in one bucket without spilling under 1.5 GB; this
--- leaves a quarter of that free. It gives 2 buckets at 100M under 12 GB (the statements
--- alone: 84.0, 88.3 CPU s, 11.3 GB peak, nothing spilled), where 3 read both tables once
--- more (101.6, 109.4 CPU s).
+-- buckets: inbox 4000000
+-- 4,000,000 `inbox` rows a GB of the memory limit: 3 buckets at 100M under 12 GB. 5,000,000
+-- (2 buckets) was faster for the statements alone (84.0, 88.3 against 101.6, 109.4 CPU s) but
+-- slower in the whole analysis, where the steps before it hold the buffer pool: this step
+-- 125.6 CPU s / 80.2 s against 105.9 / 56.0 in 3 buckets, the analysis 646.8 against 602.8
+-- CPU s (once each, page cache dropped, docs/performance.md).
 -- The event id is stored uncompressed: nearly every receipt's id is its own, and DuckDB's
 -- string compression of it (FSST: about half its bytes, 50 MB at 10M events) was about a
 -- third of writing the 5.06M resolved receipts. The other columns compress as DuckDB
