@@ -15,9 +15,13 @@ not counted in the steps (they are in `process_cpu_s`). With `--profile DIR` eve
 statement's DuckDB profile (JSON, every operator's time and rows) is kept in DIR, one file
 per statement numbered in order, and each step adds what DuckDB spilled (`spill_mb`: bytes
 written to the temporary folder) and the folder's peak (`temp_peak_mb`); the profiling
-costs a little CPU, so compare runs that both had it. Not a timed test: numbers depend
-on the machine, its load and its page cache: the headline notes the cache at the start
-(`page_cache_mb`), and `--drop-caches` (root) drops it first, so runs start alike.
+costs a little CPU, so compare runs that both had it. The profiles also give each step's
+planning (`plan_s`: binding, the optimizers and the physical plan, wall seconds as DuckDB's
+profiler counts them) and the run's time per optimizer (`optimizers`, summed over every
+statement, largest first): what `SET disabled_optimizers` could save at most. Not a timed
+test: numbers depend on the machine, its load and its page cache: the headline notes the
+cache at the start (`page_cache_mb`), and `--drop-caches` (root) drops it first, so runs
+start alike.
 """
 
 from __future__ import annotations
@@ -85,6 +89,8 @@ class Timed:
         self._con, self._steps, self._peak = con, steps, peak
         self._progress = progress
         self._profile, self._n = profile, 0
+        # seconds per optimizer over every profiled statement (DuckDB's `optimizer` block)
+        self.optimizers: dict[str, float] = defaultdict(float)
         self.label: str | None = None
         if profile:
             profile.mkdir(parents=True, exist_ok=True)
@@ -93,7 +99,8 @@ class Timed:
             con.execute("SET profiling_output = $f", {"f": str(profile / "last.json")})
 
     def _kept_profile(self, label: str, sql: str) -> dict[str, float]:
-        """The statement's profile moved aside; its spill and temporary peak in MB."""
+        """The statement's profile moved aside; its spill and temporary peak in MB, and its
+        planning in seconds (the optimizers' added to the run's `optimizers`)."""
         assert self._profile
         last = self._profile / "last.json"
         if not last.exists():  # a statement that failed writes none
@@ -108,9 +115,18 @@ class Timed:
         kept = self._profile / f"{self._n:05d}-{re.sub(r'[^A-Za-z0-9_]+', '_', label)}.json"
         os.replace(last, kept)
         system = profile.get("system", {})
+        optimizer = profile.get("optimizer", {})
+        for name, secs in optimizer.items():
+            if name != "total_time":
+                self.optimizers[name] += secs
+        plan_s = sum(
+            profile.get(part, {}).get("total_time", 0)
+            for part in ("planner", "optimizer", "physical_planner")
+        )
         return {
             "spill_mb": system.get("total_bytes_spilled", 0) / 1e6,
             "temp_peak_mb": system.get("peak_temp_dir_size", 0) / 1e6,
+            "plan_s": plan_s,
         }
 
     def execute(self, sql: str, *args: Any, **kw: Any) -> Any:
@@ -137,6 +153,7 @@ class Timed:
             if spilled:
                 s["spill_mb"] = s.get("spill_mb", 0.0) + spilled["spill_mb"]
                 s["temp_peak_mb"] = max(s.get("temp_peak_mb", 0.0), spilled["temp_peak_mb"])
+                s["plan_s"] = s.get("plan_s", 0.0) + spilled["plan_s"]
             if self._progress:  # each statement as it ends: a run cut short still tells
                 c, t = time.process_time() - c0, time.perf_counter() - t0
                 line = f"{label}\t{c:.3f} CPU s\t{t:.3f} s\t{p:,.0f} MB"
@@ -206,6 +223,11 @@ def main() -> None:
             for k, s in sorted(steps.items(), key=lambda kv: -kv[1]["cpu_s"])
         },
     }
+    if args.profile:
+        out["plan_s"] = round(sum(s.get("plan_s", 0.0) for s in steps.values()), 3)
+        out["optimizers"] = {
+            k: round(v, 4) for k, v in sorted(con.optimizers.items(), key=lambda kv: -kv[1])
+        }
     if args.json:
         args.json.write_text(json.dumps(out, indent=1))
     print(
@@ -213,6 +235,9 @@ def main() -> None:
         f"process {out['process_cpu_s']} CPU s, peak {out['peak_mb']:,} MB, "
         f"{findings:,} findings, load {out['load']}, page cache at start {cache0} MB"
     )
+    if args.profile:
+        top = ", ".join(f"{k} {v:.3f}" for k, v in list(out["optimizers"].items())[:5])
+        print(f"planning {out['plan_s']} s as profiled; optimizers: {top}")
     print("| step | CPU s | s | peak MB | spilled MB | statements |\n|---|---|---|---|---|---|")
     for k, s in list(out["steps"].items())[: args.top]:
         spilled = f"{s['spill_mb']:,.0f}" if "spill_mb" in s else ""

@@ -108,6 +108,11 @@ def test_analysis_step_times_the_gate_facts(tmp_path):
     assert 0 < len(kept) <= len(printed) and kept[0].name.startswith("00001-")
     assert "operator" in json.loads(kept[-1].read_text())
     assert "spill_mb" in steps["a_missing"] and "temp_peak_mb" in steps["a_missing"]
+    # and each step's planning, the run's time per optimizer (what disabling one could save)
+    assert 0 < steps["a_missing"]["plan_s"] <= res["plan_s"]
+    assert "join_order" in res["optimizers"] and "total_time" not in res["optimizers"]
+    assert list(res["optimizers"].values()) == sorted(res["optimizers"].values(), reverse=True)
+    assert f"planning {res['plan_s']} s as profiled" in r.stdout.splitlines()[1]
 
 
 @pytest.mark.slow
