@@ -115,6 +115,34 @@ def test_analysis_step_times_the_gate_facts(tmp_path):
     assert f"planning {res['plan_s']} s as profiled" in r.stdout.splitlines()[1]
 
 
+def test_append_rounds_start_from_the_same_state(tmp_path):
+    # bench/append.py --rounds: each round re-analyses the database as the append's ingest
+    # left it (a round on the database the last one analysed from scratch would find
+    # nothing to do), and the figures are the medians of the rounds.
+    import json
+    import statistics
+
+    r = subprocess.run(
+        [sys.executable, str(BENCH / "append.py"), "--events", "3000", "--rounds", "2",
+         "--out", str(tmp_path)],
+        capture_output=True, text=True,
+    )  # fmt: skip
+    assert r.returncode == 0, r.stderr[-2000:]
+    res = json.loads((tmp_path / "append-3000.json").read_text())
+    assert len(res["rounds"]) == 2
+    for one in res["rounds"]:
+        assert one["reanalysis"]["mode"] == "incremental"
+        assert one["scratch_analysis"]["mode"] == "full"
+    for step in ("reanalysis", "scratch_analysis"):
+        for k in ("cpu_s", "seconds", "analysis_cpu_s"):
+            assert res[step][k] == statistics.median(o[step][k] for o in res["rounds"])
+    assert res["analysis_cpu_ratio"] == round(
+        res["reanalysis"]["cpu_s"] / res["scratch_analysis"]["cpu_s"], 3
+    )
+    assert sorted(p.name for p in tmp_path.glob("*.duckdb")) == []  # copies removed
+    assert "| rounds (medians below)" in r.stdout
+
+
 @pytest.mark.slow
 def test_a_step_counts_the_cpu_of_the_jvm_it_never_waits_for(tmp_path):
     """Spark's JVM is a child the step's process never reaps, so wait4 misses its CPU:
