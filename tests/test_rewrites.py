@@ -1111,6 +1111,30 @@ def test_state_violation_looks_stream_rows_up_by_hash():
     assert "session_hmac IS NOT DISTINCT FROM" in plan
 
 
+def test_unrecovered_stream_looks_stream_rows_up_by_hash():
+    """The rows of the streams with a resume asked for are looked up by a 64-bit hash of
+    the stream, not by a NULL-safe join on its three text keys (every stream row probed a
+    table of their text, x12 from 10M to 100M events)."""
+    con = _macros_con()
+    con.execute(
+        """CREATE TABLE streams (file_id BIGINT, pos BIGINT, ts TIMESTAMPTZ,
+               session_hmac VARCHAR, generation BIGINT, stream_id VARCHAR, state VARCHAR)"""
+    )
+    # (rows of every state at two times: of an empty table, or of one time, DuckDB plans an
+    # empty result)
+    con.execute(
+        """INSERT INTO streams VALUES
+               (1, 1, '2026-01-01 00:00:00', 's', 1, '1', 'STREAM_OPEN'),
+               (1, 2, '2026-01-01 00:00:01', 's', 1, '1', 'DISCONNECTED'),
+               (1, 3, '2026-01-01 00:00:02', 's', 1, '1', 'RESUME_PENDING'),
+               (1, 4, '2026-01-01 00:00:03', 's', 1, '1', 'CLOSED')"""
+    )
+    sql = catalog.parse(catalog.SQL_DIR / "detectors" / "unrecovered_stream.sql", "detectors").sql
+    plan = "\n".join(r[1] for r in con.execute(f"EXPLAIN {sql}").fetchall())
+    assert "IS NOT DISTINCT FROM" not in plan
+    assert "hash(" in plan
+
+
 def test_a_missing_groups_no_lists():
     """A list aggregate's state is held in memory and never spilled: a_missing's grouping of
     every completed stream's hole seqs into a list ran out of memory at 10M events under
@@ -1901,8 +1925,9 @@ WHOLE_TABLES = OLD / "whole_tables"
 # session_after_terminal as it joined every receipt and request with every session by its key
 # and kept a copy of every session's clients) and wide_reread/ (duplicate_delivery_accepted,
 # and duplicate_dispatch's inbox basis, as they read every column of every accepted receipt
-# again for the ones whose hash repeats) and pending_grouped/ (unrecovered_stream as it
-# grouped every stream row).
+# again for the ones whose hash repeats), pending_grouped/ (unrecovered_stream as it
+# grouped every stream row) and text_probed/ (unrecovered_stream and undelivered_result as
+# they probed a table of text keys with every stream row or receipt).
 LATER_VERSIONS = sorted(
     [(p.stem, p) for p in WHOLE_TABLES.glob("*.sql")]
     + [(p.stem, p) for p in (OLD / "proxy_copied").glob("*.sql")]
@@ -1917,6 +1942,7 @@ LATER_VERSIONS = sorted(
     + [(p.stem, p) for p in (OLD / "streams_grouped").glob("*.sql")]
     + [(p.stem, p) for p in (OLD / "later_joined").glob("*.sql")]
     + [(p.stem, p) for p in (OLD / "multi_key").glob("*.sql")]
+    + [(p.stem, p) for p in (OLD / "text_probed").glob("*.sql")]
 )
 
 # Changes to the fleet that reach every basis and branch of those detectors: sessions whose
@@ -1957,6 +1983,10 @@ _DETECTOR_CASES = [
     "UPDATE streams SET stream_id = NULL WHERE hash(session_hmac, stream_id) % 23 = 2",
     "UPDATE sessions SET session_hmac = NULL WHERE hash(session_hmac, pos) % 29 = 0",
     "UPDATE inbox SET session_hmac = NULL WHERE hash(session_hmac, event_id) % 31 = 0",
+    # receipts of answers that name another kind, or none (an answer looked up among the
+    # receipts of its own kind first is then found among its session's other receipts)
+    """UPDATE inbox SET kind = CASE WHEN hash(event_id, session_hmac) % 2 = 0 THEN 'progress' END
+       WHERE kind IN ('result', 'error') AND hash(event_id, session_hmac) % 17 < 2""",
     "UPDATE streams SET resume_from_event_id = NULL WHERE hash(session_hmac, stream_id) % 2 = 0",
     # resumes asked for after a break, some never settled: a stream's rows that open or
     # close it after its first break made RESUME_PENDING, or after its first RESUME_PENDING
@@ -2032,7 +2062,7 @@ def test_detector_driven_from_candidates_gives_the_replaced_rows(fleet_db, name,
     keys by sorting their hashes, or to read a table by each use instead of copying it)
     returns exactly the rows of the versions it replaced (tests/fixtures/sql_v0/whole_tables,
     hash_grouped, proxy_copied, all_disconnects, kept_copies, rows_ordered, wide_reread,
-    pending_grouped, keys_joined, nested_loop), every
+    pending_grouped, keys_joined, nested_loop, multi_key, text_probed), every
     column and the detail byte for byte, cannot-tell units included, on both fleets as
     analysed and with the cases it took apart added (_DETECTOR_CASES, the prepare step run
     again on them). Rolled back."""

@@ -55,15 +55,35 @@ ends AS (
     FROM a_event_index
     WHERE kind IN ('result', 'error')
 ),
--- the answers of sessions with receipts that no receipt names
-unreceived AS MATERIALIZED (
+-- the answers of sessions with receipts that no receipt names. First the answers no
+-- receipt of an answer's kind names (the receipt's own kind: a seventh of the receipts
+-- probe the answers' table, not every one), before the sessions with receipts are kept
+-- (materialized, so that the semi join with them joins the few left, not every answer);
+-- then, of those, the ones no receipt of their sessions names, whatever its kind (those
+-- receipts found by the session key alone, which DuckDB filters the scan by)
+unreceived_by_kind AS MATERIALIZED (
     SELECT e.session_hmac, e.generation, e.stream_id, e.event_id
     FROM ends e
-    SEMI JOIN a_inbox_sessions s
-      ON s.session_hmac = e.session_hmac AND s.generation = e.generation
-    ANTI JOIN inbox i
+    ANTI JOIN (SELECT session_hmac, generation, event_id FROM inbox
+               WHERE kind IN ('result', 'error')) i
       ON i.session_hmac = e.session_hmac AND i.generation = e.generation
      AND i.event_id = e.event_id
+),
+unreceived_kept AS MATERIALIZED (
+    SELECT u.*
+    FROM unreceived_by_kind u
+    SEMI JOIN a_inbox_sessions s
+      ON s.session_hmac = u.session_hmac AND s.generation = u.generation
+),
+unreceived AS MATERIALIZED (
+    SELECT u.*
+    FROM unreceived_kept u
+    ANTI JOIN (SELECT i.session_hmac, i.generation, i.event_id
+               FROM inbox i
+               SEMI JOIN (SELECT DISTINCT session_hmac FROM unreceived_kept) k
+                 ON k.session_hmac = i.session_hmac) i
+      ON i.session_hmac = u.session_hmac AND i.generation = u.generation
+     AND i.event_id = u.event_id
 ),
 -- each empty answer's nearest POST stream(s) of its session (a_empty_answers)
 nearest AS (SELECT * FROM a_empty_answers),
