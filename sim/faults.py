@@ -17,7 +17,7 @@ from typing import Any
 from replaygate.ingest.redact import hmac_hex
 
 from .calls import Brk, call, sessionless_call
-from .fleet import SEC, Fleet, Sess
+from .fleet import SEC, Fleet, Sess, origin_allowed
 from .truth import BLIND_SKEW_MS
 
 
@@ -487,7 +487,10 @@ def _allowed_origin_refused(f, t, cohort, resumable):
     for status, origin in ((421, "auto"), (403, None)):
         s.t += f.jitter(200, 900)
         f.proxy(s.t, "POST", status, s, origin=origin, jsonrpc_method="tools/call", request_id="9")
-        out.append(X(f, "allowed_origin_refused", "high", s.t, s.hmac, ts=s.t))
+        # The 421 carries the session's Origin: with no allow-list configured only loopback
+        # is allowed, and a foreign one (https://app.example.com) refused is no finding.
+        if origin is None or origin_allowed(s.origin, f.allowlist):
+            out.append(X(f, "allowed_origin_refused", "high", s.t, s.hmac, ts=s.t))
     f.delete(s)
     return out
 

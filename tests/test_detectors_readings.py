@@ -4,6 +4,8 @@ initializes, reconnects, client identity for re-init, redacted logs, undelivered
 
 from __future__ import annotations
 
+import pytest
+
 from replaygate.core import db as dbm
 from replaygate.core.config import Config, from_mapping
 from replaygate.queries import gates as gm
@@ -308,3 +310,16 @@ def test_the_reinit_gate_counts_not_reinitialized_and_used_after_the_404_apart(t
     assert got[0]["reason"].endswith(causes)
     assert got[1]["reason"].endswith("(2 not re-initialized)")
     assert got[0]["reason"] in every[0]["reasons"]
+
+
+@pytest.mark.parametrize("seed", [12, 13])  # the session's Origin: loopback (12), foreign (13)
+def test_a_fleet_without_an_allow_list_expects_refusals_of_allowed_origins_only(tmp_path, seed):
+    # allowed_origin_refused's 421 carries its session's Origin; with no allow-list
+    # configured only loopback is allowed, so a foreign one refused is no finding.
+    from .conftest import build, findings_of, match_truth
+
+    faults = "allowed_origin_refused"
+    con, truth, _ = build(tmp_path, seed=seed, sessions=120, faults=faults, config=Config())
+    pairs, missed, extra = match_truth(findings_of(con), truth)
+    assert (missed, extra) == ([], [])
+    assert 403 in {f["detail"]["status"] for _, f in pairs}
