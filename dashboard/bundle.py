@@ -71,7 +71,8 @@ def _findings(con: duckdb.DuckDBPyConnection, stage: str) -> bytes:
     # A relation straight to Arrow (an executed result warns of an extra copy on stderr).
     table = con.sql(
         """SELECT * FROM findings WHERE stage = $s
-           ORDER BY detector, ts, session_hmac, stream_id, event_id, dispatch_id""",
+           ORDER BY detector, ts, session_hmac, generation, stream_id, event_id, dispatch_id,
+                    idempotency_key, severity, CAST(detail AS VARCHAR)""",
         params={"s": stage},
     ).to_arrow_table()
     sink = pa.BufferOutputStream()

@@ -612,7 +612,9 @@ def list_findings(
     limit: int | None = None,
 ) -> list[Finding]:
     """The findings, most severe first, optionally of some detectors, one stage, at
-    least a severity, at most `limit`; times as ISO strings, `detail` parsed."""
+    least a severity, at most `limit`; times as ISO strings, `detail` parsed. Findings of
+    one detector in one millisecond are ordered by their unit and detail: the table's own
+    order follows the threads that inserted them, and differs from run to run."""
     where: list[str] = ["true"]
     args: dict[str, Any] = {}
     if detectors:
@@ -628,7 +630,8 @@ def list_findings(
         args["sev"] = [str(s) for s in SEVERITIES if s.rank <= Severity(severity).rank]
     sql = f"""SELECT detector, severity, ts, stage, {", ".join(UNIT_COLUMNS)}, detail
               FROM findings WHERE {" AND ".join(where)}
-              ORDER BY list_position($order, severity), ts, detector"""
+              ORDER BY list_position($order, severity), ts, detector,
+                       {", ".join(UNIT_COLUMNS)}, CAST(detail AS VARCHAR)"""
     args["order"] = [str(s) for s in SEVERITIES]
     if limit:
         sql += " LIMIT $limit"

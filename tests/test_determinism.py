@@ -115,3 +115,43 @@ def test_two_fresh_databases_from_the_same_files_agree_byte_for_byte(tmp_path):
         con.close()
     assert runs[0], "no findings to compare"
     assert runs[0] == runs[1] == runs[2]
+
+
+def test_findings_of_one_millisecond_are_listed_in_one_order(tmp_path):
+    """`findings --json`, a report's findings and a bundle's list findings in an order of
+    their own, not the table's: its rows come in the order the threads that inserted them
+    finished (findings of one detector in one millisecond swapped places between two
+    analyses of one 10M-event database)."""
+    from replaygate.dashboard import bundle
+
+    rows = [
+        (
+            "rollback_post_storm",
+            "high",
+            "2026-12-03 04:00:35.309+00",
+            "s",
+            h,
+            1,
+            "2",
+            None,
+            None,
+            None,
+            '{"n": 1}',
+        )
+        for h in ("b" * 64, "a" * 64, "c" * 64)
+    ]
+    rows.append((*rows[0][:5], 2, *rows[0][6:]))  # the same session's next generation
+    listed, written = [], []
+    for order in (rows, rows[::-1]):
+        con = dbm.connect(str(tmp_path / f"{len(listed)}.duckdb"))
+        for stmt in runner.FINDINGS_DDL.split(";"):
+            if stmt.strip():
+                con.execute(stmt)
+        for r in order:
+            con.execute("INSERT INTO findings VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)", list(r))
+        listed.append(runner.list_findings(con))
+        written.append(bundle._findings(con, "s"))
+        con.close()
+    assert listed[0] == listed[1]
+    assert [f["session_hmac"][0] for f in listed[0]] == ["a", "b", "b", "c"]
+    assert written[0] == written[1]
