@@ -653,6 +653,16 @@ def semi_anti(node: exp.Expression) -> exp.Expression:
     return node
 
 
+def materialized(node: exp.Expression) -> exp.Expression:
+    """DuckDB's `AS MATERIALIZED` CTE (computed once, first, where its optimizer would
+    move a join across it) is a plain CTE: Spark has no such hint, and a CTE read more
+    than once is computed before its statement anyway (`shared_ctes`)."""
+    if isinstance(node, exp.CTE) and node.args.get("materialized") is not None:
+        node = node.copy()
+        node.set("materialized", None)
+    return node
+
+
 def mark_list_lengths(tree: exp.Expression, source: str) -> None:
     """DuckDB's `len(x)` measures a list here (the SQL spells string lengths `length`);
     sqlglot reads both as one node, so the spelling is looked at in the source."""
@@ -680,6 +690,7 @@ REWRITES: tuple[Rewrite, ...] = (
     Rewrite("macros (00_macros.sql)", expand_macros),
     Rewrite("ASOF JOIN", asof_joins),
     Rewrite("SEMI / ANTI JOIN", semi_anti),
+    Rewrite("MATERIALIZED CTEs", materialized),
     Rewrite("named windows", named_windows),
     Rewrite("scalar subqueries in a grouped query", grouped_subqueries),
     Rewrite("method calls", method_calls),

@@ -583,6 +583,7 @@ REWRITTEN_PREP = {
     "09_key_attempts.sql": ("a_key_differing",),
     "11_resumes.sql": ("a_resumes",),
     "index_joined/11_resumes.sql": ("a_resumes",),
+    "three_key_lookups/11_resumes.sql": ("a_resumes",),
 }
 
 # Changes to the fleet that reach the paths a rewrite took apart: sessions with receipts
@@ -830,7 +831,7 @@ def test_prepare_rewrite_gives_the_replaced_tables(fleet_db, file, changed):
             assert min(kinds[:3]) > 0
             if changed:
                 assert kinds[3] > 0
-        if file == "11_resumes.sql":
+        if Path(file).name == "11_resumes.sql":
             # cursors placed through the event index, and (with the changes) resumes of a
             # stream whose rows name no session
             kinds = con.execute(
@@ -1052,6 +1053,38 @@ _STREAM_STATES = ["STREAM_OPEN", "CLOSED", "DISCONNECTED", "RESUME_PENDING"]
     ],
     [],
 )
+# streams opened, disconnected, closed: in order, re-opened without a resume, closed then
+# disconnected, disconnected first, repeats and ties in time
+@example(
+    [],
+    [
+        (0, "STREAM_OPEN", 0),
+        (0, "DISCONNECTED", 1),
+        (0, "DISCONNECTED", 1),
+        (0, "CLOSED", 2),
+        (1, "STREAM_OPEN", 0),
+        (1, "DISCONNECTED", 1),
+        (1, "STREAM_OPEN", 2),
+        (2, "DISCONNECTED", 0),
+        (2, "CLOSED", 1),
+    ],
+)
+@example(
+    [],
+    [
+        (0, "STREAM_OPEN", 0),
+        (0, "CLOSED", 1),
+        (0, "DISCONNECTED", 2),
+        (1, "STREAM_OPEN", 0),
+        (1, "STREAM_OPEN", 1),
+        (1, "DISCONNECTED", 1),
+        (2, "STREAM_OPEN", 3),
+        (2, "DISCONNECTED", 3),
+        (2, "RESUME_PENDING", 4),
+        (2, "STREAM_OPEN", 5),
+        (2, "CLOSED", 6),
+    ],
+)
 def test_state_violation_orders_only_the_ledgers_out_of_order(sessions, streams):
     """state_violation orders row by row only the sessions and streams whose states are not
     already a path of the machine in blocks (rank by rank, no step skipped), and gives the
@@ -1086,6 +1119,7 @@ def test_state_violation_orders_only_the_ledgers_out_of_order(sessions, streams)
     new = rows(catalog.SQL_DIR / "detectors" / "state_violation.sql")
     assert new == rows(OLD / "rows_ordered" / "state_violation.sql")
     assert new == rows(OLD / "keys_joined" / "state_violation.sql")
+    assert new == rows(OLD / "disconnects_ordered" / "state_violation.sql")
     # every stream's hash the same (every stream's rows ordered once one is out of order):
     # a stream in order looked up with the others adds no row
     sql = catalog.parse(catalog.SQL_DIR / "detectors" / "state_violation.sql", "detectors").sql
@@ -1178,6 +1212,53 @@ def test_a_resumes_looks_its_ids_up_among_the_events_not_the_index_view():
 
     assert "a_event_index" not in text(catalog.SQL_DIR / "prep" / "11_resumes.sql")
     assert "a_event_index" in text(OLD / "index_joined" / "11_resumes.sql")
+
+
+def _scan_joins(con, sql: str, bound: dict[str, Any], tables: set[str]) -> list[list[str]]:
+    """The conditions of each hash join of `sql`'s plan that reads one of `tables` straight
+    (through filters and projections, not through a grouping or another join)."""
+
+    def reads(n: dict) -> set[str]:
+        if n["name"] in ("SEQ_SCAN", "TABLE_SCAN"):
+            return {n["extra_info"].get("Table", "").split(".")[-1]}
+        if n["name"] in ("FILTER", "PROJECTION"):
+            return {t for c in n.get("children", []) for t in reads(c)}
+        return set()
+
+    def joins(n: dict) -> list[list[str]]:
+        own = []
+        if n["name"] == "HASH_JOIN" and any(reads(c) & tables for c in n["children"]):
+            cond = n["extra_info"].get("Conditions", [])
+            own = [[cond] if isinstance(cond, str) else list(cond)]
+        return own + [j for c in n.get("children", []) for j in joins(c)]
+
+    plan = json.loads(con.execute(f"EXPLAIN (FORMAT json) {sql}", bound).fetchall()[0][1])
+    return [j for n in plan for j in joins(n)]
+
+
+def test_resumed_and_disordered_streams_rows_are_found_by_the_session_key(fleet_db):
+    """a_resumes and state_violation find the ledger rows (and a_resumes the events) of
+    their few streams by the session key alone first: on one key DuckDB filters the scan by
+    a Bloom filter of those sessions, on three (or on an expression of them) every ledger
+    row and every event was probed (35M and 102M at 100M events). The replaced files
+    (tests/fixtures/sql_v0/three_key_lookups, disconnects_ordered) did not."""
+    con, _ = fleet_db
+    one_key = [["session_hmac = session_hmac"]]
+
+    def resumes(path: Path) -> list[list[str]]:
+        (stmt,) = catalog.parse(path, "prep").statements()
+        return _scan_joins(con, stmt.split(" AS\n", 1)[1], {}, {"streams", "events"})
+
+    def violations(path: Path) -> list[list[str]]:
+        q = catalog.parse(path, "detectors")
+        bound = params.bind(q, params.from_config(Config()))
+        return _scan_joins(con, q.sql, bound, {"streams"})
+
+    new = resumes(catalog.SQL_DIR / "prep" / "11_resumes.sql")
+    assert new and all(c == one_key[0] for c in new), new
+    assert any(c != one_key[0] for c in resumes(OLD / "three_key_lookups" / "11_resumes.sql"))
+    assert violations(catalog.SQL_DIR / "detectors" / "state_violation.sql") == one_key
+    assert violations(OLD / "disconnects_ordered" / "state_violation.sql") != one_key
 
 
 def _rows_into_text_states(
@@ -1938,6 +2019,7 @@ LATER_VERSIONS = sorted(
     + [(p.stem, p) for p in (OLD / "wide_reread").glob("*.sql")]
     + [(p.stem, p) for p in (OLD / "pending_grouped").glob("*.sql")]
     + [(p.stem, p) for p in (OLD / "keys_joined").glob("*.sql")]
+    + [(p.stem, p) for p in (OLD / "disconnects_ordered").glob("*.sql")]
     + [(p.stem, p) for p in (OLD / "nested_loop").glob("*.sql")]
     + [(p.stem, p) for p in (OLD / "streams_grouped").glob("*.sql")]
     + [(p.stem, p) for p in (OLD / "later_joined").glob("*.sql")]

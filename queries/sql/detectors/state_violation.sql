@@ -18,27 +18,33 @@
 -- those with a violation. Only the others are ordered row by row (the window's sort of
 -- every session row was a third of this query at 10M events). The condition is never
 -- NULL (a row of another state, or none, has no rank), so its negation keeps exactly the
--- sessions it leaves out.
+-- sessions it leaves out. Which states a session has is one `bit_or` of a bit per state
+-- (`f`; 64 for a row of no rank or without a time), not a count per state, and rows are
+-- compared by their time alone (`epoch_us`, 8 bytes a state, not record_order's 16 of
+-- time, file and place): a state tied in time with the next one fails the strict
+-- comparison, and such a ledger is ordered row by row, by time, file and place, as any
+-- other out of order, so the rows found are the same. (Each state of the grouping is held
+-- for every session: 5M at 100M events.)
 WITH ranked AS (
-    SELECT session_hmac, state, record_order(ts, file_id, pos) AS o,
+    SELECT session_hmac, state, epoch_us(ts) AS o,
            CASE state WHEN 'SESSION_ACTIVE' THEN 1 WHEN 'DELETE_REQUESTED' THEN 2
                       WHEN 'SESSION_EXPIRED' THEN 2 WHEN 'TERMINATED' THEN 3
-                      WHEN 'REINITIALIZE_REQUIRED' THEN 4 END AS r
+                      WHEN 'REINITIALIZE_REQUIRED' THEN 4 END AS r,
+           CASE WHEN ts IS NULL THEN 64
+                ELSE CASE state WHEN 'SESSION_ACTIVE' THEN 1 WHEN 'DELETE_REQUESTED' THEN 2
+                                WHEN 'SESSION_EXPIRED' THEN 4 WHEN 'TERMINATED' THEN 8
+                                WHEN 'REINITIALIZE_REQUIRED' THEN 16 ELSE 64 END END AS f
     FROM sessions
 ),
 sessions_out_of_order AS (
     SELECT session_hmac
     FROM ranked
     GROUP BY session_hmac
-    HAVING NOT (count(r) = count(*) AND count(o) = count(*)
-       AND count(*) FILTER (WHERE r = 1) > 0
-       AND NOT (count(*) FILTER (WHERE state = 'DELETE_REQUESTED') > 0
-                AND count(*) FILTER (WHERE state = 'SESSION_EXPIRED') > 0)
-       AND (count(*) FILTER (WHERE r = 3) = 0
-            OR count(*) FILTER (WHERE state = 'DELETE_REQUESTED') > 0)
-       AND (count(*) FILTER (WHERE r = 4) = 0
-            OR count(*) FILTER (WHERE state = 'DELETE_REQUESTED') = 0
-            OR count(*) FILTER (WHERE r = 3) > 0)
+    HAVING NOT (bit_or(f) & 64 = 0
+       AND bit_or(f) & 1 > 0
+       AND bit_or(f) & 6 <> 6
+       AND (bit_or(f) & 8 = 0 OR bit_or(f) & 2 > 0)
+       AND (bit_or(f) & 16 = 0 OR bit_or(f) & 2 = 0 OR bit_or(f) & 8 > 0)
        AND coalesce(max(o) FILTER (WHERE r = 1) < min(o) FILTER (WHERE r > 1), true)
        AND coalesce(max(o) FILTER (WHERE r = 2) < min(o) FILTER (WHERE r > 2), true)
        AND coalesce(max(o) FILTER (WHERE r = 3) < min(o) FILTER (WHERE r > 3), true))
@@ -49,31 +55,50 @@ session_rows AS (
     FROM sessions s
     SEMI JOIN sessions_out_of_order o ON s.session_hmac IS NOT DISTINCT FROM o.session_hmac
 ),
--- A stream whose rows are STREAM_OPEN, then CLOSED, and nothing else (most streams) follows
--- the machine whatever its repeats: only the others are ordered row by row (the window's
--- sort of every stream row by its text keys was most of this query). Their rows are looked
--- up by a 64-bit hash of the stream's three keys among the hashes of the streams out of
--- order (a semi join building on those; by the keys themselves, a hash table of their text,
--- it grew x21 from 10M to 100M events, the data x10). A stream in order whose hash is one
--- of theirs is ordered too, by its own keys, and adds no row: its transitions are NULL to
--- STREAM_OPEN, STREAM_OPEN to CLOSED and repeats, all allowed. A stream logged without its
--- session, generation or id hashes as its NULLs do, so its rows are found as the NULL-safe
--- join found them. The condition is never NULL, so its negation keeps exactly the streams
--- it leaves out.
-out_of_order AS (
-    SELECT hash(session_hmac, generation, stream_id) AS h
+-- A stream whose rows are STREAM_OPEN, then DISCONNECTED or not, then CLOSED or not, and
+-- nothing else (every stream not resumed) follows the machine whatever its repeats: none of
+-- those states leads back to an earlier one, so every row of a state after every row of the
+-- states before it is a path of the machine (DISCONNECTED only comes after STREAM_OPEN, and
+-- CLOSED after either). Only the others are ordered row by row: the streams resumed, a few
+-- of every stream (the disconnected streams were ordered too, 7.0M rows at 100M events,
+-- their window and look-up as much as the grouping). Their rows are found by the session
+-- key alone first (one key: DuckDB filters the scan by a Bloom filter of those sessions),
+-- a stream logged without its session as the NULL-safe look-up found it; then by a 64-bit
+-- hash of the stream's three keys among the hashes of the streams out of order (a semi join
+-- building on those; by the keys themselves, a hash table of their text, it grew x21 from
+-- 10M to 100M events). A stream in order whose hash is one of theirs is ordered too, by its
+-- own keys, and adds no row: its transitions are all allowed. The condition is never NULL
+-- (each coalesce falls back on a value: a stream without a STREAM_OPEN row is out of
+-- order), so its negation keeps exactly the streams it leaves out; rows tied in time are
+-- ordered row by row, as the sessions' are.
+out_of_order AS MATERIALIZED (
+    SELECT session_hmac, hash(session_hmac, generation, stream_id) AS h
     FROM streams
     GROUP BY session_hmac, generation, stream_id
-    HAVING NOT (count(*) FILTER (WHERE state IN ('STREAM_OPEN', 'CLOSED')) = count(*)
-       AND coalesce(max(record_order(ts, file_id, pos)) FILTER (WHERE state = 'STREAM_OPEN')
-                    < min(record_order(ts, file_id, pos)) FILTER (WHERE state = 'CLOSED'),
-                    count(*) FILTER (WHERE state = 'CLOSED') = 0))
+    HAVING NOT (bool_and(coalesce(state IN ('STREAM_OPEN', 'DISCONNECTED', 'CLOSED'), false))
+       AND coalesce(max(epoch_us(ts)) FILTER (WHERE state = 'STREAM_OPEN')
+                    < min(epoch_us(ts)) FILTER (WHERE state IN ('DISCONNECTED', 'CLOSED')),
+                    max(epoch_us(ts)) FILTER (WHERE state = 'STREAM_OPEN') IS NOT NULL)
+       AND coalesce(max(epoch_us(ts)) FILTER (WHERE state = 'DISCONNECTED')
+                    < min(epoch_us(ts)) FILTER (WHERE state = 'CLOSED'),
+                    true))
+),
+session_stream_rows AS MATERIALIZED (
+    SELECT s.session_hmac, s.generation, s.stream_id, s.ts, s.file_id, s.pos, s.state
+    FROM streams s
+    SEMI JOIN (SELECT DISTINCT session_hmac FROM out_of_order) k
+      ON k.session_hmac = s.session_hmac
+    UNION ALL
+    SELECT s.session_hmac, s.generation, s.stream_id, s.ts, s.file_id, s.pos, s.state
+    FROM streams s
+    WHERE s.session_hmac IS NULL
+      AND EXISTS (SELECT 1 FROM out_of_order WHERE session_hmac IS NULL)
 ),
 stream_rows AS (
     SELECT s.session_hmac, s.generation, s.stream_id, s.ts, s.state,
            lag(s.state) OVER (PARTITION BY s.session_hmac, s.generation, s.stream_id
                               ORDER BY s.ts, s.file_id, s.pos) AS prev
-    FROM streams s
+    FROM session_stream_rows s
     SEMI JOIN out_of_order o ON hash(s.session_hmac, s.generation, s.stream_id) = o.h
 ),
 allowed(kind, prev, state) AS (
