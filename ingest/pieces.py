@@ -12,11 +12,15 @@ read by a reader of its own (a branch of a UNION ALL, which DuckDB runs side by 
 when the insert need not hold the order of its rows) and numbered from the lines before
 it. DuckDB's readers cannot start at an offset, so each piece reaches its reader through
 a named pipe that a thread fills from the file (`os.splice`: the kernel moves the pages,
-nothing passes through Python). Where the cuts come from: the scan that digests the file
-notes a line end per buffer with the lines before it (identity.Scan.cuts). A file is cut
-only up to the size its format allows (readers.Format.piece_limit): DuckDB's JSON reader
-keeps every byte it reads from a pipe until its statement ends, so a larger JSON Lines
-file is read whole, on one thread.
+nothing passes through Python); but the first piece, which starts where the file does,
+of JSON Lines (readers.Format.lead_from_file) is read from the file itself, its
+reader's rows limited to the piece's lines (readers.in_pieces, `lead`), when no line of
+it could give the reader no row (identity.Scan.clean_to: a blank line would let the
+limit take a row of the next piece, and the count could not tell). Where the cuts come
+from: the scan that digests the file notes a line end per buffer with the lines before
+it (identity.Scan.cuts). A file is cut only up to the size its format allows
+(readers.Format.piece_limit): DuckDB's JSON reader keeps every byte it reads from a pipe
+until its statement ends, so a larger JSON Lines file is read whole, on one thread.
 
 The load keeps the rows only if every line gave one row (commit.py), as for a file read
 whole: a piece that gives fewer rows than its lines (a blank line the reader skips, a
@@ -131,7 +135,7 @@ def _line_end(path: Path, cuts: list[tuple[int, int]], target: int) -> int | Non
     return offset
 
 
-def pipe_paths(folder: Path, name: str, pieces: list[Piece]) -> list[Path]:
+def pipe_paths(folder: Path, name: str, pieces: list[Piece]) -> list[Path | None]:
     """Where each piece's named pipe goes (in the load's staging folder)."""
     return [folder / f"{name}.piece{i}" for i in range(len(pieces))]
 
@@ -196,14 +200,17 @@ class _Feeder(threading.Thread):
 
 
 @contextlib.contextmanager
-def feeding(source: Path, pieces: list[Piece], pipes: list[Path]) -> Iterator[None]:
+def feeding(source: Path, pieces: list[Piece], pipes: list[Path | None]) -> Iterator[None]:
     """Create the pieces' named pipes and fill each from `source` while the statement
     that reads them runs (the body); then stop the feeders and remove the pipes. A
-    feeder's failure (the file gone or shorter) is raised as an OSError after the body."""
+    piece without a pipe (None) is read from the file itself. A feeder's failure (the
+    file gone or shorter) is raised as an OSError after the body."""
     stop = threading.Event()
     feeders: list[_Feeder] = []
     try:
         for pipe, piece in zip(pipes, pieces, strict=True):
+            if pipe is None:
+                continue
             pipe.unlink(missing_ok=True)
             os.mkfifo(pipe, 0o600)
             feeders.append(_Feeder(source, pipe, piece, stop))
@@ -215,7 +222,8 @@ def feeding(source: Path, pieces: list[Piece], pipes: list[Path]) -> Iterator[No
         for f in feeders:
             f.join()
         for pipe in pipes:
-            pipe.unlink(missing_ok=True)
+            if pipe is not None:
+                pipe.unlink(missing_ok=True)
     failed = [f.error for f in feeders if f.error is not None]
     if failed:
         raise OSError(f"a piece of {source} could not be read: {failed[0]}")

@@ -330,15 +330,27 @@ NUMBERED = "row_number() OVER () + $before AS pos, "
 _PIECE_PARAMS = re.compile(r"\$(path|before|header)\b")
 
 
-def in_pieces(sql: str, n: int) -> str:
+# A JSON Lines reader of the first piece (jsonl_fast_sql's, its arguments without
+# parentheses), which `lead` limits to that piece's rows.
+_LEAD_READ = re.compile(r"FROM (read_json\(\$path_0, [^()]*\))")
+
+
+def in_pieces(sql: str, n: int, lead: bool = False) -> str:
     """A direct read's SQL (`$path`, `$before`, and for CSV `$header`) for `n` pieces of
     one file: a UNION ALL of its reader over each piece, binding `$path_<i>`,
-    `$before_<i>` and `$header_<i>` (pieces.py)."""
+    `$before_<i>` and `$header_<i>` (pieces.py). `lead`: the first piece's reader reads
+    the whole file, limited to its first `$rows_0` rows (Format.lead_from_file: the load
+    binds them only when every line of the piece gives one row, or the read fails)."""
 
     def piece(i: int) -> str:
         return "(" + _PIECE_PARAMS.sub(lambda m: f"${m.group(1)}_{i}", sql) + ")"
 
-    return " UNION ALL ".join(piece(i) for i in range(n))
+    first = piece(0)
+    if lead:
+        first, found = _LEAD_READ.subn(r"FROM (SELECT * FROM \1 LIMIT $rows_0)", first)
+        if found != 1:
+            raise ValueError(f"the first piece's reader is not one JSON Lines read ({found})")
+    return " UNION ALL ".join([first, *(piece(i) for i in range(1, n))])
 
 
 def jsonl_direct_sql(r: Reading) -> str | None:
@@ -642,6 +654,12 @@ class Format:
     # against 332 MB) and that memory first touched costs CPU (0.3-0.5 CPU s per 350 MB);
     # read whole it runs on one of the machine's cores. Its CSV reader keeps a few buffers.
     piece_limit: int | None = None
+    # The first piece of a file read in pieces may be read from the file itself, its
+    # reader's rows limited to the piece's lines (in_pieces, `lead`), when no line of it
+    # could give no row (identity.Scan.clean_to): DuckDB's JSON reader holds what it
+    # reads from a pipe, not from a file (the 1M fleet's event and inbox logs:
+    # pieces.py). Its CSV reader holds a few buffers of a pipe: its pieces stay piped.
+    lead_from_file: bool = False
     # When its reader fails to convert a value (one beyond what DuckDB holds), a copy of
     # the file it can read: fallback(path, out). None: the file is unreadable.
     fallback: Callable[[Path, Path], None] | None = None
@@ -709,6 +727,7 @@ register(
         # DuckDB's JSON reader holds all it reads from a pipe: in pieces (both cores, the
         # wall time of a 2-core machine's load) only up to a third of the load's 1.5 GB
         piece_limit=JSONL_PIECE_LIMIT,
+        lead_from_file=True,
     )
 )
 register(

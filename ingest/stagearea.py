@@ -74,10 +74,11 @@ class Staged:
     # data rows are not its lines).
     counted: bool = False
     # A direct read in pieces side by side (pieces.py): the file they are cut from, the
-    # pieces and their named pipes; none for a read of the file whole.
+    # pieces and their named pipes (None: the first piece, read from the file itself,
+    # readers.in_pieces `lead`); none for a read of the file whole.
     piece_source: Path | None = None
     pieces: list[Piece] = field(default_factory=list)
-    pipes: list[Path] = field(default_factory=list)
+    pipes: list[Path | None] = field(default_factory=list)
 
     @property
     def read(self) -> bool:

@@ -188,16 +188,28 @@ class Reads(StagingArea):
             if inner is None:
                 return False
             cut = self._pieces(fmt, read_path, compression, lines, scan)
+            # The first piece read from the file itself, limited to its lines: only when
+            # none of them could give no row (the limit would then take rows of the next
+            # piece, and the count could not tell).
+            lead = (
+                len(cut) > 1
+                and fmt.lead_from_file
+                and scan is not None
+                and scan.clean_to >= cut[1].start
+            )
             if len(cut) > 1:
-                inner = readers.in_pieces(inner, len(cut))
+                inner = readers.in_pieces(inner, len(cut), lead)
             sql = validate.checked_sql(typed, f"({inner})", reading.native)
             params = self._read_params(sql, read_path, compression)
             if len(cut) > 1:
                 staged.piece_source, staged.pieces = read_path, cut
                 staged.pipes = pieces.pipe_paths(self.tmp, str(staged.n), cut)
+                if lead:
+                    staged.pipes[0] = None
+                    params["rows_0"] = cut[1].before
                 del params["path"]
                 for i, (piece, pipe) in enumerate(zip(cut, staged.pipes, strict=True)):
-                    params[f"path_{i}"] = str(pipe)
+                    params[f"path_{i}"] = str(read_path if pipe is None else pipe)
                     # Of a format with a header line, the data rows before a piece
                     # are its lines before, less that one.
                     params[f"before_{i}"] = piece.before - (1 if i and fmt.header else 0)

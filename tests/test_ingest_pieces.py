@@ -6,7 +6,9 @@ for a file that grows. A JSON Lines file larger than its format reads in pieces
 (readers.Format.piece_limit: DuckDB's JSON reader keeps all it reads from a pipe) is read
 whole, never through a pipe, and loads the same. The pieces here are small (PIECE_BYTES
 and the scan's buffer shrunk), so a file of a few hundred kilobytes is cut as a large one
-is.
+is. A JSON Lines file's first piece is read from the file itself, its reader limited to
+the piece's lines, only when no line of it could give the reader no row (a blank line,
+or one of whitespace): such a line there sends the piece through its pipe.
 """
 
 from __future__ import annotations
@@ -43,6 +45,8 @@ def small_pieces(monkeypatch: pytest.MonkeyPatch) -> list[int]:
     monkeypatch.setattr(pieces, "PIECE_BYTES", 16 << 10)
     monkeypatch.setattr(pieces, "GROUP_ROWS", SMALL_GROUP)
     monkeypatch.setattr(identity, "SCAN_CHUNK", 16 << 10)
+    # Line starts looked at in every JSON Lines file (its first piece read from the file).
+    monkeypatch.setattr(identity, "_STARTS_FILE", 0)
     real = pieces.cut
     monkeypatch.setattr(
         pieces, "cut", lambda cuts, end, k, least=16 << 10: real(cuts, end, k, least)
@@ -365,3 +369,70 @@ def test_a_simulated_fleet_read_in_pieces(fmt, small_pieces, tmp_path, monkeypat
     (folder / "truth.json").unlink()
     assert_same(folder, tmp_path, monkeypatch)
     assert small_pieces and max(small_pieces) == THREADS, small_pieces
+
+
+def _lead_spy(monkeypatch: pytest.MonkeyPatch) -> list[bool]:
+    """Whether each read in pieces read its first piece from the file itself."""
+    seen: list[bool] = []
+    feeding = pieces.feeding
+
+    def spy(source, cut, pipes):
+        seen.append(pipes[0] is None)
+        return feeding(source, cut, pipes)
+
+    monkeypatch.setattr(pieces, "feeding", spy)
+    return seen
+
+
+def test_the_first_piece_is_read_from_the_file(small_pieces, tmp_path, monkeypatch):
+    """A clean JSON Lines file: its first piece from the file itself (DuckDB's JSON
+    reader holds what it reads from a pipe), the others piped; loaded as read line by
+    line. CSV keeps every piece piped."""
+    folder = tmp_path / "in"
+    folder.mkdir()
+    _write(folder / "events.jsonl", _events(4000))
+    _write(folder / "events.csv", _events(4000))
+    lead = _lead_spy(monkeypatch)
+    assert_same(folder, tmp_path, monkeypatch)
+    assert sorted(lead) == [False, True], lead
+
+
+# Lines DuckDB's JSON reader skips without a row (a limit on the first piece's rows would
+# then take the next piece's first rows), and one it reads whatever its first byte.
+LOOSE = {
+    "blank": b"\n",
+    "spaces": b"   \n",
+    "vertical-tab": b"\x0b\n",
+    "form-feed": b"\x0c\n",
+    "leading-space": b' {"schema": "mcpSseEvent.v1"}\n',
+}
+
+
+@pytest.mark.parametrize("case", [*LOOSE, "first-line"])
+def test_a_loose_line_in_the_first_piece(case, small_pieces, tmp_path, monkeypatch):
+    """Such a line in the first piece (in its middle, at the start of a scan buffer, or
+    as the file's first line) keeps the piece piped: the count then tells, and the file
+    loads as read line by line. Fails when the first piece is read from the file anyway
+    (the limit takes a row of the second piece again; the count is even)."""
+    folder = tmp_path / "in"
+    folder.mkdir()
+    lines = [json.dumps(r).encode() + b"\n" for r in _events(4000).to_pylist()]
+    line = LOOSE.get(case, b"\n")
+    at = 0 if case == "first-line" else 700
+    data = b"".join([*lines[:at], line, *lines[at:]])
+    (folder / "events.jsonl").write_bytes(data)
+    lead = _lead_spy(monkeypatch)
+    assert_same(folder, tmp_path, monkeypatch)
+    assert lead == [False], lead
+    # The scan saw it where it is (at a buffer's start too: the buffer before ends a line).
+    path = folder / "events.jsonl"
+    start = len(b"".join(lines[:at]))
+    for chunk in (16 << 10, start or 1000):
+        monkeypatch.setattr(identity, "SCAN_CHUNK", chunk)
+        sc = identity.scan(path, False, False, set(), {}, starts=True)
+        assert sc.clean_to == start, chunk
+        assert sc.lines == data.count(b"\n")
+    # A clean file is clean to its end; not asked, nothing is known clean.
+    (folder / "events.jsonl").write_bytes(b"".join(lines))
+    assert identity.scan(path, False, False, set(), {}, starts=True).clean_to == path.stat().st_size
+    assert identity.scan(path, False, False, set(), {}).clean_to == 0
