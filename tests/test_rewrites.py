@@ -2007,8 +2007,10 @@ WHOLE_TABLES = OLD / "whole_tables"
 # and kept a copy of every session's clients) and wide_reread/ (duplicate_delivery_accepted,
 # and duplicate_dispatch's inbox basis, as they read every column of every accepted receipt
 # again for the ones whose hash repeats), pending_grouped/ (unrecovered_stream as it
-# grouped every stream row) and text_probed/ (unrecovered_stream and undelivered_result as
-# they probed a table of text keys with every stream row or receipt).
+# grouped every stream row), text_probed/ (unrecovered_stream and undelivered_result as
+# they probed a table of text keys with every stream row or receipt) and hashes_counted/
+# (duplicate_dispatch as it found its repeated keys and receipts by grouping their hashes,
+# and its receipts' places by a second read).
 LATER_VERSIONS = sorted(
     [(p.stem, p) for p in WHOLE_TABLES.glob("*.sql")]
     + [(p.stem, p) for p in (OLD / "proxy_copied").glob("*.sql")]
@@ -2025,6 +2027,7 @@ LATER_VERSIONS = sorted(
     + [(p.stem, p) for p in (OLD / "later_joined").glob("*.sql")]
     + [(p.stem, p) for p in (OLD / "multi_key").glob("*.sql")]
     + [(p.stem, p) for p in (OLD / "text_probed").glob("*.sql")]
+    + [(p.stem, p) for p in (OLD / "hashes_counted").glob("*.sql")]
 )
 
 # Changes to the fleet that reach every basis and branch of those detectors: sessions whose
