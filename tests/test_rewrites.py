@@ -2339,11 +2339,12 @@ def test_replay_gap_dates_undated_gaps_as_the_replaced_query(fleet_db, changed):
         con.execute("ROLLBACK")
 
 
-def _facts_read(con, path: Path | None, schema: str) -> None:
+def _facts_read(con, path: Path | None, schema: str, config: Config | None = None) -> None:
     """The gate facts of the statements of `path` (None: the current ones), built in
     `schema` with the readers' macros of the same file, read as their readers read them
-    (gate_facts()) into the temporary table `<schema>_facts`."""
-    values = params.from_config(Config())
+    (gate_facts()) into the temporary table `<schema>_facts`; under `config` (which of the
+    probe's units count), else the default."""
+    values = params.from_config(config or Config())
     queries = (
         [named.get(n, "facts") for n in ("build", "setup", "samples")]
         if path is None
@@ -2592,5 +2593,59 @@ def test_gate_units_with_figures_kept_apart_give_the_replaced_facts(fleet_db, ch
             assert con.execute(
                 "SELECT count(*) FROM v1.a_gate_details WHERE sid IS NULL AND stage IS NOT NULL"
             ).fetchone()[0]
+    finally:
+        con.execute("ROLLBACK")
+
+
+# Sessions of `replaygate probe` by their client name and by their principal, sessions whose
+# principal is unknown (a unit's own principal then decides), and proxy records naming the
+# probe's principal: of such sessions, of sessions that name another, and of no known session.
+_PROBE_CASES = [
+    "UPDATE a_sessions SET client_name = 'replaygate-probe' WHERE hash(session_hmac) % 13 = 0",
+    "UPDATE a_sessions SET principal = 'replaygate-probe' WHERE hash(session_hmac) % 13 = 1",
+    "UPDATE a_sessions SET principal = NULL WHERE hash(session_hmac) % 13 IN (0, 2, 3)",
+    "UPDATE proxy SET principal = 'replaygate-probe' WHERE hash(session_hmac, pos) % 3 = 0",
+]
+
+
+@pytest.mark.parametrize("probe_gates", ["none", "replay", "all"])
+def test_gate_facts_decide_the_probe_once_per_session_as_per_unit(fleet_db, probe_gates):
+    """Whether a unit is `replaygate probe`'s, decided once per session before its units
+    are joined with it (session_probe: the join carries a boolean, not the session's client
+    and principal), keeps and drops the units the statements that decided it per unit
+    kept and dropped (tests/fixtures/sql_v0/probe_per_unit): the gate facts read through
+    gate_facts() row for row and type for type, and the stage samples; on both fleets,
+    with sessions of the probe by client and by principal, sessions of no known principal
+    and proxy records of the probe's principal, under each `probe_gates`. Rolled back."""
+    con, _ = fleet_db
+    config = Config(probe_gates=probe_gates)
+    con.execute("BEGIN TRANSACTION")
+    try:
+        for stmt in _PROBE_CASES:
+            con.execute(stmt)
+        con.execute("CREATE SCHEMA v0")
+        con.execute("CREATE SCHEMA v1")
+        _facts_read(con, OLD / "probe_per_unit" / "gate_facts.sql", "v0", config)
+        _facts_read(con, None, "v1", config)
+        _assert_same_facts(con)
+        # the probe's principal on proxy records of a session of no known principal, of a
+        # session that names another, and of no known session: each decides otherwise
+        reached = con.execute(
+            """SELECT count(*) FILTER (WHERE a.session_hmac IS NOT NULL AND a.principal IS NULL),
+                      count(*) FILTER (WHERE a.principal <> 'replaygate-probe'),
+                      count(*) FILTER (WHERE a.session_hmac IS NULL)
+               FROM proxy p LEFT JOIN a_sessions a USING (session_hmac)
+               WHERE p.principal = 'replaygate-probe'"""
+        ).fetchone()
+        assert all(reached), reached
+        if probe_gates != "all":
+            # some units are the probe's and left out
+            dropped = [
+                con.execute(
+                    f"SELECT (SELECT count(*) FROM v1.{t}) < (SELECT count(*) FROM {t})"
+                ).fetchone()[0]
+                for t in ("a_gate_units", "a_gate_requests")
+            ]
+            assert all(dropped), dropped
     finally:
         con.execute("ROLLBACK")
