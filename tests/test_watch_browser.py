@@ -24,6 +24,7 @@ pytestmark = [
 SAMPLE = Path(__file__).resolve().parent.parent / "sample_data"
 CONF = str(SAMPLE / "replaygate.toml")
 STEPS = (0.3, 0.45, 0.6, 0.75, 0.9, 1.0)
+HEADING = "[data-testid='stMainBlockContainer'] h1"
 
 
 def _contents() -> dict[str, bytes]:
@@ -44,6 +45,7 @@ def _grow(logs: Path, data: dict[str, bytes], frac: float) -> None:
 
 
 def test_dashboard_through_ten_watch_cycles(tmp_path):
+    from playwright.sync_api import TimeoutError as PlaywrightTimeout
     from playwright.sync_api import sync_playwright
 
     env = dict(os.environ, REPLAYGATE_HMAC_KEY="replaygate-demo-key")
@@ -94,6 +96,7 @@ def test_dashboard_through_ten_watch_cycles(tmp_path):
     url = f"http://127.0.0.1:{port}"
     seen_cycles: set[int] = set()
     loads = 0
+    slow = 0
     try:
         with sync_playwright() as p:
             browser = p.chromium.launch(executable_path=CHROMIUM, args=FLAGS, headless=True)
@@ -101,8 +104,18 @@ def test_dashboard_through_ten_watch_cycles(tmp_path):
             deadline = time.monotonic() + 600
             pages = ["", "findings", "data", "rollout"]
             while (watch_cycle(db) < 10 or loads < 8) and time.monotonic() < deadline:
-                page.goto(f"{url}/{pages[loads % len(pages)]}", timeout=60_000)
-                page.wait_for_selector("[data-testid='stMainBlockContainer'] h1", timeout=60_000)
+                target = f"{url}/{pages[loads % len(pages)]}"
+                try:
+                    page.goto(target, timeout=60_000)
+                    page.wait_for_selector(HEADING, timeout=60_000)
+                except PlaywrightTimeout:
+                    # Beside the other pytest process and a watch cycle every second, a page's
+                    # first render once took over 60 s on a 2-core CI machine with nothing
+                    # wrong; one slow page is tolerated, a second one fails the test.
+                    slow += 1
+                    assert slow <= 1, f"{target} did not render twice"
+                    page.goto(target, timeout=60_000)
+                    page.wait_for_selector(HEADING, timeout=60_000)
                 page.wait_for_function(
                     "() => !document.querySelector('[data-testid=\"stStatusWidget\"]')",
                     timeout=60_000,
