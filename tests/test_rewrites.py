@@ -577,6 +577,7 @@ REWRITTEN_PREP = {
     "compressed/06_stream_life.sql": ("a_streams",),
     "text_states/06_stream_life.sql": ("a_streams",),
     "compressed/04_inbox.sql": ("a_inbox_resolved",),
+    "keys_compressed/02_sessions.sql": ("a_sessions",),
     "keys_compressed/05_missing.sql": ("a_inbox_sessions", "a_missing"),
     "keys_compressed/07_recoveries.sql": ("a_recoveries",),
     "07_recoveries.sql": ("a_recoveries",),
@@ -1479,13 +1480,15 @@ def test_a_sessions_orders_records_tied_in_time_by_file_and_position(stored):
         ("compressed", "04_inbox.sql", "a_inbox_resolved", {"event_id"}),
         ("keys_compressed", "05_missing.sql", "a_inbox_sessions", {"session_hmac"}),
         ("keys_compressed", "07_recoveries.sql", "a_recoveries", {"session_hmac"}),
+        ("keys_compressed", "02_sessions.sql", "a_sessions", {"session_hmac", "auth_subject"}),
     ],
 )
 def test_wide_unique_text_is_stored_uncompressed(fleet_db, replaced, file, table, plain):
     """a_streams' session keys and payload digests, and a_inbox_resolved's event ids, are
     written as they are (DuckDB's string compression of them was about a third of each
     step's write at 10M events, for half their bytes), and so are the session keys of
-    a_inbox_sessions and a_recoveries (half to most of their writes); the other columns
+    a_inbox_sessions and a_recoveries (half to most of their writes) and a_sessions' keys
+    and token subjects (most of its write at 100M events); the other columns
     compress as DuckDB chooses, and the replaced files (tests/fixtures/sql_v0/compressed,
     keys_compressed) let DuckDB compress these as well."""
     con, _ = fleet_db
