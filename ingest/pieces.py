@@ -26,8 +26,9 @@ The load keeps the rows only if every line gave one row (commit.py), as for a fi
 whole: a piece that gives fewer rows than its lines (a blank line the reader skips, a
 feeder that fails) leaves the total short, and the file is staged.
 
-Where a file is cut: at a line end nearest to equal shares, among those after which the
-rows before are a whole number of DuckDB's row groups (group_ends). Each piece's insert
+Where a file is cut: at a line end nearest to equal shares (or, when its first piece is
+read from the file itself, to a larger first share: LEAD_WEIGHT), among those after which
+the rows before are a whole number of DuckDB's row groups (group_ends). Each piece's insert
 fills row groups of its own, so only the last piece leaves a partial one; two pieces
 that each left one gave the table partial groups that the next checkpoint merges by
 writing their rows again, full groups between them included (the close of a 1M load of
@@ -43,11 +44,21 @@ import select
 import threading
 from collections.abc import Iterator
 from dataclasses import dataclass
+from fractions import Fraction
 from pathlib import Path
 
 # The least content worth a piece of its own: a smaller file is read in one piece (its
 # reader, on one thread, is done before a second one would have paid for itself).
 PIECE_BYTES = 8 << 20
+# A first piece read from the file itself (readers.in_pieces, `lead`) takes this many
+# times a piped piece's share: DuckDB's JSON reader holds every buffer it reads from a
+# pipe, and a piped line costs it more than one read from the file. The 1M fleet's inbox
+# and event logs in two pieces, six rounds in turn: cut at 49 % (four row groups of 8.2)
+# the pipe's thread was the busier (inbox 1.33-1.54 CPU s against 1.20-1.34), at 61 %
+# (five) the file's (1.53-1.59 against 1.06-1.13); the insert took 0.10 (inbox) and 0.14
+# (events) CPU s less on average, its busier thread 0.05-0.13 more. 7/5 puts the cut of
+# two pieces at 58 % of the file.
+LEAD_WEIGHT = Fraction(7, 5)
 # The rows of one of DuckDB's row groups (its storage's default, which the load's
 # database keeps; tests/test_ingest_pieces.py holds DuckDB to it).
 GROUP_ROWS = 122_880
@@ -72,15 +83,29 @@ def can_feed() -> bool:
     return hasattr(os, "mkfifo") and hasattr(os, "splice")
 
 
-def cut(cuts: list[tuple[int, int]], end: int, k: int, least: int | None = None) -> list[Piece]:
+def shares(k: int, lead: bool = False) -> list[Fraction]:
+    """Where k pieces are cut, as fractions of the whole: equal shares, or with the first
+    piece LEAD_WEIGHT times each other's (`lead`: it is read from the file itself)."""
+    w = LEAD_WEIGHT if lead else Fraction(1)
+    return [(w + i - 1) / (w + k - 1) for i in range(1, k)]
+
+
+def cut(
+    cuts: list[tuple[int, int]],
+    end: int,
+    k: int,
+    least: int | None = None,
+    lead: bool = False,
+) -> list[Piece]:
     """Pieces of bytes [0, end): at most `k`, each of at least `least` bytes (default
     PIECE_BYTES), cut at the line ends of `cuts` (identity.Scan.cuts: (offset, lines
-    before it)) nearest to equal shares. One piece, the whole, when it cannot be cut so."""
+    before it)) nearest to the shares (`lead`: as shares). One piece, the whole, when it
+    cannot be cut so."""
     least = PIECE_BYTES if least is None else max(least, 1)
     k = min(k, end // least)
     chosen: list[tuple[int, int]] = []
-    for i in range(1, k):
-        target = end * i // k
+    for share in shares(k, lead):
+        target = int(end * share)
         prev = chosen[-1][0] if chosen else 0
         usable = [c for c in cuts if prev + least <= c[0] <= end - least]
         if usable:
@@ -92,17 +117,23 @@ def cut(cuts: list[tuple[int, int]], end: int, k: int, least: int | None = None)
 
 
 def group_ends(
-    path: Path, cuts: list[tuple[int, int]], lines: int, k: int, header: int = 0
+    path: Path,
+    cuts: list[tuple[int, int]],
+    lines: int,
+    k: int,
+    header: int = 0,
+    lead: bool = False,
 ) -> list[tuple[int, int]]:
     """Line ends at which `k` pieces of a file of `lines` lines may be cut so that every
     piece but the last holds whole row groups (GROUP_ROWS rows; `header`: the lines
     before the first row), as (offset just after the line end, the lines before it):
-    for each of the k - 1 equal shares, the whole number of groups below it and above
-    it. `cuts`: where the scan noted a line end (identity.Scan.cuts), to start from."""
+    for each of the k - 1 shares (`lead`: as shares), the whole number of groups below
+    it and above it. `cuts`: where the scan noted a line end (identity.Scan.cuts), to
+    start from."""
     rows = lines - header
     wanted: set[int] = set()
-    for i in range(1, k):
-        share = rows * i // k
+    for fraction in shares(k, lead):
+        share = int(rows * fraction)
         for groups in (share // GROUP_ROWS, share // GROUP_ROWS + 1):
             if 0 < groups * GROUP_ROWS < rows:
                 wanted.add(header + groups * GROUP_ROWS)

@@ -262,8 +262,14 @@ class Reads(StagingArea):
         ):
             return whole
         threads = int(one_row(self._exec("SELECT current_setting('threads')"))[0])
-        ends = pieces.group_ends(read_path, scan.cuts, lines, threads, 1 if fmt.header else 0)
-        cut = pieces.cut(ends, scan.complete, threads)
+        header = 1 if fmt.header else 0
+        # A first piece that may be read from the file itself takes a larger share
+        # (pieces.LEAD_WEIGHT), if its lines are clean that far (else equal shares).
+        for lead in (True, False) if fmt.lead_from_file and scan.clean_to else (False,):
+            ends = pieces.group_ends(read_path, scan.cuts, lines, threads, header, lead)
+            cut = pieces.cut(ends, scan.complete, threads, lead=lead)
+            if not lead or (len(cut) > 1 and scan.clean_to >= cut[1].start):
+                break
         return cut if len(cut) > 1 else whole
 
     def _stage_fast(

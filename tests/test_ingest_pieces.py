@@ -49,7 +49,9 @@ def small_pieces(monkeypatch: pytest.MonkeyPatch) -> list[int]:
     monkeypatch.setattr(identity, "_STARTS_FILE", 0)
     real = pieces.cut
     monkeypatch.setattr(
-        pieces, "cut", lambda cuts, end, k, least=16 << 10: real(cuts, end, k, least)
+        pieces,
+        "cut",
+        lambda cuts, end, k, least=16 << 10, lead=False: real(cuts, end, k, least, lead),
     )
     seen: list[int] = []
     feeding = pieces.feeding
@@ -113,6 +115,10 @@ def test_cut_at_line_ends_into_equal_shares():
     assert pieces.cut(cuts, 1000, 2, least=600) == [pieces.Piece(0, 1000, 0)]
     assert pieces.cut([], 1000, 4, least=100) == [pieces.Piece(0, 1000, 0)]
     assert pieces.cut(cuts, 1000, 1, least=100) == [pieces.Piece(0, 1000, 0)]
+    # A first piece read from the file itself takes LEAD_WEIGHT times a piped one's share.
+    assert pieces.shares(2, lead=True) == [pieces.LEAD_WEIGHT / (pieces.LEAD_WEIGHT + 1)]
+    assert [p.start for p in pieces.cut(cuts, 1000, 2, least=100, lead=True)] == [0, 600]
+    assert [p.start for p in pieces.cut(cuts, 1000, 3, least=100, lead=True)] == [0, 400, 700]
 
 
 def test_duckdb_fills_row_groups_of_group_rows(tmp_path):
@@ -436,3 +442,56 @@ def test_a_loose_line_in_the_first_piece(case, small_pieces, tmp_path, monkeypat
     (folder / "events.jsonl").write_bytes(b"".join(lines))
     assert identity.scan(path, False, False, set(), {}, starts=True).clean_to == path.stat().st_size
     assert identity.scan(path, False, False, set(), {}).clean_to == 0
+
+
+def _cut_spy(monkeypatch: pytest.MonkeyPatch) -> list[tuple[list[pieces.Piece], bool]]:
+    """The pieces of each read in pieces, and whether its first was read from the file."""
+    seen: list[tuple[list[pieces.Piece], bool]] = []
+    feeding = pieces.feeding
+
+    def spy(source, cut, pipes):
+        seen.append((list(cut), pipes[0] is None))
+        return feeding(source, cut, pipes)
+
+    monkeypatch.setattr(pieces, "feeding", spy)
+    return seen
+
+
+def _rows(cut: list[pieces.Piece], lines: int) -> list[int]:
+    """The lines of each piece of a file of `lines` lines."""
+    ends = [p.before for p in cut[1:]] + [lines]
+    return [end - p.before for p, end in zip(cut, ends, strict=True)]
+
+
+@pytest.mark.parametrize("loose_at", [None, 300, 1500])
+def test_a_first_piece_read_from_the_file_takes_a_larger_share(
+    loose_at, small_pieces, tmp_path, monkeypatch
+):
+    """A first piece read from the file itself takes a larger share than each piped one
+    (pieces.LEAD_WEIGHT: a line through a pipe costs DuckDB's JSON reader more), piped
+    pieces take equal shares: a clean JSON Lines file's first piece holds more rows than
+    each other piece, CSV's pieces (all piped) near equal ones. A loose line within the
+    larger share but past the equal one (1500 of 4000 lines) reads the first piece, of
+    an equal share, from the file; one within both (300) keeps equal shares, all piped.
+    Loaded as read line by line either way. Fails when the first piece keeps an equal
+    share, or a larger one that goes through its pipe or past the file's clean lines."""
+    folder = tmp_path / "in"
+    folder.mkdir()
+    lines = [json.dumps(r).encode() + b"\n" for r in _events(4000).to_pylist()]
+    if loose_at is not None:
+        lines.insert(loose_at, b"\n")
+    (folder / "events.jsonl").write_bytes(b"".join(lines))
+    if loose_at is None:
+        _write(folder / "events.csv", _events(4000))
+    seen = _cut_spy(monkeypatch)
+    assert_same(folder, tmp_path, monkeypatch)
+    by_lead = {lead: _rows(cut, len(lines)) for cut, lead in seen}
+    assert len(seen) == len(by_lead) == (2 if loose_at is None else 1), seen
+    for lead, rows in by_lead.items():
+        assert len(rows) == THREADS, rows
+        if lead and loose_at is None:
+            assert min(rows[0] / r for r in rows[1:]) > 1.2, rows
+        else:
+            assert max(rows) < 1.2 * min(rows), rows
+    want = [False, True] if loose_at is None else [loose_at == 1500]
+    assert sorted(by_lead) == want, seen
