@@ -451,6 +451,84 @@ def test_analysis_after_appends_follows_what_changed_and_equals_a_full_one(tmp_p
     con.close()
 
 
+def test_detectors_stand_when_the_tables_they_read_received_nothing(tmp_path):
+    """A detector whose result reads only tables that received no new rows is not run
+    again after an append (incremental.READS): its findings, undecided units and
+    counts of what it cannot tell stand. The logs grow apart — the event log, then the
+    proxy logs (one of them unable to show Last-Event-ID, one MCP-Protocol-Version), then
+    the ledgers and dispatches, then a proxy log is moved — and each re-analysis equals a
+    full one; declared without the proxy table, the proxy detectors' results of the second
+    append differ, and standing after the move, the findings that name the log's path."""
+    data = {
+        "sessions.jsonl": _content("sessions.jsonl"),
+        "events.jsonl": _content("events.jsonl.gz"),
+        "proxy-access.jsonl": _content("proxy-access.jsonl.gz"),
+        "proxy-edge.jsonl": _content("proxy-edge.jsonl"),
+        "proxy-old.jsonl": _without_version(_content("proxy-access.jsonl.gz"), 400),
+        "streams.csv": _content("streams.csv.gz"),
+        "dispatches.csv": _content("dispatches.csv"),
+    }
+    live = tmp_path / "live"
+    live.mkdir()
+    shutil.copy(SAMPLE / "inbox.parquet", live / "inbox.parquet")
+    shutil.copy(SAMPLE / "rollout.csv", live / "rollout.csv")
+    for name, content in data.items():
+        _write(live / name, _cut(content, 0.95))
+    con = dbm.connect(str(tmp_path / "t.duckdb"))
+    ingest(con, [live], CONF)
+    runner.analyse(con, CONF)
+    steps = [
+        (("events.jsonl",), set(incremental.READS)),
+        (("proxy-access.jsonl", "proxy-edge.jsonl", "proxy-old.jsonl"),
+         {"conflict_executed", "idempotency_conflict"}),
+        (("sessions.jsonl", "streams.csv", "dispatches.csv"), set()),
+        # A proxy log moved, nothing added: its findings name the file where it is now.
+        ((), set()),
+    ]  # fmt: skip
+    for names, standing in steps:
+        for name in names:
+            _write(live / name, data[name])
+        if not names:
+            (live / "proxy-access.jsonl").rename(live / "proxy-access-1.jsonl")
+        ingest(con, [live], CONF)
+        before = dict(con.execute("SELECT detector, seconds FROM coverage").fetchall())
+        runner.analyse(con, CONF)
+        assert get_meta(con, "analysis_mode") == "incremental"
+        after = dict(con.execute("SELECT detector, seconds FROM coverage").fetchall())
+        assert {d for d in incremental.READS if after[d] == before[d]} == standing
+        after_append = _analysis_state(con)
+        runner.analyse(con, CONF, force=True)
+        scratch = _analysis_state(con)
+        for key in scratch:
+            assert after_append[key] == scratch[key], (names, key)
+    con.close()
+
+
+def test_what_a_standing_detector_reads_is_declared():
+    """Every record table a detector of incremental.READS names, itself or through the
+    prepared tables it reads (those its prepare query names), is declared, and `sessions`
+    with them (its units' stages). The blind tables are left to the tests above: a row of
+    theirs is of its own table's file (a proxy fact's of a proxy log)."""
+    import re
+
+    from replaygate.core.contract import RECORD_TYPES
+    from replaygate.queries import catalog
+
+    records = {rt.table for rt in RECORD_TYPES}
+    named = re.compile(r"\b(?:FROM|JOIN)\s+(\w+)", re.IGNORECASE)
+    made = re.compile(r"CREATE\s+OR\s+REPLACE\s+TABLE\s+(\w+)", re.IGNORECASE)
+    prepared = {t: q for q in catalog.load("prep") for t in made.findall(q.sql)}
+    for name, declared in incremental.READS.items():
+        read = set(named.findall(catalog.detectors()[name].sql))
+        through = {
+            t
+            for p in read & set(prepared)
+            if not p.startswith("a_blind_")
+            for t in named.findall(prepared[p].sql)
+        }
+        assert (read | through) & records | {"sessions"} <= set(declared), name
+
+
 def test_record_counts_per_stage_are_added_to_after_an_append(tmp_path):
     """After an append the counts of records per stage and source (a_stage_sources) are
     the last analysis's plus the new rows' counts, not a recount of every record: a count
