@@ -50,6 +50,9 @@ _CREATE = re.compile(
 )
 # A prepared table declared with its columns, then filled (a_streams): one step with it.
 _FILL = re.compile(r"^\s*INSERT\s+INTO\s+(a_\w+)\s", re.I)
+# queries/buckets.py's own statements: a step's buckets of time cut, and its check read
+_BUCKETS = re.compile(r"^SELECT \(SELECT count\(\*\) - count\((\w+)\) FROM (\w+)\)")
+_CHECK = re.compile(r"^SELECT EXISTS \(FROM (a_\w+)\)$")
 
 
 class Peak:
@@ -137,7 +140,12 @@ class Timed:
             label = bound["detector"]  # own loop (incremental.analyse)
         else:
             m, fill = _CREATE.search(sql), _FILL.match(sql)
+            cut, check = _BUCKETS.match(sql), _CHECK.match(sql)
             label = fill.group(1) if fill else m.group(2) if m else " ".join(sql.split()[:3])
+            if cut:
+                label = f"buckets of {cut.group(2)} by {cut.group(1)}"
+            elif check:
+                label = check.group(1)
         self._peak.take()
         c0, t0 = time.process_time(), time.perf_counter()
         try:

@@ -30,8 +30,11 @@ _CONTINUED = re.compile(r"^--\s{2,}(\S.*)$")
 _IDENT = re.compile(r"^[a-z_][a-z0-9_]*$")
 # `-- units: <table> [WHERE <predicate>] [BY <unit key>]`
 UNITS = re.compile(r"^(?P<table>[a-z_]+)(?: WHERE (?P<where>.+?))?(?: BY (?P<by>.+))?$")
-# `-- buckets: <table> <rows>` (queries/buckets.py)
-BUCKETS = re.compile(r"^(?P<table>[a-z_]+) (?P<rows>[1-9][0-9]*)$")
+# `-- buckets: <table> <rows> [BY <time column> CHECKED BY <view>]` (queries/buckets.py)
+BUCKETS = re.compile(
+    r"^(?P<table>[a-z_]+) (?P<rows>[1-9][0-9]*)"
+    r"(?: BY (?P<column>[a-z_]+) CHECKED BY (?P<check>[a-z_]+))?$"
+)
 # What a detector may read besides the record types: the decisions replaygate recorded.
 _READABLE = (*BY_TABLE, "decision_history")
 # A list that may say it is empty.
@@ -117,7 +120,10 @@ def _count(v: str) -> str | None:
 def _buckets(v: str) -> str | None:
     m = BUCKETS.match(v)
     if not m:
-        return "is not `<record type> <rows per GB of the memory limit>`"
+        return (
+            "is not `<record type> <rows per GB of the memory limit>`"
+            " [BY <time column> CHECKED BY <view>]"
+        )
     return None if m["table"] in BY_TABLE else f"{m['table']!r} is not a record type"
 
 
@@ -142,8 +148,9 @@ KEYS: dict[str, Key] = {
     "invariant": Key((_D,), _text, required=(_D,)),
     "severity": Key((_D,), _one_of(tuple(Severity)), required=(_D,)),
     "needs": Key((_D, _P), _tables, required=(_D,)),
-    # a prepare step run in buckets of sessions: the table that sizes them, its rows per
-    # GB of the memory limit in one bucket (queries/buckets.py)
+    # a prepare step run in buckets of sessions, or of time: the table that sizes them, its
+    # rows per GB of the memory limit in one bucket, the time column that cuts them and the
+    # view of what the cut may have missed (queries/buckets.py)
     "buckets": Key((_P,), _buckets),
     "unit": Key((_D, _G), _text, required=(_D, _G)),
     "failure": Key((_D,), _text),

@@ -421,8 +421,7 @@ def analyse(
                 # and 6 tables rewritten at the commit for the same rows).
                 continue
             else:
-                for stmt, bound in buckets.runs(con, q):
-                    con.execute(stmt, bound)
+                buckets.run(con, q)
         if con.execute(SESSION_BLIND).fetchall() != blind_before:
             raise Fallback("a sessions file shows other facts than it did")
         nearby = _near_sessions(con)
@@ -934,8 +933,7 @@ def _scoped_prep(con: duckdb.DuckDBPyConnection, q: catalog.Query, rows: bool = 
     ROW_PREP, whose scope also held the new rows without a session."""
     tables = list(dict.fromkeys(_CREATES.findall(q.sql)))
     with _in_scope(con):
-        for stmt, bound in buckets.runs(con, q):
-            con.execute(stmt, bound)
+        buckets.run(con, q)
     for t in tables:
         # A table without session_hmac fails this statement (a binder error): the caller
         # rolls back and runs a full analysis (a look-up of the columns first was a

@@ -238,8 +238,7 @@ def analyse(
                 con.execute(stmt)
         drop_retired(con)
         for q in catalog.load("prep"):
-            for stmt, bound in buckets.runs(con, q):
-                con.execute(stmt, bound)
+            buckets.run(con, q)
         con.execute("DELETE FROM findings")
         con.execute("DELETE FROM coverage")
         con.execute("DELETE FROM cannot_tell")

@@ -7,12 +7,19 @@
 --          resolved receipts cost about a tenth of the step.
 -- needs: inbox
 -- params: buckets, lo, hi
--- buckets: inbox 4000000
+-- buckets: inbox 4000000 BY ts CHECKED BY a_inbox_far
 -- 4,000,000 `inbox` rows a GB of the memory limit: 3 buckets at 100M under 12 GB. 5,000,000
 -- (2 buckets) was faster for the statements alone (84.0, 88.3 against 101.6, 109.4 CPU s) but
 -- slower in the whole analysis, where the steps before it hold the buffer pool: this step
 -- 125.6 CPU s / 80.2 s against 105.9 / 56.0 in 3 buckets, the analysis 646.8 against 602.8
 -- CPU s (once each, page cache dropped, docs/performance.md).
+-- The buckets are ranges of the receipts' time, not of their sessions' hashes: `inbox` and
+-- `events` are stored about in time order, so a bucket reads its own row groups of each
+-- (DuckDB skips the others by their zone maps) where a range of hashes read both tables
+-- whole in every bucket, three times in all at 100M. A receipt's event is looked up among
+-- the events of its bucket's range and an hour either side; `a_inbox_far` (below) lists
+-- the receipts whose event may lie farther, and any of them runs the file again in one
+-- bucket (queries/buckets.py).
 -- The event id is stored uncompressed: nearly every receipt's id is its own, and DuckDB's
 -- string compression of it (FSST: about half its bytes, 50 MB at 10M events) was about a
 -- third of writing the 5.06M resolved receipts. The other columns compress as DuckDB
@@ -42,13 +49,12 @@ SELECT i.ts, i.session_hmac, i.generation, i.stream_id, i.event_id, i.verdict,
        coalesce(i.seq, e.seq) AS seq,
        coalesce(i.kind, e.kind) AS kind
 --
--- In buckets of sessions (queries/buckets.py, the header's `buckets`): the join's hash table
+-- In buckets of time (queries/buckets.py, the header's `buckets`): the join's hash table
 -- holds the receipts of one bucket. At 100M events the 50M receipts without a place did not
--- fit in 12 GB, and the join went external: 207 CPU s, x25 its time at 10M. A bucket reads
--- only its sessions' receipts and events, and one bucket (10M events under 3 GB) is the
--- plan without the test. A range of the hash, not a remainder: DuckDB estimates a range
--- at a fifth of the rows and still builds on the receipts, a remainder at a few rows and
--- builds on the events.
+-- fit in 12 GB, and the join went external: 207 CPU s, x25 its time at 10M. One bucket
+-- (10M events under 3 GB) is the plan without the test. The bounds are epoch microseconds,
+-- NULL at the open ends: the test folds to a comparison of `ts` with a constant, which
+-- DuckDB checks against each row group's zone map.
 --
 -- The repeated ids' values are merged into the receipt's own before the join with the
 -- events, with a flag saying one matched: the receipts are the join's hash table, and
@@ -61,13 +67,33 @@ FROM (SELECT i.ts, i.session_hmac, i.generation, i.stream_id, i.event_id, i.verd
              r.event_id IS NOT NULL AS repeated
       FROM (SELECT * FROM inbox
             WHERE NOT receipt_placed(origin_stream_id, seq, kind)
-              AND ($buckets = 1 OR hash(session_hmac) BETWEEN $lo AND $hi)) i
+              AND ($buckets = 1 OR (($lo IS NULL OR ts >= make_timestamptz($lo))
+                                    AND ($hi IS NULL OR ts < make_timestamptz($hi))))) i
       LEFT JOIN a_event_repeats r USING (session_hmac, generation, event_id)) i
 LEFT JOIN (SELECT * FROM events
-           WHERE $buckets = 1 OR hash(session_hmac) BETWEEN $lo AND $hi) e
+           WHERE $buckets = 1
+              OR (($lo IS NULL OR ts >= make_timestamptz($lo) - INTERVAL 1 HOUR)
+                  AND ($hi IS NULL OR ts < make_timestamptz($hi) + INTERVAL 1 HOUR))) e
   ON NOT i.repeated
  AND e.session_hmac = i.session_hmac AND e.generation = i.generation
  AND e.event_id = i.event_id;
+
+-- What the buckets of time may have missed: a receipt left without a place, not of a
+-- repeated id, whose event is logged more than an hour from it (or without a time), so maybe
+-- outside its bucket's range of events. Any row, and the file runs again in one bucket
+-- (queries/buckets.py; read only after buckets). A receipt whose event is within the hour
+-- was looked up among the events of its range: its event, if any, was found.
+CREATE OR REPLACE TEMP VIEW a_inbox_far AS
+SELECT r.session_hmac, r.generation, r.event_id
+FROM a_inbox_resolved r
+JOIN events e
+  ON e.session_hmac = r.session_hmac AND e.generation = r.generation
+ AND e.event_id = r.event_id
+WHERE NOT receipt_placed(r.origin_stream_id, r.seq, r.kind)
+  AND coalesce(e.ts NOT BETWEEN r.ts - INTERVAL 1 HOUR AND r.ts + INTERVAL 1 HOUR, true)
+  AND NOT EXISTS (SELECT 1 FROM a_event_repeats p
+                  WHERE p.session_hmac = r.session_hmac AND p.generation = r.generation
+                    AND p.event_id = r.event_id);
 
 -- Temporary, bound when read, as a_event_index (03_event_index.sql); other connections (the
 -- dashboard) read the same union of `inbox` and `a_inbox_resolved`.
