@@ -458,7 +458,7 @@ class _Prefetch:
                        count(*) OVER (PARTITION BY stage, detector) AS rg_n
                 FROM findings WHERE stage IS NOT NULL AND {_COUNTED}
                 QUALIFY row_number() OVER (PARTITION BY stage, detector
-                                           ORDER BY ts, {units}) <= {self.LIMIT}""",
+                                           ORDER BY ts, {units}, severity) <= {self.LIMIT}""",
             probe,
         )
         cols = [d[0] for d in cur.description]
@@ -513,11 +513,13 @@ class _Prefetch:
 
 def _ref_order(r: dict[str, Any]) -> tuple[Any, ...]:
     """A finding's place among a stage's evidence, as `_findings_refs`'s ORDER BY puts it
-    (time, detector, then the unit, NULLs last)."""
+    (time, detector, then the unit, NULLs last, then the severity: two findings of one unit
+    and time differ by it, and the list is cut at LIMIT)."""
     return (
         r["ts"],
         r["detector"],
         *((r[c] is None, r[c] if r[c] is not None else 0) for c in runner.UNIT_COLUMNS),
+        r["severity"],
     )
 
 
@@ -532,7 +534,8 @@ def _findings_refs(
     cur = con.execute(
         f"""SELECT detector, severity, ts, {", ".join(runner.UNIT_COLUMNS)}
            FROM findings WHERE stage = $stage AND list_contains($d, detector) AND {_COUNTED}
-           ORDER BY ts, detector, {", ".join(runner.UNIT_COLUMNS)} LIMIT $limit""",
+           ORDER BY ts, detector, {", ".join(runner.UNIT_COLUMNS)}, severity
+           LIMIT $limit""",
         {"stage": stage, "d": list(detectors), "limit": limit, **probe},
     )
     cols = [d[0] for d in cur.description]

@@ -78,7 +78,58 @@ def test_no_aggregate_depends_on_row_order(path):
             )
 
 
+# A window numbered or compared in no order (`row_number() OVER ()`): its numbers follow the
+# order rows arrive in. Allowed only where the file says no result depends on them.
+_NO_ORDER_WINDOW = re.compile(
+    r"\b(row_number|rank|dense_rank|ntile|lag|lead|first_value|last_value|nth_value)\s*\("
+    r"[^()]*\)\s*OVER\s*\(\s*(PARTITION\s+BY\s+(?:(?!ORDER\s+BY)[^()])*)?\)",
+    re.I,
+)
+# gate_facts.sql: a session's key names it only inside the gate facts, which read it back
+# as its session_hmac (tests/test_row_order.py shuffles a_sessions before it is numbered).
+_NUMBERED_IN_ANY_ORDER = {"gate_facts.sql": 1}
+
+
+def _uncommented(text: str) -> str:
+    return "\n".join(line.split("--", 1)[0] for line in text.splitlines())
+
+
+def _limits_without_order(text: str) -> list[str]:
+    """Each `LIMIT n` (but `LIMIT 0`) whose query has no ORDER BY between its last SELECT
+    and the LIMIT: which rows it keeps follows the order they arrive in."""
+    out = []
+    text = _uncommented(text)
+    for m in re.finditer(r"\bLIMIT\s+(\S+)", text, re.I):
+        if m.group(1).rstrip(");") == "0":
+            continue
+        before = text[: m.start()]
+        last_select = max((s.start() for s in re.finditer(r"\bSELECT\b", before, re.I)), default=0)
+        if not re.search(r"\bORDER\s+BY\b", before[last_select:], re.I):
+            out.append(text[last_select : m.end()].strip())
+    return out
+
+
+@pytest.mark.parametrize("path", _sql_files(), ids=lambda p: f"{p.parent.name}/{p.name}")
+def test_no_limit_or_window_depends_on_row_order(path):
+    text = path.read_text(encoding="utf-8")
+    for q in _limits_without_order(text):
+        pytest.fail(f"{path.name}: LIMIT without ORDER BY: {q[-120:]}")
+    n = len(_NO_ORDER_WINDOW.findall(_uncommented(text)))
+    assert n == _NUMBERED_IN_ANY_ORDER.get(path.name, 0), (
+        f"{path.name}: a window function over rows in no order (OVER () or PARTITION BY alone)"
+    )
+
+
 def test_the_static_check_catches_what_it_should():
+    assert _limits_without_order("SELECT a FROM t LIMIT 5") == ["SELECT a FROM t LIMIT 5"]
+    assert _limits_without_order("SELECT a FROM t ORDER BY a LIMIT $limit") == []
+    assert _limits_without_order("SELECT * FROM t LIMIT 0") == []
+    assert _limits_without_order("SELECT 1 UNION ALL SELECT 2 ORDER BY 1 LIMIT 1") == []
+    assert _limits_without_order("SELECT a FROM t -- ORDER BY a\nLIMIT 3")
+    assert _NO_ORDER_WINDOW.search("SELECT row_number() OVER () AS k")
+    assert _NO_ORDER_WINDOW.search("lead(h) OVER (PARTITION BY s)")
+    assert not _NO_ORDER_WINDOW.search("lead(h) OVER (PARTITION BY s ORDER BY h)")
+    assert not _NO_ORDER_WINDOW.search("count(*) OVER (PARTITION BY s)")
     assert _calls("SELECT list(DISTINCT x) -- list(y)\n", _ORDERED) == ["DISTINCT x"]
     assert _calls("SELECT list_value(a), string_agg(b, ',' ORDER BY b)", _ORDERED) == [
         "b, ',' ORDER BY b"

@@ -156,7 +156,8 @@ SELECT CASE WHEN idempotency_key IS NOT NULL THEN 'key'
        list(DISTINCT detector ORDER BY detector), NULL, min(ts), min(stage), min(ts)
 FROM f WHERE session_hmac IS NULL OR session_hmac NOT IN (SELECT session_hmac FROM a_sessions)
 GROUP BY ALL
-ORDER BY findings DESC, first
+-- a subject is one row: ties in count and first finding listed by it, so the same ones are kept
+ORDER BY findings DESC, first, subject_type, subject
 LIMIT $limit;
 
 -- name: session_timeline
