@@ -75,6 +75,14 @@ PRIMITIVES: dict[str, dict[str, str]] = {
         "int": "SELECT count(*), sum(n) FROM (SELECT sid % 262144 AS g, count(*) AS n"
         " FROM k.ev GROUP BY g)",
     },
+    # the same 2^20 groups (about the 10M fleet's 1.6M streams) at every scale: what a
+    # grouping by stream whose hash table stays the 10M one's size would grow
+    "group_fixed_streams": {
+        "text": "SELECT count(*), sum(n) FROM (SELECT hash(session_hmac, generation,"
+        " stream_id) % 1048576 AS g, count(*) AS n FROM events GROUP BY g)",
+        "int": "SELECT count(*), sum(n) FROM (SELECT stid % 1048576 AS g, count(*) AS n"
+        " FROM k.ev GROUP BY g)",
+    },
     "group_stream_events": {
         "text": "SELECT count(*), sum(n) FROM (SELECT session_hmac, generation, stream_id,"
         " count(*) AS n FROM events GROUP BY session_hmac, generation, stream_id)",

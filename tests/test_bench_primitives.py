@@ -17,6 +17,7 @@ SAME = {
     "scan_inbox": [0, 2, 4, 5],
     "group_session_events": [0, 1],
     "group_fixed_events": [1],
+    "group_fixed_streams": [1],
     "group_stream_events": [0, 1],
     "group_stream_inbox": [0, 1],
     "join_receipts_events": [0, 1],
