@@ -20,7 +20,7 @@ from hypothesis import strategies as st
 from replaygate.core import db as dbm
 from replaygate.core.config import Config
 from replaygate.core.contract import RECORD_TYPES
-from replaygate.ingest import load
+from replaygate.ingest import load, readers
 
 from . import hostile
 from .conftest import SAMPLE
@@ -228,6 +228,57 @@ def _file(kinds: list[str], final_newline: bool = True) -> bytes:
     for i, k in enumerate(kinds):
         body.insert(1 + i, KINDS[k][0])
     return b"\n".join(body) + (b"\n" if final_newline else b"")
+
+
+# The number-spelling check as it was before it looked for an `e` first
+# (readers._spelled_otherwise): the rewrite must say the same of every text.
+_SPELLED_V0 = (
+    'CASE WHEN strlen("c") <= 32 AND (contains("c", \'e-\') OR contains("c", \'e+\')) '
+    "THEN regexp_full_match(\"c\", '-?[0-9]+(\\.[0-9]+)?e[+-][0-9]+') ELSE false END"
+)
+
+
+def test_the_number_spelling_check_says_what_it_said(tmp_path):
+    """readers._spelled_otherwise, which looks for an `e` before `e-` and `e+`, flags
+    exactly the texts the check flagged before, on the numbers DuckDB's JSON reader
+    writes with an exponent and on near misses (an `E`, a sign without an `e`, the
+    length bound, NULL). Fails on a version that misses `e+` or looks for `E`."""
+    texts = [
+        "1e-07",
+        "1.5e-05",
+        "-1.5e+300",
+        "1e+300",
+        "-1.7976931348623157e+308",
+        "1e400",
+        "e",
+        "e-",
+        "e+",
+        "-e",
+        "+e",
+        "1E-07",
+        "1E+300",
+        "1-7",
+        "1+7",
+        "pre-release e+1",
+        "2026-11-29T07:06:01.006Z",
+        "1_1795824001383_272e",
+        "mcpSseEvent.v1",
+        "",
+        "1" * 30 + "e-7",
+        "1" * 29 + "e-7",
+        "1" * 40 + "e-7",
+        "x" * 33,
+        "ée-1",
+        None,
+    ]
+    con = duckdb.connect()
+    con.execute("CREATE TABLE t (c VARCHAR)")
+    con.executemany("INSERT INTO t VALUES (?)", [[t] for t in texts])
+    new = readers._spelled_otherwise("c")
+    assert new != _SPELLED_V0  # the rewrite is what is compared
+    rows = con.execute(f"SELECT c, {_SPELLED_V0}, {new} FROM t").fetchall()
+    assert [r for r in rows if r[1] != r[2]] == [], rows
+    assert sum(1 for r in rows if r[1]) == 6, rows  # not vacuous: both flag the numbers
 
 
 @pytest.mark.parametrize("kind", sorted(KINDS))
