@@ -32,6 +32,7 @@ import argparse
 import contextlib
 import json
 import os
+import re
 import resource
 import sys
 import threading
@@ -216,11 +217,16 @@ def read_bytes() -> int:
     return 0
 
 
-def connect(path: Path, scratch: Path | None, temp: Path | None) -> duckdb.DuckDBPyConnection:
+def connect(
+    path: Path, scratch: Path | None, temp: Path | None, settings: dict[str, str]
+) -> duckdb.DuckDBPyConnection:
     """The database read-only under the analysis' limit for its events, spilling into
-    `temp` when given, the scratch database attached as `k` (read-only) when given."""
+    `temp` when given, the scratch database attached as `k` (read-only) when given, with
+    DuckDB's `settings` (name: value) set."""
     con = duckdb.connect(str(path), read_only=True)
     con.execute("SET memory_limit = $m", {"m": db.memory_limit("analysis", db.stored_events(con))})
+    for name, value in settings.items():
+        con.execute(f"SET {name} = $v", {"v": value})
     if temp is not None:
         con.execute("SET temp_directory = $t", {"t": str(temp)})
     if scratch is not None:
@@ -304,6 +310,13 @@ def main() -> None:
         help="drop the kernel's page cache before each primitive's first run (root)",
     )
     ap.add_argument("--temp-dir", type=Path, help="DuckDB's temporary folder (its spill)")
+    ap.add_argument(
+        "--set",
+        action="append",
+        default=[],
+        metavar="NAME=VALUE",
+        help="a DuckDB setting for every primitive's connection (repeatable)",
+    )
     ap.add_argument("--json", type=Path, help="write the figures here too")
     args = ap.parse_args()
     keys = [k for k in args.keys.split(",") if k]
@@ -311,9 +324,16 @@ def main() -> None:
     unknown = set(names) - set(PRIMITIVES) or set(keys) - {"text", "int"}
     if unknown:
         ap.error(f"unknown: {', '.join(sorted(unknown))}")
+    settings = dict(kv.split("=", 1) for kv in args.set)
+    if not all(re.fullmatch(r"[a-z_]+", name) for name in settings):
+        ap.error("--set takes NAME=VALUE, NAME a DuckDB setting")
     if "int" in keys and args.scratch is None:
         ap.error("--keys int needs --int SCRATCH")
-    out: dict[str, Any] = {"db": str(args.db), "load": [round(os.getloadavg()[0], 1)]}
+    out: dict[str, Any] = {
+        "db": str(args.db),
+        "load": [round(os.getloadavg()[0], 1)],
+        "settings": settings,
+    }
     if args.build_int:
         out["build"] = build_int(args.db, args.scratch, args.build_int, args.temp_dir)
         print(json.dumps(out["build"]), file=sys.stderr)
@@ -321,7 +341,7 @@ def main() -> None:
     runs: dict[str, dict[str, list[dict[str, Any]]]] = {}
     for name in names:
         for key in keys:
-            con = connect(args.db, args.scratch if key == "int" else None, args.temp_dir)
+            con = connect(args.db, args.scratch if key == "int" else None, args.temp_dir, settings)
             out["memory_limit"] = con.execute("SELECT current_setting('memory_limit')").fetchone()[
                 0
             ]  # type: ignore[index]  # noqa: E501
