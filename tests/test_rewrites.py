@@ -11,6 +11,7 @@ replaced query did not report either, so the findings still agree.
 
 from __future__ import annotations
 
+import ast
 import json
 import re
 from collections import Counter
@@ -47,8 +48,9 @@ REWRITTEN = (
 # Prepared tables now kept as views over the records and a small table (the files of the
 # tables they replaced, in order: each may read the one before).
 PREPARED = {"a_event_index": "03_event_index.sql", "a_inbox": "04_inbox.sql"}
-# Columns of a replaced table its view no longer has (none of the analysis reads them).
-DROPPED = {"a_inbox": ("dispatch_id",)}
+# Columns of a replaced table its view or its table no longer has (a_streams' payload
+# digest: its readers look it up in the ledger, tested with them below).
+DROPPED = {"a_inbox": ("dispatch_id",), "a_streams": ("payload_digest",)}
 
 # Large client groups: few principals and addresses, many sessionless rows.
 _COLLAPSE = [
@@ -625,6 +627,7 @@ REWRITTEN_PREP = {
     "06_stream_life.sql": ("a_streams",),
     "compressed/06_stream_life.sql": ("a_streams",),
     "text_states/06_stream_life.sql": ("a_streams",),
+    "digest_kept/06_stream_life.sql": ("a_streams",),
     "compressed/04_inbox.sql": ("a_inbox_resolved",),
     "keys_compressed/02_sessions.sql": ("a_sessions",),
     "keys_compressed/05_missing.sql": ("a_inbox_sessions", "a_missing"),
@@ -696,8 +699,15 @@ def _same_tables(con, tables: tuple[str, ...], schema: str) -> int:
     for name in tables:
         n = con.execute(f"SELECT count(*) FROM {schema}.{name}").fetchone()[0]
         assert con.execute(f"SELECT count(*) FROM main.{name}").fetchone()[0] == n
+        # every column the replaced table had, in its order, but those since dropped
+        was = [d[0] for d in con.execute(f"SELECT * FROM {schema}.{name} LIMIT 0").description]
+        now = [d[0] for d in con.execute(f"SELECT * FROM main.{name} LIMIT 0").description]
+        assert now == [c for c in was if c not in DROPPED.get(name, ())]
+        cols = ", ".join(now)
         for a, b in ((f"{schema}.{name}", f"main.{name}"), (f"main.{name}", f"{schema}.{name}")):
-            extra = con.execute(f"SELECT * FROM {a} EXCEPT ALL SELECT * FROM {b}").fetchall()
+            extra = con.execute(
+                f"SELECT {cols} FROM {a} EXCEPT ALL SELECT {cols} FROM {b}"
+            ).fetchall()
             assert not extra, (name, a, extra[:3])
         rows += n
     return rows
@@ -1571,7 +1581,7 @@ def test_a_sessions_orders_records_tied_in_time_by_file_and_position(stored):
 @pytest.mark.parametrize(
     ("replaced", "file", "table", "plain"),
     [
-        ("compressed", "06_stream_life.sql", "a_streams", {"session_hmac", "payload_digest"}),
+        ("compressed", "06_stream_life.sql", "a_streams", {"session_hmac"}),
         ("compressed", "04_inbox.sql", "a_inbox_resolved", {"event_id"}),
         ("keys_compressed", "05_missing.sql", "a_inbox_sessions", {"session_hmac"}),
         ("keys_compressed", "07_recoveries.sql", "a_recoveries", {"session_hmac"}),
@@ -1579,11 +1589,11 @@ def test_a_sessions_orders_records_tied_in_time_by_file_and_position(stored):
     ],
 )
 def test_wide_unique_text_is_stored_uncompressed(fleet_db, replaced, file, table, plain):
-    """a_streams' session keys and payload digests, and a_inbox_resolved's event ids, are
-    written as they are (DuckDB's string compression of them was about a third of each
-    step's write at 10M events, for half their bytes), and so are the session keys of
-    a_inbox_sessions and a_recoveries (half to most of their writes) and a_sessions' keys
-    and token subjects (most of its write at 100M events); the other columns
+    """a_streams' session keys (it keeps no payload digest since), and a_inbox_resolved's
+    event ids, are written as they are (DuckDB's string compression of them was about a
+    third of each step's write at 10M events, for half their bytes), and so are the session
+    keys of a_inbox_sessions and a_recoveries (half to most of their writes) and a_sessions'
+    keys and token subjects (most of its write at 100M events); the other columns
     compress as DuckDB chooses, and the replaced files (tests/fixtures/sql_v0/compressed,
     keys_compressed) let DuckDB compress these as well."""
     con, _ = fleet_db
@@ -2126,6 +2136,7 @@ LATER_VERSIONS = sorted(
     + [(p.stem, p) for p in (OLD / "streams_grouped").glob("*.sql")]
     + [(p.stem, p) for p in (OLD / "later_joined").glob("*.sql")]
     + [(p.stem, p) for p in (OLD / "multi_key").glob("*.sql")]
+    + [("rollback_post_storm", OLD / "digest_kept" / "rollback_post_storm.sql")]
     + [(p.stem, p) for p in (OLD / "text_probed").glob("*.sql")]
     + [(p.stem, p) for p in (OLD / "hashes_counted").glob("*.sql")]
     + [("cross_stream_acceptance", OLD / "events_scanned" / "cross_stream_acceptance.sql")]
@@ -2240,6 +2251,35 @@ def found_broke(con) -> int:
     ).fetchone()[0]
 
 
+# The replaced versions of rollback_post_storm read a stream's payload digest from a_streams,
+# which no longer keeps it: they run on a_streams and a_blind_streams as the replaced prepare
+# files made them (tests/fixtures/sql_v0/digest_kept), in a schema first on the search path.
+DIGEST_KEPT = OLD / "digest_kept"
+DIGEST_READERS = {"rollback_post_storm"}
+
+
+def _digests_kept(con) -> None:
+    con.execute("CREATE SCHEMA digest_kept")
+    con.execute("SET search_path = 'digest_kept,main'")
+    try:
+        for file in ("06_stream_life.sql", "13_blind_spans.sql"):
+            _prep_file(con, DIGEST_KEPT / file)
+    finally:
+        con.execute("RESET search_path")
+
+
+def _replaced_rows(con, name: str, path: Path) -> list[str]:
+    """_detector_rows of a replaced detector, on the replaced a_streams where it read the
+    payload digest from it (_digests_kept first)."""
+    if name not in DIGEST_READERS:
+        return _detector_rows(con, path)
+    con.execute("SET search_path = 'digest_kept,main'")
+    try:
+        return _detector_rows(con, path)
+    finally:
+        con.execute("RESET search_path")
+
+
 @pytest.mark.parametrize("changed", [False, True], ids=["as analysed", "edge cases"])
 @pytest.mark.parametrize(
     ("name", "replaced"), LATER_VERSIONS, ids=[f"{p.parent.name}/{n}" for n, p in LATER_VERSIONS]
@@ -2262,8 +2302,10 @@ def test_detector_driven_from_candidates_gives_the_replaced_rows(fleet_db, name,
             for q in catalog.load("prep"):
                 for stmt, bound in buckets.runs(con, q):
                     con.execute(stmt, bound)
+        if name in DIGEST_READERS:
+            _digests_kept(con)
         new = _detector_rows(con, catalog.SQL_DIR / "detectors" / f"{name}.sql")
-        old = _detector_rows(con, replaced)
+        old = _replaced_rows(con, name, replaced)
         assert new == old
         # (the fleets re-open few broken streams without a cursor: a finding or two; few
         # first breaks on resumable sessions, few 404s)
@@ -2310,6 +2352,13 @@ def _prepare_again(con) -> None:
             con.execute(stmt, bound)
 
 
+# A stream's payload digest as a_streams kept it: its first non-NULL one in record order.
+_FIRST_DIGESTS = """(SELECT session_hmac, generation, stream_id,
+                            arg_min(payload_digest, record_order(ts, file_id, pos))
+                                FILTER (WHERE payload_digest IS NOT NULL) AS payload_digest
+                     FROM streams GROUP BY ALL)"""
+
+
 # Rollbacks that cut through the fleet: a window from just before two breaks in three (one
 # of them without an end, windows overlapping; two sessions in three resumable), each broken
 # stream of half the sessions re-POSTed (a new stream of its session and payload) from 0 to
@@ -2321,14 +2370,14 @@ _ROLLBACKS = [
     # (a stream's payload its own in a session of four: no POST of the fleet re-sends it)
     """UPDATE streams SET payload_digest = payload_digest || '-' || stream_id
        WHERE hash(session_hmac) % 4 = 0""",
-    """INSERT INTO streams
+    f"""INSERT INTO streams
        SELECT d.file_id, d.pos + 7000000, d.ts + to_seconds(hash(d.pos) % 900),
               d.session_hmac, d.generation, d.stream_id || '-re', 'STREAM_OPEN', 'POST',
               d.request_id,
               CASE WHEN hash(d.pos) % 7 = 0 THEN 'another' ELSE a.payload_digest END,
               d.tool_name, d.tool_class, NULL, NULL, NULL, NULL, NULL, NULL
        FROM streams d
-       JOIN a_streams a USING (session_hmac, generation, stream_id)
+       JOIN {_FIRST_DIGESTS} a USING (session_hmac, generation, stream_id)
        WHERE d.state = 'DISCONNECTED' AND hash(d.session_hmac) % 2 = 1""",
     """INSERT INTO streams
        SELECT file_id, pos + 8000000, ts + to_seconds(1), session_hmac, generation, stream_id,
@@ -2347,15 +2396,28 @@ _ROLLBACK_WINDOWS = [
        WHERE state = 'DISCONNECTED' AND hash(session_hmac, pos) % 3 > 0""",
     # (more sessions resumable than the small fleet has)
     "UPDATE a_sessions SET resumable = true WHERE hash(session_hmac) % 3 > 0",
-    """INSERT INTO a_blind_streams
+    f"""INSERT INTO a_blind_streams
        SELECT d.session_hmac, d.generation, d.stream_id || '-blind', d.ts + INTERVAL 5 SECOND,
               CASE WHEN hash(d.pos) % 2 = 0 THEN 'POST' END,
               CASE WHEN hash(d.pos) % 2 = 1 THEN a.payload_digest END,
               (SELECT min(file_id) FROM files), 'blind.jsonl'
        FROM streams d
-       JOIN a_streams a USING (session_hmac, generation, stream_id)
+       JOIN {_FIRST_DIGESTS} a USING (session_hmac, generation, stream_id)
        WHERE d.state = 'DISCONNECTED' AND hash(d.session_hmac) % 2 = 0""",
 ]
+
+
+def _rollback_windows(con) -> None:
+    """_ROLLBACK_WINDOWS, the blind ledger's candidates added to a_blind_streams as the
+    analysis made it and as the replaced prepare files did (_digests_kept)."""
+    for stmt in _ROLLBACK_WINDOWS[:-1]:
+        con.execute(stmt)
+    con.execute(_ROLLBACK_WINDOWS[-1])
+    con.execute("SET search_path = 'digest_kept,main'")
+    try:
+        con.execute(_ROLLBACK_WINDOWS[-1])
+    finally:
+        con.execute("RESET search_path")
 
 
 @pytest.mark.parametrize("changed", [False, True], ids=["as analysed", "edge cases"])
@@ -2371,13 +2433,111 @@ def test_rollback_post_storm_from_the_breaks_sessions_gives_the_replaced_rows(fl
         for stmt in (_DETECTOR_CASES if changed else []) + _ROLLBACKS:
             con.execute(stmt)
         _prepare_again(con)
-        for stmt in _ROLLBACK_WINDOWS:
-            con.execute(stmt)
+        _digests_kept(con)
+        _rollback_windows(con)
         new = _detector_rows(con, catalog.SQL_DIR / "detectors" / "rollback_post_storm.sql")
-        old = _detector_rows(con, OLD / "multi_key" / "rollback_post_storm.sql")
-        assert new == old
+        for replaced in ("multi_key", "digest_kept"):
+            old = _replaced_rows(
+                con, "rollback_post_storm", OLD / replaced / "rollback_post_storm.sql"
+            )
+            assert new == old, replaced
         kinds = Counter("'cannot_tell'" in r for r in new)
         assert kinds[False] >= 20 and kinds[True] >= 3, kinds
+    finally:
+        con.execute("ROLLBACK")
+
+
+# A stream ledger file blind to methods while the fleet's own ledger shows them (one server
+# version logs them, another does not: rollback_post_storm leaves its rows out), and broken
+# streams whose payload digest is taken as a_streams took it, from every file, in record
+# order: (0) its opening row moved into that file, the only one with a digest; (1) the same
+# but the later rows carry another digest; (2) a second opening row at the same time, in the
+# same file and after it, with another digest; (3) the same but the second row comes first
+# in the file; (4) a second opening row at the same time and position in the blind file,
+# with another digest (the fleet's file first); (5) no digest on any row.
+_BROKEN = """(session_hmac, generation, stream_id) IN (
+    SELECT (session_hmac, generation, stream_id) FROM streams WHERE state = 'DISCONNECTED')"""
+_LEDGER = "(SELECT min(file_id) FROM streams)"
+_BLIND = "(SELECT max(file_id) FROM files)"
+_DIGEST_CASES = [
+    f"""INSERT INTO files SELECT * REPLACE ((SELECT max(file_id) + 1 FROM files) AS file_id,
+           path || '.blind' AS path, sha256 || '-blind' AS sha256)
+       FROM files WHERE file_id = {_LEDGER}""",
+    f"""INSERT INTO file_facts SELECT {_BLIND}, fact, how FROM file_facts
+       WHERE file_id = {_LEDGER} AND fact <> 'streams.method'""",
+    f"""INSERT INTO streams SELECT * REPLACE ({_BLIND} AS file_id, NULL AS method,
+           'tie-blind-' || stream_id AS payload_digest)
+       FROM streams
+       WHERE state = 'STREAM_OPEN' AND hash(session_hmac, stream_id) % 6 = 4 AND {_BROKEN}""",
+    f"""INSERT INTO streams SELECT * REPLACE (pos + 6000000 AS pos,
+           'tie-later-' || stream_id AS payload_digest)
+       FROM streams
+       WHERE state = 'STREAM_OPEN' AND hash(session_hmac, stream_id) % 6 IN (2, 3)
+         AND {_BROKEN}""",
+    # (case 3: the two rows' positions swapped, so that the one with another digest is first)
+    f"""UPDATE streams SET payload_digest = CASE WHEN pos >= 6000000 THEN payload_digest[11:]
+                                             ELSE 'tie-first-' || stream_id END
+       WHERE state = 'STREAM_OPEN' AND hash(session_hmac, stream_id) % 6 = 3 AND {_BROKEN}""",
+    f"""UPDATE streams SET payload_digest = CASE hash(session_hmac, stream_id) % 6
+                                               WHEN 0 THEN NULL
+                                               ELSE 'later-' || stream_id END
+       WHERE state <> 'STREAM_OPEN' AND hash(session_hmac, stream_id) % 6 IN (0, 1)
+         AND {_BROKEN}""",
+    f"""UPDATE streams SET file_id = {_BLIND}, method = NULL
+       WHERE state = 'STREAM_OPEN' AND hash(session_hmac, stream_id) % 6 IN (0, 1)
+         AND {_BROKEN}""",
+    f"""UPDATE streams SET payload_digest = NULL
+       WHERE hash(session_hmac, stream_id) % 6 = 5 AND {_BROKEN}""",
+]
+
+
+def _units(rows: list[str], severity: str) -> set[tuple[str, str, str]]:
+    out = set()
+    for r in rows:
+        row = dict(ast.literal_eval(r))
+        if row["severity"] == severity:
+            out.add((row["session_hmac"], row["generation"], row["stream_id"]))
+    return out
+
+
+@pytest.mark.parametrize("changed", [False, True], ids=["as analysed", "edge cases"])
+def test_stream_digests_looked_up_in_the_ledger_give_the_replaced_rows(fleet_db, changed):
+    """rollback_post_storm and a_blind_streams take a stream's payload digest from the ledger
+    rows of their few sessions, a_streams keeps none: the detector's rows (under the
+    rollbacks of the test above), a_blind_streams and a_streams' other columns are those of
+    the replaced files (tests/fixtures/sql_v0/digest_kept), on both fleets as analysed and
+    with the cases of _DIGEST_CASES: a digest only in a file the detector's `-- facts:`
+    leave out, or first there; two opening rows at the same time with other digests; none.
+    Rolled back."""
+    con, _ = fleet_db
+    con.execute("BEGIN TRANSACTION")
+    try:
+        for stmt in (_DIGEST_CASES if changed else []) + _ROLLBACKS:
+            con.execute(stmt)
+        _prepare_again(con)
+        _digests_kept(con)
+        assert _same_tables(con, ("a_streams", "a_blind_streams"), "digest_kept") > 0
+        _rollback_windows(con)
+        new = _detector_rows(con, catalog.SQL_DIR / "detectors" / "rollback_post_storm.sql")
+        old = _replaced_rows(con, "rollback_post_storm", DIGEST_KEPT / "rollback_post_storm.sql")
+        assert new == old
+        if changed:
+            # each case reaches a finding: a re-POST of the digest the whole ledger gives
+            high = _units(new, "high")
+            cases = dict(
+                con.execute(
+                    f"""SELECT hash(session_hmac, stream_id) % 6 AS c,
+                               list(DISTINCT (session_hmac, generation::VARCHAR, stream_id))
+                        FROM streams WHERE {_BROKEN} GROUP BY c"""
+                ).fetchall()
+            )
+            reached = {c: high & set(map(tuple, units)) for c, units in cases.items()}
+            assert all(reached[c] for c in (0, 1)) and reached[2] | reached[3], reached
+            assert not reached[5]
+            blind = con.execute(
+                f"SELECT count(*) FROM a_blind_streams WHERE file_id = {_BLIND}"
+            ).fetchone()[0]
+            assert blind > 0
     finally:
         con.execute("ROLLBACK")
 

@@ -114,13 +114,37 @@ JOIN a_blind_spans b ON b.file_id = d.file_id AND b.fact = 'dispatches.payload_d
 -- but a stream of another file may be compared with one of them: whether it re-POSTed the
 -- same payload cannot be told, so such a unit is `cannot_tell` ("same payload"):
 -- rollback_post_storm (a broken stream's re-POST). The file named is the first by path.
+-- The payload digest is the stream's as the whole ledger gives it (a_streams keeps none):
+-- its first non-NULL digest by record_order among its rows of every file, looked up among
+-- the ledger rows of these streams' sessions alone, by the session key (a join on one key
+-- lets DuckDB filter the scan of `streams` by those sessions) and between the least and the
+-- greatest time of their streams' rows (a_streams' opened_ts, last_ts: DuckDB skips the
+-- row groups outside by their zone maps). rollback_post_storm takes a blind stream's digest
+-- from here: its own reads of `streams` leave these files out.
 CREATE OR REPLACE TABLE a_blind_streams AS
-SELECT a.session_hmac, a.generation, a.stream_id, a.opened_ts, a.method, a.payload_digest,
-       arg_min(b.file_id, b.path) AS file_id, min(b.path) AS path
-FROM streams s
-JOIN a_blind_spans b
-  ON b.file_id = s.file_id AND b.fact IN ('streams.payload_digest', 'streams.method')
-JOIN a_streams a
-  ON a.session_hmac = s.session_hmac AND a.generation = s.generation
- AND a.stream_id = s.stream_id
-GROUP BY ALL;
+WITH blind AS MATERIALIZED (
+    SELECT a.session_hmac, a.generation, a.stream_id, a.opened_ts, a.last_ts, a.method,
+           arg_min(b.file_id, b.path) AS file_id, min(b.path) AS path
+    FROM streams s
+    JOIN a_blind_spans b
+      ON b.file_id = s.file_id AND b.fact IN ('streams.payload_digest', 'streams.method')
+    JOIN a_streams a
+      ON a.session_hmac = s.session_hmac AND a.generation = s.generation
+     AND a.stream_id = s.stream_id
+    GROUP BY ALL
+),
+digests AS (
+    SELECT s.session_hmac, s.generation, s.stream_id,
+           arg_min(s.payload_digest, record_order(s.ts, s.file_id, s.pos)) AS payload_digest
+    FROM streams s
+    SEMI JOIN (SELECT DISTINCT session_hmac FROM blind) k ON k.session_hmac = s.session_hmac
+    WHERE s.payload_digest IS NOT NULL
+      AND s.ts >= (SELECT min(opened_ts) FROM blind) AND s.ts <= (SELECT max(last_ts) FROM blind)
+    GROUP BY ALL
+)
+SELECT b.session_hmac, b.generation, b.stream_id, b.opened_ts, b.method, d.payload_digest,
+       b.file_id, b.path
+FROM blind b
+LEFT JOIN digests d
+  ON d.session_hmac = b.session_hmac AND d.generation = b.generation
+ AND d.stream_id = b.stream_id;
