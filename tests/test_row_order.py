@@ -3,7 +3,8 @@
 DuckDB stores a table's rows in the order its statement produced them only while
 `preserve_insertion_order` is on, and even then a join's output comes in the order its
 threads finish (`a_gate_requests`' rows moved between two runs of one 10M-event
-database). So the analysis is run here with every table it writes shuffled right after it
+database), and the load keeps no order of the records either. So the analysis is run here
+on records shuffled after their load, with every table it writes shuffled right after it
 is written — each prepare file's tables before the next file and the detectors read them,
 the findings and their companions before the gate facts read them, the gate facts before
 the gates and the report read them — and everything a user sees must come out byte for
@@ -22,6 +23,7 @@ import pytest
 
 from replaygate.audit import reportdoc
 from replaygate.core import db as dbm
+from replaygate.core.contract import RECORD_TYPES
 from replaygate.dashboard import report
 from replaygate.ingest.load import ingest
 from replaygate.queries import buckets, gates, runner
@@ -51,10 +53,10 @@ def _tables(con: duckdb.DuckDBPyConnection) -> list[str]:
     return sorted(t for t in names if t.startswith("a_") or t in RESULTS)
 
 
-def shuffle(con: duckdb.DuckDBPyConnection, seed: int) -> None:
-    """Every prepared and result table's rows rewritten in an order drawn from their
-    places and `seed` (an ORDER BY holds whatever `preserve_insertion_order` is)."""
-    for t in _tables(con):
+def shuffle(con: duckdb.DuckDBPyConnection, seed: int, tables: list[str] | None = None) -> None:
+    """Every prepared and result table's rows (or `tables`') rewritten in an order drawn
+    from their places and `seed` (an ORDER BY holds whatever `preserve_insertion_order` is)."""
+    for t in _tables(con) if tables is None else tables:
         con.execute(f"CREATE OR REPLACE TEMP TABLE rg_rows AS SELECT *, rowid AS rg_place FROM {t}")
         con.execute(f"DELETE FROM {t}")
         con.execute(
@@ -122,6 +124,8 @@ def test_the_analysis_reads_no_table_by_the_order_of_its_rows(fleet_files, tmp_p
     monkeypatch.setattr(buckets, "run", prep_then_shuffle)
     monkeypatch.setattr(runner, "_gate_facts", shuffle_then_facts)
     shuffled = _analysed(tmp_path / "shuffled.duckdb", fleet_files)
+    # The records too: the load keeps no order of its rows either (ingest/load.py).
+    shuffle(shuffled, 3, [rt.table for rt in RECORD_TYPES])
     for seed in (1, 7):
         runner.analyse(shuffled, FLEET_CONFIG, force=True)
         got = _seen(shuffled)
