@@ -339,6 +339,15 @@ def missing_label(need: str) -> str:
     return " and ".join(_MISSING_LABEL[t] for t in need.split("|"))
 
 
+@dataclass
+class Ledger:
+    """The coverage and blind-file rows of several detectors, kept to be written at once
+    (write_coverage): a statement per row was most of what writing them cost."""
+
+    coverage: list[tuple[str, str, int, float]] = field(default_factory=list)
+    blind: list[tuple[str, str, int]] = field(default_factory=list)
+
+
 def record_coverage(
     con: duckdb.DuckDBPyConnection,
     name: str,
@@ -346,19 +355,33 @@ def record_coverage(
     plan: Plan | None = None,
     findings: int = 0,
     seconds: float = 0.0,
+    ledger: Ledger | None = None,
 ) -> None:
     """Store how a detector ran (`ok`, `cannot tell`, or why it did not) and the files it
-    was kept from (`plan.exclude`): the same rows whichever engine ran it. Each result is
-    read whole (an unread result blocks the connection)."""
-    for table, ids in (plan.exclude if plan else {}).items():
-        for fid in ids:
-            con.execute(
-                "INSERT INTO blind_files VALUES ($d, $t, $f)", {"d": name, "t": table, "f": fid}
-            ).fetchall()
-    con.execute(
-        "INSERT INTO coverage VALUES ($d, $status, $n, $s)",
-        {"d": name, "status": status, "n": findings, "s": seconds},
-    ).fetchall()
+    was kept from (`plan.exclude`): the same rows whichever engine ran it. `ledger`: keep
+    them there instead, for write_coverage."""
+    excluded = (plan.exclude if plan else {}).items()
+    blind = [(name, table, int(fid)) for table, ids in excluded for fid in ids]
+    rows = Ledger([(name, status, findings, seconds)], blind)
+    if ledger is None:
+        write_coverage(con, rows)
+    else:
+        ledger.coverage += rows.coverage
+        ledger.blind += rows.blind
+
+
+def write_coverage(con: duckdb.DuckDBPyConnection, ledger: Ledger) -> None:
+    """The rows of a ledger, a statement per table. Each result is read whole (an unread
+    result blocks the connection)."""
+    for table, rows in (("blind_files", ledger.blind), ("coverage", ledger.coverage)):
+        if not rows:
+            continue
+        # (a list per column, unnested side by side: one row per entry)
+        columns = {f"c{k}": list(col) for k, col in enumerate(zip(*rows, strict=True))}
+        con.execute(
+            f"INSERT INTO {table} SELECT {', '.join(f'unnest(${c})' for c in columns)}",
+            columns,
+        ).fetchall()
 
 
 def record_cannot_tell(
@@ -372,21 +395,38 @@ def record_cannot_tell(
     the rollout stage they belong to (after the prepare step: it reads the stages).
     `standing`: the entries (file, missing) whose counts by stage the last analysis
     stored and are kept as they are (an incremental analysis: incremental.py)."""
-    for entry in plan.cannot_tell:
+    record_cannot_tell_all(con, [(name, q, plan, standing)])
+
+
+def record_cannot_tell_all(
+    con: duckdb.DuckDBPyConnection,
+    runs: list[tuple[str, catalog.Query, Plan, Collection[tuple[str, str]]]],
+) -> None:
+    """record_cannot_tell of several detectors: their whole counts in one statement (a
+    statement per entry was most of the cost of writing a few rows)."""
+    entries = [(name, entry) for name, _, plan, _ in runs for entry in plan.cannot_tell]
+    if entries:
         con.execute(
-            "INSERT INTO cannot_tell VALUES ($d, $f, $m, $u)",
-            {"d": name, "f": entry["file"], "m": entry["missing"], "u": entry["units"]},
-        )
-        if (entry["file"], entry["missing"]) in standing:
-            continue
-        con.execute(
-            "INSERT INTO cannot_tell_stages SELECT $d, $f, $m, stage, units FROM "
-            f"({stage_units_sql(units(q), entry['scope'])})",
+            "INSERT INTO cannot_tell SELECT unnest($d), unnest($f), unnest($m), unnest($u)",
             {
-                "d": name,
-                "f": entry["file"],
-                "m": entry["missing"],
-                **scope_args(entry),
-                **plan.args,
+                "d": [name for name, _ in entries],
+                "f": [entry["file"] for _, entry in entries],
+                "m": [entry["missing"] for _, entry in entries],
+                "u": [int(entry["units"]) for _, entry in entries],
             },
         )
+    for name, q, plan, standing in runs:
+        for entry in plan.cannot_tell:
+            if (entry["file"], entry["missing"]) in standing:
+                continue
+            con.execute(
+                "INSERT INTO cannot_tell_stages SELECT $d, $f, $m, stage, units FROM "
+                f"({stage_units_sql(units(q), entry['scope'])})",
+                {
+                    "d": name,
+                    "f": entry["file"],
+                    "m": entry["missing"],
+                    **scope_args(entry),
+                    **plan.args,
+                },
+            )

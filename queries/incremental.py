@@ -47,7 +47,7 @@ import duckdb
 
 from replaygate.core import contract
 from replaygate.core.config import Config
-from replaygate.core.db import get_meta, one_row, set_meta
+from replaygate.core.db import get_meta, one_row, set_metas
 
 from . import buckets, cannottell, catalog, groups, params
 from .groups import Fallback
@@ -274,12 +274,22 @@ SCOPE = "rg_scope"
 _CREATES = re.compile(r"CREATE\s+OR\s+REPLACE\s+TABLE\s+(\w+)", re.IGNORECASE)
 
 
-def clear_pending(con: duckdb.DuckDBPyConnection) -> None:
+def clear_pending(
+    con: duckdb.DuckDBPyConnection, files: str | None = None, also: dict[str, str] | None = None
+) -> None:
+    """Nothing is pending after an analysis. `files`: files_digest() when the caller has it;
+    `also`: more of what the analysis notes in `meta`, written with this in one statement."""
     con.execute("DELETE FROM analysis_pending")
     con.execute("DELETE FROM analysis_pending_rows")
-    set_meta(con, "analysis_pending_full", "0")
-    set_meta(con, "analysis_noted_through", get_meta(con, "data_version", "0"))
-    set_meta(con, FILES_META, _files(con))
+    set_metas(
+        con,
+        {
+            "analysis_pending_full": "0",
+            "analysis_noted_through": get_meta(con, "data_version", "0"),
+            FILES_META: files_digest(con) if files is None else files,
+            **(also or {}),
+        },
+    )
 
 
 # The input files as the last analysis named them (clear_pending): a file moved since, with
@@ -287,7 +297,7 @@ def clear_pending(con: duckdb.DuckDBPyConnection) -> None:
 FILES_META = "analysis_files"
 
 
-def _files(con: duckdb.DuckDBPyConnection) -> str:
+def files_digest(con: duckdb.DuckDBPyConnection) -> str:
     return str(
         one_row(
             con.execute(
@@ -361,12 +371,14 @@ def analyse(
     counts: dict[str, int],
     blind: dict[str, cannottell.Plan] | None = None,
     finish: Callable[[list[str]], None] | None = None,
+    files: str | None = None,
 ) -> None:
     """Recompute for the pending sessions (inside the caller's transaction, after it defined
     the shared macros: runner.analyse). `blind`: the
     plans of `plans()`, as `possible()` accepted them; `finish`: what to run after the
     detectors while the scope of the pending sessions is still there (gate_facts), given
-    the detectors whose undecided units are to be counted again."""
+    the detectors whose undecided units are to be counted again; `files`: files_digest(),
+    when the caller has it."""
     blind = plans(con, counts, params.from_config(config)) if blind is None else blind
     values = params.from_config(config)
     con.execute(
@@ -381,6 +393,7 @@ def analyse(
         )
     _drop_scope(con)
     con.execute(f"CREATE SCHEMA {SCOPE}")
+    _PATH.pop(id(con), None)  # not known until this run sets it
     seconds: dict[str, float] = {}
     _DATABASE[id(con)] = one_row(con.execute("SELECT current_database()"))[0]
     try:
@@ -397,6 +410,11 @@ def analyse(
             _scoped_view(con, table)
         _new_rows(con)
         for q in catalog.load("prep"):
+            # The session-local and row-wise steps leave the scope on the search path (what
+            # they write back to main is named so): one statement for a stretch of them, not
+            # two for each. Every other step reads main's tables.
+            if q.name not in SESSION_PREP and q.name not in ROW_PREP:
+                _search(con, scoped=False)
             if q.name in SESSION_PREP:
                 _scoped_prep(con, q)
             elif q.name in ROW_PREP:
@@ -422,10 +440,11 @@ def analyse(
                 continue
             else:
                 buckets.run(con, q)
+        _search(con, scoped=False)
         if con.execute(SESSION_BLIND).fetchall() != blind_before:
             raise Fallback("a sessions file shows other facts than it did")
         nearby = _near_sessions(con)
-        grown = _grown(con)
+        grown = _grown(con, files_digest(con) if files is None else files)
         runs = [
             (name, q, blind.get(name))
             for name, q in catalog.detectors().items()
@@ -434,9 +453,10 @@ def analyse(
         recount = [name for name, q, _ in runs if q.header.list("undecided")]
         standing = _standing_stage_counts(con, runs)
         _forget(con, runs, nearby, standing)
-        for name, q, plan in runs:
-            if plan is not None:
-                cannottell.record_cannot_tell(con, name, q, plan, standing.get(name, set()))
+        cannottell.record_cannot_tell_all(
+            con,
+            [(name, q, plan, standing.get(name, set())) for name, q, plan in runs if plan],
+        )
         # The session-local detectors last, in one stretch on the scope's tables.
         runs.sort(key=lambda r: r[0] in SESSION_DETECTORS or r[0] in NEAR_SESSIONS)
         scoped = False
@@ -524,6 +544,7 @@ def analyse(
         _DATABASE.pop(id(con), None)
         # After a failed statement the transaction is aborted and the caller rolls back.
         with contextlib.suppress(duckdb.Error):
+            _PATH.pop(id(con), None)  # set whatever this run last set
             _search(con, scoped=False)
             _drop_scope(con)
             _drop_schema(con, DELTA)
@@ -534,12 +555,14 @@ def analyse(
                 con.execute(f"DROP TABLE IF EXISTS rg_near_{name}")
             for table in SAMPLED_TABLES:
                 con.execute(f"DROP VIEW IF EXISTS temp.{table}")
+        _PATH.pop(id(con), None)
 
 
-def _grown(con: duckdb.DuckDBPyConnection) -> set[str]:
+def _grown(con: duckdb.DuckDBPyConnection, files: str) -> set[str]:
     """The record tables that received new rows since the last analysis; every one when a
-    file was moved since (or the last analysis did not note the files)."""
-    if get_meta(con, FILES_META) != _files(con):
+    file was moved since (`files`, files_digest() now; or the last analysis did not note
+    the files)."""
+    if get_meta(con, FILES_META) != files:
         return {rt.table for rt in contract.RECORD_TYPES}
     return {
         str(t) for (t,) in con.execute("SELECT DISTINCT tbl FROM analysis_pending_rows").fetchall()
@@ -558,7 +581,7 @@ def _added_counts(con: duckdb.DuckDBPyConnection, q: catalog.Query) -> None:
     counts to the table's counts."""
     tables = list(dict.fromkeys(_CREATES.findall(q.sql)))
     try:
-        con.execute(f"SET search_path = '{DELTA},main'")
+        _set_path(con, f"{DELTA},main")
         try:
             for stmt in q.statements():
                 con.execute(stmt)
@@ -596,15 +619,18 @@ def _new_rows(con: duckdb.DuckDBPyConnection) -> None:
     ).fetchall()
     for rt in contract.RECORD_TYPES:
         base = _base(con, rt.table)
-        con.execute(f"CREATE TABLE {DELTA}.{rt.table} AS SELECT * FROM {base} LIMIT 0")
         # A file's new rows one file at a time: a filter on the file and its position
         # skips the blocks of other rows (a join with the pending files read them all).
-        for _, file_id, from_pos in (n for n in new if n[0] == rt.table):
+        # The first file's make the table (an empty table first was a statement more).
+        files = [(f, pos) for t, f, pos in new if t == rt.table]
+        for k, (file_id, from_pos) in enumerate(files):
+            into = f"INSERT INTO {DELTA}.{rt.table}" if k else f"CREATE TABLE {DELTA}.{rt.table} AS"
             con.execute(
-                f"""INSERT INTO {DELTA}.{rt.table} SELECT * FROM {base}
-                    WHERE file_id = $f AND pos > $p""",
+                f"{into} SELECT * FROM {base} WHERE file_id = $f AND pos > $p",
                 {"f": file_id, "p": from_pos},
             )
+        if not files:
+            con.execute(f"CREATE TABLE {DELTA}.{rt.table} AS SELECT * FROM {base} LIMIT 0")
 
 
 def _standing_stage_counts(
@@ -821,7 +847,7 @@ def _keyed_prep(con: duckdb.DuckDBPyConnection, q: catalog.Query, table: str, ke
             f"""CREATE TABLE {KEYED}.{table} AS SELECT * FROM {base}
                 WHERE rowid IN (SELECT rowid FROM {base} WHERE {keyed})"""
         )
-        con.execute(f"SET search_path = '{KEYED},main'")
+        _set_path(con, f"{KEYED},main")
         try:
             for stmt in q.statements():
                 con.execute(stmt)
@@ -858,11 +884,23 @@ def _drop_scope(con: duckdb.DuckDBPyConnection) -> None:
 def reset(con: duckdb.DuckDBPyConnection) -> None:
     """After a rollback: an aborted transaction refused the run's own clean-up, so the
     search path may still name the scope the rollback removed."""
+    _PATH.pop(id(con), None)
     con.execute("RESET search_path")
 
 
+# The search path each connection was last given here (during analyse()): a step that asks
+# for the one it has sends no statement.
+_PATH: dict[int, str] = {}
+
+
+def _set_path(con: duckdb.DuckDBPyConnection, path: str) -> None:
+    if _PATH.get(id(con)) != path:
+        con.execute(f"SET search_path = '{path}'")
+        _PATH[id(con)] = path
+
+
 def _search(con: duckdb.DuckDBPyConnection, scoped: bool) -> None:
-    con.execute(f"SET search_path = '{SCOPE},main'" if scoped else "SET search_path = 'main'")
+    _set_path(con, f"{SCOPE},main" if scoped else "main")
 
 
 @contextlib.contextmanager
@@ -932,8 +970,8 @@ def _scoped_prep(con: duckdb.DuckDBPyConnection, q: catalog.Query, rows: bool = 
     rows in the full table; later scoped queries read the scoped rows. `rows`: a query of
     ROW_PREP, whose scope also held the new rows without a session."""
     tables = list(dict.fromkeys(_CREATES.findall(q.sql)))
-    with _in_scope(con):
-        buckets.run(con, q)
+    _search(con, scoped=True)  # left so: the statements below name main's tables
+    buckets.run(con, q)
     for t in tables:
         # A table without session_hmac fails this statement (a binder error): the caller
         # rolls back and runs a full analysis (a look-up of the columns first was a

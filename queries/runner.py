@@ -118,9 +118,13 @@ CREATE TABLE IF NOT EXISTS cannot_tell_units (
 
 
 def table_counts(con: duckdb.DuckDBPyConnection) -> dict[str, int]:
-    return {
-        rt.table: one_row(con.execute(f"SELECT count(*) FROM {rt.table}"))[0] for rt in RECORD_TYPES
-    }
+    # (one statement for every table: each is a look-up of its row count)
+    counts = one_row(
+        con.execute(
+            "SELECT " + ", ".join(f"(SELECT count(*) FROM {rt.table})" for rt in RECORD_TYPES)
+        )
+    )
+    return {rt.table: int(n) for rt, n in zip(RECORD_TYPES, counts, strict=True)}
 
 
 # The configuration the last analysis ran with: its settings, where they came from and
@@ -129,8 +133,12 @@ CONFIG_META = "analysis_config"
 
 
 def store_config(con: duckdb.DuckDBPyConnection, config: Config) -> None:
+    set_meta(con, CONFIG_META, _config_doc(config))
+
+
+def _config_doc(config: Config) -> str:
     doc = {"settings": config.as_dict(), "source": config.source, "digest": config.digest()}
-    set_meta(con, CONFIG_META, json.dumps(doc, sort_keys=True))
+    return json.dumps(doc, sort_keys=True)
 
 
 def stored_config(con: duckdb.DuckDBPyConnection) -> Config | None:
@@ -229,8 +237,7 @@ def analyse(
     raised = limit_memory(con)
     if raised and note is not None:
         note(raised)
-    if not force and only is None and _incrementally(con, config, counts):
-        set_meta(con, "history_stamp", history_version)
+    if not force and only is None and _incrementally(con, config, counts, history_version):
         return summary(con)
     with transaction(con):
         for stmt in FINDINGS_DDL.split(";"):
@@ -244,18 +251,25 @@ def analyse(
         con.execute("DELETE FROM cannot_tell")
         con.execute("DELETE FROM cannot_tell_stages")
         con.execute("DELETE FROM blind_files")
+        # Their coverage and blind files are written once, for all of them.
+        ledger = cannottell.Ledger()
         for name, q in catalog.detectors().items():
             if only and name not in only:
                 continue
-            _run_detector(con, name, q, values, counts)
+            _run_detector(con, name, q, values, counts, ledger)
+        cannottell.write_coverage(con, ledger)
         _assign_stages(con)
         _gate_facts(con, values)
         if only is None:
-            set_meta(con, "analysis_stamp", stamp(con, config))
-            store_config(con, config)
-            set_meta(con, "analysis_mode", "full")
-            set_meta(con, "history_stamp", history_version)
-            incremental.clear_pending(con)
+            incremental.clear_pending(
+                con,
+                also={
+                    "analysis_stamp": stamp(con, config),
+                    CONFIG_META: _config_doc(config),
+                    "analysis_mode": "full",
+                    "history_stamp": history_version,
+                },
+            )
     return summary(con)
 
 
@@ -291,10 +305,12 @@ def _run_detector(
     q: catalog.Query,
     values: dict[str, Any],
     counts: dict[str, int],
+    ledger: cannottell.Ledger | None = None,
 ) -> None:
+    """`ledger`: where its coverage rows are kept (cannottell.record_coverage)."""
     missing = cannottell.missing_needs(q, counts)
     if missing:
-        cannottell.record_coverage(con, name, cannottell.missing_label(missing[0]))
+        cannottell.record_coverage(con, name, cannottell.missing_label(missing[0]), ledger=ledger)
         return
     t0 = time.perf_counter()
     plan = cannottell.plan(con, q, values)
@@ -311,11 +327,14 @@ def _run_detector(
         finally:
             cannottell.unshadow(con, made)
     status = "cannot tell" if plan.skip else "ok"
-    cannottell.record_coverage(con, name, status, plan, n, time.perf_counter() - t0)
+    cannottell.record_coverage(con, name, status, plan, n, time.perf_counter() - t0, ledger)
 
 
-def _incrementally(con: duckdb.DuckDBPyConnection, config: Config, counts: dict[str, int]) -> bool:
-    """Bring the last analysis up to date for what changed (incremental.py), if it can."""
+def _incrementally(
+    con: duckdb.DuckDBPyConnection, config: Config, counts: dict[str, int], history: str
+) -> bool:
+    """Bring the last analysis up to date for what changed (incremental.py), if it can;
+    `history`: the decision history's version it reads (noted with the rest)."""
     blind = incremental.plans(con, counts, params.from_config(config))
     if not incremental.possible(con, config, counts, blind):
         return False
@@ -327,11 +346,21 @@ def _incrementally(con: duckdb.DuckDBPyConnection, config: Config, counts: dict[
                 _assign_stages(con, recount)
                 incremental.gate_facts(con, _facts_statements(values))
 
-            incremental.analyse(con, config, counts, blind, finish)
-            set_meta(con, "analysis_stamp", stamp(con, config))
-            store_config(con, config)
-            set_meta(con, "analysis_mode", "incremental")
-            incremental.clear_pending(con)
+            # The input files as named now: what the run compares with the last analysis'
+            # and what it notes for the next (one digest of `files` for both).
+            files = incremental.files_digest(con)
+            incremental.analyse(con, config, counts, blind, finish, files)
+            # What the analysis notes, in the same transaction and one statement.
+            incremental.clear_pending(
+                con,
+                files,
+                {
+                    "analysis_stamp": stamp(con, config),
+                    CONFIG_META: _config_doc(config),
+                    "analysis_mode": "incremental",
+                    "history_stamp": history,
+                },
+            )
     except duckdb.InterruptException:
         # Asked to stop (watch's stop): not a reason for a full analysis.
         incremental.reset(con)
