@@ -15,6 +15,7 @@ tell, the gates and decisions of every stage, and the report in each format.
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 from typing import Any
 
@@ -26,7 +27,8 @@ from replaygate.core import db as dbm
 from replaygate.core.contract import RECORD_TYPES
 from replaygate.dashboard import report
 from replaygate.ingest.load import ingest
-from replaygate.queries import buckets, gates, runner
+from replaygate.queries import buckets, catalog, gates, named, runner
+from replaygate.queries.filters import Filters
 from replaygate.sim import simulate
 
 from .conftest import FLEET_CONFIG
@@ -77,6 +79,7 @@ def _seen(con: duckdb.DuckDBPyConnection) -> dict[str, Any]:
     # the analysis' own seconds per detector vary run to run
     out["coverage"] = [r[:-1] for r in out["coverage"]]
     out["findings_doc"] = json.dumps(runner.findings_doc(con), default=str)
+    out.update(_dashboard(con))
     doc = gates.document(con, FLEET_CONFIG, all_stages=True)
     out["gates"] = json.dumps(doc, default=str, sort_keys=False)
     for judged in doc["stages"]:
@@ -87,6 +90,37 @@ def _seen(con: duckdb.DuckDBPyConnection) -> dict[str, Any]:
             report.to_json(rd),
             report.to_html(rd),
         )
+    return out
+
+
+def _dashboard(con: duckdb.DuckDBPyConnection) -> dict[str, Any]:
+    """Every dashboard query as it lists its rows (their order is what a page shows), for
+    the whole fleet and for the session with the most findings."""
+    named.prepare(con)
+    (s,) = con.execute(
+        "SELECT session_hmac FROM findings WHERE session_hmac IS NOT NULL "
+        "GROUP BY ALL ORDER BY count(*) DESC, session_hmac LIMIT 1"
+    ).fetchone()
+    args = {
+        "flt": Filters(),
+        "dets": sorted(catalog.detectors()),
+        "bucket": "1 hour",
+        "limit": 500,
+        "s": s,
+        "stream": None,
+    }
+    out = {}
+    for name, q in named.load("dashboard").items():
+        # freshness and files show when each database was loaded: the two differ by that
+        if name in ("setup", "freshness", "files") or not set(q.params) <= set(args):
+            continue
+        rows = named.execute(con, name, **args).fetchall()
+        if name == "coverage":  # the detectors' own seconds vary run to run
+            rows = [r[:-1] for r in rows]
+        # A query that orders its rows is shown in that order; one that does not is read
+        # into a mapping by its caller (dashboard/model.py)
+        ordered = re.search(r"\bORDER\s+BY\b(?:(?!\bFROM\b|\bSELECT\b).)*$", q.body(), re.I | re.S)
+        out[f"dashboard {name}"] = rows if ordered else sorted(rows, key=repr)
     return out
 
 

@@ -2,12 +2,12 @@
 -- purpose: the rollout stages with their windows, oldest first
 -- filters: none
 SELECT stage, scope, percent, start_ts, end_ts, rollback_ts, hygiene_end
-FROM a_stages ORDER BY start_ts;
+FROM a_stages ORDER BY start_ts, stage;
 
 -- name: rollout_actions
 -- purpose: every rollout action, oldest first
 -- filters: none
-SELECT ts, stage, action, scope, percent, note FROM rollout ORDER BY ts;
+SELECT ts, stage, action, scope, percent, note FROM rollout ORDER BY ALL;
 
 -- name: filter_values
 -- purpose: the values the revision, server and client filters offer
@@ -50,7 +50,10 @@ FROM rg_findings()
 WHERE rg_keep(stage, baseline, revision, server, client, ts, $flt)
   AND (len($dets::VARCHAR[]) = 0 OR list_contains($dets::VARCHAR[], detector))
 ORDER BY CASE severity WHEN 'critical' THEN 0 WHEN 'high' THEN 1
-         WHEN 'medium' THEN 2 ELSE 3 END, ts DESC, detector;
+         WHEN 'medium' THEN 2 ELSE 3 END, ts DESC, detector,
+         -- then the unit, so findings of one detector and millisecond keep one order
+         session_hmac, generation, stream_id, event_id, dispatch_id, idempotency_key,
+         CAST(detail AS VARCHAR);
 
 -- name: finding_summary
 -- purpose: per detector: findings, worst severity, newest; worst first
@@ -85,7 +88,7 @@ SELECT time_bucket($bucket::INTERVAL, ts) AS bucket, detector, count(*) AS n
 FROM rg_findings()
 WHERE rg_keep(stage, baseline, revision, server, client, ts, $flt)
   AND list_contains($dets::VARCHAR[], detector)
-GROUP BY ALL ORDER BY bucket;
+GROUP BY ALL ORDER BY ALL;  -- a bucket's rows in one order too (a chart's traces follow it)
 
 -- name: recoveries
 -- purpose: seconds from each DISCONNECTED to the STREAM_OPEN that ended it
@@ -102,7 +105,7 @@ SELECT time_bucket($bucket::INTERVAL, ts) AS bucket, state, count(*) AS n
 FROM rg_streams()
 WHERE state IN ('DISCONNECTED', 'RESUME_PENDING', 'CURSOR_REJECTED')
   AND rg_keep(stage, baseline, revision, server, client, ts, $flt)
-GROUP BY ALL ORDER BY bucket;
+GROUP BY ALL ORDER BY ALL;  -- a bucket's rows in one order too (a chart's traces follow it)
 
 -- name: dispatch_mix
 -- purpose: dispatches per bucket, outcome, revision and tool class
@@ -112,7 +115,7 @@ SELECT time_bucket($bucket::INTERVAL, ts) AS bucket, outcome, revision, tool_cla
        idempotency_key IS NOT NULL AS keyed, count(*) AS n
 FROM rg_dispatches()
 WHERE rg_keep(stage, baseline, revision, server, client, ts, $flt)
-GROUP BY ALL ORDER BY bucket;
+GROUP BY ALL ORDER BY ALL;  -- a bucket's rows in one order too (a chart's traces follow it)
 
 -- name: proxy_status
 -- purpose: proxy requests per bucket and status class
@@ -122,7 +125,7 @@ SELECT time_bucket($bucket::INTERVAL, ts) AS bucket, (status // 100) || 'xx' AS 
        count(*) AS n
 FROM rg_proxy()
 WHERE rg_keep(stage, baseline, revision, server, client, ts, $flt)
-GROUP BY ALL ORDER BY bucket;
+GROUP BY ALL ORDER BY ALL;  -- a bucket's rows in one order too (a chart's traces follow it)
 
 -- name: reconnects
 -- purpose: reconnects per second in each 10-second window of the reconnect budget (the
@@ -195,7 +198,7 @@ UNION ALL
 SELECT ts, 'dispatches', tool_name || ' ' || outcome, outcome, NULL, NULL, NULL, NULL,
        concat_ws(' ', dispatch_id, 'key ' || idempotency_key)
 FROM dispatches WHERE session_hmac = $s
-ORDER BY ts;
+ORDER BY ALL;  -- records of one millisecond in one order too
 
 -- name: sessionless_timeline
 -- purpose: records without a known session, tied by principal, request id or idempotency
@@ -219,7 +222,7 @@ FROM dispatches, near
 WHERE idempotency_key = $subject OR dispatch_id = $subject OR principal = $subject
    OR request_id = $subject
    OR (session_hmac IS NULL AND ts BETWEEN near.t0 AND near.t1)
-ORDER BY ts;
+ORDER BY ALL;  -- records of one millisecond in one order too
 
 -- name: streams_of
 -- purpose: the streams of one session
@@ -253,4 +256,4 @@ SELECT t.detector, t.file, t.missing AS cannot_show, t.units,
 FROM cannot_tell t
 LEFT JOIN cannot_tell_stages s USING (detector, file, missing)
 GROUP BY t.detector, t.file, t.missing, t.units
-ORDER BY t.detector, t.file;
+ORDER BY t.detector, t.file, t.missing;
